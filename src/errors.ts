@@ -1,0 +1,47 @@
+/**
+ * The one error family of fleetlab. Every failure that can reach an HTTP client is a
+ * FleetlabError with a code from this catalogue; the API maps it to a response in one place
+ * (src/supervisor/api/errors.ts). docs/errors.md lists the same codes and a test keeps the
+ * two in step.
+ */
+export const errorCatalogue = {
+  SUP_ERR_BAD_REQUEST: { status: 400, summary: 'The request body, query or path is malformed or fails its schema.' },
+  SUP_ERR_MULTI_CONTAINER: { status: 400, summary: 'A v1 app endpoint was called for an app with more than one service.' },
+  SUP_ERR_NOT_LOCAL_MODE: { status: 400, summary: 'A local-mode endpoint was called while the device is not in local mode.' },
+  SUP_ERR_UNAUTHORIZED: { status: 401, summary: 'Missing or wrong API key, or a scoped key naming another app.' },
+  SUP_ERR_NOT_FOUND: { status: 404, summary: 'Unknown app, service or route.' },
+  SUP_ERR_LOCKED: { status: 423, summary: 'Refused because an update lock is held; retry with force to override.' },
+  SUP_ERR_CLOUD_UNREACHABLE: { status: 503, summary: 'The call needs the cloud API, which is not configured or not reachable.' },
+  SUP_ERR_TOOL_MISSING: { status: 500, summary: 'A system tool the supervisor needs is not installed.' },
+  SUP_ERR_ENGINE: { status: 500, summary: 'The container engine failed or is unreachable.' },
+  SUP_ERR_HOST: { status: 500, summary: 'The host OS services (D-Bus) failed or are unreachable.' },
+  SUP_ERR_INTERNAL: { status: 500, summary: 'Anything else.' },
+} as const satisfies Record<string, { status: number; summary: string }>;
+
+export type ErrorCode = keyof typeof errorCatalogue;
+
+export class FleetlabError extends Error {
+  readonly code: ErrorCode;
+  readonly statusCode: number;
+
+  constructor(code: ErrorCode, message: string, options?: { cause?: unknown }) {
+    super(message, options);
+    this.name = 'FleetlabError';
+    this.code = code;
+    this.statusCode = errorCatalogue[code].status;
+  }
+}
+
+export const badRequest = (message: string) => new FleetlabError('SUP_ERR_BAD_REQUEST', message);
+export const notFound = (message: string) => new FleetlabError('SUP_ERR_NOT_FOUND', message);
+export const locked = (message: string) => new FleetlabError('SUP_ERR_LOCKED', message);
+export const unauthorized = () => new FleetlabError('SUP_ERR_UNAUTHORIZED', 'Unauthorized');
+
+export function isFleetlabError(err: unknown): err is FleetlabError {
+  return err instanceof FleetlabError;
+}
+
+/** Text of any thrown value, for logs and error bodies. */
+export function errorText(err: unknown): string {
+  return err instanceof Error ? err.message : String(err);
+}

@@ -43,7 +43,7 @@ export interface HostPort {
 export type JournalFormat =
   | 'short' | 'short-full' | 'short-iso' | 'short-iso-precise' | 'short-precise' | 'short-monotonic'
   | 'short-unix' | 'verbose' | 'export' | 'json' | 'json-pretty' | 'json-sse' | 'json-seq' | 'cat'
-  | 'with-unit';
+  | 'with-unit' | 'short-delta';
 
 export interface JournalQuery {
   all?: boolean;
@@ -64,4 +64,9 @@ export interface JournalPort {
    * journalctl would misread, SUP_ERR_TOOL_MISSING when journalctl is not installed.
    */
   stream(query: JournalQuery, signal: AbortSignal): Readable;
+  /**
+   * Lets journalctl parse since/until before anything is streamed, so a bad time is a 400
+   * rather than a 200 stream that fails. Rejects like stream() would.
+   */
+  check(query: JournalQuery): Promise<void>;
 }

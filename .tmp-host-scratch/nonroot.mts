@@ -1,0 +1,14 @@
+import { startPrivateBus } from '../sim/dbus/private-bus.ts';
+import { startHostPeer } from '../sim/dbus/host-peer.ts';
+import { createHostAdapter } from '../src/supervisor/adapters/host.ts';
+import { mkdtempSync } from 'node:fs';
+const dir = mkdtempSync('/tmp/fl-nonroot-');
+const bus = await startPrivateBus({ dir: dir + '/bus' });
+const peer = await startHostPeer({ busAddress: bus.address, stateDir: dir + '/state', defaultHostname: 'd' });
+const host = createHostAdapter({ busAddress: bus.address, proxyConfigDir: dir + '/proxy' });
+await host.setHostname('as-nobody');
+console.log('uid', process.getuid!(), await host.getHostname(), peer.hostname);
+await host.setProxy({ type: 'socks5', ip: '1.2.3.4', port: 9 });
+console.log(await host.getProxy(), peer.unitRestarts);
+await host.close(); await peer.close(); await bus.stop();
+console.log('ok');

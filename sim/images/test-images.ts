@@ -1,0 +1,84 @@
+/**
+ * Small local test images (no registry is reachable): a root filesystem holding Debian's
+ * static busybox, imported into the engine through the Engine API (`POST /images/create`
+ * with `fromSrc=-`), so it works on dockerd and on the simulated engine alike.
+ */
+import { createReadStream } from 'node:fs';
+import { mkdtemp, mkdir, copyFile, symlink, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import Docker from 'dockerode';
+import { execa } from 'execa';
+import { FleetlabError, errorText } from '../../src/errors.js';
+import { requireTool, tools } from '../../src/tools.js';
+
+export interface TestImage {
+  ref: string;
+  /** What the default command prints each tick, so two versions are told apart in logs. */
+  banner: string;
+}
+
+export const testImages: readonly TestImage[] = [
+  { ref: 'fleetlab/test-app:1', banner: 'test-app v1' },
+  { ref: 'fleetlab/test-app:2', banner: 'test-app v2' },
+];
+
+const applets = ['sh', 'sleep', 'echo', 'cat', 'ls', 'date', 'touch', 'rm', 'mkdir', 'env', 'wget', 'flock', 'true', 'false', 'grep', 'printenv', 'kill'];
+
+/**
+ * The default command: runs until stopped, logs a line every 2 s, and exits at once on
+ * SIGTERM (PID 1 ignores signals without a handler, which would make every stop wait 10 s).
+ */
+export function defaultCommand(banner: string): string[] {
+  return ['/bin/sh', '-c', `trap 'echo "${banner}: stopping"; exit 0' TERM INT; echo "${banner}: started"; i=0; while :; do i=$((i+1)); echo "${banner}: tick $i"; sleep 2 & wait $!; done`];
+}
+
+async function rootfsTar(): Promise<{ tarPath: string; cleanup: () => Promise<void> }> {
+  const busybox = requireTool(tools.busybox);
+  const dir = await mkdtemp(join(tmpdir(), 'fleetlab-rootfs-'));
+  const root = join(dir, 'rootfs');
+  for (const d of ['bin', 'tmp', 'data', 'etc', 'proc', 'sys', 'dev']) await mkdir(join(root, d), { recursive: true });
+  await copyFile(busybox, join(root, 'bin/busybox'));
+  for (const a of applets) await symlink('busybox', join(root, 'bin', a));
+  await writeFile(join(root, 'etc/passwd'), 'root:x:0:0:root:/root:/bin/sh\n');
+  const tarPath = join(dir, 'rootfs.tar');
+  await execa('tar', ['-C', root, '-cf', tarPath, '.']);
+  return { tarPath, cleanup: () => rm(dir, { recursive: true, force: true }) };
+}
+
+export interface BuildProgress {
+  (event: { image: string; step: string }): void;
+}
+
+/** Builds (or rebuilds) every test image in the engine at socketPath; returns their refs. */
+export async function buildTestImages(socketPath: string, progress: BuildProgress = () => undefined): Promise<string[]> {
+  const docker = new Docker({ socketPath });
+  try {
+    await docker.ping();
+  } catch (err) {
+    throw new FleetlabError('SUP_ERR_ENGINE', `no container engine at ${socketPath} (${errorText(err)}): start dockerd (scripts/provision does) or pass --docker-socket`);
+  }
+  const { tarPath, cleanup } = await rootfsTar();
+  try {
+    for (const image of testImages) {
+      const [repo, tag] = image.ref.split(':') as [string, string];
+      progress({ image: image.ref, step: 'importing' });
+      const stream = await docker.importImage(createReadStream(tarPath), {
+        repo,
+        tag,
+        changes: [`CMD ${JSON.stringify(defaultCommand(image.banner))}`, 'WORKDIR /'],
+      });
+      await new Promise<void>((resolve, reject) =>
+        docker.modem.followProgress(stream, (err: Error | null, events: Array<{ error?: string }>) => {
+          const failed = err?.message ?? events?.find((e) => e.error)?.error;
+          if (failed) reject(new FleetlabError('SUP_ERR_ENGINE', `importing ${image.ref}: ${failed}`));
+          else resolve();
+        }),
+      );
+      progress({ image: image.ref, step: 'done' });
+    }
+  } finally {
+    await cleanup();
+  }
+  return testImages.map((i) => i.ref);
+}

@@ -1,0 +1,177 @@
+/**
+ * The target state a device is driven to: the wire shape of `POST /v2/local/target-state`
+ * (and, later, of the cloud's per-device target state), its JSON schema, and the normalised
+ * form the planner works on.
+ */
+import { Type, type Static } from '@sinclair/typebox';
+
+const name = (description: string) =>
+  Type.String({ pattern: '^[a-zA-Z0-9][a-zA-Z0-9_.-]*$', maxLength: 63, description });
+const idKey = '^[0-9]+$';
+const stringMap = Type.Record(Type.String(), Type.String());
+
+export const WireService = Type.Object({
+  serviceName: name('service name, also the container-name stem'),
+  serviceId: Type.Integer({ minimum: 1 }),
+  imageId: Type.Integer({ minimum: 1 }),
+  image: Type.String({ minLength: 1, maxLength: 512, pattern: '^[^\\s]+$' }),
+  running: Type.Optional(Type.Boolean()),
+  environment: Type.Optional(stringMap),
+  labels: Type.Optional(stringMap),
+  network_mode: Type.Optional(Type.String({ minLength: 1 })),
+  /** Compose-style extras: without `command` the image's default command runs. */
+  command: Type.Optional(Type.Array(Type.String(), { minItems: 1 })),
+  /** `<volume>:<path>` with a volume declared by the app. */
+  volumes: Type.Optional(Type.Array(Type.String({ pattern: '^[a-zA-Z0-9][a-zA-Z0-9_.-]*:/[^:]*(:ro|:rw)?$' }))),
+  restart: Type.Optional(Type.Union([Type.Literal('no'), Type.Literal('always'), Type.Literal('on-failure'), Type.Literal('unless-stopped')])),
+});
+
+export const WireApp = Type.Object({
+  name: Type.String({ minLength: 1 }),
+  commit: Type.String(),
+  releaseId: Type.Union([Type.Integer({ minimum: 1 }), Type.String({ pattern: '^[1-9][0-9]*$' })]),
+  services: Type.Record(Type.String({ pattern: idKey }), WireService),
+  volumes: Type.Optional(Type.Record(Type.String({ pattern: '^[a-zA-Z0-9][a-zA-Z0-9_.-]*$' }), Type.Object({}))),
+  networks: Type.Optional(Type.Record(Type.String({ pattern: '^[a-zA-Z0-9][a-zA-Z0-9_.-]*$' }), Type.Object({}))),
+});
+
+export const WireLocalState = Type.Object({
+  name: Type.String(),
+  config: stringMap,
+  apps: Type.Record(Type.String({ pattern: idKey }), WireApp),
+});
+
+export const LocalTargetStateBody = Type.Object({ local: WireLocalState });
+
+export type WireService = Static<typeof WireService>;
+export type WireApp = Static<typeof WireApp>;
+export type WireLocalState = Static<typeof WireLocalState>;
+
+export interface VolumeMount {
+  volume: string;
+  path: string;
+  readOnly: boolean;
+}
+
+export interface TargetService {
+  serviceId: number;
+  serviceName: string;
+  imageId: number;
+  image: string;
+  running: boolean;
+  environment: Record<string, string>;
+  labels: Record<string, string>;
+  networkMode?: string;
+  command?: string[];
+  volumes: VolumeMount[];
+  restart: 'no' | 'always' | 'on-failure' | 'unless-stopped';
+}
+
+export interface TargetApp {
+  appId: number;
+  name: string;
+  commit: string;
+  releaseId: number;
+  services: TargetService[];
+  volumes: string[];
+  networks: string[];
+}
+
+export interface TargetState {
+  name: string;
+  config: Record<string, string>;
+  apps: TargetApp[];
+}
+
+export const emptyTarget = (name: string): TargetState => ({ name, config: {}, apps: [] });
+
+/** Problems a schema cannot express; each names the field. Empty when the state is sound. */
+export function checkWireState(state: WireLocalState): string[] {
+  const problems: string[] = [];
+  for (const [appKey, app] of Object.entries(state.apps)) {
+    const declared = new Set(Object.keys(app.volumes ?? {}));
+    const names = new Set<string>();
+    for (const [serviceKey, service] of Object.entries(app.services)) {
+      const at = `local.apps.${appKey}.services.${serviceKey}`;
+      if (String(service.serviceId) !== serviceKey) problems.push(`${at}.serviceId must equal its key ${serviceKey}`);
+      if (names.has(service.serviceName)) problems.push(`${at}.serviceName "${service.serviceName}" is used twice`);
+      names.add(service.serviceName);
+      for (const mount of service.volumes ?? []) {
+        const volume = mount.split(':')[0]!;
+        if (!declared.has(volume)) problems.push(`${at}.volumes: volume "${volume}" is not declared in local.apps.${appKey}.volumes`);
+      }
+    }
+  }
+  return problems;
+}
+
+function parseMount(spec: string): VolumeMount {
+  const [volume, path, mode] = spec.split(':') as [string, string, string | undefined];
+  return { volume, path, readOnly: mode === 'ro' };
+}
+
+export function normaliseService(service: WireService): TargetService {
+  return {
+    serviceId: service.serviceId,
+    serviceName: service.serviceName,
+    imageId: service.imageId,
+    image: service.image,
+    running: service.running ?? true,
+    environment: service.environment ?? {},
+    labels: service.labels ?? {},
+    networkMode: service.network_mode,
+    command: service.command,
+    volumes: (service.volumes ?? []).map(parseMount),
+    restart: service.restart ?? 'always',
+  };
+}
+
+export function normaliseState(state: WireLocalState): TargetState {
+  return {
+    name: state.name,
+    config: state.config,
+    apps: Object.entries(state.apps)
+      .map(([appId, app]) => ({
+        appId: Number(appId),
+        name: app.name,
+        commit: app.commit,
+        releaseId: Number(app.releaseId),
+        services: Object.values(app.services).map(normaliseService).sort((a, b) => a.serviceId - b.serviceId),
+        volumes: Object.keys(app.volumes ?? {}).sort(),
+        networks: Object.keys(app.networks ?? {}).sort(),
+      }))
+      .sort((a, b) => a.appId - b.appId),
+  };
+}
+
+/** Back to the wire shape, for `GET /v2/local/target-state`. */
+export function toWireState(state: TargetState): WireLocalState {
+  const apps: Record<string, WireApp> = {};
+  for (const app of state.apps) {
+    const services: Record<string, WireService> = {};
+    for (const s of app.services) {
+      services[String(s.serviceId)] = {
+        serviceName: s.serviceName,
+        serviceId: s.serviceId,
+        imageId: s.imageId,
+        image: s.image,
+        running: s.running,
+        environment: s.environment,
+        labels: s.labels,
+        ...(s.networkMode ? { network_mode: s.networkMode } : {}),
+        ...(s.command ? { command: s.command } : {}),
+        ...(s.volumes.length ? { volumes: s.volumes.map((v) => `${v.volume}:${v.path}${v.readOnly ? ':ro' : ''}`) } : {}),
+        restart: s.restart,
+      };
+    }
+    apps[String(app.appId)] = {
+      name: app.name,
+      commit: app.commit,
+      releaseId: String(app.releaseId),
+      services,
+      volumes: Object.fromEntries(app.volumes.map((v) => [v, {}])),
+      networks: Object.fromEntries(app.networks.map((n) => [n, {}])),
+    };
+  }
+  return { name: state.name, config: state.config, apps };
+}

@@ -1,0 +1,332 @@
+/**
+ * The container engine adapter: dockerode over the Engine API socket (dockerd, balenaEngine,
+ * or sim/engine). Everything the supervisor creates carries labels naming the device, app,
+ * service and release, so the current state is read back from the engine alone and several
+ * devices can share one engine.
+ */
+import Docker from 'dockerode';
+import { PassThrough, type Readable } from 'node:stream';
+import { FleetlabError, errorText } from '../../errors.js';
+
+export const LABEL = {
+  supervised: 'io.fleetlab.supervised',
+  device: 'io.fleetlab.device',
+  appId: 'io.fleetlab.app-id',
+  serviceId: 'io.fleetlab.service-id',
+  serviceName: 'io.fleetlab.service-name',
+  imageId: 'io.fleetlab.image-id',
+  releaseId: 'io.fleetlab.release-id',
+  commit: 'io.fleetlab.commit',
+  configHash: 'io.fleetlab.config-hash',
+  volume: 'io.fleetlab.volume',
+  network: 'io.fleetlab.network',
+} as const;
+
+export type ContainerState = 'created' | 'running' | 'paused' | 'restarting' | 'removing' | 'exited' | 'dead';
+
+export interface ManagedContainer {
+  id: string;
+  name: string;
+  appId: number;
+  serviceId: number;
+  serviceName: string;
+  imageId: number;
+  releaseId: number;
+  commit: string;
+  configHash: string;
+  state: ContainerState;
+  createdAt: string;
+  image: string;
+  engineImageId: string;
+}
+
+export interface ManagedVolume {
+  name: string;
+  appId: number;
+  volume: string;
+}
+
+export interface ManagedNetwork {
+  id: string;
+  name: string;
+  appId: number;
+  network: string;
+}
+
+export interface EngineSnapshot {
+  containers: ManagedContainer[];
+  volumes: ManagedVolume[];
+  networks: ManagedNetwork[];
+  /** Image references (repo:tag and ids) present in the engine, to engine image id. */
+  images: Map<string, string>;
+}
+
+export interface ContainerSpec {
+  name: string;
+  image: string;
+  command?: string[];
+  env: string[];
+  labels: Record<string, string>;
+  binds: string[];
+  networkMode: string;
+  /** Network to attach with the service name as alias (app networks only). */
+  aliases: string[];
+  restart: 'no' | 'always' | 'on-failure' | 'unless-stopped';
+}
+
+export interface PullProgress {
+  /** 0..100 */
+  percent: number;
+}
+
+function engineError(action: string, err: unknown): FleetlabError {
+  return new FleetlabError('SUP_ERR_ENGINE', `container engine: ${action} failed: ${errorText(err)}`, { cause: err });
+}
+
+const statusCode = (err: unknown) => (err as { statusCode?: number }).statusCode;
+
+/** Adds `:latest` the way the engine does, so "busybox" and "busybox:latest" compare equal. */
+export function normaliseImageRef(ref: string): string {
+  if (ref.startsWith('sha256:') || ref.includes('@')) return ref;
+  const lastSlash = ref.lastIndexOf('/');
+  return ref.slice(lastSlash + 1).includes(':') ? ref : `${ref}:latest`;
+}
+
+export class Engine {
+  private readonly docker: Docker;
+
+  constructor(private readonly options: { socketPath: string; device: string }) {
+    this.docker = new Docker({ socketPath: options.socketPath });
+  }
+
+  get device(): string {
+    return this.options.device;
+  }
+
+  async ping(): Promise<void> {
+    try {
+      await this.docker.ping();
+    } catch (err) {
+      throw engineError(`ping ${this.options.socketPath}`, err);
+    }
+  }
+
+  private deviceFilter(extra: string[] = []) {
+    return { label: [`${LABEL.device}=${this.options.device}`, ...extra] };
+  }
+
+  async snapshot(): Promise<EngineSnapshot> {
+    try {
+      const [containers, volumes, networks, images] = await Promise.all([
+        this.docker.listContainers({ all: true, filters: this.deviceFilter() }),
+        this.docker.listVolumes({ filters: this.deviceFilter() }),
+        this.docker.listNetworks({ filters: this.deviceFilter() }),
+        this.docker.listImages(),
+      ]);
+      const imageMap = new Map<string, string>();
+      for (const image of images) {
+        imageMap.set(image.Id, image.Id);
+        for (const tag of image.RepoTags ?? []) imageMap.set(tag, image.Id);
+      }
+      return {
+        containers: containers.map((c) => {
+          const l = c.Labels;
+          return {
+            id: c.Id,
+            name: (c.Names[0] ?? '').replace(/^\//, ''),
+            appId: Number(l[LABEL.appId]),
+            serviceId: Number(l[LABEL.serviceId]),
+            serviceName: l[LABEL.serviceName] ?? '',
+            imageId: Number(l[LABEL.imageId]),
+            releaseId: Number(l[LABEL.releaseId]),
+            commit: l[LABEL.commit] ?? '',
+            configHash: l[LABEL.configHash] ?? '',
+            state: c.State as ContainerState,
+            createdAt: new Date(c.Created * 1000).toISOString(),
+            image: c.Image,
+            engineImageId: c.ImageID,
+          };
+        }),
+        volumes: (volumes.Volumes ?? []).map((v) => ({
+          name: v.Name,
+          appId: Number(v.Labels?.[LABEL.appId]),
+          volume: v.Labels?.[LABEL.volume] ?? v.Name,
+        })),
+        networks: networks.map((n) => ({
+          id: n.Id,
+          name: n.Name,
+          appId: Number(n.Labels?.[LABEL.appId]),
+          network: n.Labels?.[LABEL.network] ?? n.Name,
+        })),
+        images: imageMap,
+      };
+    } catch (err) {
+      throw engineError('reading the current state', err);
+    }
+  }
+
+  /**
+   * Pulls an image, reporting the percentage of bytes downloaded across its layers. The
+   * engine reports per-layer `progressDetail`; layers whose size is not yet known count as 0.
+   */
+  async pull(image: string, onProgress: (p: PullProgress) => void): Promise<void> {
+    let stream: Readable;
+    try {
+      stream = (await this.docker.pull(image)) as Readable;
+    } catch (err) {
+      throw engineError(`pulling ${image}`, err);
+    }
+    const layers = new Map<string, { current: number; total: number }>();
+    await new Promise<void>((resolve, reject) => {
+      this.docker.modem.followProgress(
+        stream,
+        (err: Error | null) => (err ? reject(engineError(`pulling ${image}`, err)) : resolve()),
+        (event: { id?: string; status?: string; error?: string; progressDetail?: { current?: number; total?: number } }) => {
+          if (event.error) return;
+          if (!event.id) return;
+          const layer = layers.get(event.id) ?? { current: 0, total: 0 };
+          if (event.status === 'Downloading' && event.progressDetail?.total) {
+            layer.current = event.progressDetail.current ?? 0;
+            layer.total = event.progressDetail.total;
+          } else if (event.status === 'Download complete' || event.status === 'Pull complete' || event.status === 'Already exists') {
+            layer.current = layer.total = Math.max(layer.total, 1);
+          }
+          layers.set(event.id, layer);
+          let current = 0;
+          let total = 0;
+          for (const l of layers.values()) {
+            current += l.current;
+            total += l.total;
+          }
+          if (total > 0) onProgress({ percent: Math.min(100, Math.floor((current / total) * 100)) });
+        },
+      );
+    });
+  }
+
+  async createNetwork(appId: number, network: string): Promise<void> {
+    try {
+      await this.docker.createNetwork({
+        Name: this.networkName(appId, network),
+        Driver: 'bridge',
+        CheckDuplicate: true,
+        Labels: { [LABEL.supervised]: 'true', [LABEL.device]: this.options.device, [LABEL.appId]: String(appId), [LABEL.network]: network },
+      });
+    } catch (err) {
+      if (statusCode(err) === 409) return;
+      throw engineError(`creating network ${network} of app ${appId}`, err);
+    }
+  }
+
+  async removeNetwork(id: string): Promise<void> {
+    try {
+      await this.docker.getNetwork(id).remove();
+    } catch (err) {
+      if (statusCode(err) === 404) return;
+      throw engineError(`removing network ${id}`, err);
+    }
+  }
+
+  async createVolume(appId: number, volume: string): Promise<void> {
+    try {
+      await this.docker.createVolume({
+        Name: this.volumeName(appId, volume),
+        Labels: { [LABEL.supervised]: 'true', [LABEL.device]: this.options.device, [LABEL.appId]: String(appId), [LABEL.volume]: volume },
+      });
+    } catch (err) {
+      throw engineError(`creating volume ${volume} of app ${appId}`, err);
+    }
+  }
+
+  /** False when the volume is still in use (the engine answers 409). */
+  async removeVolume(name: string): Promise<boolean> {
+    try {
+      await this.docker.getVolume(name).remove();
+      return true;
+    } catch (err) {
+      if (statusCode(err) === 404) return true;
+      if (statusCode(err) === 409) return false;
+      throw engineError(`removing volume ${name}`, err);
+    }
+  }
+
+  networkName(appId: number, network: string): string {
+    return `${this.options.device.slice(0, 7)}_${appId}_${network}`;
+  }
+
+  volumeName(appId: number, volume: string): string {
+    return `${this.options.device.slice(0, 7)}_${appId}_${volume}`;
+  }
+
+  async createContainer(spec: ContainerSpec): Promise<string> {
+    const appNetwork = !['host', 'none', 'bridge'].includes(spec.networkMode);
+    try {
+      const container = await this.docker.createContainer({
+        name: spec.name,
+        Image: spec.image,
+        ...(spec.command ? { Cmd: spec.command } : {}),
+        Env: spec.env,
+        Labels: { ...spec.labels, [LABEL.supervised]: 'true', [LABEL.device]: this.options.device },
+        HostConfig: {
+          Binds: spec.binds,
+          NetworkMode: spec.networkMode,
+          RestartPolicy: { Name: spec.restart === 'no' ? '' : spec.restart },
+        },
+        ...(appNetwork
+          ? { NetworkingConfig: { EndpointsConfig: { [spec.networkMode]: { Aliases: spec.aliases } } } }
+          : {}),
+      });
+      return container.id;
+    } catch (err) {
+      throw engineError(`creating container ${spec.name}`, err);
+    }
+  }
+
+  async start(id: string): Promise<void> {
+    try {
+      await this.docker.getContainer(id).start();
+    } catch (err) {
+      if (statusCode(err) === 304) return;
+      throw engineError(`starting container ${id.slice(0, 12)}`, err);
+    }
+  }
+
+  async stop(id: string, timeoutSeconds = 10): Promise<void> {
+    try {
+      await this.docker.getContainer(id).stop({ t: timeoutSeconds });
+    } catch (err) {
+      if (statusCode(err) === 304 || statusCode(err) === 404) return;
+      throw engineError(`stopping container ${id.slice(0, 12)}`, err);
+    }
+  }
+
+  async remove(id: string): Promise<void> {
+    try {
+      await this.docker.getContainer(id).remove({ force: true, v: false });
+    } catch (err) {
+      if (statusCode(err) === 404) return;
+      throw engineError(`removing container ${id.slice(0, 12)}`, err);
+    }
+  }
+
+  /** Follows a container's output (stdout and stderr, with timestamps) as one stream. */
+  async logs(id: string, options: { follow: true; since?: number }): Promise<Readable> {
+    try {
+      const raw = (await this.docker.getContainer(id).logs({
+        follow: true,
+        stdout: true,
+        stderr: true,
+        timestamps: true,
+        ...(options.since !== undefined ? { since: options.since } : {}),
+      })) as unknown as Readable;
+      const out = new PassThrough();
+      this.docker.modem.demuxStream(raw, out, out);
+      raw.on('end', () => out.end());
+      raw.on('error', (e: Error) => out.destroy(e));
+      out.on('close', () => raw.destroy());
+      return out;
+    } catch (err) {
+      throw engineError(`reading logs of ${id.slice(0, 12)}`, err);
+    }
+  }
+}

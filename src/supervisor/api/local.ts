@@ -1,0 +1,87 @@
+/**
+ * Local mode endpoints: target state (read anywhere, written only in local mode), device
+ * info, and the NDJSON log stream of the services and the supervisor.
+ */
+import { PassThrough, type Readable } from 'node:stream';
+import { createInterface } from 'node:readline';
+import type { FastifyInstance, FastifyPluginAsync } from 'fastify';
+import { FleetlabError } from '../../errors.js';
+import { LocalTargetStateBody, toWireState, type WireLocalState } from '../../protocol/target-state.js';
+import type { LogLine } from '../log-bus.js';
+import type { Supervisor } from '../supervisor.js';
+
+/** How often the log stream looks for containers created after it opened. */
+const RESCAN_MS = 1000;
+
+function requireLocalMode(sup: Supervisor): void {
+  if (!sup.localMode()) {
+    throw new FleetlabError('SUP_ERR_NOT_LOCAL_MODE', 'Device is not in local mode: set SUPERVISOR_LOCAL_MODE=1 or start the supervisor with --local-mode');
+  }
+}
+
+/** docker logs with timestamps: "<RFC3339Nano> <message>". */
+function parseEngineLine(line: string): { timestamp: number; message: string } {
+  const space = line.indexOf(' ');
+  const ts = space > 0 ? Date.parse(line.slice(0, space)) : NaN;
+  return Number.isNaN(ts) ? { timestamp: Date.now(), message: line } : { timestamp: ts, message: line.slice(space + 1) };
+}
+
+function serviceLogStream(sup: Supervisor, signal: AbortSignal): Readable {
+  const out = new PassThrough();
+  const write = (line: LogLine) => {
+    if (!out.writableEnded) out.write(`${JSON.stringify(line)}\n`);
+  };
+  const followed = new Map<string, Readable>();
+  const since = Math.floor(Date.now() / 1000);
+  const scan = async () => {
+    const snapshot = await sup.engine.snapshot();
+    for (const c of snapshot.containers) {
+      if (followed.has(c.id) || c.state !== 'running') continue;
+      const logs = await sup.engine.logs(c.id, { follow: true, since });
+      followed.set(c.id, logs);
+      const lines = createInterface({ input: logs });
+      lines.on('line', (l) => write({ ...parseEngineLine(l), serviceName: c.serviceName }));
+      logs.on('close', () => followed.delete(c.id));
+    }
+  };
+  const unsubscribe = sup.logs.subscribe(write);
+  const timer = setInterval(() => void scan().catch(() => undefined), RESCAN_MS);
+  void scan().catch((err) => write({ message: `cannot follow service logs: ${String(err)}`, timestamp: Date.now(), serviceName: 'supervisor' }));
+  signal.addEventListener('abort', () => {
+    clearInterval(timer);
+    unsubscribe();
+    for (const s of followed.values()) s.destroy();
+    out.end();
+  });
+  return out;
+}
+
+export function localRoutes(sup: Supervisor): FastifyPluginAsync {
+  return async (app: FastifyInstance) => {
+    app.get('/v2/local/target-state', { config: { auth: 'local' } }, async () => {
+      const target = sup.store.get().localTarget;
+      return {
+        status: 'success',
+        state: { local: target ? toWireState(target) : { name: sup.deviceName, config: {}, apps: {} } },
+      };
+    });
+
+    app.post('/v2/local/target-state', { config: { auth: 'local' }, schema: { body: LocalTargetStateBody } }, async (req) => {
+      requireLocalMode(sup);
+      await sup.setLocalTarget((req.body as { local: WireLocalState }).local);
+      return { status: 'success', message: 'OK' };
+    });
+
+    app.get('/v2/local/device-info', { config: { auth: 'local' } }, async () => {
+      requireLocalMode(sup);
+      return { status: 'success', info: { arch: sup.arch, deviceType: sup.config.deviceType } };
+    });
+
+    app.get('/v2/local/logs', { config: { auth: 'local' } }, async (_req, reply) => {
+      requireLocalMode(sup);
+      const abort = new AbortController();
+      reply.raw.once('close', () => abort.abort());
+      return reply.type('application/x-ndjson').send(serviceLogStream(sup, abort.signal));
+    });
+  };
+}

@@ -1,0 +1,44 @@
+/**
+ * The device API as a fastify instance. Each area is a plugin with its own schemas; this
+ * file wires body parsing, auth and the one error mapper. It never listens: main does.
+ */
+import Fastify, { type FastifyInstance } from 'fastify';
+import type { Supervisor } from '../supervisor.js';
+import { installAuth } from './auth.js';
+import { installErrorHandling } from './errors.js';
+import { hostConfigRoutes } from './host-config.js';
+import { localRoutes } from './local.js';
+import { v1Routes } from './v1.js';
+import { v2Routes } from './v2.js';
+
+export function buildApi(sup: Supervisor): FastifyInstance {
+  const app = Fastify({
+    logger: false,
+    ajv: { customOptions: { removeAdditional: false, coerceTypes: false, allErrors: false } },
+    // Journal follow streams stay open; the server's close must not wait on them forever.
+    forceCloseConnections: true,
+  });
+
+  // Bodies are optional on most actions (`{force}`), so an empty JSON body reads as absent.
+  app.removeContentTypeParser('application/json');
+  app.addContentTypeParser('application/json', { parseAs: 'string' }, (_req, body, done) => {
+    const text = String(body);
+    if (text.trim() === '') return done(null, undefined);
+    try {
+      done(null, JSON.parse(text));
+    } catch (err) {
+      const error = new Error(`Invalid JSON body: ${(err as Error).message}`) as Error & { statusCode: number };
+      error.statusCode = 400;
+      done(error, undefined);
+    }
+  });
+
+  installErrorHandling(app);
+  installAuth(app, { keys: sup.keys, localMode: () => sup.localMode() });
+  app.get('/ping', { config: { auth: 'open' } }, async (_req, reply) => reply.type('text/plain').send('OK'));
+  void app.register(v1Routes(sup));
+  void app.register(hostConfigRoutes(sup));
+  void app.register(v2Routes(sup));
+  void app.register(localRoutes(sup));
+  return app;
+}

@@ -1,0 +1,120 @@
+/**
+ * v1 endpoints: device state, blink, update, reboot/shutdown, purge, restart, key
+ * regeneration, health, and the single-container app endpoints.
+ */
+import { Type } from '@sinclair/typebox';
+import type { FastifyInstance, FastifyPluginAsync } from 'fastify';
+import { FleetlabError, notFound } from '../../errors.js';
+import type { TargetApp } from '../../protocol/target-state.js';
+import { hostAddresses, type Supervisor } from '../supervisor.js';
+
+export const ForceBody = Type.Optional(Type.Object({ force: Type.Optional(Type.Boolean()) }));
+export const AppIdBody = Type.Object({ appId: Type.Integer({ minimum: 1 }), force: Type.Optional(Type.Boolean()) });
+export const AppIdParams = Type.Object({ appId: Type.String({ pattern: '^[1-9][0-9]*$' }) });
+
+type Force = { force?: boolean } | undefined;
+
+/** The v1 app endpoints only make sense for an app with one service (spec: else 400). */
+function singleService(app: TargetApp) {
+  if (app.services.length !== 1) {
+    throw new FleetlabError('SUP_ERR_MULTI_CONTAINER', `App ${app.appId} has ${app.services.length} services: v1 app endpoints need exactly one; use the v2 endpoints`);
+  }
+  return app.services[0]!;
+}
+
+export function v1Routes(sup: Supervisor): FastifyPluginAsync {
+  return async (app: FastifyInstance) => {
+    app.post('/v1/blink', async (_req, reply) => {
+      sup.blinker.blink();
+      return reply.code(200).send();
+    });
+
+    app.post('/v1/update', { schema: { body: ForceBody } }, async (req, reply) => {
+      sup.state.trigger({ force: (req.body as Force)?.force ?? false });
+      return reply.code(204).send();
+    });
+
+    for (const [path, action] of [['/v1/reboot', 'reboot'], ['/v1/shutdown', 'poweroff']] as const) {
+      app.post(path, { schema: { body: ForceBody }, config: { envelope: 'data-error' } }, async (req, reply) => {
+        const force = (req.body as Force)?.force ?? false;
+        sup.actions.checkLocks(force);
+        reply.raw.once('finish', () => sup.schedulePower(action, force));
+        return reply.code(202).send({ Data: 'OK', Error: '' });
+      });
+    }
+
+    app.post('/v1/purge', { schema: { body: AppIdBody }, config: { envelope: 'data-error' } }, async (req, reply) => {
+      const { appId, force } = req.body as { appId: number; force?: boolean };
+      await sup.actions.purge(appId, force ?? false);
+      return reply.code(200).send({ Data: 'OK', Error: '' });
+    });
+
+    app.post('/v1/restart', { schema: { body: AppIdBody } }, async (req, reply) => {
+      const { appId, force } = req.body as { appId: number; force?: boolean };
+      await sup.actions.restartApp(appId, force ?? false);
+      return reply.code(200).type('text/plain').send('OK');
+    });
+
+    app.post('/v1/regenerate-api-key', async (req, reply) => {
+      const key = await sup.keys.regenerate(req.identity ?? { kind: 'device' });
+      sup.log.info(`API key regenerated (${req.identity?.kind === 'app' ? `app ${req.identity.appId}` : 'device'} key)`);
+      return reply.code(200).type('text/plain').send(key);
+    });
+
+    app.get('/v1/device', async () => {
+      const view = await sup.state.view();
+      const { ip, mac } = hostAddresses();
+      const firstApp = sup.state.getTarget().apps[0];
+      return {
+        api_port: sup.config.port,
+        commit: firstApp ? view.commits.get(firstApp.appId) ?? firstApp.commit : '',
+        ip_address: ip,
+        mac_address: mac,
+        status: view.status,
+        download_progress: view.downloadProgress,
+        os_version: sup.osVersion,
+        supervisor_version: sup.version,
+        update_pending: view.appState === 'applying',
+        update_downloaded: view.appState === 'applying' && view.images.every((i) => i.status === 'Downloaded'),
+        update_failed: sup.state.updateFailed,
+      };
+    });
+
+    app.get('/v1/healthy', { config: { auth: 'open' } }, async (_req, reply) => {
+      const health = await sup.healthy();
+      return health.ok ? reply.code(200).send() : reply.code(500).type('text/plain').send(health.reason ?? 'unhealthy');
+    });
+
+    app.get('/v1/apps/:appId', { schema: { params: AppIdParams } }, async (req) => {
+      const appId = Number((req.params as { appId: string }).appId);
+      const target = sup.actions.app(appId);
+      const service = singleService(target);
+      const view = await sup.state.view();
+      const entry = view.services.find((s) => s.appId === appId && s.serviceName === service.serviceName);
+      const desired = sup.state.desired().get(`${appId}/${service.serviceName}`);
+      return {
+        appId,
+        commit: view.commits.get(appId) ?? target.commit,
+        imageId: service.image,
+        containerId: entry?.container?.id ?? '',
+        env: Object.fromEntries((desired?.spec.env ?? []).map((e) => [e.slice(0, e.indexOf('=')), e.slice(e.indexOf('=') + 1)])),
+      };
+    });
+
+    app.post('/v1/apps/:appId/stop', { schema: { params: AppIdParams, body: ForceBody } }, async (req) => {
+      const appId = Number((req.params as { appId: string }).appId);
+      const service = singleService(sup.actions.app(appId));
+      const containerId = await sup.actions.stopService(appId, { serviceName: service.serviceName }, (req.body as Force)?.force ?? false);
+      if (!containerId) throw notFound(`Service ${service.serviceName} of app ${appId} has no container`);
+      return { containerId };
+    });
+
+    app.post('/v1/apps/:appId/start', { schema: { params: AppIdParams } }, async (req) => {
+      const appId = Number((req.params as { appId: string }).appId);
+      const service = singleService(sup.actions.app(appId));
+      const containerId = await sup.actions.startService(appId, { serviceName: service.serviceName });
+      if (!containerId) throw notFound(`Service ${service.serviceName} of app ${appId} has no container`);
+      return { containerId };
+    });
+  };
+}

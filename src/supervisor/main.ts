@@ -1,0 +1,53 @@
+/**
+ * Runs one supervisor process from a config: builds the production adapters, applies the
+ * stored target, listens, and stops cleanly on SIGINT/SIGTERM.
+ */
+import { pino } from 'pino';
+import { FleetlabError } from '../errors.js';
+import type { SupervisorConfig } from './config.js';
+import { createHostAdapter } from './adapters/host.js';
+import { createJournalAdapter } from './adapters/journal.js';
+import { createLedAdapter, type LedGpio } from './adapters/led.js';
+import { Supervisor } from './supervisor.js';
+
+export function parseLedGpio(value: string): LedGpio | undefined {
+  if (value === '') return undefined;
+  if (/^[0-9]+$/.test(value)) return Number(value);
+  const match = /^(.+):([0-9]+)$/.exec(value);
+  if (!match) throw new FleetlabError('SUP_ERR_BAD_REQUEST', `ledGpio must be "<chip label>:<offset>" or a GPIO number, got "${value}"`);
+  return { chip: match[1]!, offset: Number(match[2]) };
+}
+
+export function buildProductionSupervisor(config: SupervisorConfig): Supervisor {
+  const logger = pino({ level: config.logLevel, base: { svc: 'fleetlab-supervisor' } });
+  const gpio = parseLedGpio(config.ledGpio);
+  return new Supervisor({
+    config,
+    logger: {
+      info: (m) => logger.info(m),
+      warn: (m) => logger.warn(m),
+      error: (m) => logger.error(m),
+    },
+    host: createHostAdapter({ busAddress: config.dbusAddress || undefined, proxyConfigDir: config.proxyConfigDir, proxyUnit: config.proxyUnit }),
+    journal: createJournalAdapter({ directory: config.journalDirectory || undefined }),
+    led: gpio === undefined ? undefined : createLedAdapter({ gpio, activeLow: config.ledActiveLow }),
+  });
+}
+
+/** Starts the supervisor and returns once it listens; resolves `stopped` after a signal. */
+export async function runSupervisor(config: SupervisorConfig): Promise<{ url: string; supervisor: Supervisor; stopped: Promise<void> }> {
+  const supervisor = buildProductionSupervisor(config);
+  await supervisor.start();
+  const url = await supervisor.listen();
+  supervisor.log.info(`Supervisor ${supervisor.version} listening on ${url}, device ${supervisor.uuid}`);
+  const stopped = new Promise<void>((resolve) => {
+    const stop = () => {
+      process.off('SIGINT', stop);
+      process.off('SIGTERM', stop);
+      void supervisor.close().finally(resolve);
+    };
+    process.on('SIGINT', stop);
+    process.on('SIGTERM', stop);
+  });
+  return { url, supervisor, stopped };
+}

@@ -1,0 +1,121 @@
+/**
+ * What container a target service should be: engine create options plus a hash of everything
+ * that, when changed, means the container must be replaced. Pure.
+ */
+import { createHash } from 'node:crypto';
+import type { TargetApp, TargetService } from '../../protocol/target-state.js';
+import { LABEL, normaliseImageRef, type ContainerSpec } from '../adapters/engine.js';
+
+export interface SpecContext {
+  vendor: string;
+  uuid: string;
+  deviceName: string;
+  deviceType: string;
+  arch: string;
+  supervisorAddress: string;
+  supervisorPort: number;
+  /** Key handed to services of this app that carry the supervisor-api label. */
+  appKey(appId: number): string;
+  lockDir(appId: number, serviceName: string): string;
+  networkName(appId: number, network: string): string;
+  volumeName(appId: number, volume: string): string;
+}
+
+export interface DesiredContainer {
+  appId: number;
+  service: TargetService;
+  spec: ContainerSpec;
+  configHash: string;
+  /** The app network it joins; undefined for host, none and bridge modes. */
+  appNetwork: string | undefined;
+}
+
+export const supervisorApiLabel = (vendor: string) => `io.${vendor}.features.supervisor-api`;
+
+function hasApiLabel(service: TargetService, vendor: string): boolean {
+  const value = service.labels[supervisorApiLabel(vendor)];
+  return value === '1' || value === 'true';
+}
+
+/** Variables that identify the device to the service but must not force a recreate. */
+const nameAtInit = (vendor: string) => `${vendor.toUpperCase()}_DEVICE_NAME_AT_INIT`;
+
+export function platformEnvironment(app: TargetApp, service: TargetService, ctx: SpecContext): Record<string, string> {
+  const V = ctx.vendor.toUpperCase();
+  const env: Record<string, string> = {
+    [V]: '1',
+    [`${V}_APP_NAME`]: app.name,
+    [`${V}_SERVICE_NAME`]: service.serviceName,
+    [`${V}_DEVICE_UUID`]: ctx.uuid,
+    [`${V}_DEVICE_TYPE`]: ctx.deviceType,
+    [`${V}_DEVICE_ARCH`]: ctx.arch,
+    [`${V}_APP_LOCK_PATH`]: `/tmp/${ctx.vendor}/updates.lock`,
+  };
+  if (hasApiLabel(service, ctx.vendor)) {
+    Object.assign(env, {
+      [`${V}_SUPERVISOR_ADDRESS`]: ctx.supervisorAddress,
+      [`${V}_SUPERVISOR_HOST`]: new URL(ctx.supervisorAddress).hostname,
+      [`${V}_SUPERVISOR_PORT`]: String(ctx.supervisorPort),
+      [`${V}_SUPERVISOR_API_KEY`]: ctx.appKey(app.appId),
+      [`${V}_APP_ID`]: String(app.appId),
+      [nameAtInit(ctx.vendor)]: ctx.deviceName,
+    });
+  }
+  return env;
+}
+
+/** The app network a service joins, or undefined for the engine's own modes. */
+export function appNetworkFor(app: TargetApp, service: TargetService): string | undefined {
+  const mode = service.networkMode;
+  if (mode === 'host' || mode === 'none' || mode === 'bridge') return undefined;
+  return mode && app.networks.includes(mode) ? mode : 'default';
+}
+
+export function desiredContainer(app: TargetApp, service: TargetService, ctx: SpecContext): DesiredContainer {
+  // Platform variables win over the release's own, as a service must not spoof its identity.
+  const environment = { ...service.environment, ...platformEnvironment(app, service, ctx) };
+  const binds = [
+    `${ctx.lockDir(app.appId, service.serviceName)}:/tmp/${ctx.vendor}`,
+    ...service.volumes.map((v) => `${ctx.volumeName(app.appId, v.volume)}:${v.path}${v.readOnly ? ':ro' : ''}`),
+  ];
+  const appNetwork = appNetworkFor(app, service);
+  const networkMode = appNetwork ? ctx.networkName(app.appId, appNetwork) : service.networkMode!;
+  const hashed = {
+    image: normaliseImageRef(service.image),
+    imageId: service.imageId,
+    releaseId: app.releaseId,
+    command: service.command ?? null,
+    env: Object.entries(environment).filter(([k]) => k !== nameAtInit(ctx.vendor)).sort(),
+    labels: Object.entries(service.labels).sort(),
+    binds,
+    networkMode,
+    restart: service.restart,
+  };
+  const configHash = createHash('sha256').update(JSON.stringify(hashed)).digest('hex').slice(0, 32);
+  return {
+    appId: app.appId,
+    service,
+    configHash,
+    appNetwork,
+    spec: {
+      name: `${ctx.uuid.slice(0, 7)}_${service.serviceName}_${app.releaseId}`,
+      image: service.image,
+      command: service.command,
+      env: Object.entries(environment).map(([k, v]) => `${k}=${v}`),
+      labels: {
+        ...service.labels,
+        [LABEL.appId]: String(app.appId),
+        [LABEL.serviceId]: String(service.serviceId),
+        [LABEL.serviceName]: service.serviceName,
+        [LABEL.imageId]: String(service.imageId),
+        [LABEL.releaseId]: String(app.releaseId),
+        [LABEL.commit]: app.commit,
+        [LABEL.configHash]: configHash,
+      },
+      binds,
+      networkMode,
+      aliases: [service.serviceName],
+      restart: service.restart,
+    },
+  };
+}

@@ -1,0 +1,126 @@
+/**
+ * The planner: (current engine state, target state) -> the next round of steps. Pure and
+ * deterministic; the applier runs a round, reads the engine again and asks for the next,
+ * until a round is empty. Because each round is derived from what the engine reports, a
+ * supervisor killed halfway through resumes by planning again.
+ *
+ * Ordering rules:
+ * - new images are fetched while the old release keeps running; a service is replaced only
+ *   when every image of its app's target release is present (no half-updated app);
+ * - networks and volumes exist before containers that use them;
+ * - an outdated container is removed (under its update lock) before its successor is created;
+ * - networks of removed apps go once their containers are gone; volumes stay until
+ *   `cleanup-volumes` (as the spec says since 10.0).
+ */
+import type { TargetApp, TargetState } from '../../protocol/target-state.js';
+import { normaliseImageRef, type EngineSnapshot, type ManagedContainer, type ManagedNetwork } from '../adapters/engine.js';
+import type { DesiredContainer } from './container-spec.js';
+
+export type Step =
+  | { action: 'fetch'; appId: number; serviceName: string; image: string }
+  | { action: 'createNetwork'; appId: number; network: string }
+  | { action: 'createVolume'; appId: number; volume: string }
+  | { action: 'removeContainer'; appId: number; container: ManagedContainer; reason: string }
+  | { action: 'createContainer'; appId: number; desired: DesiredContainer }
+  | { action: 'start'; appId: number; container: ManagedContainer }
+  | { action: 'stop'; appId: number; container: ManagedContainer }
+  | { action: 'removeNetwork'; appId: number; network: ManagedNetwork };
+
+export interface PlanInput {
+  target: TargetState;
+  current: EngineSnapshot;
+  /** Desired container per target service, keyed `${appId}/${serviceName}`. */
+  desired: Map<string, DesiredContainer>;
+  /**
+   * Start containers that are stopped although the target wants them running. True on the
+   * first round after the supervisor starts (so a stop is temporary: a reboot undoes it),
+   * false otherwise (a service the user stopped, or that exited, stays so).
+   */
+  startStopped: boolean;
+}
+
+export const serviceKey = (appId: number, serviceName: string) => `${appId}/${serviceName}`;
+
+export function imagePresent(images: Map<string, string>, ref: string): boolean {
+  return images.has(ref) || images.has(normaliseImageRef(ref));
+}
+
+function planApp(app: TargetApp, input: PlanInput): Step[] {
+  const { current, desired } = input;
+  const steps: Step[] = [];
+  const appId = app.appId;
+  const containers = current.containers.filter((c) => c.appId === appId);
+  const networks = new Set(current.networks.filter((n) => n.appId === appId).map((n) => n.network));
+  const volumes = new Set(current.volumes.filter((v) => v.appId === appId).map((v) => v.volume));
+
+  for (const network of ['default', ...app.networks]) {
+    if (!networks.has(network)) steps.push({ action: 'createNetwork', appId, network });
+  }
+  for (const volume of app.volumes) {
+    if (!volumes.has(volume)) steps.push({ action: 'createVolume', appId, volume });
+  }
+
+  const missing = app.services.filter((s) => !imagePresent(current.images, s.image));
+  const fetchedImages = new Set<string>();
+  for (const service of missing) {
+    const ref = normaliseImageRef(service.image);
+    if (fetchedImages.has(ref)) continue;
+    fetchedImages.add(ref);
+    steps.push({ action: 'fetch', appId, serviceName: service.serviceName, image: service.image });
+  }
+  const releaseReady = missing.length === 0;
+
+  const targetNames = new Set(app.services.map((s) => s.serviceName));
+  const seen = new Set<string>();
+  for (const container of containers) {
+    const want = desired.get(serviceKey(appId, container.serviceName));
+    if (!targetNames.has(container.serviceName) || !want) {
+      if (releaseReady) steps.push({ action: 'removeContainer', appId, container, reason: 'service is not in the target release' });
+      continue;
+    }
+    if (container.configHash !== want.configHash || seen.has(container.serviceName)) {
+      if (releaseReady) steps.push({ action: 'removeContainer', appId, container, reason: seen.has(container.serviceName) ? 'duplicate container' : 'configuration changed' });
+      continue;
+    }
+    seen.add(container.serviceName);
+    const wantRunning = want.service.running;
+    if (wantRunning && (container.state === 'created' || (input.startStopped && container.state === 'exited'))) {
+      steps.push({ action: 'start', appId, container });
+    } else if (!wantRunning && (container.state === 'running' || container.state === 'restarting')) {
+      steps.push({ action: 'stop', appId, container });
+    }
+  }
+
+  if (!releaseReady) return steps;
+  const staleNames = new Set(
+    steps.filter((s): s is Extract<Step, { action: 'removeContainer' }> => s.action === 'removeContainer').map((s) => s.container.serviceName),
+  );
+  for (const service of app.services) {
+    if (seen.has(service.serviceName) || staleNames.has(service.serviceName)) continue;
+    const want = desired.get(serviceKey(appId, service.serviceName));
+    if (!want) continue;
+    const netReady = want.appNetwork === undefined || networks.has(want.appNetwork);
+    const volReady = service.volumes.every((v) => volumes.has(v.volume));
+    if (netReady && volReady) steps.push({ action: 'createContainer', appId, desired: want });
+  }
+  return steps;
+}
+
+function planRemovedApp(appId: number, input: PlanInput): Step[] {
+  const containers = input.current.containers.filter((c) => c.appId === appId);
+  if (containers.length > 0) {
+    return containers.map((container) => ({ action: 'removeContainer', appId, container, reason: 'app is not in the target state' }));
+  }
+  return input.current.networks.filter((n) => n.appId === appId).map((network) => ({ action: 'removeNetwork', appId, network }));
+}
+
+export function plan(input: PlanInput): Step[] {
+  const targetIds = new Set(input.target.apps.map((a) => a.appId));
+  const currentIds = new Set([...input.current.containers.map((c) => c.appId), ...input.current.networks.map((n) => n.appId)]);
+  const steps: Step[] = [];
+  for (const app of input.target.apps) steps.push(...planApp(app, input));
+  for (const appId of [...currentIds].filter((id) => !targetIds.has(id)).sort((a, b) => a - b)) {
+    steps.push(...planRemovedApp(appId, input));
+  }
+  return steps;
+}

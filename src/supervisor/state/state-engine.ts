@@ -1,0 +1,322 @@
+/**
+ * Drives the engine to the target state: plans a round, applies it, reads the engine again,
+ * until a round is empty. One apply at a time; triggers during an apply coalesce into one
+ * more. App actions (restart, purge, stop...) run through `exclusive` so they never
+ * interleave with an apply.
+ */
+import type { TargetState } from '../../protocol/target-state.js';
+import { errorText, isFleetlabError } from '../../errors.js';
+import type { Engine, EngineSnapshot } from '../adapters/engine.js';
+import { desiredContainer, type DesiredContainer, type SpecContext } from './container-spec.js';
+import type { UpdateLocks } from './locks.js';
+import { plan, serviceKey, type Step } from './planner.js';
+import { deviceView, type DeviceView, type Fetch, type ServiceStatus } from './status.js';
+
+export interface Logger {
+  info(msg: string): void;
+  warn(msg: string): void;
+  error(msg: string): void;
+}
+
+export interface StateEngineDeps {
+  engine: Engine;
+  locks: UpdateLocks;
+  log: Logger;
+  specContext: () => SpecContext;
+  /** SUPERVISOR_OVERRIDE_LOCK of the current target. */
+  overrideLock: () => boolean;
+  /** Pause before retrying after a failed or lock-blocked round. */
+  retryDelayMs?: (attempt: number) => number;
+}
+
+const MAX_ROUNDS = 30;
+
+/** A FIFO mutex: callers run one at a time in call order. */
+class Serial {
+  private tail: Promise<unknown> = Promise.resolve();
+  run<T>(fn: () => Promise<T>): Promise<T> {
+    const result = this.tail.then(fn, fn);
+    this.tail = result.catch(() => undefined);
+    return result;
+  }
+}
+
+export class StateEngine {
+  private target: TargetState;
+  private readonly serial = new Serial();
+  private readonly fetches = new Map<string, Fetch>();
+  private readonly transient = new Map<string, ServiceStatus>();
+  private readonly userStopped = new Set<string>();
+  private applying = false;
+  private pending: { force: boolean } | null = null;
+  private firstRound = true;
+  private retryTimer: NodeJS.Timeout | undefined;
+  private attempts = 0;
+  private waiters: Array<() => void> = [];
+  private closed = false;
+  lastError: string | null = null;
+  updateFailed = false;
+  updateLocked = false;
+  lastAppliedAt: number | null = null;
+
+  constructor(private readonly deps: StateEngineDeps, initialTarget: TargetState) {
+    this.target = initialTarget;
+  }
+
+  getTarget(): TargetState {
+    return this.target;
+  }
+
+  setTarget(target: TargetState): void {
+    this.target = target;
+    this.attempts = 0;
+    this.trigger();
+  }
+
+  /** Asks for an apply; coalesces with one already running. */
+  trigger(options: { force?: boolean } = {}): void {
+    if (this.closed) return;
+    const force = options.force ?? false;
+    this.pending = { force: (this.pending?.force ?? false) || force };
+    if (this.retryTimer) {
+      clearTimeout(this.retryTimer);
+      this.retryTimer = undefined;
+    }
+    if (!this.applying) void this.drain();
+  }
+
+  /** Resolves once no apply is running or pending (retries scheduled after a failure count as settled). */
+  settled(): Promise<void> {
+    if (!this.applying && !this.pending) return Promise.resolve();
+    return new Promise((resolve) => this.waiters.push(resolve));
+  }
+
+  isApplying(): boolean {
+    return this.applying || this.pending !== null || this.retryTimer !== undefined;
+  }
+
+  /** Runs an app action with no apply interleaving. */
+  exclusive<T>(fn: () => Promise<T>): Promise<T> {
+    return this.serial.run(fn);
+  }
+
+  markUserStopped(containerId: string, stopped: boolean): void {
+    if (stopped) this.userStopped.add(containerId);
+    else this.userStopped.delete(containerId);
+  }
+
+  setTransient(appId: number, serviceName: string, status: ServiceStatus | undefined): void {
+    const key = serviceKey(appId, serviceName);
+    if (status) this.transient.set(key, status);
+    else this.transient.delete(key);
+  }
+
+  desired(): Map<string, DesiredContainer> {
+    const ctx = this.deps.specContext();
+    const map = new Map<string, DesiredContainer>();
+    for (const app of this.target.apps) {
+      for (const service of app.services) map.set(serviceKey(app.appId, service.serviceName), desiredContainer(app, service, ctx));
+    }
+    return map;
+  }
+
+  async view(): Promise<DeviceView> {
+    const current = await this.deps.engine.snapshot();
+    return this.viewOf(current);
+  }
+
+  viewOf(current: EngineSnapshot): DeviceView {
+    return deviceView({
+      target: this.target,
+      current,
+      desired: this.desired(),
+      fetches: this.fetches,
+      transient: this.transient,
+      userStopped: this.userStopped,
+      applying: this.isApplying(),
+    });
+  }
+
+  close(): void {
+    this.closed = true;
+    if (this.retryTimer) clearTimeout(this.retryTimer);
+    this.retryTimer = undefined;
+    this.pending = null;
+  }
+
+  private async drain(): Promise<void> {
+    this.applying = true;
+    try {
+      while (this.pending && !this.closed) {
+        const { force } = this.pending;
+        this.pending = null;
+        await this.serial.run(() => this.applyOnce(force));
+      }
+    } finally {
+      this.applying = false;
+      for (const w of this.waiters.splice(0)) w();
+    }
+  }
+
+  private scheduleRetry(force: boolean): void {
+    if (this.closed) return;
+    this.attempts += 1;
+    const delay = this.deps.retryDelayMs?.(this.attempts) ?? Math.min(30_000, 500 * 2 ** Math.min(this.attempts, 6));
+    this.retryTimer = setTimeout(() => {
+      this.retryTimer = undefined;
+      this.trigger({ force });
+    }, delay);
+    this.retryTimer.unref();
+  }
+
+  private async applyOnce(force: boolean): Promise<void> {
+    for (let round = 0; round < MAX_ROUNDS; round++) {
+      let steps: Step[];
+      try {
+        const current = await this.deps.engine.snapshot();
+        steps = plan({ target: this.target, current, desired: this.desired(), startStopped: this.firstRound });
+      } catch (err) {
+        return this.fail(err, force);
+      }
+      if (steps.length === 0) {
+        this.firstRound = false;
+        this.updateFailed = false;
+        this.updateLocked = false;
+        this.lastError = null;
+        this.attempts = 0;
+        this.lastAppliedAt = Date.now();
+        return;
+      }
+      let progressed: boolean;
+      try {
+        progressed = await this.applyRound(steps, force || this.deps.overrideLock());
+      } catch (err) {
+        return this.fail(err, force);
+      }
+      if (!progressed) {
+        // Only lock-blocked steps were left: wait for the lock to go away.
+        this.updateLocked = true;
+        this.scheduleRetry(force);
+        return;
+      }
+    }
+    this.fail(new Error(`target state not reached after ${MAX_ROUNDS} rounds`), force);
+  }
+
+  private fail(err: unknown, force: boolean): void {
+    this.updateFailed = true;
+    this.lastError = errorText(err);
+    this.deps.log.error(`apply failed: ${this.lastError}`);
+    this.scheduleRetry(force);
+  }
+
+  /** Runs one round; false when every step was held back by an update lock. */
+  private async applyRound(steps: Step[], ignoreLocks: boolean): Promise<boolean> {
+    const { engine, locks, log } = this.deps;
+    let progressed = false;
+    const fetches = steps.filter((s): s is Extract<Step, { action: 'fetch' }> => s.action === 'fetch');
+    const fetching = Promise.all(fetches.map((s) => this.fetch(s)));
+
+    for (const step of steps) {
+      switch (step.action) {
+        case 'createNetwork':
+          await engine.createNetwork(step.appId, step.network);
+          progressed = true;
+          break;
+        case 'createVolume':
+          await engine.createVolume(step.appId, step.volume);
+          progressed = true;
+          break;
+        case 'start':
+          await this.withStatus(step.appId, step.container.serviceName, 'Starting', () => engine.start(step.container.id));
+          progressed = true;
+          break;
+        case 'removeNetwork':
+          await engine.removeNetwork(step.network.id);
+          locks.forgetApp(step.appId);
+          progressed = true;
+          break;
+        default:
+          break;
+      }
+    }
+
+    const changes = steps.filter((s) => s.action === 'removeContainer' || s.action === 'stop');
+    const byApp = new Map<number, Step[]>();
+    for (const s of changes) byApp.set(s.appId, [...(byApp.get(s.appId) ?? []), s]);
+    for (const [appId, appSteps] of byApp) {
+      const names = [...new Set(appSteps.map((s) => (s as { container: { serviceName: string } }).container.serviceName))];
+      let held;
+      try {
+        held = locks.acquire(appId, names, ignoreLocks);
+      } catch (err) {
+        if (isFleetlabError(err) && err.code === 'SUP_ERR_LOCKED') {
+          if (!this.updateLocked) log.warn(`Updates are locked for app ${appId}, retrying: ${err.message}`);
+          this.updateLocked = true;
+          continue;
+        }
+        throw err;
+      }
+      try {
+        for (const s of appSteps) {
+          if (s.action === 'removeContainer') {
+            log.info(`Removing ${s.container.serviceName} (${s.reason})`);
+            await this.withStatus(appId, s.container.serviceName, 'Stopping', async () => {
+              await engine.stop(s.container.id);
+              await engine.remove(s.container.id);
+            });
+            this.userStopped.delete(s.container.id);
+          } else if (s.action === 'stop') {
+            await this.withStatus(appId, s.container.serviceName, 'Stopping', () => engine.stop(s.container.id));
+          }
+          progressed = true;
+        }
+      } finally {
+        held.release();
+      }
+    }
+
+    for (const step of steps) {
+      if (step.action !== 'createContainer') continue;
+      const { desired } = step;
+      const name = desired.service.serviceName;
+      locks.ensureDir(step.appId, name);
+      await this.withStatus(step.appId, name, 'Installing', async () => {
+        log.info(`Installing ${name} of app ${step.appId} (release ${desired.spec.labels['io.fleetlab.release-id']})`);
+        const id = await engine.createContainer(desired.spec);
+        if (desired.service.running) {
+          this.setTransient(step.appId, name, 'Starting');
+          await engine.start(id);
+        }
+      });
+      progressed = true;
+    }
+
+    await fetching;
+    return progressed || fetches.length > 0;
+  }
+
+  private async withStatus(appId: number, serviceName: string, status: ServiceStatus, fn: () => Promise<void>): Promise<void> {
+    this.setTransient(appId, serviceName, status);
+    try {
+      await fn();
+    } finally {
+      this.setTransient(appId, serviceName, undefined);
+    }
+  }
+
+  private async fetch(step: Extract<Step, { action: 'fetch' }>): Promise<void> {
+    const key = `${step.appId}/${step.image}`;
+    const entry: Fetch = { appId: step.appId, serviceName: step.serviceName, image: step.image, percent: 0 };
+    this.fetches.set(key, entry);
+    this.deps.log.info(`Downloading image ${step.image}`);
+    try {
+      await this.deps.engine.pull(step.image, (p) => {
+        entry.percent = p.percent;
+      });
+      this.deps.log.info(`Downloaded image ${step.image}`);
+    } finally {
+      this.fetches.delete(key);
+    }
+  }
+}

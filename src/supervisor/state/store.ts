@@ -1,0 +1,89 @@
+/**
+ * The device's persistent store: one JSON document that must survive kill -9 and power cuts.
+ * Every write goes to a temporary file, is fsynced, renamed over the old file and the
+ * directory is fsynced, so a reader sees either the old or the new document, never a torn one.
+ * Writes are serialised: concurrent updates apply in call order.
+ */
+import { mkdirSync, openSync, writeSync, fsyncSync, closeSync, renameSync, readFileSync, existsSync } from 'node:fs';
+import { join } from 'node:path';
+import { FleetlabError, errorText } from '../../errors.js';
+import type { TargetState } from '../../protocol/target-state.js';
+
+export interface DeviceRecord {
+  uuid: string;
+  /** Device key: may call every endpoint; shared with the cloud. */
+  deviceKey: string;
+  /** Keys scoped to one app, handed to its labelled services. */
+  appKeys: Record<string, string>;
+  localMode: boolean;
+  /** Last name received (cloud or local target state). */
+  deviceName: string;
+  /** Target state set in local mode. */
+  localTarget: TargetState | null;
+  /** Bumped on every write; lets tests and tools see the document advance. */
+  generation: number;
+}
+
+export function writeFileAtomic(path: string, data: string): void {
+  const dir = join(path, '..');
+  const tmp = `${path}.tmp-${process.pid}`;
+  const fd = openSync(tmp, 'w', 0o600);
+  try {
+    writeSync(fd, data);
+    fsyncSync(fd);
+  } finally {
+    closeSync(fd);
+  }
+  renameSync(tmp, path);
+  const dirFd = openSync(dir, 'r');
+  try {
+    fsyncSync(dirFd);
+  } finally {
+    closeSync(dirFd);
+  }
+}
+
+export class DeviceStore {
+  private record: DeviceRecord;
+  private queue: Promise<void> = Promise.resolve();
+
+  private constructor(private readonly path: string, record: DeviceRecord) {
+    this.record = record;
+  }
+
+  /** Opens the store in dataDir, creating it from `initial()` on first start. */
+  static open(dataDir: string, initial: () => DeviceRecord): DeviceStore {
+    mkdirSync(dataDir, { recursive: true });
+    const path = join(dataDir, 'device.json');
+    if (!existsSync(path)) {
+      const record = initial();
+      writeFileAtomic(path, JSON.stringify(record, null, 2));
+      return new DeviceStore(path, record);
+    }
+    let record: DeviceRecord;
+    try {
+      record = JSON.parse(readFileSync(path, 'utf8')) as DeviceRecord;
+    } catch (err) {
+      // Atomic writes make this unreachable short of disk corruption; refuse to guess.
+      throw new FleetlabError('SUP_ERR_INTERNAL', `device store ${path} is unreadable: ${errorText(err)}`);
+    }
+    return new DeviceStore(path, { ...initial(), ...record });
+  }
+
+  get(): Readonly<DeviceRecord> {
+    return this.record;
+  }
+
+  /** Applies `change` to a copy and persists it; resolves once the document is durable. */
+  update(change: (current: DeviceRecord) => Partial<DeviceRecord>): Promise<DeviceRecord> {
+    const run = this.queue.then(() => {
+      const next = { ...this.record, ...change(this.record) };
+      next.generation = this.record.generation + 1;
+      writeFileAtomic(this.path, JSON.stringify(next, null, 2));
+      this.record = next;
+      return next;
+    });
+    this.queue = run.then(() => undefined, () => undefined);
+    return run;
+  }
+}

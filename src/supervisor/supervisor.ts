@@ -1,0 +1,222 @@
+/**
+ * Composition root: one Supervisor from a config object and its adapters. Nothing here is
+ * global, so several supervisors can live in one process (tests, fleet simulation). Only
+ * `listen()` opens a port.
+ */
+import { randomUUID } from 'node:crypto';
+import { readFileSync } from 'node:fs';
+import { arch as osArch, networkInterfaces } from 'node:os';
+import type { FastifyInstance } from 'fastify';
+import { badRequest } from '../errors.js';
+import { checkWireState, emptyTarget, normaliseState, type TargetState, type WireLocalState } from '../protocol/target-state.js';
+import type { SupervisorConfig } from './config.js';
+import { Engine } from './adapters/engine.js';
+import type { HostPort, JournalPort, LedPort } from './adapters/ports.js';
+import { buildApi } from './api/server.js';
+import { Blinker } from './blink.js';
+import { LogBus } from './log-bus.js';
+import { AppActions } from './state/app-actions.js';
+import { checkDeviceConfig, readDeviceConfig, unknownConfigKeys } from './state/device-config.js';
+import { ApiKeys, newKey } from './state/keys.js';
+import { UpdateLocks } from './state/locks.js';
+import { StateEngine, type Logger } from './state/state-engine.js';
+import { DeviceStore } from './state/store.js';
+
+export const supervisorVersion: string = (
+  JSON.parse(readFileSync(new URL('../../package.json', import.meta.url.replace('/dist/', '/')), 'utf8')) as { version: string }
+).version;
+
+export interface SupervisorDeps {
+  config: SupervisorConfig;
+  host: HostPort;
+  journal: JournalPort;
+  /** Undefined when the device has no LED: blink then only logs. */
+  led?: LedPort;
+  logger: Logger & { child?: unknown };
+  /** Defaults to dockerode on config.dockerSocket. */
+  engine?: Engine;
+}
+
+function readOsVersion(): string {
+  try {
+    const text = readFileSync('/etc/os-release', 'utf8');
+    return /^PRETTY_NAME="?([^"\n]*)"?$/m.exec(text)?.[1] ?? 'unknown';
+  } catch {
+    return 'unknown';
+  }
+}
+
+const engineArch = (a: string) => ({ arm64: 'aarch64', x64: 'amd64', arm: 'armv7hf', ia32: 'i386' })[a] ?? a;
+const ignoredInterface = /^(lo|docker|veth|br-|supervisor0|balena|resin-vpn|tun|flvpn)/;
+
+export function hostAddresses(): { ip: string; mac: string } {
+  const ips: string[] = [];
+  const macs = new Set<string>();
+  for (const [name, entries] of Object.entries(networkInterfaces())) {
+    if (ignoredInterface.test(name)) continue;
+    for (const e of entries ?? []) {
+      if (e.internal) continue;
+      if (e.family === 'IPv4') ips.push(e.address);
+      if (e.mac && e.mac !== '00:00:00:00:00:00') macs.add(e.mac.toUpperCase());
+    }
+  }
+  return { ip: ips.join(' '), mac: [...macs].join(' ') };
+}
+
+export class Supervisor {
+  readonly config: SupervisorConfig;
+  readonly store: DeviceStore;
+  readonly keys: ApiKeys;
+  readonly engine: Engine;
+  readonly locks: UpdateLocks;
+  readonly state: StateEngine;
+  readonly actions: AppActions;
+  readonly host: HostPort;
+  readonly journal: JournalPort;
+  readonly blinker: Blinker;
+  readonly logs = new LogBus();
+  readonly log: Logger;
+  readonly version = supervisorVersion;
+  readonly osVersion: string;
+  readonly api: FastifyInstance;
+  /** Set while a reboot or shutdown is under way. */
+  private powerAction: Promise<void> | null = null;
+
+  constructor(deps: SupervisorDeps) {
+    const { config } = deps;
+    this.config = config;
+    this.host = deps.host;
+    this.journal = deps.journal;
+    this.osVersion = config.osVersion || readOsVersion();
+    this.store = DeviceStore.open(config.dataDir, () => ({
+      uuid: config.uuid || randomUUID().replace(/-/g, ''),
+      deviceKey: config.apiKey || newKey(),
+      appKeys: {},
+      localMode: config.localMode,
+      deviceName: '',
+      localTarget: null,
+      generation: 0,
+    }));
+    const record = this.store.get();
+    this.log = this.busLogger(deps.logger);
+    this.keys = new ApiKeys(this.store);
+    this.engine = deps.engine ?? new Engine({ socketPath: config.dockerSocket, device: record.uuid });
+    this.locks = new UpdateLocks(config.lockRoot);
+    this.state = new StateEngine(
+      {
+        engine: this.engine,
+        locks: this.locks,
+        log: this.log,
+        overrideLock: () => readDeviceConfig(this.state.getTarget().config).overrideLock,
+        specContext: () => ({
+          vendor: config.vendor,
+          uuid: this.uuid,
+          deviceName: this.deviceName,
+          deviceType: config.deviceType,
+          arch: this.arch,
+          supervisorAddress: this.address,
+          supervisorPort: config.port,
+          appKey: (appId) => this.keys.appKey(appId),
+          lockDir: (appId, service) => this.locks.dir(appId, service),
+          networkName: (appId, n) => this.engine.networkName(appId, n),
+          volumeName: (appId, v) => this.engine.volumeName(appId, v),
+        }),
+      },
+      record.localTarget ?? emptyTarget(record.deviceName),
+    );
+    this.actions = new AppActions({ state: this.state, engine: this.engine, locks: this.locks, log: this.log });
+    this.blinker = new Blinker({ led: deps.led ?? { set: async () => undefined, close: async () => undefined }, log: { warn: (obj, msg) => this.log.warn(`${msg ?? 'blink'}: ${JSON.stringify(obj)}`) } });
+    this.api = buildApi(this);
+  }
+
+  /** State-engine messages also go to /v2/local/logs, as the supervisor's own lines. */
+  private busLogger(base: Logger): Logger {
+    const publish = (message: string) => this.logs.publish({ message, timestamp: Date.now(), serviceName: 'supervisor' });
+    return {
+      info: (m) => (base.info(m), publish(m)),
+      warn: (m) => (base.warn(m), publish(m)),
+      error: (m) => (base.error(m), publish(m)),
+    };
+  }
+
+  get uuid(): string {
+    return this.store.get().uuid;
+  }
+
+  get deviceName(): string {
+    return this.store.get().deviceName || this.uuid.slice(0, 7);
+  }
+
+  get arch(): string {
+    return engineArch(osArch());
+  }
+
+  get address(): string {
+    return this.config.supervisorAddress || `http://127.0.0.1:${this.config.port}`;
+  }
+
+  localMode(): boolean {
+    return this.store.get().localMode;
+  }
+
+  /** Validates and stores a local target state, then applies it. */
+  async setLocalTarget(wire: WireLocalState): Promise<void> {
+    const problems = [...checkWireState(wire), ...checkDeviceConfig(wire.config)];
+    if (problems.length) throw badRequest(problems.join('; '));
+    const target = normaliseState(wire);
+    for (const key of unknownConfigKeys(target.config)) this.log.warn(`Unknown config key ${key} kept`);
+    if (readDeviceConfig(target.config).deltaEnabled) this.log.info('Delta downloads are not implemented; full images are fetched');
+    await this.keys.ensureAppKeys(target.apps.map((a) => a.appId));
+    const localMode = readDeviceConfig(target.config).localMode;
+    await this.store.update(() => ({
+      localTarget: target,
+      deviceName: target.name || this.store.get().deviceName,
+      ...(localMode !== undefined ? { localMode } : {}),
+    }));
+    this.state.setTarget(target);
+  }
+
+  /** Applies the stored target (first round also restarts services a user stopped). */
+  async start(): Promise<void> {
+    const target: TargetState = this.state.getTarget();
+    await this.keys.ensureAppKeys(target.apps.map((a) => a.appId));
+    this.state.trigger();
+  }
+
+  async listen(): Promise<string> {
+    return this.api.listen({ port: this.config.port, host: this.config.listenAddress });
+  }
+
+  /** Reboot or power off after the response is flushed (DECISIONS.md item 13). */
+  schedulePower(action: 'reboot' | 'poweroff', force: boolean): void {
+    if (this.powerAction) return;
+    this.powerAction = (async () => {
+      this.log.info(`${action === 'reboot' ? 'Rebooting' : 'Shutting down'}: stopping services first`);
+      try {
+        await this.actions.stopAll(force);
+      } catch (err) {
+        this.log.warn(`stopping services before ${action} failed: ${String(err)}`);
+      }
+      await (action === 'reboot' ? this.host.reboot() : this.host.powerOff());
+    })().catch((err) => {
+      this.log.error(`${action} failed: ${String(err)}`);
+      this.powerAction = null;
+    });
+  }
+
+  async healthy(): Promise<{ ok: boolean; reason?: string }> {
+    try {
+      await this.engine.ping();
+    } catch (err) {
+      return { ok: false, reason: String(err) };
+    }
+    return { ok: true };
+  }
+
+  async close(): Promise<void> {
+    this.state.close();
+    this.blinker.stop();
+    await this.api.close();
+    await this.host.close();
+  }
+}

@@ -49,11 +49,6 @@ export interface PowerRequest {
 export interface HostPeerEvents {
   reboot: [];
   poweroff: [];
-  /** Why the bus connection broke (for example, the bus was stopped); undefined while it is up. */
-  get connectionError(): Error | undefined {
-    return this.brokenBy;
-  }
-
   /** The effective hostname after a change. */
   hostname: [hostname: string];
   job: [job: UnitJob];

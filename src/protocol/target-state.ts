@@ -3,11 +3,15 @@
  * (and, later, of the cloud's per-device target state), its JSON schema, and the normalised
  * form the planner works on.
  */
-import { Type, type Static } from '@sinclair/typebox';
+import { Type, type Static, type TSchema } from '@sinclair/typebox';
 
 const name = (description: string) =>
   Type.String({ pattern: '^[a-zA-Z0-9][a-zA-Z0-9_.-]*$', maxLength: 63, description });
-const idKey = '^[0-9]+$';
+const idKey = '^[1-9][0-9]*$';
+/** A map keyed by numeric ids; other keys are refused (typebox leaves them open). */
+const idMap = <T extends TSchema>(value: T) => Type.Record(Type.String({ pattern: idKey }), value, { additionalProperties: false });
+/** A map keyed by names (volumes, networks). */
+const nameMap = () => Type.Record(Type.String({ pattern: '^[a-zA-Z0-9][a-zA-Z0-9_.-]*$' }), Type.Object({}), { additionalProperties: false });
 const stringMap = Type.Record(Type.String(), Type.String());
 
 export const WireService = Type.Object({
@@ -30,15 +34,15 @@ export const WireApp = Type.Object({
   name: Type.String({ minLength: 1 }),
   commit: Type.String(),
   releaseId: Type.Union([Type.Integer({ minimum: 1 }), Type.String({ pattern: '^[1-9][0-9]*$' })]),
-  services: Type.Record(Type.String({ pattern: idKey }), WireService),
-  volumes: Type.Optional(Type.Record(Type.String({ pattern: '^[a-zA-Z0-9][a-zA-Z0-9_.-]*$' }), Type.Object({}))),
-  networks: Type.Optional(Type.Record(Type.String({ pattern: '^[a-zA-Z0-9][a-zA-Z0-9_.-]*$' }), Type.Object({}))),
+  services: idMap(WireService),
+  volumes: Type.Optional(nameMap()),
+  networks: Type.Optional(nameMap()),
 });
 
 export const WireLocalState = Type.Object({
   name: Type.String(),
   config: stringMap,
-  apps: Type.Record(Type.String({ pattern: idKey }), WireApp),
+  apps: idMap(WireApp),
 });
 
 export const LocalTargetStateBody = Type.Object({ local: WireLocalState });

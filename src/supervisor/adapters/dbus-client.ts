@@ -71,17 +71,25 @@ export class DbusClient {
     return variant.value;
   }
 
-  private async invoke(call: DbusMethodCall, what: string): Promise<unknown[]> {
-    let conn: Connection;
+  /** The connection, after the bus has answered Hello. */
+  private async connected(what: string): Promise<Connection> {
+    let conn: Connection | undefined;
     try {
       if (this.closed) throw new Error('the D-Bus client is closed');
       conn = this.connect();
       await this.track(conn, conn.ready);
+      return conn;
     } catch (err) {
+      // A connection that never completed its handshake is not worth waiting on again.
+      if (conn) this.breakConnection(conn, toError(err));
       throw new FleetlabError('SUP_ERR_HOST', `${what} failed: cannot connect to the bus at ${this.busAddress}: ${describe(err)}`, {
         cause: err,
       });
     }
+  }
+
+  private async invoke(call: DbusMethodCall, what: string): Promise<unknown[]> {
+    const conn = await this.connected(what);
     try {
       const message = new dbus.Message({
         destination: call.destination,

@@ -30,7 +30,8 @@ function statusAndMessage(err: FastifyError | Error): { status: number; message:
   if (isFleetlabError(err)) return { status: err.statusCode, message: err.message };
   const fastifyError = err as FastifyError;
   if (fastifyError.validation) {
-    return { status: 400, message: fastifyError.message };
+    const extra = fastifyError.validation[0]?.params?.additionalProperty;
+    return { status: 400, message: extra ? `${fastifyError.message}: "${String(extra)}"` : fastifyError.message };
   }
   if (fastifyError.code === 'FST_ERR_CTP_INVALID_MEDIA_TYPE') {
     return { status: 400, message: 'Content-Type must be application/json' };

@@ -33,6 +33,10 @@ export function buildApi(sup: Supervisor): FastifyInstance {
     }
   });
 
+  // An action called with no body at all validates as `{}`, so optional-body schemas hold.
+  app.addHook('preValidation', async (request) => {
+    if (request.body == null && request.method !== 'GET') request.body = {};
+  });
   installErrorHandling(app);
   installAuth(app, { keys: sup.keys, localMode: () => sup.localMode() });
   app.get('/ping', { config: { auth: 'open' } }, async (_req, reply) => reply.type('text/plain').send('OK'));

@@ -8,7 +8,7 @@ import { FleetlabError, notFound } from '../../errors.js';
 import type { TargetApp } from '../../protocol/target-state.js';
 import { hostAddresses, type Supervisor } from '../supervisor.js';
 
-export const ForceBody = Type.Optional(Type.Object({ force: Type.Optional(Type.Boolean()) }));
+export const ForceBody = Type.Object({ force: Type.Optional(Type.Boolean()) });
 export const AppIdBody = Type.Object({ appId: Type.Integer({ minimum: 1 }), force: Type.Optional(Type.Boolean()) });
 export const AppIdParams = Type.Object({ appId: Type.String({ pattern: '^[1-9][0-9]*$' }) });
 

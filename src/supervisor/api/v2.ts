@@ -18,8 +18,7 @@ const ServiceBody = Type.Object({
 type ServiceBody = { serviceName?: string; imageId?: number; force?: boolean };
 
 const notDash = { pattern: '^[^-]', maxLength: 256 };
-const JournalBody = Type.Optional(
-  Type.Object({
+const JournalBody = Type.Object({
     all: Type.Optional(Type.Boolean()),
     follow: Type.Optional(Type.Boolean()),
     count: Type.Optional(Type.Integer({ minimum: 1 })),
@@ -28,8 +27,7 @@ const JournalBody = Type.Optional(
     format: Type.Optional(Type.String({ minLength: 1 })),
     since: Type.Optional(Type.String(notDash)),
     until: Type.Optional(Type.String(notDash)),
-  }),
-);
+});
 
 const appIdOf = (req: FastifyRequest) => Number((req.params as { appId: string }).appId);
 

@@ -1,0 +1,479 @@
+/**
+ * Supervisor benchmark: starts one simulated device (the real supervisor process, dockerd
+ * for containers, simulated D-Bus/GPIO/journal peers) and prints figures, never assertions:
+ *
+ *   - idle RSS of the supervisor process after start;
+ *   - RSS after 10,000 mixed API calls (bounded concurrency) and their throughput;
+ *   - sequential p50/p99 latency of GET /v1/device and GET /v2/applications/state with a
+ *     3-service app running;
+ *   - time from POST /v2/local/target-state to `applied` with all 3 services Running,
+ *     for the first deploy and for 3 release changes (each recreates the containers).
+ *
+ * Output: a readable table, then one JSON line (`{"bench":"supervisor",...}`).
+ * All traffic goes to 127.0.0.1; every loop is bounded.
+ *
+ *   npm run bench            (node --import tsx bench/supervisor.bench.ts)
+ *   FLEETLAB_DOCKER_SOCKET=/path/to/docker.sock npm run bench
+ */
+import { readFileSync, readdirSync } from 'node:fs';
+import { performance } from 'node:perf_hooks';
+import { setTimeout as sleep } from 'node:timers/promises';
+import Docker from 'dockerode';
+import { SimDevice, type SimDeviceInfo } from '../sim/device.js';
+import { errorText } from '../src/errors.js';
+import type { WireLocalState, WireService } from '../src/protocol/target-state.js';
+
+const DOCKER_SOCKET = process.env.FLEETLAB_DOCKER_SOCKET ?? '/var/run/docker.sock';
+const IMAGES = ['fleetlab/test-app:1', 'fleetlab/test-app:2'] as const;
+
+const SETTLE_MS = 2_000;
+const LOAD_CALLS = 10_000;
+const LOAD_CONCURRENCY = 8;
+const LOAD_DEADLINE_MS = 300_000;
+const LATENCY_WARMUP = 100;
+const LATENCY_SAMPLES = 1_000;
+const REQUEST_TIMEOUT_MS = 10_000;
+const APPLY_POLL_MS = 50;
+const APPLY_BOUND_MS = 120_000;
+const RELEASE_CHANGES = 3;
+
+class BenchError extends Error {}
+
+/* ------------------------------------------------------------------ helpers */
+
+/** Whole process tree abort: Ctrl-C stops the current phase and tears the device down. */
+const interrupted = new AbortController();
+
+function checkInterrupted(): void {
+  if (interrupted.signal.aborted) throw new BenchError('interrupted');
+}
+
+interface Memory {
+  rssKiB: number;
+  hwmKiB: number;
+}
+
+function readMemory(pid: number): Memory {
+  let text: string;
+  try {
+    text = readFileSync(`/proc/${pid}/status`, 'utf8');
+  } catch (err) {
+    throw new BenchError(`cannot read /proc/${pid}/status (${errorText(err)}): did the supervisor exit?`);
+  }
+  const field = (name: string): number => {
+    const m = new RegExp(`^${name}:\\s+(\\d+)\\s+kB$`, 'm').exec(text);
+    if (!m) throw new BenchError(`no ${name} in /proc/${pid}/status`);
+    return Number(m[1]);
+  };
+  return { rssKiB: field('VmRSS'), hwmKiB: field('VmHWM') };
+}
+
+function commOf(pid: number): string {
+  try {
+    return readFileSync(`/proc/${pid}/comm`, 'utf8').trim();
+  } catch {
+    return '';
+  }
+}
+
+function childrenOf(pid: number): number[] {
+  const out: number[] = [];
+  let tasks: string[] = [];
+  try {
+    tasks = readdirSync(`/proc/${pid}/task`);
+  } catch {
+    return out;
+  }
+  for (const tid of tasks) {
+    try {
+      const text = readFileSync(`/proc/${pid}/task/${tid}/children`, 'utf8').trim();
+      if (text) out.push(...text.split(/\s+/).map(Number));
+    } catch {
+      // kernel without CONFIG_PROC_CHILDREN, or the task went away
+    }
+  }
+  return out;
+}
+
+/**
+ * The node process that runs the supervisor. The sim spawns it through unshare and sh, which
+ * both exec, so the spawned PID normally is node already; if some wrapper did not exec, look
+ * for the node process below it (bounded breadth-first walk).
+ */
+function supervisorNodePid(spawned: number): number {
+  const queue = [spawned];
+  for (let seen = 0; queue.length && seen < 64; seen++) {
+    const pid = queue.shift()!;
+    if (commOf(pid) === 'node') return pid;
+    queue.push(...childrenOf(pid));
+  }
+  throw new BenchError(`no node process found at or below PID ${spawned} (comm ${commOf(spawned) || '?'})`);
+}
+
+function mib(kib: number): number {
+  return Math.round((kib / 1024) * 10) / 10;
+}
+
+function round(n: number, digits = 2): number {
+  const f = 10 ** digits;
+  return Math.round(n * f) / f;
+}
+
+/** Nearest-rank percentile of an ascending array. */
+function percentile(sorted: number[], p: number): number {
+  if (sorted.length === 0) return NaN;
+  const rank = Math.min(sorted.length, Math.max(1, Math.ceil((p / 100) * sorted.length)));
+  return sorted[rank - 1]!;
+}
+
+function median(values: number[]): number {
+  const s = [...values].sort((a, b) => a - b);
+  if (s.length === 0) return NaN;
+  const mid = Math.floor(s.length / 2);
+  return s.length % 2 ? s[mid]! : (s[mid - 1]! + s[mid]!) / 2;
+}
+
+function requireLoopback(url: string): void {
+  const host = new URL(url).hostname;
+  if (host !== '127.0.0.1') throw new BenchError(`refusing non-loopback device URL ${url}`);
+}
+
+interface Api {
+  get(path: string): Promise<{ status: number; body: string }>;
+  post(path: string, body: unknown): Promise<{ status: number; body: string }>;
+}
+
+function apiFor(info: SimDeviceInfo): Api {
+  requireLoopback(info.url);
+  const withKey = (path: string) => `${info.url}${path}${path.includes('?') ? '&' : '?'}apikey=${encodeURIComponent(info.apiKey)}`;
+  const signal = () => AbortSignal.any([AbortSignal.timeout(REQUEST_TIMEOUT_MS), interrupted.signal]);
+  return {
+    async get(path) {
+      const res = await fetch(withKey(path), { signal: signal() });
+      return { status: res.status, body: await res.text() };
+    },
+    async post(path, body) {
+      const res = await fetch(withKey(path), {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify(body),
+        signal: signal(),
+      });
+      return { status: res.status, body: await res.text() };
+    },
+  };
+}
+
+async function getJson<T>(api: Api, path: string): Promise<T> {
+  const res = await api.get(path);
+  if (res.status !== 200) throw new BenchError(`GET ${path} answered ${res.status}: ${res.body.slice(0, 300)}`);
+  return JSON.parse(res.body) as T;
+}
+
+/* --------------------------------------------------------------- preflight */
+
+async function preflight(): Promise<void> {
+  const docker = new Docker({ socketPath: DOCKER_SOCKET });
+  try {
+    await docker.ping();
+  } catch (err) {
+    throw new BenchError(
+      `dockerd is not reachable at ${DOCKER_SOCKET} (${errorText(err)}): start dockerd, or set FLEETLAB_DOCKER_SOCKET`,
+    );
+  }
+  const missing: string[] = [];
+  for (const ref of IMAGES) {
+    try {
+      await docker.getImage(ref).inspect();
+    } catch (err) {
+      if ((err as { statusCode?: number }).statusCode === 404) missing.push(ref);
+      else throw new BenchError(`cannot inspect image ${ref} (${errorText(err)})`);
+    }
+  }
+  if (missing.length) {
+    throw new BenchError(`test image(s) missing: ${missing.join(', ')}; run: fleetlab images build  (npm run build && node bin/fleetlab.js images build)`);
+  }
+}
+
+/* ------------------------------------------------------------ target state */
+
+function threeServiceState(releaseId: number): { local: WireLocalState } {
+  const service = (id: number, serviceName: string, image: string): WireService => ({
+    serviceName,
+    serviceId: id,
+    imageId: id,
+    image,
+    environment: { BENCH_RELEASE: String(releaseId) },
+    labels: {},
+  });
+  return {
+    local: {
+      name: 'fleetlab-bench',
+      config: { SUPERVISOR_LOCAL_MODE: '1' },
+      apps: {
+        '1': {
+          name: 'bench',
+          commit: `bench${String(releaseId).padStart(4, '0')}`,
+          releaseId,
+          services: {
+            '1': service(1, 'alpha', IMAGES[0]),
+            '2': service(2, 'beta', IMAGES[1]),
+            '3': service(3, 'gamma', IMAGES[0]),
+          },
+          volumes: {},
+          networks: {},
+        },
+      },
+    },
+  };
+}
+
+interface StateStatus {
+  appState: 'applying' | 'applied';
+  release: string;
+  containers: Array<{ status: string; serviceName: string; appId: number }>;
+}
+
+type AppsState = Record<string, { services: Record<string, { status: string; releaseId: number }> }>;
+
+interface ApplyResult {
+  releaseId: number;
+  ms: number;
+  polls: number;
+}
+
+/**
+ * POSTs the 3-service target with `releaseId` and polls every 50 ms (bounded at 120 s) until
+ * /v2/state/status says `applied` with exactly 3 Running containers and
+ * /v2/applications/state shows every service Running at the new release.
+ */
+async function timeApply(api: Api, releaseId: number): Promise<ApplyResult> {
+  const started = performance.now();
+  const res = await api.post('/v2/local/target-state', threeServiceState(releaseId));
+  if (res.status !== 200) throw new BenchError(`POST /v2/local/target-state answered ${res.status}: ${res.body.slice(0, 300)}`);
+  const deadline = started + APPLY_BOUND_MS;
+  let polls = 0;
+  let last = '';
+  while (performance.now() < deadline) {
+    checkInterrupted();
+    polls++;
+    const status = await getJson<StateStatus>(api, '/v2/state/status');
+    const mine = status.containers.filter((c) => c.appId === 1);
+    last = `appState=${status.appState} release=${status.release} containers=${mine.map((c) => `${c.serviceName}:${c.status}`).join(',')}`;
+    if (status.appState === 'applied' && status.release === String(releaseId) && mine.length === 3 && mine.every((c) => c.status === 'Running')) {
+      const apps = await getJson<AppsState>(api, '/v2/applications/state');
+      const services = Object.values(apps.bench?.services ?? {});
+      if (services.length === 3 && services.every((s) => s.status === 'Running' && Number(s.releaseId) === releaseId)) {
+        return { releaseId, ms: performance.now() - started, polls };
+      }
+      last += ` services=${JSON.stringify(apps.bench?.services ?? {})}`;
+    }
+    await sleep(APPLY_POLL_MS);
+  }
+  throw new BenchError(`release ${releaseId} was not applied within ${APPLY_BOUND_MS / 1000} s (last: ${last})`);
+}
+
+/* -------------------------------------------------------------------- load */
+
+const LOAD_MIX = ['/v1/device', '/v2/applications/state', '/v2/state/status', '/ping'] as const;
+
+interface LoadResult {
+  calls: number;
+  errors: number;
+  nonOk: Record<string, number>;
+  seconds: number;
+  reqPerSec: number;
+}
+
+async function load(api: Api, total: number, concurrency: number): Promise<LoadResult> {
+  let next = 0;
+  let errors = 0;
+  let done = 0;
+  const nonOk: Record<string, number> = {};
+  const started = performance.now();
+  const deadline = started + LOAD_DEADLINE_MS;
+  let firstError = '';
+  const worker = async () => {
+    while (next < total && performance.now() < deadline && !interrupted.signal.aborted) {
+      const path = LOAD_MIX[next++ % LOAD_MIX.length]!;
+      try {
+        const res = await api.get(path);
+        if (res.status !== 200) {
+          const key = `${path} ${res.status}`;
+          nonOk[key] = (nonOk[key] ?? 0) + 1;
+        }
+      } catch (err) {
+        errors++;
+        firstError ||= `${path}: ${errorText(err)}`;
+      }
+      done++;
+    }
+  };
+  await Promise.all(Array.from({ length: concurrency }, worker));
+  checkInterrupted();
+  const seconds = (performance.now() - started) / 1000;
+  if (done < total) process.stderr.write(`bench: load stopped at ${done}/${total} calls (deadline ${LOAD_DEADLINE_MS / 1000} s)\n`);
+  if (firstError) process.stderr.write(`bench: ${errors} load call(s) failed; first: ${firstError}\n`);
+  return { calls: done, errors, nonOk, seconds: round(seconds), reqPerSec: round(done / seconds, 1) };
+}
+
+interface LatencyResult {
+  path: string;
+  samples: number;
+  p50: number;
+  p99: number;
+  max: number;
+  mean: number;
+}
+
+async function latency(api: Api, path: string): Promise<LatencyResult> {
+  for (let i = 0; i < LATENCY_WARMUP; i++) {
+    checkInterrupted();
+    const res = await api.get(path);
+    if (res.status !== 200) throw new BenchError(`GET ${path} answered ${res.status} during warm-up: ${res.body.slice(0, 300)}`);
+  }
+  const times: number[] = [];
+  for (let i = 0; i < LATENCY_SAMPLES; i++) {
+    checkInterrupted();
+    const t0 = performance.now();
+    const res = await api.get(path);
+    const ms = performance.now() - t0;
+    if (res.status !== 200) throw new BenchError(`GET ${path} answered ${res.status}: ${res.body.slice(0, 300)}`);
+    times.push(ms);
+  }
+  times.sort((a, b) => a - b);
+  return {
+    path,
+    samples: times.length,
+    p50: round(percentile(times, 50), 3),
+    p99: round(percentile(times, 99), 3),
+    max: round(times[times.length - 1]!, 3),
+    mean: round(times.reduce((a, b) => a + b, 0) / times.length, 3),
+  };
+}
+
+/* -------------------------------------------------------------------- main */
+
+function table(rows: Array<[string, string]>): string {
+  const width = Math.max(...rows.filter(([, v]) => v !== '').map(([k]) => k.length));
+  return rows.map(([k, v]) => (v === '' ? `\n${k}` : `  ${k.padEnd(width)}  ${v}`)).join('\n');
+}
+
+async function main(): Promise<void> {
+  const onSignal = () => interrupted.abort();
+  process.once('SIGINT', onSignal);
+  process.once('SIGTERM', onSignal);
+
+  await preflight();
+  process.stderr.write(`bench: starting a simulated device (engine: docker at ${DOCKER_SOCKET})\n`);
+  const startT0 = performance.now();
+  const device = await SimDevice.start({ port: 0, engine: 'docker', dockerSocket: DOCKER_SOCKET, localMode: true });
+  try {
+    const startMs = performance.now() - startT0;
+    const info = device.info();
+    const api = apiFor(info);
+    const spawned = device.supervisorPid;
+    if (spawned === undefined) throw new BenchError('the supervisor process is not running after start');
+    const pid = supervisorNodePid(spawned);
+    const rss = () => {
+      if (device.supervisorPid !== spawned) throw new BenchError('the supervisor process restarted during the bench; see ' + device.supervisorLog);
+      return readMemory(pid);
+    };
+
+    await sleep(SETTLE_MS, undefined, { signal: interrupted.signal }).catch(() => checkInterrupted());
+    const idle = rss();
+    process.stderr.write(`bench: device ${info.uuid} up at ${info.url} (supervisor PID ${pid}), idle RSS ${mib(idle.rssKiB)} MiB\n`);
+
+    process.stderr.write('bench: first deploy of the 3-service app\n');
+    const firstDeploy = await timeApply(api, 1);
+    await sleep(SETTLE_MS, undefined, { signal: interrupted.signal }).catch(() => checkInterrupted());
+    const withApp = rss();
+
+    process.stderr.write(`bench: ${LOAD_CALLS} API calls, ${LOAD_CONCURRENCY} concurrent\n`);
+    const loadResult = await load(api, LOAD_CALLS, LOAD_CONCURRENCY);
+    const afterLoad = rss();
+    await sleep(SETTLE_MS, undefined, { signal: interrupted.signal }).catch(() => checkInterrupted());
+    const afterLoadSettled = rss();
+
+    process.stderr.write(`bench: sequential latency (${LATENCY_WARMUP} warm-up + ${LATENCY_SAMPLES} samples per endpoint)\n`);
+    const latDevice = await latency(api, '/v1/device');
+    const latApps = await latency(api, '/v2/applications/state');
+
+    process.stderr.write(`bench: ${RELEASE_CHANGES} release changes\n`);
+    const changes: ApplyResult[] = [];
+    for (let i = 0; i < RELEASE_CHANGES; i++) {
+      changes.push(await timeApply(api, 2 + i));
+      process.stderr.write(`bench:   release ${2 + i} applied in ${round(changes[i]!.ms, 1)} ms\n`);
+    }
+    const final = rss();
+
+    const changeMedian = median(changes.map((c) => c.ms));
+    const result = {
+      bench: 'supervisor',
+      node: process.version,
+      engine: 'docker',
+      supervisorStartMs: round(startMs, 1),
+      rss: {
+        idleMiB: mib(idle.rssKiB),
+        withAppMiB: mib(withApp.rssKiB),
+        after10kMiB: mib(afterLoad.rssKiB),
+        after10kSettledMiB: mib(afterLoadSettled.rssKiB),
+        finalMiB: mib(final.rssKiB),
+        peakMiB: mib(final.hwmKiB),
+        growthAfter10kVsIdle: round(afterLoad.rssKiB / idle.rssKiB),
+        growthAfter10kVsWithApp: round(afterLoad.rssKiB / withApp.rssKiB),
+      },
+      load: { ...loadResult, concurrency: LOAD_CONCURRENCY, mix: LOAD_MIX },
+      latencyMs: {
+        v1Device: { ...latDevice, p99OverP50: round(latDevice.p99 / latDevice.p50) },
+        v2ApplicationsState: { ...latApps, p99OverP50: round(latApps.p99 / latApps.p50) },
+      },
+      applyMs: {
+        firstDeploy: round(firstDeploy.ms, 1),
+        releaseChanges: changes.map((c) => round(c.ms, 1)),
+        releaseChangeMedian: round(changeMedian, 1),
+        releaseChangeMaxOverMin: round(Math.max(...changes.map((c) => c.ms)) / Math.min(...changes.map((c) => c.ms))),
+        pollIntervalMs: APPLY_POLL_MS,
+      },
+    };
+
+    const nonOk = Object.entries(loadResult.nonOk).map(([k, v]) => `${k} x${v}`).join(', ') || 'none';
+    const rows: Array<[string, string]> = [
+      ['Supervisor memory (VmRSS of PID ' + pid + ')', ''],
+      ['idle, 2 s after ready (no app)', `${result.rss.idleMiB} MiB`],
+      ['3-service app running', `${result.rss.withAppMiB} MiB`],
+      [`after ${loadResult.calls} API calls`, `${result.rss.after10kMiB} MiB  (x${result.rss.growthAfter10kVsIdle} vs idle, x${result.rss.growthAfter10kVsWithApp} vs app running)`],
+      ['  2 s later', `${result.rss.after10kSettledMiB} MiB`],
+      ['after the release changes', `${result.rss.finalMiB} MiB`],
+      ['peak (VmHWM)', `${result.rss.peakMiB} MiB`],
+      [`Load: ${LOAD_MIX.join(', ')} round-robin, ${LOAD_CONCURRENCY} concurrent`, ''],
+      ['calls / duration', `${loadResult.calls} in ${loadResult.seconds} s`],
+      ['throughput', `${loadResult.reqPerSec} req/s`],
+      ['transport errors / non-200', `${loadResult.errors} / ${nonOk}`],
+      [`Sequential latency, ${LATENCY_SAMPLES} samples after ${LATENCY_WARMUP} warm-up (3-service app running)`, ''],
+      ['GET /v1/device', `p50 ${latDevice.p50} ms  p99 ${latDevice.p99} ms  (p99/p50 ${result.latencyMs.v1Device.p99OverP50})  max ${latDevice.max} ms`],
+      ['GET /v2/applications/state', `p50 ${latApps.p50} ms  p99 ${latApps.p99} ms  (p99/p50 ${result.latencyMs.v2ApplicationsState.p99OverP50})  max ${latApps.max} ms`],
+      [`Local target-state POST -> applied, 3 services Running (poll ${APPLY_POLL_MS} ms)`, ''],
+      ['first deploy (release 1, create)', `${result.applyMs.firstDeploy} ms`],
+      ...changes.map((c, i): [string, string] => [`release change ${i + 1} (release ${c.releaseId}, recreate)`, `${round(c.ms, 1)} ms  (${c.polls} polls)`]),
+      ['median of release changes', `${result.applyMs.releaseChangeMedian} ms  (max/min ${result.applyMs.releaseChangeMaxOverMin})`],
+      ['Device', ''],
+      ['start to /ping ready', `${result.supervisorStartMs} ms`],
+      ['note', 'the supervisor runs from TypeScript sources through tsx (cliCommand from a .ts entry)'],
+    ];
+    process.stdout.write(`fleetlab supervisor bench (${process.version}, engine docker)\n${table(rows)}\n\n${JSON.stringify(result)}\n`);
+  } finally {
+    process.stderr.write('bench: stopping the device\n');
+    await device.stop().catch((err) => process.stderr.write(`bench: device stop failed: ${errorText(err)}\n`));
+    process.off('SIGINT', onSignal);
+    process.off('SIGTERM', onSignal);
+  }
+}
+
+main().then(
+  () => process.exit(0),
+  (err: unknown) => {
+    process.stderr.write(`bench: ${err instanceof BenchError ? err.message : err instanceof Error ? (err.stack ?? err.message) : String(err)}\n`);
+    process.exit(1);
+  },
+);

@@ -1,0 +1,127 @@
+/**
+ * An in-process supervisor over real peers, for route tests with `inject`: the real dockerd,
+ * a private dbus-daemon with the simulated hostname1/systemd1/login1, and a journal written
+ * by journal-remote. Only the LED is absent (it needs a mount namespace: see the sim device
+ * tests).
+ */
+import { mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import Docker from 'dockerode';
+import { loadConfig } from '../../src/supervisor/config.js';
+import { createHostAdapter } from '../../src/supervisor/adapters/host.js';
+import { createJournalAdapter } from '../../src/supervisor/adapters/journal.js';
+import { LABEL } from '../../src/supervisor/adapters/engine.js';
+import { Supervisor } from '../../src/supervisor/supervisor.js';
+import { startPrivateBus, type PrivateBus } from '../../sim/dbus/private-bus.js';
+import { startHostPeer, type HostPeer } from '../../sim/dbus/host-peer.js';
+import { startJournalSim, type JournalSim } from '../../sim/journal/journal-sim.js';
+import type { WireLocalState } from '../../src/protocol/target-state.js';
+
+export const dockerSocket = process.env.FLEETLAB_DOCKER_SOCKET ?? '/var/run/docker.sock';
+
+export interface SupervisorFixture {
+  sup: Supervisor;
+  dir: string;
+  bus: PrivateBus;
+  peer: HostPeer;
+  journal: JournalSim;
+  docker: Docker;
+  key(): string;
+  close(): Promise<void>;
+}
+
+const quietLog = { info: () => undefined, warn: () => undefined, error: () => undefined };
+
+export async function startSupervisorFixture(options: { localMode?: boolean; dir?: string } = {}): Promise<SupervisorFixture> {
+  const dir = options.dir ?? (await mkdtemp(join(tmpdir(), 'fleetlab-test-')));
+  const bus = await startPrivateBus({ dir: join(dir, 'dbus') });
+  const peer = await startHostPeer({ busAddress: bus.address, stateDir: join(dir, 'host'), defaultHostname: 'fleetlab' });
+  const journal = await startJournalSim({ directory: await mkdtempIn(dir, 'journal') });
+  const config = loadConfig({
+    flags: {
+      port: 48484,
+      dataDir: join(dir, 'supervisor'),
+      lockRoot: join(dir, 'locks'),
+      localMode: options.localMode ?? true,
+      dockerSocket,
+      proxyConfigDir: join(dir, 'boot', 'system-proxy'),
+      bootConfigPath: join(dir, 'boot', 'config.txt'),
+      journalDirectory: journal.directory,
+      dbusAddress: bus.address,
+    },
+  });
+  const sup = new Supervisor({
+    config,
+    logger: quietLog,
+    host: createHostAdapter({ busAddress: bus.address, proxyConfigDir: config.proxyConfigDir }),
+    journal: createJournalAdapter({ directory: journal.directory }),
+  });
+  await sup.start();
+  await sup.api.ready();
+  const docker = new Docker({ socketPath: dockerSocket });
+  return {
+    sup, dir, bus, peer, journal, docker,
+    key: () => sup.keys.deviceKey(),
+    async close() {
+      await sup.close();
+      await removeDeviceObjects(docker, sup.uuid);
+      await journal.close().catch(() => undefined);
+      await peer.close().catch(() => undefined);
+      await bus.stop().catch(() => undefined);
+      if (!options.dir) await rm(dir, { recursive: true, force: true });
+    },
+  };
+}
+
+async function mkdtempIn(dir: string, name: string): Promise<string> {
+  const { mkdir } = await import('node:fs/promises');
+  const path = join(dir, name);
+  await mkdir(path, { recursive: true });
+  return path;
+}
+
+/** Containers, networks and volumes a test device left in the shared engine. */
+export async function removeDeviceObjects(docker: Docker, uuid: string): Promise<void> {
+  const filters = { label: [`${LABEL.device}=${uuid}`] };
+  for (const c of await docker.listContainers({ all: true, filters })) await docker.getContainer(c.Id).remove({ force: true }).catch(() => undefined);
+  for (const n of await docker.listNetworks({ filters })) await docker.getNetwork(n.Id).remove().catch(() => undefined);
+  const volumes = await docker.listVolumes({ filters });
+  for (const v of volumes.Volumes ?? []) await docker.getVolume(v.Name).remove().catch(() => undefined);
+}
+
+/** A two-service app: `main` carries the supervisor-api label and a data volume. */
+export function twoServiceState(overrides: { releaseId?: number; mainImage?: string; config?: Record<string, string>; name?: string } = {}): WireLocalState {
+  return {
+    name: overrides.name ?? 'test-device',
+    config: { SUPERVISOR_LOCAL_MODE: '1', ...overrides.config },
+    apps: {
+      '1': {
+        name: 'myapp',
+        commit: `commit${overrides.releaseId ?? 1}`,
+        releaseId: String(overrides.releaseId ?? 1),
+        services: {
+          '11': {
+            serviceName: 'main', serviceId: 11, imageId: 101, image: overrides.mainImage ?? 'fleetlab/test-app:1',
+            environment: { GREETING: 'hello' }, labels: { 'io.platform.features.supervisor-api': '1' }, volumes: ['data:/data'],
+          },
+          '12': { serviceName: 'worker', serviceId: 12, imageId: 102, image: 'fleetlab/test-app:2', environment: {}, labels: {} },
+        },
+        volumes: { data: {} },
+        networks: {},
+      },
+    },
+  };
+}
+
+/** Waits (bounded) until the state engine reports applied and every target service runs. */
+export async function waitApplied(sup: Supervisor, timeoutMs = 60_000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (Date.now() < deadline) {
+    await sup.state.settled();
+    const view = await sup.state.view();
+    if (view.appState === 'applied' && view.services.every((s) => s.status === 'Running' || !sup.state.getTarget().apps.some((a) => a.services.some((t) => t.serviceName === s.serviceName && t.running)))) return;
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  throw new Error(`state not applied within ${timeoutMs} ms: ${JSON.stringify((await sup.state.view()).services.map((s) => [s.serviceName, s.status]))} ${sup.state.lastError ?? ''}`);
+}

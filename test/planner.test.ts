@@ -1,0 +1,462 @@
+/**
+ * The pure planner: (engine snapshot, target state) -> next round of steps. Snapshots are
+ * written by hand, round by round, as the engine would report them after the previous round.
+ */
+import { describe, expect, it } from 'vitest';
+import { checkWireState, normaliseState, type WireApp, type WireLocalState } from '../src/protocol/target-state.js';
+import { LABEL, type ContainerState, type EngineSnapshot, type ManagedContainer, type ManagedNetwork, type ManagedVolume } from '../src/supervisor/adapters/engine.js';
+import { desiredContainer, type DesiredContainer, type SpecContext } from '../src/supervisor/state/container-spec.js';
+import { checkDeviceConfig, readDeviceConfig, unknownConfigKeys } from '../src/supervisor/state/device-config.js';
+import { plan, serviceKey, type Step } from '../src/supervisor/state/planner.js';
+
+const ctx = (deviceName = 'bench-1'): SpecContext => ({
+  vendor: 'platform',
+  uuid: 'a1b2c3d4e5f60718293a4b5c6d7e8f90',
+  deviceName,
+  deviceType: 'raspberrypi3',
+  arch: 'aarch64',
+  supervisorAddress: 'http://127.0.0.1:48484',
+  supervisorPort: 48484,
+  appKey: (appId) => `app-key-${appId}`,
+  lockDir: (appId, serviceName) => `/tmp/fleetlab/locks/${appId}/${serviceName}`,
+  networkName: (appId, network) => `${appId}_${network}`,
+  volumeName: (appId, volume) => `${appId}_${volume}`,
+});
+
+/** Two services: `web` (no volume) and `worker` (volume `data`). */
+function demoApp(over: { releaseId?: number; webImage?: string; workerImage?: string; webEnv?: Record<string, string>; webRunning?: boolean } = {}): WireApp {
+  return {
+    name: 'demo',
+    commit: `commit-${over.releaseId ?? 1}`,
+    releaseId: over.releaseId ?? 1,
+    services: {
+      '11': {
+        serviceName: 'web',
+        serviceId: 11,
+        imageId: 101,
+        image: over.webImage ?? 'registry.local/web:1',
+        environment: over.webEnv ?? { MODE: 'a' },
+        ...(over.webRunning === undefined ? {} : { running: over.webRunning }),
+      },
+      '12': {
+        serviceName: 'worker',
+        serviceId: 12,
+        imageId: 102,
+        image: over.workerImage ?? 'registry.local/worker:1',
+        volumes: ['data:/data'],
+      },
+    },
+    volumes: { data: {} },
+  };
+}
+
+function wire(apps: Record<string, WireApp>, config: Record<string, string> = {}): WireLocalState {
+  return { name: 'bench-1', config, apps };
+}
+
+/** Target plus the desired container of each service, as the state engine builds them. */
+function target(state: WireLocalState, context = ctx()) {
+  const t = normaliseState(state);
+  const desired = new Map<string, DesiredContainer>();
+  for (const app of t.apps) {
+    for (const service of app.services) desired.set(serviceKey(app.appId, service.serviceName), desiredContainer(app, service, context));
+  }
+  const want = (appId: number, serviceName: string) => {
+    const d = desired.get(serviceKey(appId, serviceName));
+    if (!d) throw new Error(`no desired container ${appId}/${serviceName}`);
+    return d;
+  };
+  return { target: t, desired, want };
+}
+
+/** The container the engine reports after creating `d`. */
+function containerOf(d: DesiredContainer, state: ContainerState = 'running', id = `${d.service.serviceName}-${d.configHash.slice(0, 8)}`): ManagedContainer {
+  return {
+    id,
+    name: d.spec.name,
+    appId: d.appId,
+    serviceId: d.service.serviceId,
+    serviceName: d.service.serviceName,
+    imageId: d.service.imageId,
+    releaseId: Number(d.spec.labels[LABEL.releaseId]),
+    commit: d.spec.labels[LABEL.commit]!,
+    configHash: d.configHash,
+    state,
+    createdAt: '2024-05-01T12:00:00.000Z',
+    image: d.spec.image,
+    engineImageId: `sha256:${d.service.imageId}`,
+  };
+}
+
+const net = (appId: number, network: string): ManagedNetwork => ({ id: `net-${appId}-${network}`, name: `${appId}_${network}`, appId, network });
+const vol = (appId: number, volume: string): ManagedVolume => ({ name: `${appId}_${volume}`, appId, volume });
+
+function snapshot(parts: { containers?: ManagedContainer[]; networks?: ManagedNetwork[]; volumes?: ManagedVolume[]; images?: string[] } = {}): EngineSnapshot {
+  const images = new Map<string, string>();
+  for (const ref of parts.images ?? []) images.set(ref, `sha256:${Buffer.from(ref).toString('hex').slice(0, 24)}`);
+  return { containers: parts.containers ?? [], networks: parts.networks ?? [], volumes: parts.volumes ?? [], images };
+}
+
+const allImages = ['registry.local/web:1', 'registry.local/worker:1'];
+
+/** A compact, order-preserving view of a round, for exact comparisons. */
+function brief(steps: Step[]): string[] {
+  return steps.map((s) => {
+    switch (s.action) {
+      case 'fetch':
+        return `fetch ${s.appId}/${s.serviceName} ${s.image}`;
+      case 'createNetwork':
+        return `createNetwork ${s.appId}/${s.network}`;
+      case 'createVolume':
+        return `createVolume ${s.appId}/${s.volume}`;
+      case 'removeContainer':
+        return `removeContainer ${s.appId}/${s.container.serviceName} ${s.container.id} (${s.reason})`;
+      case 'createContainer':
+        return `createContainer ${s.appId}/${s.desired.service.serviceName}`;
+      case 'start':
+        return `start ${s.appId}/${s.container.serviceName}`;
+      case 'stop':
+        return `stop ${s.appId}/${s.container.serviceName}`;
+      case 'removeNetwork':
+        return `removeNetwork ${s.appId}/${s.network.network}`;
+    }
+  });
+}
+
+describe('plan: installing on an empty device', () => {
+  it('creates the default network and the volume first, containers only in the next round', () => {
+    const { target: t, desired } = target(wire({ '1': demoApp() }));
+    const round1 = plan({ target: t, desired, current: snapshot({ images: allImages }), startStopped: false });
+    expect(brief(round1)).toEqual(['createNetwork 1/default', 'createVolume 1/data']);
+
+    // Network present, volume not yet: worker (needs the volume) waits, web may go.
+    const partial = plan({ target: t, desired, current: snapshot({ images: allImages, networks: [net(1, 'default')] }), startStopped: false });
+    expect(brief(partial)).toEqual(['createVolume 1/data', 'createContainer 1/web']);
+
+    const round2 = plan({
+      target: t,
+      desired,
+      current: snapshot({ images: allImages, networks: [net(1, 'default')], volumes: [vol(1, 'data')] }),
+      startStopped: false,
+    });
+    expect(brief(round2)).toEqual(['createContainer 1/web', 'createContainer 1/worker']);
+    const created = round2.filter((s): s is Extract<Step, { action: 'createContainer' }> => s.action === 'createContainer');
+    expect(created.map((s) => s.desired)).toEqual([desired.get('1/web'), desired.get('1/worker')]);
+    expect(created[0]!.desired.spec.networkMode).toBe('1_default');
+    expect(created[1]!.desired.spec.binds).toContain('1_data:/data');
+  });
+
+  it('creates containers, then starts them, then has nothing left to do', () => {
+    const { target: t, desired, want } = target(wire({ '1': demoApp() }));
+    const base = { images: allImages, networks: [net(1, 'default')], volumes: [vol(1, 'data')] };
+    const round3 = plan({
+      target: t,
+      desired,
+      current: snapshot({ ...base, containers: [containerOf(want(1, 'web'), 'created'), containerOf(want(1, 'worker'), 'created')] }),
+      startStopped: false,
+    });
+    expect(brief(round3)).toEqual(['start 1/web', 'start 1/worker']);
+    const round4 = plan({
+      target: t,
+      desired,
+      current: snapshot({ ...base, containers: [containerOf(want(1, 'web')), containerOf(want(1, 'worker'))] }),
+      startStopped: false,
+    });
+    expect(round4).toEqual([]);
+  });
+
+  it('fetches missing images alongside creating the network and volume, and creates no container', () => {
+    const { target: t, desired } = target(wire({ '1': demoApp() }));
+    const steps = plan({ target: t, desired, current: snapshot(), startStopped: true });
+    expect(brief(steps)).toEqual([
+      'createNetwork 1/default',
+      'createVolume 1/data',
+      'fetch 1/web registry.local/web:1',
+      'fetch 1/worker registry.local/worker:1',
+    ]);
+  });
+
+  it('creates declared app networks too, and a service on one joins it', () => {
+    const app = demoApp();
+    app.networks = { backend: {} };
+    app.services['11']!.network_mode = 'backend';
+    const { target: t, desired } = target(wire({ '1': app }));
+    expect(brief(plan({ target: t, desired, current: snapshot({ images: allImages }), startStopped: false }))).toEqual([
+      'createNetwork 1/default',
+      'createNetwork 1/backend',
+      'createVolume 1/data',
+    ]);
+    // default and the volume exist, backend does not: only worker (on default) may be created.
+    const steps = plan({
+      target: t,
+      desired,
+      current: snapshot({ images: allImages, networks: [net(1, 'default')], volumes: [vol(1, 'data')] }),
+      startStopped: false,
+    });
+    expect(brief(steps)).toEqual(['createNetwork 1/backend', 'createContainer 1/worker']);
+    expect(desired.get('1/web')!.spec.networkMode).toBe('1_backend');
+  });
+});
+
+describe('plan: updating a running release', () => {
+  const old = target(wire({ '1': demoApp() }));
+  const running = [containerOf(old.want(1, 'web')), containerOf(old.want(1, 'worker'))];
+  const infra = { networks: [net(1, 'default')], volumes: [vol(1, 'data')] };
+
+  it('fetches a missing image while the old containers keep running', () => {
+    const next = target(wire({ '1': demoApp({ releaseId: 2, webImage: 'registry.local/web:2', workerImage: 'registry.local/worker:2' }) }));
+    // worker:2 already downloaded, web:2 not: the whole release waits, nothing is removed.
+    const steps = plan({
+      target: next.target,
+      desired: next.desired,
+      current: snapshot({ ...infra, containers: running, images: [...allImages, 'registry.local/worker:2'] }),
+      startStopped: false,
+    });
+    expect(brief(steps)).toEqual(['fetch 1/web registry.local/web:2']);
+    expect(steps.some((s) => s.action === 'removeContainer' || s.action === 'createContainer' || s.action === 'stop')).toBe(false);
+  });
+
+  it('replaces containers only once every image of the release is present, create in a later round', () => {
+    const next = target(wire({ '1': demoApp({ releaseId: 2, webImage: 'registry.local/web:2', workerImage: 'registry.local/worker:2' }) }));
+    const images = [...allImages, 'registry.local/web:2', 'registry.local/worker:2'];
+    const remove = plan({ target: next.target, desired: next.desired, current: snapshot({ ...infra, containers: running, images }), startStopped: false });
+    expect(brief(remove)).toEqual([
+      `removeContainer 1/web ${running[0]!.id} (configuration changed)`,
+      `removeContainer 1/worker ${running[1]!.id} (configuration changed)`,
+    ]);
+    const create = plan({ target: next.target, desired: next.desired, current: snapshot({ ...infra, images }), startStopped: false });
+    expect(brief(create)).toEqual(['createContainer 1/web', 'createContainer 1/worker']);
+    const done = plan({
+      target: next.target,
+      desired: next.desired,
+      current: snapshot({ ...infra, images, containers: [containerOf(next.want(1, 'web')), containerOf(next.want(1, 'worker'))] }),
+      startStopped: false,
+    });
+    expect(done).toEqual([]);
+  });
+
+  const changes: [string, WireApp, string[]][] = [
+    ['environment', demoApp({ webEnv: { MODE: 'b' } }), allImages],
+    ['image', demoApp({ webImage: 'registry.local/web:1.1' }), [...allImages, 'registry.local/web:1.1']],
+  ];
+  it.each(changes)('a changed %s removes the container, then creates its successor in a later round', (_what, app, images) => {
+    const next = target(wire({ '1': app }));
+    expect(next.want(1, 'web').configHash).not.toBe(old.want(1, 'web').configHash);
+    expect(next.want(1, 'worker').configHash).toBe(old.want(1, 'worker').configHash);
+    const round1 = plan({ target: next.target, desired: next.desired, current: snapshot({ ...infra, containers: running, images }), startStopped: false });
+    expect(brief(round1)).toEqual([`removeContainer 1/web ${running[0]!.id} (configuration changed)`]);
+    const round2 = plan({ target: next.target, desired: next.desired, current: snapshot({ ...infra, containers: [running[1]!], images }), startStopped: false });
+    expect(brief(round2)).toEqual(['createContainer 1/web']);
+    const created = round2[0] as Extract<Step, { action: 'createContainer' }>;
+    expect(created.desired.configHash).toBe(next.want(1, 'web').configHash);
+  });
+
+  it('a new releaseId alone replaces every service of the app', () => {
+    const next = target(wire({ '1': demoApp({ releaseId: 7 }) }));
+    expect(next.want(1, 'web').configHash).not.toBe(old.want(1, 'web').configHash);
+    const round1 = plan({ target: next.target, desired: next.desired, current: snapshot({ ...infra, containers: running, images: allImages }), startStopped: false });
+    expect(brief(round1).map((s) => s.split(' ').slice(0, 2).join(' '))).toEqual(['removeContainer 1/web', 'removeContainer 1/worker']);
+    expect(round1.every((s) => s.action === 'removeContainer' && s.reason === 'configuration changed')).toBe(true);
+    const round2 = plan({ target: next.target, desired: next.desired, current: snapshot({ ...infra, images: allImages }), startStopped: false });
+    expect(brief(round2)).toEqual(['createContainer 1/web', 'createContainer 1/worker']);
+    expect((round2[0] as Extract<Step, { action: 'createContainer' }>).desired.spec.name).toMatch(/_web_7$/);
+  });
+
+  it('a changed device name does not force a recreate of a service with the API label', () => {
+    const app = demoApp();
+    app.services['11']!.labels = { 'io.platform.features.supervisor-api': '1' };
+    const before = target(wire({ '1': app }), ctx('old-name')).want(1, 'web');
+    const after = target(wire({ '1': app }), ctx('new-name')).want(1, 'web');
+    expect(after.spec.env).toContain('PLATFORM_DEVICE_NAME_AT_INIT=new-name');
+    expect(after.configHash).toBe(before.configHash);
+  });
+
+  it('a service dropped from the release is removed once the release is ready', () => {
+    const app = demoApp();
+    delete app.services['12'];
+    const next = target(wire({ '1': app }));
+    const steps = plan({ target: next.target, desired: next.desired, current: snapshot({ ...infra, containers: running, images: allImages }), startStopped: false });
+    expect(brief(steps)).toEqual([`removeContainer 1/worker ${running[1]!.id} (service is not in the target release)`]);
+  });
+});
+
+describe('plan: converged and run state', () => {
+  const t = target(wire({ '1': demoApp() }));
+  const infra = { networks: [net(1, 'default')], volumes: [vol(1, 'data')], images: allImages };
+  const withStates = (web: ContainerState, worker: ContainerState = 'running') => [containerOf(t.want(1, 'web'), web), containerOf(t.want(1, 'worker'), worker)];
+
+  it('no steps when every container matches its desired hash and runs', () => {
+    for (const startStopped of [false, true]) {
+      expect(plan({ target: t.target, desired: t.desired, current: snapshot({ ...infra, containers: withStates('running') }), startStopped })).toEqual([]);
+    }
+  });
+
+  it('an image named without a tag matches the engine\'s ":latest" reference (no fetch)', () => {
+    const app = demoApp({ webImage: 'busybox', workerImage: 'registry.local:5000/team/worker' });
+    const b = target(wire({ '1': app }));
+    const current = snapshot({
+      ...infra,
+      images: ['busybox:latest', 'registry.local:5000/team/worker:latest'],
+      containers: [containerOf(b.want(1, 'web')), containerOf(b.want(1, 'worker'))],
+    });
+    expect(plan({ target: b.target, desired: b.desired, current, startStopped: false })).toEqual([]);
+  });
+
+  it('running: false stops a running (or restarting) container', () => {
+    const s = target(wire({ '1': demoApp({ webRunning: false }) }));
+    const containers = (state: ContainerState) => [containerOf(s.want(1, 'web'), state), containerOf(s.want(1, 'worker'))];
+    expect(brief(plan({ target: s.target, desired: s.desired, current: snapshot({ ...infra, containers: containers('running') }), startStopped: false }))).toEqual(['stop 1/web']);
+    expect(brief(plan({ target: s.target, desired: s.desired, current: snapshot({ ...infra, containers: containers('restarting') }), startStopped: true }))).toEqual(['stop 1/web']);
+    // Already stopped, or never started: nothing to do, and never a start.
+    for (const state of ['exited', 'created'] as const) {
+      expect(plan({ target: s.target, desired: s.desired, current: snapshot({ ...infra, containers: containers(state) }), startStopped: true })).toEqual([]);
+    }
+  });
+
+  it('a created container is started', () => {
+    const steps = plan({ target: t.target, desired: t.desired, current: snapshot({ ...infra, containers: withStates('created') }), startStopped: false });
+    expect(brief(steps)).toEqual(['start 1/web']);
+    expect((steps[0] as Extract<Step, { action: 'start' }>).container.id).toBe(withStates('created')[0]!.id);
+  });
+
+  it('an exited container is started only when startStopped is true', () => {
+    const current = snapshot({ ...infra, containers: withStates('exited') });
+    expect(plan({ target: t.target, desired: t.desired, current, startStopped: false })).toEqual([]);
+    expect(brief(plan({ target: t.target, desired: t.desired, current, startStopped: true }))).toEqual(['start 1/web']);
+  });
+
+  it('of two containers for one service, one is removed and the other kept', () => {
+    const a = containerOf(t.want(1, 'web'), 'running', 'web-a');
+    const b = containerOf(t.want(1, 'web'), 'running', 'web-b');
+    const steps = plan({ target: t.target, desired: t.desired, current: snapshot({ ...infra, containers: [a, b, containerOf(t.want(1, 'worker'))] }), startStopped: false });
+    expect(brief(steps)).toEqual(['removeContainer 1/web web-b (duplicate container)']);
+    // The round after: converged, no create for the service that kept one container.
+    expect(plan({ target: t.target, desired: t.desired, current: snapshot({ ...infra, containers: [a, containerOf(t.want(1, 'worker'))] }), startStopped: false })).toEqual([]);
+  });
+
+  it('an outdated container next to an up-to-date one: the outdated one goes, no create', () => {
+    const stale = containerOf(target(wire({ '1': demoApp({ webEnv: { MODE: 'old' } }) })).want(1, 'web'), 'exited', 'web-old');
+    const good = containerOf(t.want(1, 'web'), 'running', 'web-new');
+    const steps = plan({ target: t.target, desired: t.desired, current: snapshot({ ...infra, containers: [stale, good, containerOf(t.want(1, 'worker'))] }), startStopped: false });
+    expect(brief(steps)).toEqual(['removeContainer 1/web web-old (configuration changed)']);
+  });
+});
+
+describe('plan: removing an app', () => {
+  const both = target(wire({ '1': demoApp(), '2': demoApp() }));
+  const onlyTwo = target(wire({ '2': demoApp() }));
+  const app1 = [containerOf(both.want(1, 'web')), containerOf(both.want(1, 'worker'))];
+  const app2 = [containerOf(both.want(2, 'web')), containerOf(both.want(2, 'worker'))];
+  const networks = [net(1, 'default'), net(1, 'backend'), net(2, 'default')];
+  const volumes = [vol(1, 'data'), vol(2, 'data')];
+
+  it('removes its containers first, then its networks; volumes stay; the other app is untouched', () => {
+    const round1 = plan({ target: onlyTwo.target, desired: onlyTwo.desired, current: snapshot({ networks, volumes, images: allImages, containers: [...app1, ...app2] }), startStopped: false });
+    expect(brief(round1)).toEqual([
+      `removeContainer 1/web ${app1[0]!.id} (app is not in the target state)`,
+      `removeContainer 1/worker ${app1[1]!.id} (app is not in the target state)`,
+    ]);
+    const round2 = plan({ target: onlyTwo.target, desired: onlyTwo.desired, current: snapshot({ networks, volumes, images: allImages, containers: app2 }), startStopped: false });
+    expect(brief(round2)).toEqual(['removeNetwork 1/default', 'removeNetwork 1/backend']);
+    const round3 = plan({ target: onlyTwo.target, desired: onlyTwo.desired, current: snapshot({ networks: [net(2, 'default')], volumes, images: allImages, containers: app2 }), startStopped: false });
+    expect(round3).toEqual([]);
+  });
+
+  it('an empty target removes every app, lowest appId first', () => {
+    const empty = target(wire({}));
+    const steps = plan({ target: empty.target, desired: empty.desired, current: snapshot({ networks, volumes, images: allImages, containers: [...app2, ...app1] }), startStopped: false });
+    expect(steps.map((s) => `${s.action} ${s.appId}`)).toEqual(['removeContainer 1', 'removeContainer 1', 'removeContainer 2', 'removeContainer 2']);
+  });
+});
+
+describe('plan: shared images', () => {
+  it('an image used by two services is fetched once', () => {
+    const app = demoApp({ webImage: 'registry.local/shared:3', workerImage: 'registry.local/shared:3' });
+    const s = target(wire({ '1': app }));
+    const steps = plan({ target: s.target, desired: s.desired, current: snapshot({ networks: [net(1, 'default')], volumes: [vol(1, 'data')] }), startStopped: false });
+    expect(brief(steps)).toEqual(['fetch 1/web registry.local/shared:3']);
+  });
+
+  it('the same image spelled with and without ":latest" is fetched once', () => {
+    const s = target(wire({ '1': demoApp({ webImage: 'alpine', workerImage: 'alpine:latest' }) }));
+    const steps = plan({ target: s.target, desired: s.desired, current: snapshot({ networks: [net(1, 'default')], volumes: [vol(1, 'data')] }), startStopped: false });
+    expect(steps.filter((x) => x.action === 'fetch')).toHaveLength(1);
+  });
+});
+
+describe('checkWireState', () => {
+  it('accepts a sound state', () => {
+    expect(checkWireState(wire({ '1': demoApp() }))).toEqual([]);
+  });
+
+  it('serviceId must equal its key', () => {
+    const app = demoApp();
+    app.services['11']!.serviceId = 13;
+    const problems = checkWireState(wire({ '1': app }));
+    expect(problems).toEqual(['local.apps.1.services.11.serviceId must equal its key 11']);
+  });
+
+  it('a volume a service mounts must be declared by the app', () => {
+    const app = demoApp();
+    app.services['11']!.volumes = ['cache:/cache:ro'];
+    const problems = checkWireState(wire({ '1': app }));
+    expect(problems).toHaveLength(1);
+    expect(problems[0]).toContain('local.apps.1.services.11.volumes');
+    expect(problems[0]).toContain('"cache"');
+  });
+
+  it('a service name used twice in one app is refused', () => {
+    const app = demoApp();
+    app.services['12']!.serviceName = 'web';
+    expect(checkWireState(wire({ '1': app })).join('\n')).toContain('serviceName "web" is used twice');
+  });
+});
+
+describe('checkDeviceConfig', () => {
+  it('accepts sound values', () => {
+    expect(
+      checkDeviceConfig({
+        SUPERVISOR_POLL_INTERVAL: '10000',
+        SUPERVISOR_LOCAL_MODE: '1',
+        SUPERVISOR_OVERRIDE_LOCK: '0',
+        SUPERVISOR_DELTA_VERSION: '3',
+        HOST_CONFIG_gpu_mem: '128',
+      }),
+    ).toEqual([]);
+  });
+
+  it('SUPERVISOR_POLL_INTERVAL below 10000 is rejected, naming the key', () => {
+    for (const value of ['9999', '0', '-20000', '15s', '']) {
+      const problems = checkDeviceConfig({ SUPERVISOR_POLL_INTERVAL: value });
+      expect(problems, value).toHaveLength(1);
+      expect(problems[0]).toContain('local.config.SUPERVISOR_POLL_INTERVAL');
+      expect(problems[0]).toContain('10000');
+    }
+  });
+
+  it('bad flag values are rejected, naming the key', () => {
+    for (const key of ['SUPERVISOR_LOCAL_MODE', 'SUPERVISOR_OVERRIDE_LOCK', 'SUPERVISOR_VPN_CONTROL', 'SUPERVISOR_PERSISTENT_LOGGING']) {
+      for (const value of ['yes', '2', '', ' 1']) {
+        const problems = checkDeviceConfig({ [key]: value }, 'cloud.config');
+        expect(problems, `${key}=${JSON.stringify(value)}`).toEqual([`cloud.config.${key} must be "1" or "0", got "${value}"`]);
+      }
+    }
+  });
+
+  it('a multi-line HOST_CONFIG_ value is rejected (it would inject config.txt lines)', () => {
+    for (const value of ['1\ndtoverlay=evil', 'a\r\nb', 'x\0y']) {
+      const problems = checkDeviceConfig({ HOST_CONFIG_dtparam: value });
+      expect(problems).toEqual(['local.config.HOST_CONFIG_dtparam must be a single line']);
+    }
+  });
+
+  it('unknown keys are kept and reported, never rejected', () => {
+    const config = { SOMETHING_NEW: 'x', SUPERVISOR_POLL_INTERVAL: '60000', HOST_CONFIG_gpu_mem: '64' };
+    expect(checkDeviceConfig(config)).toEqual([]);
+    expect(unknownConfigKeys(config)).toEqual(['SOMETHING_NEW']);
+    expect(normaliseState(wire({}, config)).config).toEqual(config);
+    const typed = readDeviceConfig(config);
+    expect(typed.pollIntervalMs).toBe(60000);
+    expect(typed.hostConfig).toEqual({ gpu_mem: '64' });
+  });
+});

@@ -326,30 +326,35 @@ interface LatencyResult {
   mean: number;
 }
 
-async function latency(api: Api, path: string): Promise<LatencyResult> {
-  for (let i = 0; i < LATENCY_WARMUP; i++) {
-    checkInterrupted();
-    const res = await api.get(path);
-    if (res.status !== 200) throw new BenchError(`GET ${path} answered ${res.status} during warm-up: ${res.body.slice(0, 300)}`);
+/**
+ * Sequential latency (one request in flight) of each path. The paths are interleaved
+ * (a, b, a, b, ...) so neither one is measured in a systematically different moment
+ * (right after the load, during a GC, while dockerd is busy).
+ */
+async function latency(api: Api, paths: readonly string[]): Promise<LatencyResult[]> {
+  const times = paths.map((): number[] => []);
+  for (let i = 0; i < LATENCY_WARMUP + LATENCY_SAMPLES; i++) {
+    for (let p = 0; p < paths.length; p++) {
+      checkInterrupted();
+      const path = paths[p]!;
+      const t0 = performance.now();
+      const res = await api.get(path);
+      const ms = performance.now() - t0;
+      if (res.status !== 200) throw new BenchError(`GET ${path} answered ${res.status}: ${res.body.slice(0, 300)}`);
+      if (i >= LATENCY_WARMUP) times[p]!.push(ms);
+    }
   }
-  const times: number[] = [];
-  for (let i = 0; i < LATENCY_SAMPLES; i++) {
-    checkInterrupted();
-    const t0 = performance.now();
-    const res = await api.get(path);
-    const ms = performance.now() - t0;
-    if (res.status !== 200) throw new BenchError(`GET ${path} answered ${res.status}: ${res.body.slice(0, 300)}`);
-    times.push(ms);
-  }
-  times.sort((a, b) => a - b);
-  return {
-    path,
-    samples: times.length,
-    p50: round(percentile(times, 50), 3),
-    p99: round(percentile(times, 99), 3),
-    max: round(times[times.length - 1]!, 3),
-    mean: round(times.reduce((a, b) => a + b, 0) / times.length, 3),
-  };
+  return paths.map((path, p) => {
+    const sorted = times[p]!.sort((a, b) => a - b);
+    return {
+      path,
+      samples: sorted.length,
+      p50: round(percentile(sorted, 50), 3),
+      p99: round(percentile(sorted, 99), 3),
+      max: round(sorted[sorted.length - 1]!, 3),
+      mean: round(sorted.reduce((a, b) => a + b, 0) / sorted.length, 3),
+    };
+  });
 }
 
 /* -------------------------------------------------------------------- main */
@@ -395,9 +400,8 @@ async function main(): Promise<void> {
     await sleep(SETTLE_MS, undefined, { signal: interrupted.signal }).catch(() => checkInterrupted());
     const afterLoadSettled = rss();
 
-    process.stderr.write(`bench: sequential latency (${LATENCY_WARMUP} warm-up + ${LATENCY_SAMPLES} samples per endpoint)\n`);
-    const latDevice = await latency(api, '/v1/device');
-    const latApps = await latency(api, '/v2/applications/state');
+    process.stderr.write(`bench: sequential latency (${LATENCY_WARMUP} warm-up + ${LATENCY_SAMPLES} samples per endpoint, interleaved)\n`);
+    const [latDevice, latApps] = (await latency(api, ['/v1/device', '/v2/applications/state'])) as [LatencyResult, LatencyResult];
 
     process.stderr.write(`bench: ${RELEASE_CHANGES} release changes\n`);
     const changes: ApplyResult[] = [];
@@ -450,7 +454,7 @@ async function main(): Promise<void> {
       ['calls / duration', `${loadResult.calls} in ${loadResult.seconds} s`],
       ['throughput', `${loadResult.reqPerSec} req/s`],
       ['transport errors / non-200', `${loadResult.errors} / ${nonOk}`],
-      [`Sequential latency, ${LATENCY_SAMPLES} samples after ${LATENCY_WARMUP} warm-up (3-service app running)`, ''],
+      [`Sequential latency, ${LATENCY_SAMPLES} samples each after ${LATENCY_WARMUP} warm-up, interleaved (3-service app running)`, ''],
       ['GET /v1/device', `p50 ${latDevice.p50} ms  p99 ${latDevice.p99} ms  (p99/p50 ${result.latencyMs.v1Device.p99OverP50})  max ${latDevice.max} ms`],
       ['GET /v2/applications/state', `p50 ${latApps.p50} ms  p99 ${latApps.p99} ms  (p99/p50 ${result.latencyMs.v2ApplicationsState.p99OverP50})  max ${latApps.max} ms`],
       [`Local target-state POST -> applied, 3 services Running (poll ${APPLY_POLL_MS} ms)`, ''],

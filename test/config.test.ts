@@ -1,7 +1,7 @@
 /**
  * Supervisor configuration (flag > env > file > default) and system tool lookup.
  */
-import { chmod, mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { chmod, mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -189,7 +189,6 @@ describe('system tools', () => {
     const binB = join(dir, 'bin-b');
     await rm(binA, { recursive: true, force: true });
     await rm(binB, { recursive: true, force: true });
-    const { mkdir } = await import('node:fs/promises');
     await mkdir(binA);
     await mkdir(binB);
     await writeFile(join(binA, 'fltool'), '#!/bin/sh\n');

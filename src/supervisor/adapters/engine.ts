@@ -127,6 +127,8 @@ export class Engine {
       for (const image of images) {
         imageMap.set(image.Id, image.Id);
         for (const tag of image.RepoTags ?? []) imageMap.set(tag, image.Id);
+        // Cloud releases name images by digest; such images often carry no tag.
+        for (const digest of image.RepoDigests ?? []) imageMap.set(digest, image.Id);
       }
       return {
         containers: containers.map((c) => {

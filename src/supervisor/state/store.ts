@@ -4,7 +4,8 @@
  * directory is fsynced, so a reader sees either the old or the new document, never a torn one.
  * Writes are serialised: concurrent updates apply in call order.
  */
-import { mkdirSync, openSync, writeSync, fsyncSync, closeSync, renameSync, readFileSync, existsSync } from 'node:fs';
+import { mkdirSync, openSync, writeSync, fsyncSync, closeSync, renameSync, readFileSync, existsSync, readdirSync, rmSync } from 'node:fs';
+import { randomBytes } from 'node:crypto';
 import { join } from 'node:path';
 import { FleetlabError, errorText } from '../../errors.js';
 import type { TargetState } from '../../protocol/target-state.js';
@@ -26,7 +27,7 @@ export interface DeviceRecord {
 
 export function writeFileAtomic(path: string, data: string): void {
   const dir = join(path, '..');
-  const tmp = `${path}.tmp-${process.pid}`;
+  const tmp = `${path}.tmp-${process.pid}-${randomBytes(4).toString('hex')}`;
   const fd = openSync(tmp, 'w', 0o600);
   try {
     writeSync(fd, data);
@@ -55,6 +56,8 @@ export class DeviceStore {
   static open(dataDir: string, initial: () => DeviceRecord): DeviceStore {
     mkdirSync(dataDir, { recursive: true });
     const path = join(dataDir, 'device.json');
+    // A writer killed mid-write leaves its temporary file; the document itself is whole.
+    for (const name of readdirSync(dataDir)) if (name.startsWith('device.json.tmp-')) rmSync(join(dataDir, name), { force: true });
     if (!existsSync(path)) {
       const record = initial();
       writeFileAtomic(path, JSON.stringify(record, null, 2));

@@ -54,6 +54,7 @@ export class StateEngine {
   private attempts = 0;
   private waiters: Array<() => void> = [];
   private closed = false;
+  private viewRead: Promise<EngineSnapshot> | null = null;
   lastError: string | null = null;
   updateFailed = false;
   updateLocked = false;
@@ -120,9 +121,16 @@ export class StateEngine {
     return map;
   }
 
+  /**
+   * The device as the API reports it. Concurrent readers share one engine read: a view may
+   * be a few ms older than the request, which is fine for reporting; the applier never uses
+   * a shared read, as planning on stale state would repeat steps.
+   */
   async view(): Promise<DeviceView> {
-    const current = await this.deps.engine.snapshot();
-    return this.viewOf(current);
+    this.viewRead ??= this.deps.engine.snapshot().finally(() => {
+      this.viewRead = null;
+    });
+    return this.viewOf(await this.viewRead);
   }
 
   viewOf(current: EngineSnapshot): DeviceView {

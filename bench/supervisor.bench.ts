@@ -12,7 +12,7 @@
  * Output: a readable table, then one JSON line (`{"bench":"supervisor",...}`).
  * All traffic goes to 127.0.0.1; every loop is bounded.
  *
- *   npm run bench            (node --import tsx bench/supervisor.bench.ts)
+ *   npm run bench            (builds, then runs dist/bench/supervisor.bench.js: the supervisor runs compiled)
  *   FLEETLAB_DOCKER_SOCKET=/path/to/docker.sock npm run bench
  */
 import { readFileSync, readdirSync } from 'node:fs';
@@ -463,7 +463,7 @@ async function main(): Promise<void> {
       ['median of release changes', `${result.applyMs.releaseChangeMedian} ms  (max/min ${result.applyMs.releaseChangeMaxOverMin})`],
       ['Device', ''],
       ['start to /ping ready', `${result.supervisorStartMs} ms`],
-      ['note', 'the supervisor runs from TypeScript sources through tsx (cliCommand from a .ts entry)'],
+      ['supervisor runs', import.meta.url.endsWith('.ts') ? 'from TypeScript sources through tsx' : 'compiled (dist/)'],
     ];
     process.stdout.write(`fleetlab supervisor bench (${process.version}, engine docker)\n${table(rows)}\n\n${JSON.stringify(result)}\n`);
   } finally {

@@ -3,6 +3,7 @@
  * content or the new one, never a torn file. Write a temporary file in the same directory,
  * fsync it, rename it over the target, fsync the directory so the rename itself is on disk.
  */
+import { closeSync, fsyncSync, openSync, readdirSync, renameSync, rmSync, writeSync } from 'node:fs';
 import { open, rename, rm, mkdir } from 'node:fs/promises';
 import { dirname, basename, join } from 'node:path';
 import { randomBytes } from 'node:crypto';
@@ -16,11 +17,40 @@ async function fsyncDir(dir: string): Promise<void> {
   }
 }
 
+const tempPrefix = (path: string) => `.${basename(path)}.tmp-`;
+// A random suffix lets two writers (two instances in one process) never share a temp file.
+const tempPath = (path: string) => join(dirname(path), `${tempPrefix(path)}${process.pid}-${randomBytes(4).toString('hex')}`);
+
+/** Removes temporary files a writer killed mid-write left next to `path`. */
+export function removeStaleTemps(path: string): void {
+  for (const name of readdirSync(dirname(path))) {
+    if (name.startsWith(tempPrefix(path))) rmSync(join(dirname(path), name), { force: true });
+  }
+}
+
+/** The same as writeFileAtomic, for callers that must finish before they return. */
+export function writeFileAtomicSync(path: string, data: string, mode = 0o600): void {
+  const tmp = tempPath(path);
+  const fd = openSync(tmp, 'w', mode);
+  try {
+    writeSync(fd, data);
+    fsyncSync(fd);
+  } finally {
+    closeSync(fd);
+  }
+  renameSync(tmp, path);
+  const dirFd = openSync(dirname(path), 'r');
+  try {
+    fsyncSync(dirFd);
+  } finally {
+    closeSync(dirFd);
+  }
+}
+
 export async function writeFileAtomic(path: string, data: string, mode = 0o644): Promise<void> {
   const dir = dirname(path);
   await mkdir(dir, { recursive: true });
-  // A random suffix lets two writers (two instances in one process) never share a temp file.
-  const tmp = join(dir, `.${basename(path)}.tmp-${process.pid}-${randomBytes(4).toString('hex')}`);
+  const tmp = tempPath(path);
   const handle = await open(tmp, 'w', mode);
   try {
     await handle.writeFile(data);

@@ -142,6 +142,21 @@ describe('local target state', () => {
   });
 });
 
+describe('device config', () => {
+  it('writes HOST_CONFIG_* values into config.txt, keeping other lines', async () => {
+    const { readFileSync } = await import('node:fs');
+    mkdirSync(join(f.dir, 'boot'), { recursive: true });
+    writeFileSync(f.sup.config.bootConfigPath, 'kernel=own.img\n');
+    const res = await call('POST', '/v2/local/target-state', { local: twoServiceState({ config: { HOST_CONFIG_gpu_mem: '64', HOST_CONFIG_dtparam: '"i2c_arm=on","spi=on"' } }) });
+    expect(res.status).toBe(200);
+    const text = readFileSync(f.sup.config.bootConfigPath, 'utf8');
+    expect(text.split('\n')).toEqual(expect.arrayContaining(['kernel=own.img', 'gpu_mem=64', 'dtparam="i2c_arm=on","spi=on"']));
+    await call('POST', '/v2/local/target-state', { local: twoServiceState() });
+    expect(readFileSync(f.sup.config.bootConfigPath, 'utf8')).toBe('kernel=own.img\n');
+    await waitApplied(f.sup);
+  });
+});
+
 describe('state endpoints', () => {
   it('GET /v1/device', async () => {
     const body = (await call('GET', '/v1/device')).json();

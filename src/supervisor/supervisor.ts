@@ -10,6 +10,7 @@ import type { FastifyInstance } from 'fastify';
 import { badRequest } from '../errors.js';
 import { checkWireState, emptyTarget, normaliseState, type TargetState, type WireLocalState } from '../protocol/target-state.js';
 import type { SupervisorConfig } from './config.js';
+import { BootConfig } from './adapters/boot-config.js';
 import { Engine } from './adapters/engine.js';
 import type { HostPort, JournalPort, LedPort } from './adapters/ports.js';
 import { buildApi } from './api/server.js';
@@ -79,6 +80,7 @@ export class Supervisor {
   readonly version = supervisorVersion;
   readonly osVersion: string;
   readonly api: FastifyInstance;
+  readonly bootConfig: BootConfig;
   /** Set while a reboot or shutdown is under way. */
   private powerAction: Promise<void> | null = null;
 
@@ -102,6 +104,7 @@ export class Supervisor {
     this.keys = new ApiKeys(this.store);
     this.engine = deps.engine ?? new Engine({ socketPath: config.dockerSocket, device: record.uuid });
     this.locks = new UpdateLocks(config.lockRoot);
+    this.bootConfig = new BootConfig(config.bootConfigPath);
     this.state = new StateEngine(
       {
         engine: this.engine,
@@ -174,6 +177,9 @@ export class Supervisor {
       ...(localMode !== undefined ? { localMode } : {}),
     }));
     this.state.setTarget(target);
+    if (await this.bootConfig.apply(readDeviceConfig(target.config).hostConfig)) {
+      this.log.warn(`${this.config.bootConfigPath} changed (HOST_CONFIG_* values): reboot the device to apply them`);
+    }
   }
 
   /** Applies the stored target (first round also restarts services a user stopped). */

@@ -4,8 +4,8 @@
  * directory is fsynced, so a reader sees either the old or the new document, never a torn one.
  * Writes are serialised: concurrent updates apply in call order.
  */
-import { mkdirSync, openSync, writeSync, fsyncSync, closeSync, renameSync, readFileSync, existsSync, readdirSync, rmSync } from 'node:fs';
-import { randomBytes } from 'node:crypto';
+import { mkdirSync, readFileSync, existsSync } from 'node:fs';
+import { removeStaleTemps, writeFileAtomicSync as writeFileAtomic } from '../../atomic-file.js';
 import { join } from 'node:path';
 import { FleetlabError, errorText } from '../../errors.js';
 import type { TargetState } from '../../protocol/target-state.js';
@@ -25,25 +25,6 @@ export interface DeviceRecord {
   generation: number;
 }
 
-export function writeFileAtomic(path: string, data: string): void {
-  const dir = join(path, '..');
-  const tmp = `${path}.tmp-${process.pid}-${randomBytes(4).toString('hex')}`;
-  const fd = openSync(tmp, 'w', 0o600);
-  try {
-    writeSync(fd, data);
-    fsyncSync(fd);
-  } finally {
-    closeSync(fd);
-  }
-  renameSync(tmp, path);
-  const dirFd = openSync(dir, 'r');
-  try {
-    fsyncSync(dirFd);
-  } finally {
-    closeSync(dirFd);
-  }
-}
-
 export class DeviceStore {
   private record: DeviceRecord;
   private queue: Promise<void> = Promise.resolve();
@@ -57,7 +38,7 @@ export class DeviceStore {
     mkdirSync(dataDir, { recursive: true });
     const path = join(dataDir, 'device.json');
     // A writer killed mid-write leaves its temporary file; the document itself is whole.
-    for (const name of readdirSync(dataDir)) if (name.startsWith('device.json.tmp-')) rmSync(join(dataDir, name), { force: true });
+    removeStaleTemps(path);
     if (!existsSync(path)) {
       const record = initial();
       writeFileAtomic(path, JSON.stringify(record, null, 2));

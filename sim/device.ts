@@ -18,6 +18,7 @@ import { LABEL } from '../src/supervisor/adapters/engine.js';
 import { startHostPeer, type HostPeer } from './dbus/host-peer.js';
 import { startPrivateBus, type PrivateBus } from './dbus/private-bus.js';
 import { cliCommand } from './entry.js';
+import { untilStopped } from '../src/stop-signals.js';
 import { gpioNamespaceCommand } from './gpio/namespace.js';
 import { startSysfsGpio, type SysfsGpio } from './gpio/sysfs-gpio.js';
 import { ContainerLogFollower } from './journal/container-logs.js';
@@ -275,14 +276,7 @@ export async function runSimDevice(opts: SimDeviceOptions): Promise<void> {
       '',
     ].join('\n'),
   );
-  await new Promise<void>((done) => {
-    const stop = () => {
-      process.off('SIGINT', stop);
-      process.off('SIGTERM', stop);
-      void device.stop().finally(done);
-    };
-    process.on('SIGINT', stop);
-    process.on('SIGTERM', stop);
-    device.once('poweroff', stop);
-  });
+  const { done, trigger } = untilStopped(() => device.stop());
+  device.once('poweroff', trigger);
+  await done;
 }

@@ -6,9 +6,16 @@ import { Command, Option } from 'commander';
 import { errorText, isFleetlabError } from '../errors.js';
 import { describeSettings, flagName, loadConfig, settings, type SupervisorConfig } from '../supervisor/config.js';
 
-function fail(err: unknown): never {
-  console.error(`fleetlab: ${isFleetlabError(err) ? err.message : errorText(err)}`);
-  process.exit(1);
+/** Runs a subcommand; any error ends the process with one readable line, not a stack. */
+function action<A extends unknown[]>(fn: (...args: A) => Promise<void>): (...args: A) => Promise<void> {
+  return async (...args: A) => {
+    try {
+      await fn(...args);
+    } catch (err) {
+      console.error(`fleetlab: ${isFleetlabError(err) ? err.message : errorText(err)}`);
+      process.exit(1);
+    }
+  };
 }
 
 const program = new Command('fleetlab').description('Device supervisor, cloud API and HIL harness for Linux boards');
@@ -22,18 +29,16 @@ for (const s of settings) {
   const flag = s.kind === 'boolean' ? `${flagName(s.key)} [bool]` : `${flagName(s.key)} <value>`;
   supervisor.addOption(new Option(flag, s.description).hideHelp());
 }
-supervisor.action(async (opts: Record<string, unknown>) => {
-  try {
+supervisor.action(
+  action(async (opts: Record<string, unknown>) => {
     const flags: Partial<Record<keyof SupervisorConfig, unknown>> = {};
     for (const s of settings) if (opts[s.key] !== undefined) flags[s.key] = opts[s.key] === true ? 'true' : opts[s.key];
     const config = loadConfig({ file: opts.config as string | undefined, env: process.env, flags });
     const { runSupervisor } = await import('../supervisor/main.js');
     const { stopped } = await runSupervisor(config);
     await stopped;
-  } catch (err) {
-    fail(err);
-  }
-});
+  }),
+);
 
 const sim = program.command('sim').description('Simulated devices and peers');
 sim
@@ -46,30 +51,26 @@ sim
   .option('--local-mode', 'start in local mode', false)
   .option('--api-key <key>', 'device API key on first start')
   .option('--vendor <word>', 'vendor word for PLATFORM_* variables', 'platform')
-  .action(async (opts: { port: string; dataDir?: string; engine: 'docker'; dockerSocket: string; localMode: boolean; apiKey?: string; vendor: string }) => {
-    try {
+  .action(
+    action(async (opts: { port: string; dataDir?: string; engine: 'docker'; dockerSocket: string; localMode: boolean; apiKey?: string; vendor: string }) => {
       const port = Number(opts.port);
       if (!Number.isInteger(port) || port < 0 || port > 65535) throw new Error(`--port must be 0..65535, got ${opts.port}`);
       const { runSimDevice } = await import('../../sim/device.js');
       await runSimDevice({ ...opts, port });
-    } catch (err) {
-      fail(err);
-    }
-  });
+    }),
+  );
 
 const images = program.command('images').description('Local container images for tests (no registry needed)');
 images
   .command('build')
   .description('Build the test images (fleetlab/test-app:1 and :2) from Debian\'s busybox-static with an engine import')
   .option('--docker-socket <path>', 'engine API socket', '/var/run/docker.sock')
-  .action(async (opts: { dockerSocket: string }) => {
-    try {
+  .action(
+    action(async (opts: { dockerSocket: string }) => {
       const { buildTestImages } = await import('../../sim/images/test-images.js');
       const refs = await buildTestImages(opts.dockerSocket, (e) => console.error(`${e.image}: ${e.step}`));
       for (const ref of refs) console.log(ref);
-    } catch (err) {
-      fail(err);
-    }
-  });
+    }),
+  );
 
 await program.parseAsync(process.argv);

@@ -9,6 +9,7 @@ import { createHostAdapter } from './adapters/host.js';
 import { createJournalAdapter } from './adapters/journal.js';
 import { createLedAdapter, type LedGpio } from './adapters/led.js';
 import { Supervisor } from './supervisor.js';
+import { untilStopped } from '../stop-signals.js';
 
 export function parseLedGpio(value: string): LedGpio | undefined {
   if (value === '') return undefined;
@@ -40,14 +41,6 @@ export async function runSupervisor(config: SupervisorConfig): Promise<{ url: st
   await supervisor.start();
   const url = await supervisor.listen();
   supervisor.log.info(`Supervisor ${supervisor.version} listening on ${url}, device ${supervisor.uuid}`);
-  const stopped = new Promise<void>((resolve) => {
-    const stop = () => {
-      process.off('SIGINT', stop);
-      process.off('SIGTERM', stop);
-      void supervisor.close().finally(resolve);
-    };
-    process.on('SIGINT', stop);
-    process.on('SIGTERM', stop);
-  });
+  const { done: stopped } = untilStopped(() => supervisor.close());
   return { url, supervisor, stopped };
 }

@@ -4,7 +4,7 @@
  * service's container. The supervisor takes the same files with O_EXCL before it stops or
  * replaces a service, so the app and the supervisor can never both believe they hold it.
  */
-import { mkdirSync, openSync, closeSync, unlinkSync, existsSync, rmSync } from 'node:fs';
+import { mkdirSync, openSync, closeSync, existsSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { locked } from '../../errors.js';
 
@@ -66,14 +66,5 @@ export class UpdateLocks {
   /** Drops an app's lock directories (after the app is removed from the device). */
   forgetApp(appId: number): void {
     rmSync(join(this.lockRoot, String(appId)), { recursive: true, force: true });
-  }
-
-  /** Lets a caller tidy a file it found stale; kept separate so intent is explicit. */
-  removeLockFile(appId: number, serviceName: string): void {
-    try {
-      unlinkSync(join(this.dir(appId, serviceName), LOCK_FILE));
-    } catch (err) {
-      if ((err as NodeJS.ErrnoException).code !== 'ENOENT') throw err;
-    }
   }
 }

@@ -58,7 +58,6 @@ export class StateEngine {
   lastError: string | null = null;
   updateFailed = false;
   updateLocked = false;
-  lastAppliedAt: number | null = null;
 
   constructor(private readonly deps: StateEngineDeps, initialTarget: TargetState) {
     this.target = initialTarget;
@@ -192,7 +191,6 @@ export class StateEngine {
         this.updateLocked = false;
         this.lastError = null;
         this.attempts = 0;
-        this.lastAppliedAt = Date.now();
         return;
       }
       let progressed: boolean;

@@ -33,7 +33,7 @@ export interface SupervisorDeps {
   journal: JournalPort;
   /** Undefined when the device has no LED: blink then only logs. */
   led?: LedPort;
-  logger: Logger & { child?: unknown };
+  logger: Logger;
   /** Defaults to dockerode on config.dockerSocket. */
   engine?: Engine;
 }

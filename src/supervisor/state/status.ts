@@ -3,7 +3,7 @@
  * engine holds, image downloads in flight and the applier's transient per-service statuses.
  */
 import type { TargetState } from '../../protocol/target-state.js';
-import type { EngineSnapshot, ManagedContainer } from '../adapters/engine.js';
+import { normaliseImageRef, type EngineSnapshot, type ManagedContainer } from '../adapters/engine.js';
 import type { DesiredContainer } from './container-spec.js';
 import { imagePresent, serviceKey } from './planner.js';
 
@@ -156,7 +156,7 @@ export function deviceView(input: StatusInput): DeviceView {
         appId: app.appId,
         serviceName: s.serviceName,
         imageId: s.imageId,
-        engineImageId: input.current.images.get(s.image) ?? input.current.images.get(`${s.image}:latest`) ?? '',
+        engineImageId: input.current.images.get(s.image) ?? input.current.images.get(normaliseImageRef(s.image)) ?? '',
         status: fetch ? ('Downloading' as const) : ('Downloaded' as const),
         downloadProgress: fetch ? fetch.percent : null,
       };

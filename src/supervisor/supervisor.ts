@@ -221,6 +221,8 @@ export class Supervisor {
 
   async close(): Promise<void> {
     this.state.close();
+    // A round in flight may still create a container; let it land so callers can clean up.
+    await this.state.settled();
     this.blinker.stop();
     await this.api.close();
     await this.host.close();

@@ -144,6 +144,7 @@ export class StateEngine {
     });
   }
 
+  /** Stops applying; `settled()` then resolves once the round in flight has finished. */
   close(): void {
     this.closed = true;
     if (this.retryTimer) clearTimeout(this.retryTimer);
@@ -178,6 +179,7 @@ export class StateEngine {
 
   private async applyOnce(force: boolean): Promise<void> {
     for (let round = 0; round < MAX_ROUNDS; round++) {
+      if (this.closed) return;
       let steps: Step[];
       try {
         const current = await this.deps.engine.snapshot();

@@ -246,6 +246,33 @@ describe('v1 app endpoints', () => {
   });
 });
 
+describe('v1 app endpoints on a single-service app', () => {
+  it('GET /v1/apps/:appId, stop and start', async () => {
+    const state = twoServiceState();
+    state.apps['2'] = {
+      name: 'solo', commit: 'solo1', releaseId: '5', volumes: {}, networks: {},
+      services: { '21': { serviceName: 'solo', serviceId: 21, imageId: 201, image: 'fleetlab/test-app:1', environment: { MODE: 'one' }, labels: {} } },
+    };
+    expect((await call('POST', '/v2/local/target-state', { local: state })).status).toBe(200);
+    await waitApplied(f.sup);
+    const [solo] = await f.sup.actions.containers(2, 'solo');
+    const app = (await call('GET', '/v1/apps/2')).json();
+    expect(app).toMatchObject({ appId: 2, commit: 'solo1', imageId: 'fleetlab/test-app:1', containerId: solo!.id });
+    expect(app.env).toMatchObject({ MODE: 'one', PLATFORM_APP_LOCK_PATH: '/tmp/platform/updates.lock' });
+    const stop = await call('POST', '/v1/apps/2/stop');
+    expect(stop.status).toBe(200);
+    expect(stop.json()).toEqual({ containerId: solo!.id });
+    expect((await f.sup.actions.containers(2, 'solo'))[0]?.state).toBe('exited');
+    const start = await call('POST', '/v1/apps/2/start');
+    expect(start.json()).toEqual({ containerId: solo!.id });
+    expect((await f.sup.actions.containers(2, 'solo'))[0]?.state).toBe('running');
+    // Back to the one app the later tests expect; the removed app's containers go.
+    await call('POST', '/v2/local/target-state', { local: twoServiceState() });
+    await waitApplied(f.sup);
+    expect(await f.sup.actions.containers(2)).toEqual([]);
+  });
+});
+
 describe('v2 service actions', () => {
   it('validate the selector: missing 400, unknown 404, mismatched 400', async () => {
     expect((await call('POST', '/v2/applications/1/stop-service', {})).status).toBe(400);

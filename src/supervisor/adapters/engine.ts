@@ -111,8 +111,8 @@ export class Engine {
     }
   }
 
-  private deviceFilter(extra: string[] = []) {
-    return { label: [`${LABEL.device}=${this.options.device}`, ...extra] };
+  private deviceFilter() {
+    return { label: [`${LABEL.device}=${this.options.device}`] };
   }
 
   async snapshot(): Promise<EngineSnapshot> {

@@ -20,7 +20,7 @@ declare module 'fastify' {
   }
 }
 
-export function errorBody(request: FastifyRequest, message: string): object {
+function errorBody(request: FastifyRequest, message: string): object {
   return request.routeOptions.config.envelope === 'data-error'
     ? { Data: '', Error: message }
     : { status: 'failed', message };

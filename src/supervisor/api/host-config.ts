@@ -6,6 +6,7 @@
 import { Type, type Static } from '@sinclair/typebox';
 import type { FastifyInstance, FastifyPluginAsync } from 'fastify';
 import { badRequest } from '../../errors.js';
+import { isValidHostname } from '../adapters/hostname-rules.js';
 import type { ProxySettings } from '../adapters/ports.js';
 import type { Supervisor } from '../supervisor.js';
 
@@ -32,8 +33,6 @@ export const HostConfigBody = Type.Object({
   force: Type.Optional(Type.Boolean()),
 });
 type HostConfigBody = Static<typeof HostConfigBody>;
-
-const hostnamePattern = /^(?!-)[A-Za-z0-9-]{1,63}(?<!-)$/;
 
 function proxyFrom(p: Static<typeof Proxy>): ProxySettings | undefined {
   if (Object.keys(p).length === 0) return undefined;
@@ -72,7 +71,7 @@ export function hostConfigRoutes(sup: Supervisor): FastifyPluginAsync {
       let hostname: string | undefined;
       if (network.hostname !== undefined) {
         hostname = network.hostname === null || network.hostname === '' ? sup.uuid.slice(0, 7) : network.hostname;
-        if (!hostnamePattern.test(hostname)) throw badRequest(`body/network/hostname "${hostname}" is not a valid host name (letters, digits and -, 1-63 characters)`);
+        if (!isValidHostname(hostname)) throw badRequest(`body/network/hostname "${hostname}" is not a valid host name (letters, digits and -, at most 64 characters)`);
       }
       const proxy = network.proxy === undefined ? undefined : { value: network.proxy === null ? undefined : proxyFrom(network.proxy) };
       sup.actions.checkLocks(force);

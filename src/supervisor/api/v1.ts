@@ -97,7 +97,7 @@ export function v1Routes(sup: Supervisor): FastifyPluginAsync {
         commit: view.commits.get(appId) ?? target.commit,
         imageId: service.image,
         containerId: entry?.container?.id ?? '',
-        env: Object.fromEntries((desired?.spec.env ?? []).map((e) => [e.slice(0, e.indexOf('=')), e.slice(e.indexOf('=') + 1)])),
+        env: desired?.environment ?? {},
       };
     });
 

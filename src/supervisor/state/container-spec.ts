@@ -24,6 +24,8 @@ export interface SpecContext {
 export interface DesiredContainer {
   appId: number;
   service: TargetService;
+  /** The variables the container gets: the release's own plus the platform's. */
+  environment: Record<string, string>;
   spec: ContainerSpec;
   configHash: string;
   /** The app network it joins; undefined for host, none and bridge modes. */
@@ -95,6 +97,7 @@ export function desiredContainer(app: TargetApp, service: TargetService, ctx: Sp
   return {
     appId: app.appId,
     service,
+    environment,
     configHash,
     appNetwork,
     spec: {

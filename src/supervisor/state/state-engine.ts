@@ -249,11 +249,12 @@ export class StateEngine {
       }
     }
 
-    const changes = steps.filter((s) => s.action === 'removeContainer' || s.action === 'stop');
-    const byApp = new Map<number, Step[]>();
+    type ContainerChange = Extract<Step, { action: 'removeContainer' | 'stop' }>;
+    const changes = steps.filter((s): s is ContainerChange => s.action === 'removeContainer' || s.action === 'stop');
+    const byApp = new Map<number, ContainerChange[]>();
     for (const s of changes) byApp.set(s.appId, [...(byApp.get(s.appId) ?? []), s]);
     for (const [appId, appSteps] of byApp) {
-      const names = [...new Set(appSteps.map((s) => (s as { container: { serviceName: string } }).container.serviceName))];
+      const names = [...new Set(appSteps.map((s) => s.container.serviceName))];
       let held;
       try {
         held = locks.acquire(appId, names, ignoreLocks);
@@ -274,7 +275,7 @@ export class StateEngine {
               await engine.remove(s.container.id);
             });
             this.userStopped.delete(s.container.id);
-          } else if (s.action === 'stop') {
+          } else {
             await this.withStatus(appId, s.container.serviceName, 'Stopping', () => engine.stop(s.container.id));
           }
           progressed = true;

@@ -1,0 +1,147 @@
+/**
+ * The fixture surface every HIL target offers, modelled on labgrid's protocols: a spec only
+ * ever sees these interfaces, so one spec runs on sim, container, qemu and board targets.
+ * A target declares which protocols it provides; a spec that needs a missing one is skipped
+ * with the missing capability named (see ../fixtures.ts), never silently.
+ */
+
+/** Everything a target can provide. Finer than the protocols where targets differ. */
+export const CAPABILITIES = [
+  'api', // HTTP to the device API
+  'exec', // run a command on the device
+  'led', // the LED line's transitions, timestamped by the observer
+  'power.reboot', // reboot through the device's OS (login1)
+  'power.cycle', // hard power cycle: no shutdown, state on disk kept
+  'power.cut', // power off until power.on()
+  'network', // partition the device from the cloud, heal it
+  'journal', // the device's journal
+  'files', // read and write files on the device
+] as const;
+export type Capability = (typeof CAPABILITIES)[number];
+
+/** Who the device is, as the target knows it before asking the API. */
+export interface DeviceIdentity {
+  /** Base URL of the device API as reachable from the harness, no trailing slash. */
+  readonly url: string;
+  /** The device key (full access). */
+  readonly apiKey: string;
+  readonly uuid: string;
+  /** The `vendor` word of the device (DECISIONS.md 1): `PLATFORM_*` variables, lock dir. */
+  readonly vendor: string;
+  /** Where the supervisor keeps update locks on the device: `<lockRoot>/<appId>/<service>/updates.lock`. */
+  readonly lockRoot: string;
+}
+
+export interface HttpResponse {
+  readonly status: number;
+  readonly headers: Record<string, string>;
+  /** The body as text; `json()` parses it. */
+  readonly text: string;
+  json<T = unknown>(): T;
+}
+
+export interface RequestOptions {
+  /** JSON body; sent with `Content-Type: application/json`. */
+  readonly body?: unknown;
+  /** Raw body with its own content type (for malformed-body specs). */
+  readonly rawBody?: { readonly contentType: string; readonly data: string };
+  readonly query?: Record<string, string | number | boolean>;
+  /** Key to send as `Authorization: Bearer`; `null` sends none; default the device key. */
+  readonly key?: string | null;
+  readonly headers?: Record<string, string>;
+  readonly timeoutMs?: number;
+}
+
+export interface ApiProtocol {
+  readonly identity: DeviceIdentity;
+  request(method: string, path: string, options?: RequestOptions): Promise<HttpResponse>;
+  /** Resolves when `/ping` answers 200, or rejects after `timeoutMs`. */
+  waitReady(timeoutMs?: number): Promise<void>;
+}
+
+export interface ExecResult {
+  readonly exitCode: number;
+  readonly stdout: string;
+  readonly stderr: string;
+}
+
+export interface CommandProtocol {
+  /** Runs argv on the device (no shell unless argv asks for one). Never rejects on exit code. */
+  run(argv: readonly string[], options?: { readonly input?: string; readonly timeoutMs?: number }): Promise<ExecResult>;
+}
+
+export interface LedTransition {
+  /** Milliseconds, epoch, from the observer's clock. */
+  readonly at: number;
+  readonly value: 0 | 1;
+}
+
+export interface LedProtocol {
+  /** The line's level now. */
+  level(): Promise<0 | 1>;
+  /** Transitions seen since `sinceMs` (epoch ms), oldest first. */
+  transitions(sinceMs?: number): Promise<readonly LedTransition[]>;
+  /** A human description of the line (e.g. `gpio 529, pinctrl-bcm2835 pin 17`). */
+  readonly line: string;
+}
+
+export interface PowerProtocol {
+  /** Reboot through the OS (login1), resolves when the API answers again. */
+  reboot(): Promise<void>;
+  /** Hard power cycle (no clean shutdown), resolves when the API answers again. */
+  cycle(): Promise<void>;
+  /** Cut power; the device stays off until `on()`. */
+  off(): Promise<void>;
+  /** Restore power, resolves when the API answers again. */
+  on(): Promise<void>;
+}
+
+export interface NetworkProtocol {
+  /** Cut the device off from the cloud (the device API stays reachable from the harness). */
+  partition(): Promise<void>;
+  heal(): Promise<void>;
+}
+
+export interface JournalEntryText {
+  readonly unit?: string;
+  readonly message: string;
+  /** Microseconds since the epoch, as journald stamps it. */
+  readonly realtimeUs: number;
+}
+
+export interface JournalProtocol {
+  /** Entries, newest last; `unit` filters by systemd unit; `lines` keeps the last N. */
+  entries(options?: { readonly unit?: string; readonly lines?: number }): Promise<readonly JournalEntryText[]>;
+}
+
+export interface FilesProtocol {
+  read(path: string): Promise<Buffer>;
+  write(path: string, data: string | Buffer): Promise<void>;
+  remove(path: string): Promise<void>;
+  exists(path: string): Promise<boolean>;
+  list(path: string): Promise<readonly string[]>;
+}
+
+/** One device reached through one target. Protocols a target lacks are `undefined`. */
+export interface DeviceUnderTest extends AsyncDisposable {
+  readonly target: string;
+  readonly capabilities: ReadonlySet<Capability>;
+  readonly api: ApiProtocol;
+  readonly exec?: CommandProtocol;
+  readonly led?: LedProtocol;
+  readonly power?: PowerProtocol;
+  readonly network?: NetworkProtocol;
+  readonly journal?: JournalProtocol;
+  readonly files?: FilesProtocol;
+  /** The supervisor's own log so far (attached to failed tests). */
+  supervisorLog(): Promise<string>;
+  close(): Promise<void>;
+}
+
+/** A way to reach a device. `provides` is checked against the protocols it returns at start. */
+export interface TargetDriver<Options = unknown> {
+  readonly name: string;
+  readonly provides: readonly Capability[];
+  /** Starts (or connects to) the device; tears down what it started if it never becomes ready. */
+  start(options: Options): Promise<DeviceUnderTest>;
+}

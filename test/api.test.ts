@@ -425,7 +425,7 @@ describe('scoped keys and regeneration', () => {
     expect(res.status).toBe(200);
     expect((await call('GET', '/v1/device', undefined, old)).status).toBe(401);
     expect((await call('GET', '/v1/device', undefined, res.body)).status).toBe(200);
-    const reopened = DeviceStore.open(f.sup.config.dataDir, () => ({ uuid: '', deviceKey: 'fresh', appKeys: {}, localMode: false, deviceName: '', localTarget: null, generation: 0 }));
+    const reopened = DeviceStore.open(f.sup.config.dataDir, () => ({ uuid: '', deviceKey: 'fresh', appKeys: {}, localMode: false, deviceName: '', localTarget: null, cloudTarget: null, registered: false, cloudKey: '', generation: 0 }));
     expect(reopened.get().deviceKey).toBe(res.body);
   });
 });

@@ -27,6 +27,10 @@ export interface SupervisorConfig {
   journalDirectory: string;
   lockRoot: string;
   logLevel: string;
+  cloudUrl: string;
+  provisioningKey: string;
+  pollIntervalMs: number;
+  reportIntervalMs: number;
 }
 
 type Kind = 'string' | 'number' | 'boolean';
@@ -58,6 +62,10 @@ export const settings: readonly Setting[] = [
   { key: 'bootConfigPath', kind: 'string', defaultValue: '/mnt/boot/config.txt', description: 'config.txt receiving HOST_CONFIG_* values' },
   { key: 'journalDirectory', kind: 'string', defaultValue: '', description: 'journal directory for journalctl --directory (empty: the system journal)' },
   { key: 'lockRoot', kind: 'string', defaultValue: '/tmp/fleetlab/locks', description: 'update lock directories, one per service (tmpfs on a board)' },
+  { key: 'cloudUrl', kind: 'string', defaultValue: '', description: 'cloud API base URL (e.g. http://127.0.0.1:48400); empty: no cloud link' },
+  { key: 'provisioningKey', kind: 'string', defaultValue: '', description: 'fleet provisioning key used once to register the device with the cloud' },
+  { key: 'pollIntervalMs', kind: 'number', defaultValue: 900000, description: 'target state poll interval, ms (the target config SUPERVISOR_POLL_INTERVAL overrides it)' },
+  { key: 'reportIntervalMs', kind: 'number', defaultValue: 2000, description: 'least time between two state reports to the cloud, ms' },
   { key: 'logLevel', kind: 'string', defaultValue: 'info', description: 'log level: fatal, error, warn, info, debug, trace, silent' },
 ];
 

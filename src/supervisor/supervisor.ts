@@ -10,7 +10,12 @@ import type { FastifyInstance } from 'fastify';
 import { badRequest } from '../errors.js';
 import { checkWireState, emptyTarget, normaliseState, type TargetState, type WireLocalState } from '../protocol/target-state.js';
 import type { SupervisorConfig } from './config.js';
+import type { TunnelRequest, TunnelResponse } from '../protocol/device-cloud.js';
 import { BootConfig } from './adapters/boot-config.js';
+import { defaultBackoff } from './adapters/cloud/backoff.js';
+import { CloudClient } from './adapters/cloud/cloud-client.js';
+import { CloudLink } from './adapters/cloud/cloud-link.js';
+import { currentReport } from './adapters/cloud/report.js';
 import { Engine } from './adapters/engine.js';
 import type { HostPort, JournalPort, LedPort } from './adapters/ports.js';
 import { buildApi } from './api/server.js';
@@ -81,6 +86,8 @@ export class Supervisor {
   readonly osVersion: string;
   readonly api: FastifyInstance;
   readonly bootConfig: BootConfig;
+  /** Null when no cloud is configured. */
+  readonly cloud: CloudLink | null;
   /** Set while a reboot or shutdown is under way. */
   private powerAction: Promise<void> | null = null;
 
@@ -97,6 +104,9 @@ export class Supervisor {
       localMode: config.localMode,
       deviceName: '',
       localTarget: null,
+      cloudTarget: null,
+      registered: false,
+      cloudKey: '',
       generation: 0,
     }));
     const record = this.store.get();
@@ -125,11 +135,69 @@ export class Supervisor {
           volumeName: (appId, v) => this.engine.volumeName(appId, v),
         }),
       },
-      record.localTarget ?? emptyTarget(record.deviceName),
+      (record.localMode ? record.localTarget : (record.cloudTarget ?? record.localTarget)) ?? emptyTarget(record.deviceName),
     );
     this.actions = new AppActions({ state: this.state, engine: this.engine, locks: this.locks, log: this.log });
     this.blinker = new Blinker({ led: deps.led ?? { set: async () => undefined, close: async () => undefined }, log: { warn: (obj, msg) => this.log.warn(`${msg ?? 'blink'}: ${JSON.stringify(obj)}`) } });
     this.api = buildApi(this);
+    this.cloud = config.cloudUrl ? this.buildCloudLink() : null;
+  }
+
+  private buildCloudLink(): CloudLink {
+    const { config } = this;
+    return new CloudLink({
+      client: new CloudClient({ url: config.cloudUrl, timeoutMs: 30_000 }),
+      provisioningKey: config.provisioningKey,
+      identity: () => {
+        const record = this.store.get();
+        return {
+          uuid: record.uuid,
+          deviceKey: record.cloudKey || record.deviceKey,
+          deviceType: config.deviceType,
+          deviceName: record.deviceName || undefined,
+          supervisorVersion: this.version,
+          osVersion: this.osVersion,
+        };
+      },
+      registered: () => this.store.get().registered,
+      markRegistered: async () => {
+        await this.store.update((r) => ({ registered: true, cloudKey: r.cloudKey || r.deviceKey }));
+      },
+      onTarget: (wire) => this.setCloudTarget(wire),
+      report: async () => {
+        const { ip, mac } = hostAddresses();
+        return currentReport(await this.state.view(), {
+          osVersion: this.osVersion,
+          supervisorVersion: this.version,
+          ipAddress: ip,
+          macAddress: mac,
+          apiPort: config.port,
+          updateFailed: this.state.updateFailed,
+        });
+      },
+      handle: (req) => this.handleTunnelRequest(req),
+      pollIntervalMs: () => readDeviceConfig(this.state.getTarget().config).pollIntervalMs ?? config.pollIntervalMs,
+      reportIntervalMs: config.reportIntervalMs,
+      backoff: defaultBackoff,
+      heartbeatMs: 15_000,
+      log: this.log,
+    });
+  }
+
+  /** A device API call arriving through the cloud tunnel, made with the device key. */
+  private async handleTunnelRequest(req: TunnelRequest): Promise<TunnelResponse> {
+    try {
+      const res = await this.api.inject({
+        method: req.method,
+        url: req.path,
+        headers: { authorization: `Bearer ${this.store.get().deviceKey}`, ...(req.body === undefined ? {} : { 'content-type': 'application/json' }) },
+        ...(req.body === undefined ? {} : { payload: JSON.stringify(req.body) }),
+      });
+      const contentType = res.headers['content-type'];
+      return { type: 'response', id: req.id, status: res.statusCode, body: res.body, ...(typeof contentType === 'string' ? { contentType } : {}) };
+    } catch (err) {
+      return { type: 'response', id: req.id, status: 500, contentType: 'application/json', body: JSON.stringify({ status: 'failed', message: String(err) }) };
+    }
   }
 
   /** State-engine messages also go to /v2/local/logs, as the supervisor's own lines. */
@@ -164,18 +232,46 @@ export class Supervisor {
 
   /** Validates and stores a local target state, then applies it. */
   async setLocalTarget(wire: WireLocalState): Promise<void> {
-    const problems = [...checkWireState(wire), ...checkDeviceConfig(wire.config)];
-    if (problems.length) throw badRequest(problems.join('; '));
-    const target = normaliseState(wire);
-    for (const key of unknownConfigKeys(target.config)) this.log.warn(`Unknown config key ${key} kept`);
-    if (readDeviceConfig(target.config).deltaEnabled) this.log.info('Delta downloads are not implemented; full images are fetched');
-    await this.keys.ensureAppKeys(target.apps.map((a) => a.appId));
+    const target = this.checkTarget(wire, 'local.config');
     const localMode = readDeviceConfig(target.config).localMode;
     await this.store.update(() => ({
       localTarget: target,
       deviceName: target.name || this.store.get().deviceName,
       ...(localMode !== undefined ? { localMode } : {}),
     }));
+    await this.applyTarget(target);
+  }
+
+  /**
+   * Stores the cloud's target; applies it unless the device is in local mode, where the
+   * cloud's apps are ignored (its name still counts: /v2/device/name is the cloud's name).
+   */
+  async setCloudTarget(wire: WireLocalState): Promise<void> {
+    const target = this.checkTarget(wire, 'cloud.config');
+    const localMode = readDeviceConfig(target.config).localMode;
+    await this.store.update(() => ({
+      cloudTarget: target,
+      deviceName: target.name || this.store.get().deviceName,
+      ...(localMode !== undefined ? { localMode } : {}),
+    }));
+    if (this.localMode()) {
+      this.log.info('Local mode: the target state from the cloud is stored, not applied');
+      return;
+    }
+    await this.applyTarget(target);
+  }
+
+  private checkTarget(wire: WireLocalState, at: string): TargetState {
+    const problems = [...checkWireState(wire), ...checkDeviceConfig(wire.config, at)];
+    if (problems.length) throw badRequest(problems.join('; '));
+    const target = normaliseState(wire);
+    for (const key of unknownConfigKeys(target.config)) this.log.warn(`Unknown config key ${key} kept`);
+    if (readDeviceConfig(target.config).deltaEnabled) this.log.info('Delta downloads are not implemented; full images are fetched');
+    return target;
+  }
+
+  private async applyTarget(target: TargetState): Promise<void> {
+    await this.keys.ensureAppKeys(target.apps.map((a) => a.appId));
     this.state.setTarget(target);
     if (await this.bootConfig.apply(readDeviceConfig(target.config).hostConfig)) {
       this.log.warn(`${this.config.bootConfigPath} changed (HOST_CONFIG_* values): reboot the device to apply them`);
@@ -187,6 +283,7 @@ export class Supervisor {
     const target: TargetState = this.state.getTarget();
     await this.keys.ensureAppKeys(target.apps.map((a) => a.appId));
     this.state.trigger();
+    this.cloud?.start();
   }
 
   async listen(): Promise<string> {
@@ -220,6 +317,7 @@ export class Supervisor {
   }
 
   async close(): Promise<void> {
+    this.cloud?.close();
     this.state.close();
     // A round in flight may still create a container; let it land so callers can clean up.
     await this.state.settled();

@@ -24,6 +24,9 @@ export const initialRecord = () => ({
   localMode: false,
   deviceName: 'store-writer',
   localTarget: null,
+  cloudTarget: null,
+  registered: false,
+  cloudKey: '',
   generation: 0,
 });
 

@@ -30,6 +30,8 @@ export function v1Routes(sup: Supervisor): FastifyPluginAsync {
     });
 
     app.post('/v1/update', { schema: { body: ForceBody } }, async (req, reply) => {
+      // With a cloud, "check for updates" is a poll; the poll's new target (if any) applies.
+      void sup.cloud?.pollNow();
       sup.state.trigger({ force: (req.body as Force)?.force ?? false });
       return reply.code(204).send();
     });

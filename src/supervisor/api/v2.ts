@@ -119,12 +119,13 @@ export function v2Routes(sup: Supervisor): FastifyPluginAsync {
     app.get('/v2/device/name', async () => ({ status: 'success', deviceName: sup.deviceName }));
 
     app.get('/v2/device/tags', async () => {
-      throw new FleetlabError('SUP_ERR_CLOUD_UNREACHABLE', 'Device tags come from the cloud API, and this device has no cloud connection configured');
+      if (!sup.cloud) throw new FleetlabError('SUP_ERR_CLOUD_UNREACHABLE', 'Device tags come from the cloud API, and this device has no cloud connection configured');
+      return { status: 'success', tags: await sup.cloud.tags() };
     });
 
     app.get('/v2/device/vpn', async () => ({
       status: 'success',
-      vpn: { enabled: readDeviceConfig(sup.state.getTarget().config).vpnControl, connected: false },
+      vpn: { enabled: readDeviceConfig(sup.state.getTarget().config).vpnControl, connected: sup.cloud?.tunnelConnected ?? false },
     }));
 
     app.get('/v2/cleanup-volumes', async () => {

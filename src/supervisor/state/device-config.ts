@@ -46,7 +46,7 @@ export function readDeviceConfig(config: Record<string, string>) {
     localMode: config.SUPERVISOR_LOCAL_MODE === undefined ? undefined : truthy(config.SUPERVISOR_LOCAL_MODE),
     overrideLock: truthy(config.SUPERVISOR_OVERRIDE_LOCK),
     vpnControl: config.SUPERVISOR_VPN_CONTROL === undefined ? true : truthy(config.SUPERVISOR_VPN_CONTROL),
-    pollIntervalMs: config.SUPERVISOR_POLL_INTERVAL ? Number(config.SUPERVISOR_POLL_INTERVAL) : 900_000,
+    pollIntervalMs: config.SUPERVISOR_POLL_INTERVAL ? Number(config.SUPERVISOR_POLL_INTERVAL) : undefined,
     deltaEnabled: truthy(config.SUPERVISOR_DELTA),
     hostConfig: Object.fromEntries(
       Object.entries(config)

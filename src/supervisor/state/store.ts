@@ -21,6 +21,15 @@ export interface DeviceRecord {
   deviceName: string;
   /** Target state set in local mode. */
   localTarget: TargetState | null;
+  /** Last target state received from the cloud. */
+  cloudTarget: TargetState | null;
+  /** Set once the cloud has acknowledged the registration. */
+  registered: boolean;
+  /**
+   * The key this device authenticates to the cloud with, fixed at registration. Kept apart
+   * from the device API key so regenerating that key never cuts the device off the cloud.
+   */
+  cloudKey: string;
   /** Bumped on every write; lets tests and tools see the document advance. */
   generation: number;
 }

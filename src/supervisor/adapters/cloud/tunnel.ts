@@ -1,0 +1,112 @@
+/**
+ * The device's end of the WebSocket tunnel: one connection kept open to the cloud, through
+ * which the cloud's proxy route reaches the device API. Reconnects with jittered backoff; a
+ * heartbeat detects a half-open link (a partition leaves TCP believing it is connected).
+ */
+import WebSocket from 'ws';
+import { Value } from '@sinclair/typebox/value';
+import { TunnelRequest, type TunnelResponse } from '../../../protocol/device-cloud.js';
+import { backoffDelay, type BackoffPolicy } from './backoff.js';
+
+export interface TunnelLog {
+  info(message: string): void;
+  warn(message: string): void;
+}
+
+export interface TunnelOptions {
+  readonly url: string;
+  readonly deviceKey: () => string;
+  /** Runs one device API call; never rejects (errors become a response). */
+  readonly handle: (req: TunnelRequest) => Promise<TunnelResponse>;
+  readonly backoff: BackoffPolicy;
+  /** A ping every interval; no pong before the next one ends the connection. */
+  readonly heartbeatMs: number;
+  readonly log: TunnelLog;
+  readonly onChange?: (connected: boolean) => void;
+}
+
+export class Tunnel {
+  private socket: WebSocket | null = null;
+  private attempts = 0;
+  private retryTimer: NodeJS.Timeout | undefined;
+  private heartbeat: NodeJS.Timeout | undefined;
+  private closed = false;
+  private open = false;
+
+  constructor(private readonly options: TunnelOptions) {}
+
+  get connected(): boolean {
+    return this.open;
+  }
+
+  start(): void {
+    if (!this.closed && !this.socket && !this.retryTimer) this.connect();
+  }
+
+  close(): void {
+    this.closed = true;
+    clearTimeout(this.retryTimer);
+    clearInterval(this.heartbeat);
+    this.socket?.terminate();
+    this.socket = null;
+  }
+
+  private connect(): void {
+    const socket = new WebSocket(this.options.url, {
+      headers: { authorization: `Bearer ${this.options.deviceKey()}` },
+      handshakeTimeout: this.options.heartbeatMs,
+    });
+    this.socket = socket;
+    let alive = true;
+    socket.on('open', () => {
+      this.attempts = 0;
+      this.setOpen(true);
+      this.options.log.info(`Cloud tunnel connected to ${this.options.url}`);
+      this.heartbeat = setInterval(() => {
+        if (!alive) return socket.terminate();
+        alive = false;
+        socket.ping();
+      }, this.options.heartbeatMs);
+    });
+    socket.on('pong', () => (alive = true));
+    socket.on('message', (data) => void this.onMessage(socket, data.toString()));
+    socket.on('error', (err) => {
+      if (this.attempts <= 1) this.options.log.warn(`Cloud tunnel: ${err.message}`);
+    });
+    socket.on('close', () => {
+      clearInterval(this.heartbeat);
+      if (this.socket === socket) this.socket = null;
+      if (this.open) this.options.log.warn('Cloud tunnel closed; reconnecting');
+      this.setOpen(false);
+      if (this.closed) return;
+      this.attempts += 1;
+      this.retryTimer = setTimeout(() => {
+        this.retryTimer = undefined;
+        if (!this.closed) this.connect();
+      }, backoffDelay(this.attempts, this.options.backoff));
+      this.retryTimer.unref();
+    });
+  }
+
+  private setOpen(open: boolean): void {
+    if (this.open === open) return;
+    this.open = open;
+    this.options.onChange?.(open);
+  }
+
+  private async onMessage(socket: WebSocket, text: string): Promise<void> {
+    let frame: unknown;
+    try {
+      frame = JSON.parse(text);
+    } catch {
+      this.options.log.warn('Cloud tunnel: ignored a frame that is not JSON');
+      return;
+    }
+    if (!Value.Check(TunnelRequest, frame)) {
+      this.options.log.warn('Cloud tunnel: ignored a malformed request frame');
+      return;
+    }
+    const response = await this.options.handle(frame);
+    if (socket.readyState === WebSocket.OPEN) socket.send(JSON.stringify(response));
+  }
+}

@@ -182,7 +182,7 @@ export class Engine {
     await new Promise<void>((resolve, reject) => {
       this.docker.modem.followProgress(
         stream,
-        (err: Error | null) => (err ? reject(engineError(`pulling ${image}`, err)) : resolve()),
+        (err: Error | null, output?: Array<{ error?: string }>) => ((err ?? output?.find((e) => e.error)?.error) ? reject(engineError(`pulling ${image}`, err ?? output!.find((e) => e.error)!.error)) : resolve()),
         (event: { id?: string; status?: string; error?: string; progressDetail?: { current?: number; total?: number } }) => {
           if (event.error) return;
           if (!event.id) return;

@@ -1,0 +1,173 @@
+/**
+ * The real supervisor over the simulated engine: a simulated device started with
+ * `engine: 'sim'` (no dockerd involved). Pulls from the simulated registry exercise the
+ * supervisor's download path (`Downloading` with progress), and faults injected into the
+ * engine (a pull failing midway, a crash loop, an engine restart, a full disk) show up in
+ * what the supervisor reports and recover once lifted.
+ */
+import { readFileSync } from 'node:fs';
+import Docker from 'dockerode';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { SimDevice } from '../sim/device.js';
+import { LABEL } from '../src/supervisor/adapters/engine.js';
+import { dockerSocket, twoServiceState } from './helpers/supervisor-fixture.js';
+import { eventually } from './helpers/engine-targets.js';
+
+let device: SimDevice;
+let url: string;
+let key: string;
+let docker: Docker;
+
+beforeAll(async () => {
+  device = await SimDevice.start({
+    port: 0,
+    engine: 'sim',
+    dockerSocket,
+    localMode: true,
+    // ≈4 MB to fetch for the first release: about 4 s at this rate, so progress is observable.
+    bandwidth: 1_000_000,
+    scenario: { pulls: [{ image: 'fleetlab/test-app:1', failAfterBytes: 400_000, message: 'simulated: connection reset by peer', times: 1 }] },
+  });
+  ({ url, apiKey: key } = device.info());
+  docker = new Docker({ socketPath: device.simEngine!.socketPath });
+});
+afterAll(async () => {
+  await device?.stop();
+});
+
+async function api(method: string, path: string, body?: unknown) {
+  const res = await fetch(`${url}${path}${path.includes('?') ? '&' : '?'}apikey=${key}`, {
+    method,
+    ...(body !== undefined ? { body: JSON.stringify(body), headers: { 'content-type': 'application/json' } } : {}),
+  });
+  const text = await res.text();
+  return { status: res.status, text, json: () => JSON.parse(text) };
+}
+
+type ServiceState = { status: string; releaseId: number; downloadProgress: number | null };
+
+async function services(): Promise<Record<string, ServiceState>> {
+  return (await api('GET', '/v2/applications/state')).json().myapp?.services ?? {};
+}
+
+async function waitAllRunning(releaseId: number, timeoutMs = 60_000) {
+  return eventually(async () => {
+    const s = await services();
+    const all = Object.values(s);
+    return all.length === 2 && all.every((x) => x.status === 'Running' && x.releaseId === releaseId) ? s : undefined;
+  }, timeoutMs, `release ${releaseId} running`);
+}
+
+async function workerContainer() {
+  const [c] = await docker.listContainers({ all: true, filters: { label: [`${LABEL.serviceName}=worker`, `${LABEL.device}=${device.info().uuid}`] } });
+  if (!c) throw new Error('no worker container');
+  return docker.getContainer(c.Id);
+}
+
+describe('supervisor over the simulated engine', () => {
+  it('runs without dockerd: the engine socket lives in the device data dir', async () => {
+    expect(device.simEngine!.socketPath.startsWith(device.info().dataDir)).toBe(true);
+    expect((await docker.version()).Version).toMatch(/fleetlab-sim/);
+  });
+
+  it('pulls a two-service release: Downloading with progress, a failed pull is retried, then Running', async () => {
+    const res = await api('POST', '/v2/local/target-state', { local: twoServiceState() });
+    expect(res.status).toBe(200);
+    const progress = new Set<number>();
+    await eventually(async () => {
+      const s = await services();
+      for (const x of Object.values(s)) if (x.status === 'Downloading' && x.downloadProgress !== null) progress.add(x.downloadProgress);
+      const all = Object.values(s);
+      return all.length === 2 && all.every((x) => x.status === 'Running') ? true : undefined;
+    }, 90_000, 'release 1 running');
+    // Several distinct percentages: progress advanced while the bytes moved.
+    expect(progress.size).toBeGreaterThanOrEqual(2);
+    expect([...progress].every((p) => p >= 0 && p <= 100)).toBe(true);
+    // The injected failure was reported with its cause...
+    const log = readFileSync(device.supervisorLog, 'utf8');
+    expect(log).toMatch(/apply failed: container engine: pulling fleetlab\/test-app:1 failed: simulated: connection reset by peer/);
+    // ...and retried: the same image downloaded afterwards.
+    expect(log.indexOf('Downloaded image fleetlab/test-app:1')).toBeGreaterThan(log.indexOf('connection reset by peer'));
+    expect((await docker.getImage('fleetlab/test-app:1').inspect()).RepoTags).toContain('fleetlab/test-app:1');
+  }, 120_000);
+
+  it('journals simulated container output through the same Engine API', async () => {
+    const containerId = (await api('GET', '/v2/containerId?service=worker')).json().containerId as string;
+    let text = '';
+    for (let i = 0; i < 50 && !/tick/.test(text); i++) {
+      text = (await api('POST', '/v2/journal-logs', { containerId, format: 'cat', count: 5 })).text;
+      if (!/tick/.test(text)) await new Promise((r) => setTimeout(r, 200));
+    }
+    expect(text).toMatch(/test-app v2: tick/);
+  });
+
+  it('a crash loop shows in the engine (restart count grows) and ends when the fault is lifted', async () => {
+    device.simEngine!.addContainerFault({ match: { label: `${LABEL.serviceName}=worker` }, exitCode: 3, afterMs: 200 });
+    const worker = await workerContainer();
+    await worker.kill({ signal: 'SIGTERM' });
+    const looping = await eventually(async () => {
+      const i = await worker.inspect();
+      return i.RestartCount >= 3 ? i : undefined;
+    }, 30_000, 'restart count >= 3');
+    expect(looping.HostConfig.RestartPolicy?.Name).toBe('always');
+    const status = (await api('GET', '/v2/state/status')).json();
+    expect(status.containers.find((c: { serviceName: string }) => c.serviceName === 'worker')).toBeDefined();
+    device.simEngine!.clearFaults();
+    const settled = await eventually(async () => {
+      const i = await worker.inspect();
+      return i.State.Running && !i.State.Restarting && Date.now() - Date.parse(i.State.StartedAt) > 1500 ? i : undefined;
+    }, 90_000, 'worker runs steadily again');
+    expect(settled.State.ExitCode).toBe(0);
+    await waitAllRunning(1);
+  }, 150_000);
+
+  it('an engine restart stops the containers; they come back by restart policy and the supervisor reconnects', async () => {
+    const before = (await (await workerContainer()).inspect()).State.StartedAt;
+    await device.simEngine!.restartEngine({ downMs: 1000 });
+    const after = await eventually(async () => {
+      const i = await (await workerContainer()).inspect();
+      return i.State.Running && i.State.StartedAt !== before ? i : undefined;
+    }, 30_000, 'worker restarted with the engine');
+    expect(after.State.Running).toBe(true);
+    await waitAllRunning(1);
+  }, 60_000);
+
+  it('a reboot through login1 restarts the engine with the OS; the release comes back', async () => {
+    const engineBefore = device.simEngine!.engine;
+    const rebooted = new Promise<void>((r) => device.once('reboot', () => r()));
+    expect((await api('POST', '/v1/reboot')).status).toBe(202);
+    await rebooted;
+    expect(device.simEngine!.engine).not.toBe(engineBefore);
+    await waitAllRunning(1);
+  }, 90_000);
+
+  it('a full disk fails the next pull; the supervisor reports it and converges once space is back', async () => {
+    device.simEngine!.setDiskFull(true);
+    const state = twoServiceState({ releaseId: 2 });
+    const worker = state.apps['1']!.services['12']!;
+    worker.image = 'busybox:latest';
+    worker.command = ['sleep', '3600'];
+    expect((await api('POST', '/v2/local/target-state', { local: state })).status).toBe(200);
+    await eventually(async () => ((await api('GET', '/v1/device')).json().update_failed === true ? true : undefined), 60_000, 'update_failed');
+    expect(readFileSync(device.supervisorLog, 'utf8')).toMatch(/pulling busybox:latest failed: write \/var\/lib\/docker\/tmp\/GetImageBlob\d+: no space left on device/);
+    device.simEngine!.setDiskFull(false);
+    await waitAllRunning(2, 90_000);
+    expect((await api('GET', '/v1/device')).json().update_failed).toBe(false);
+  }, 180_000);
+
+  it('a service without a restart policy that crashes shows Exited in the supervisor\'s status', async () => {
+    const state = twoServiceState({ releaseId: 3 });
+    state.apps['1']!.services['12']!.restart = 'no';
+    device.simEngine!.addContainerFault({ match: { label: `${LABEL.serviceName}=worker` }, exitCode: 3, afterMs: 1500, times: 1 });
+    expect((await api('POST', '/v2/local/target-state', { local: state })).status).toBe(200);
+    const seen = new Set<string>();
+    await eventually(async () => {
+      const worker = (await services()).worker;
+      if (worker?.releaseId === 3) seen.add(worker.status);
+      return seen.has('Exited') ? true : undefined;
+    }, 30_000, 'worker Exited');
+    expect(seen.has('Running') || seen.has('Starting') || seen.has('Installing')).toBe(true);
+    const inspect = await (await workerContainer()).inspect();
+    expect(inspect.State.ExitCode).toBe(3);
+  }, 60_000);
+});

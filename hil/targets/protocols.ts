@@ -16,6 +16,7 @@ export const CAPABILITIES = [
   'network', // partition the device from the cloud, heal it
   'journal', // the device's journal
   'files', // read and write files on the device
+  'files.volumes', // FilesProtocol.volumePath: where an app's named volume lives on the device
 ] as const;
 export type Capability = (typeof CAPABILITIES)[number];
 
@@ -30,6 +31,26 @@ export interface DeviceIdentity {
   readonly vendor: string;
   /** Where the supervisor keeps update locks on the device: `<lockRoot>/<appId>/<service>/updates.lock`. */
   readonly lockRoot: string;
+  /**
+   * Where the host OS keeps what host-config changes, as device paths for `files` (on a
+   * board `/etc/hostname`, `<boot>/system-proxy/`, `<boot>/config.txt`). Absent when the
+   * target cannot tell.
+   */
+  readonly hostPaths?: {
+    /** The static hostname file hostname1 writes. */
+    readonly hostname: string;
+    /** The directory with `redsocks.conf` and `no_proxy`. */
+    readonly proxyConfigDir: string;
+    readonly bootConfig: string;
+  };
+}
+
+/** What a spec may need to know about how the device runs, to decide what it can observe. */
+export interface TargetFacts {
+  /** The container engine (`docker`, `balena`, `sim`...). */
+  readonly engine: string;
+  /** Applying a release downloads images from a registry, so download progress is observable. */
+  readonly imagesArePulled: boolean;
 }
 
 export interface HttpResponse {
@@ -52,11 +73,28 @@ export interface RequestOptions {
   readonly timeoutMs?: number;
 }
 
+/** A response whose body is read as it arrives (journal-logs follow, local logs). */
+export interface HttpStream {
+  readonly status: number;
+  readonly headers: Record<string, string>;
+  /** Body chunks as text, in order, until the server ends the body or `close()` is called. */
+  chunks(): AsyncIterable<string>;
+  /** Aborts the request; the device sees the client go away. Idempotent. */
+  close(): Promise<void>;
+}
+
 export interface ApiProtocol {
   readonly identity: DeviceIdentity;
   request(method: string, path: string, options?: RequestOptions): Promise<HttpResponse>;
+  /** Like `request`, but resolves once the headers arrive and hands the body over as a stream. */
+  stream(method: string, path: string, options?: RequestOptions): Promise<HttpStream>;
   /** Resolves when `/ping` answers 200, or rejects after `timeoutMs`. */
   waitReady(timeoutMs?: number): Promise<void>;
+  /**
+   * The device key changed (`POST /v1/regenerate-api-key` with the device key): later
+   * requests send `key` by default, and `identity.apiKey` reads it back.
+   */
+  useKey(key: string): void;
 }
 
 export interface ExecResult {
@@ -120,12 +158,20 @@ export interface FilesProtocol {
   remove(path: string): Promise<void>;
   exists(path: string): Promise<boolean>;
   list(path: string): Promise<readonly string[]>;
+  /**
+   * Where the named volume `volume` of app `appId` is mounted on the device (a directory the
+   * other methods accept), or undefined while it does not exist. Only on targets that
+   * declare `files.volumes`: the answer depends on the engine's storage layout.
+   */
+  volumePath?(appId: number, volume: string): Promise<string | undefined>;
 }
 
 /** One device reached through one target. Protocols a target lacks are `undefined`. */
 export interface DeviceUnderTest extends AsyncDisposable {
   readonly target: string;
   readonly capabilities: ReadonlySet<Capability>;
+  /** Optional so a driver can start without it; specs treat a missing one as "unknown". */
+  readonly facts?: TargetFacts;
   readonly api: ApiProtocol;
   readonly exec?: CommandProtocol;
   readonly led?: LedProtocol;

@@ -132,8 +132,14 @@ async function mirrorClasses(realClassDir: string, classDir: string): Promise<vo
     for (const entry of entries) {
       const from = join(realClassDir, cls.name, entry.name);
       const to = join(target, entry.name);
-      if (entry.isSymbolicLink()) await symlink(await readlink(from), to);
-      else if (entry.isDirectory()) await mkdir(to, { recursive: true });
+      if (entry.isSymbolicLink()) {
+        // An interface can vanish between readdir and readlink (the engine removes a veth).
+        const link = await readlink(from).catch((err: NodeJS.ErrnoException) => {
+          if (err.code === 'ENOENT') return undefined;
+          throw err;
+        });
+        if (link !== undefined) await symlink(link, to);
+      } else if (entry.isDirectory()) await mkdir(to, { recursive: true });
       else await writeFile(to, '');
     }
   }

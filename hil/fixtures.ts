@@ -1,0 +1,150 @@
+/**
+ * The HIL fixtures every spec imports instead of `@playwright/test`:
+ *
+ * - `device`: the DeviceUnderTest of the project's target. One device per spec file (per
+ *   worker, restarted when the worker moves to another file): starting a simulated device
+ *   costs a few seconds (see hil/README.md), cheap against a file's tests but not against
+ *   every test, and a file is the unit that owns the device's global state. A file that
+ *   cannot leave the device clean sets `test.use({ deviceScope: 'test' })` to get a fresh
+ *   device per test. A failed test also retires the device, so the next test starts clean.
+ * - `api`: the typed client (lib/device-api.ts) on that device.
+ * - `needs(...caps)`: skips the test, with the reason printed and gathered into the end
+ *   summary, when the target lacks a capability.
+ *
+ * Every protocol call is a step (lib/steps.ts); each test gets its timeline attached, and a
+ * failed test also gets the journal, the supervisor log and the LED transitions.
+ */
+import { test as base, expect } from '@playwright/test';
+import type { TestInfo } from '@playwright/test';
+import { DeviceApi } from './lib/device-api.js';
+import { instrumentDevice, StepEmitter, StepRecorder } from './lib/steps.js';
+import { checkBindings } from './targets/bindings.js';
+import { loadTarget } from './targets/index.js';
+import type { Capability, DeviceUnderTest, TargetDriver } from './targets/protocols.js';
+
+const JOURNAL_LINES = 500;
+const LOG_TAIL_BYTES = 256 * 1024;
+
+interface Held {
+  file: string;
+  raw: DeviceUnderTest;
+  device: DeviceUnderTest;
+}
+
+/** The device of the current spec file in this worker. */
+class DevicePool {
+  #held: Held | undefined;
+  /** One emitter for the worker: a test's recorder also sees its device start and retire. */
+  readonly steps = new StepEmitter();
+
+  constructor(private readonly driver: TargetDriver) {}
+
+  async forFile(file: string): Promise<Held> {
+    if (this.#held?.file === file) return this.#held;
+    await this.retire();
+    const raw = await this.steps.run('target', 'start', { target: this.driver.name }, () => this.driver.start({}), (d) => ({ capabilities: [...d.capabilities] }));
+    try {
+      checkBindings(this.driver, raw);
+    } catch (err) {
+      await raw.close().catch(() => undefined);
+      throw err;
+    }
+    this.#held = { file, raw, device: instrumentDevice(raw, this.steps) };
+    return this.#held;
+  }
+
+  async retire(): Promise<void> {
+    const held = this.#held;
+    this.#held = undefined;
+    if (held) await this.steps.run('target', 'close', { target: this.driver.name }, () => held.raw.close());
+  }
+}
+
+export interface HilWorkerFixtures {
+  /** Name of the target (a key of hil/targets/index.ts); each project sets it. */
+  target: string;
+  targetDriver: TargetDriver;
+  devicePool: DevicePool;
+}
+
+export interface HilTestFixtures {
+  /** `file` (default): one device per spec file; `test`: a fresh device for every test. */
+  deviceScope: 'file' | 'test';
+  device: DeviceUnderTest;
+  api: DeviceApi;
+  needs: (...capabilities: Capability[]) => void;
+}
+
+export const test = base.extend<HilTestFixtures, HilWorkerFixtures>({
+  target: ['sim', { scope: 'worker', option: true }],
+  targetDriver: [async ({ target }, use) => use(await loadTarget(target)), { scope: 'worker' }],
+  devicePool: [
+    async ({ targetDriver }, use) => {
+      const pool = new DevicePool(targetDriver);
+      await use(pool);
+      await pool.retire();
+    },
+    { scope: 'worker', timeout: 120_000 },
+  ],
+  deviceScope: ['file', { option: true }],
+
+  device: async ({ devicePool, deviceScope }, use, testInfo) => {
+    const recorder = new StepRecorder(devicePool.steps);
+    const origin = Date.now();
+    let held: Awaited<ReturnType<DevicePool['forFile']>> | undefined;
+    try {
+      // A repeat (--repeat-each) of a file is a new run of it: it gets its own device.
+      held = await devicePool.forFile(`${testInfo.file}#${testInfo.repeatEachIndex}`);
+      await use(held.device);
+    } finally {
+      const failed = !held || testInfo.status !== testInfo.expectedStatus;
+      if (failed && held) await attachEvidence(held.raw, testInfo, origin);
+      if (failed || deviceScope === 'test') await devicePool.retire();
+      recorder.stop();
+      await testInfo.attach('step timeline', { body: recorder.timeline(origin), contentType: 'text/plain' });
+    }
+  },
+
+  api: async ({ device }, use) => use(new DeviceApi(device.api)),
+
+  needs: async ({ targetDriver }, use, testInfo) => {
+    await use((...capabilities) => {
+      const missing = capabilities.filter((c) => !targetDriver.provides.includes(c));
+      if (missing.length === 0) return;
+      const reason = `target ${targetDriver.name} lacks capability ${missing.join(', ')}`;
+      console.log(`skipped "${testInfo.title}": ${reason}`);
+      testInfo.skip(true, reason);
+    });
+  },
+});
+
+export { expect };
+
+/** The journal, the supervisor log and the LED transitions, attached to a failed test. */
+async function attachEvidence(device: DeviceUnderTest, testInfo: TestInfo, since: number): Promise<void> {
+  const attach = async (name: string, read: () => Promise<string>) => {
+    let body: string;
+    try {
+      body = await read();
+    } catch (err) {
+      body = `(could not read ${name}: ${err instanceof Error ? err.message : String(err)})`;
+    }
+    await testInfo.attach(name, { body, contentType: 'text/plain' });
+  };
+  if (device.journal) {
+    await attach('journal', async () =>
+      (await device.journal!.entries({ lines: JOURNAL_LINES }))
+        .map((e) => `${new Date(e.realtimeUs / 1000).toISOString()} ${e.unit ?? '-'}: ${e.message}`)
+        .join('\n'),
+    );
+  }
+  await attach('supervisor log', async () => {
+    const log = await device.supervisorLog();
+    return log.length > LOG_TAIL_BYTES ? `…(earlier output cut)\n${log.slice(-LOG_TAIL_BYTES)}` : log;
+  });
+  if (device.led) {
+    await attach('LED transitions', async () =>
+      (await device.led!.transitions(since)).map((t) => `+${t.at - since} ms ${t.value}`).join('\n') || '(no transitions during the test)',
+    );
+  }
+}

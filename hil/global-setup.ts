@@ -1,0 +1,37 @@
+/**
+ * Runs once before the suite, for the targets of the selected projects: the sim target on
+ * dockerd needs the local test images (no registry is reachable); the container target
+ * builds its device image once and hands it to the workers (targets/container-setup.ts).
+ * The global teardown (global-teardown.ts) removes what a crashed container run left.
+ */
+import type { FullConfig } from '@playwright/test';
+import { buildTestImages } from '../sim/images/test-images.js';
+import { defaultEngine } from './targets/sim.js';
+
+/**
+ * Targets of the projects this run selected. Playwright hands global setup every project of
+ * the config, so the selection is read from the command line (`--project=a`, `--project a b`);
+ * without one, every project runs.
+ */
+export function selectedTargets(config: FullConfig, argv: readonly string[] = process.argv): string[] {
+  const names = new Set(config.projects.map((p) => p.name));
+  const chosen: string[] = [];
+  for (let i = 0; i < argv.length; i++) {
+    const arg = argv[i]!;
+    if (arg.startsWith('--project=')) chosen.push(arg.slice('--project='.length));
+    else if (arg === '--project') for (let j = i + 1; j < argv.length && !argv[j]!.startsWith('-') && names.has(argv[j]!); j++) chosen.push(argv[j]!);
+  }
+  const projects = chosen.length ? config.projects.filter((p) => chosen.includes(p.name)) : config.projects;
+  return [...new Set(projects.map((p) => (p.use as { target?: string }).target ?? p.name))];
+}
+
+export default async function globalSetup(config: FullConfig): Promise<void> {
+  process.env.TESTCONTAINERS_RYUK_DISABLED ??= 'true';
+  const targets = selectedTargets(config);
+  const dockerSocket = process.env.FLEETLAB_DOCKER_SOCKET ?? '/var/run/docker.sock';
+  if (targets.includes('sim') && defaultEngine() === 'docker') await buildTestImages(dockerSocket);
+  if (targets.includes('container')) {
+    const { prepareContainerTarget } = await import('./targets/container-setup.js');
+    await prepareContainerTarget({ dockerSocket });
+  }
+}

@@ -1,0 +1,57 @@
+/**
+ * End-of-run summaries the built-in reporters do not give:
+ * - flakes: tests that both passed and failed across repeats (`--repeat-each`) and retries,
+ *   with the counts, per project;
+ * - capability skips: tests skipped because the target lacks a capability, grouped by reason.
+ */
+import type { FullResult, Reporter, TestCase, TestResult } from '@playwright/test/reporter';
+
+interface Tally {
+  passed: number;
+  failed: number;
+  skipped: number;
+}
+
+const CAPABILITY_SKIP = /^target \S+ lacks capability /;
+
+export default class FlakeReporter implements Reporter {
+  readonly #tallies = new Map<string, Tally>();
+  readonly #skips = new Map<string, Set<string>>();
+
+  onTestEnd(test: TestCase, result: TestResult): void {
+    // Repeats are separate TestCases with one title path; the key joins them.
+    const [, project, ...titles] = test.titlePath();
+    const key = `[${project}] ${titles.join(' › ')}`;
+    const tally = this.#tallies.get(key) ?? { passed: 0, failed: 0, skipped: 0 };
+    if (result.status === 'passed') tally.passed++;
+    else if (result.status === 'skipped') tally.skipped++;
+    else tally.failed++;
+    this.#tallies.set(key, tally);
+    if (result.status === 'skipped') {
+      for (const a of [...result.annotations, ...test.annotations]) {
+        if (a.type === 'skip' && a.description && CAPABILITY_SKIP.test(a.description)) {
+          const tests = this.#skips.get(a.description) ?? new Set<string>();
+          tests.add(key);
+          this.#skips.set(a.description, tests);
+        }
+      }
+    }
+  }
+
+  onEnd(_result: FullResult): void {
+    const flaky = [...this.#tallies].filter(([, t]) => t.passed > 0 && t.failed > 0);
+    const lines = ['', `HIL flake summary: ${flaky.length} flaky of ${this.#tallies.size} tests`];
+    for (const [key, t] of flaky) lines.push(`  FLAKY ${key}: passed ${t.passed}, failed ${t.failed} of ${t.passed + t.failed}`);
+    const skipped = [...this.#skips].reduce((n, [, s]) => n + s.size, 0);
+    lines.push(`HIL capability skips: ${skipped} test${skipped === 1 ? '' : 's'}`);
+    for (const [reason, tests] of this.#skips) {
+      lines.push(`  ${reason}: ${tests.size}`);
+      for (const t of tests) lines.push(`    - ${t}`);
+    }
+    console.log(lines.join('\n'));
+  }
+
+  printsToStdio(): boolean {
+    return true;
+  }
+}

@@ -1,0 +1,107 @@
+/**
+ * ApiProtocol over plain HTTP (fetch), shared by targets whose device API is reachable from
+ * the harness at a URL. The key goes in `Authorization: Bearer`, the form DECISIONS.md 2
+ * accepts next to `?apikey=` (specs that test `?apikey=` pass `key: null` and the query).
+ */
+import type { ApiProtocol, DeviceIdentity, HttpResponse, HttpStream, RequestOptions } from '../targets/protocols.js';
+
+const DEFAULT_TIMEOUT_MS = 30_000;
+
+function build(base: string, method: string, path: string, options: RequestOptions, key: string, signal: AbortSignal): [URL, RequestInit] {
+  const url = new URL(path, `${base}/`);
+  for (const [k, v] of Object.entries(options.query ?? {})) url.searchParams.set(k, String(v));
+  const headers: Record<string, string> = { ...options.headers };
+  const sendKey = options.key === undefined ? key : options.key;
+  if (sendKey !== null) headers.authorization = `Bearer ${sendKey}`;
+  let body: string | undefined;
+  if (options.rawBody) {
+    headers['content-type'] = options.rawBody.contentType;
+    body = options.rawBody.data;
+  } else if (options.body !== undefined) {
+    headers['content-type'] = 'application/json';
+    body = JSON.stringify(options.body);
+  }
+  return [url, { method, headers, body, signal }];
+}
+
+export function httpApi(identity: Omit<DeviceIdentity, 'apiKey'> & { apiKey: string }): ApiProtocol {
+  let key = identity.apiKey;
+  const current: DeviceIdentity = {
+    url: identity.url,
+    uuid: identity.uuid,
+    vendor: identity.vendor,
+    lockRoot: identity.lockRoot,
+    ...(identity.hostPaths ? { hostPaths: identity.hostPaths } : {}),
+    get apiKey() {
+      return key;
+    },
+  };
+  return {
+    identity: current,
+    useKey(next) {
+      key = next;
+    },
+    async request(method, path, options: RequestOptions = {}): Promise<HttpResponse> {
+      const res = await fetch(...build(identity.url, method, path, options, key, AbortSignal.timeout(options.timeoutMs ?? DEFAULT_TIMEOUT_MS)));
+      const text = await res.text();
+      return {
+        status: res.status,
+        headers: Object.fromEntries(res.headers.entries()),
+        text,
+        json<T>() {
+          try {
+            return JSON.parse(text) as T;
+          } catch {
+            throw new Error(`${method} ${path}: ${res.status} body is not JSON: ${text.slice(0, 200)}`);
+          }
+        },
+      };
+    },
+    async stream(method, path, options: RequestOptions = {}): Promise<HttpStream> {
+      const abort = new AbortController();
+      const timer = setTimeout(() => abort.abort(), options.timeoutMs ?? DEFAULT_TIMEOUT_MS);
+      const res = await fetch(...build(identity.url, method, path, options, key, abort.signal));
+      const reader = res.body?.getReader();
+      const decoder = new TextDecoder();
+      let closed = false;
+      return {
+        status: res.status,
+        headers: Object.fromEntries(res.headers.entries()),
+        async *chunks() {
+          if (!reader) return;
+          try {
+            while (!closed) {
+              const { value, done } = await reader.read();
+              if (done) return;
+              yield decoder.decode(value, { stream: true });
+            }
+          } catch (err) {
+            if (!closed) throw err;
+          }
+        },
+        async close() {
+          if (closed) return;
+          closed = true;
+          clearTimeout(timer);
+          abort.abort();
+          await reader?.cancel().catch(() => undefined);
+        },
+      };
+    },
+    async waitReady(timeoutMs = 30_000) {
+      const deadline = Date.now() + timeoutMs;
+      let last = 'no answer';
+      while (Date.now() < deadline) {
+        try {
+          const res = await fetch(new URL('/ping', `${identity.url}/`), { signal: AbortSignal.timeout(2000) });
+          if (res.ok) return;
+          last = `HTTP ${res.status}`;
+        } catch (err) {
+          last = err instanceof Error ? err.message : String(err);
+        }
+        await new Promise((r) => setTimeout(r, 100));
+      }
+      throw new Error(`device API at ${identity.url} not ready within ${timeoutMs} ms (${last})`);
+    },
+  };
+}

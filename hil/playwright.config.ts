@@ -1,0 +1,32 @@
+/**
+ * The HIL suite: Playwright Test with no browser. One project per registered target
+ * (hil/targets/index.ts), the first being the default `npm run hil` selects (hil/run.mjs).
+ * Reports go under hil-results/: html/, junit.xml, and artifacts/ per test.
+ */
+import { defineConfig } from '@playwright/test';
+import type { HilTestFixtures, HilWorkerFixtures } from './fixtures.js';
+import { targetNames } from './targets/index.js';
+
+const env = process.env;
+
+export default defineConfig<HilTestFixtures, HilWorkerFixtures>({
+  testDir: './specs',
+  outputDir: '../hil-results/artifacts',
+  // A device test waits on reboots and a 15 s blink; generous, bounded.
+  timeout: 180_000,
+  expect: { timeout: 10_000 },
+  retries: Number(env.FLEETLAB_HIL_RETRIES ?? 0),
+  // Each worker runs its own device; two share the machine's two cores well enough.
+  workers: Number(env.FLEETLAB_HIL_WORKERS ?? 2),
+  fullyParallel: false,
+  forbidOnly: Boolean(env.CI),
+  globalSetup: './global-setup.ts',
+  globalTeardown: './global-teardown.ts',
+  reporter: [
+    ['list'],
+    ['html', { open: 'never', outputFolder: '../hil-results/html' }],
+    ['junit', { outputFile: '../hil-results/junit.xml' }],
+    ['./lib/flake-reporter.ts'],
+  ],
+  projects: targetNames.map((name) => ({ name, use: { target: name } })),
+});

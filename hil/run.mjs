@@ -1,0 +1,15 @@
+#!/usr/bin/env node
+// `npm run hil`: Playwright Test with the HIL config, selecting the default project (the
+// first target, `sim`) unless the arguments name one with --project.
+import { spawn } from 'node:child_process';
+import { createRequire } from 'node:module';
+import { fileURLToPath } from 'node:url';
+
+const DEFAULT_PROJECT = process.env.FLEETLAB_HIL_PROJECT ?? 'sim';
+const args = process.argv.slice(2);
+const named = args.some((a) => a === '--project' || a.startsWith('--project='));
+const cli = createRequire(import.meta.url).resolve('@playwright/test/cli');
+const config = fileURLToPath(new URL('./playwright.config.ts', import.meta.url));
+const child = spawn(process.execPath, [cli, 'test', '-c', config, ...(named ? [] : [`--project=${DEFAULT_PROJECT}`]), ...args], { stdio: 'inherit' });
+for (const signal of ['SIGINT', 'SIGTERM']) process.on(signal, () => child.kill(signal));
+child.on('exit', (code, signal) => process.exit(code ?? (signal ? 1 : 0)));

@@ -1,0 +1,54 @@
+/**
+ * Blink as an observer of the LED line sees it (DECISIONS.md 11): 200 ms on, 200 ms off for
+ * 15 s (about 37 on-pulses), then the line is left off. A blink during a blink restarts
+ * the 15 s window.
+ */
+import type { LedTransition } from '../targets/protocols.js';
+import { expect, test } from '../fixtures.js';
+import { sleep } from '../lib/wait.js';
+
+function pulses(transitions: readonly LedTransition[]) {
+  const ons = transitions.filter((t) => t.value === 1);
+  const gaps = transitions.slice(1).map((t, i) => t.at - transitions[i]!.at).sort((a, b) => a - b);
+  return { ons: ons.length, medianGap: gaps[Math.floor(gaps.length / 2)] ?? NaN, first: transitions[0], last: transitions.at(-1) };
+}
+
+test('POST /v1/blink: ~37 on-pulses with a ~200 ms half-period, line off after 15 s', async ({ api, device, needs }) => {
+  needs('led');
+  const led = device.led!;
+  const since = Date.now();
+  const res = await api.blink();
+  expect(res.status).toBe(200);
+  expect(res.text).toBe('');
+  await sleep(16_500);
+  const seen = await led.transitions(since);
+  const p = pulses(seen);
+  // 15 s / 400 ms = 37.5 periods; a loaded machine may lose a toggle at either end.
+  expect(p.ons).toBeGreaterThanOrEqual(35);
+  expect(p.ons).toBeLessThanOrEqual(39);
+  expect(p.medianGap).toBeGreaterThan(150);
+  expect(p.medianGap).toBeLessThan(300);
+  expect(p.last!.value).toBe(0);
+  // The window is 15 s from the first edge, give or take one period.
+  expect(p.last!.at - p.first!.at).toBeGreaterThan(14_000);
+  expect(p.last!.at - p.first!.at).toBeLessThan(16_000);
+  expect(await led.level()).toBe(0);
+});
+
+test('a blink during a blink restarts the 15 s window', async ({ api, device, needs }) => {
+  needs('led');
+  const led = device.led!;
+  const since = Date.now();
+  expect((await api.blink()).status).toBe(200);
+  await sleep(5_000);
+  const second = Date.now();
+  expect((await api.blink()).status).toBe(200);
+  await sleep(16_500);
+  const seen = await led.transitions(since);
+  const p = pulses(seen);
+  expect(p.last!.value).toBe(0);
+  // It ran until about 15 s after the second call, not the first.
+  expect(p.last!.at - second).toBeGreaterThan(14_000);
+  expect(p.last!.at - second).toBeLessThan(16_500);
+  expect(await led.level()).toBe(0);
+});

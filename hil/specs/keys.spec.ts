@@ -1,0 +1,24 @@
+/**
+ * Device key regeneration (DECISIONS.md 4): the old key is refused from the next request
+ * on, the new one works, and it survives a reboot through the OS.
+ */
+import { expect, test } from '../fixtures.js';
+
+test('regenerate-api-key: old key refused at once, new key works and survives a reboot', async ({ api, device, needs }) => {
+  needs('power.reboot');
+  const old = api.key;
+  const res = await api.regenerateApiKey();
+  expect(res.status).toBe(200);
+  expect(res.headers['content-type']).toMatch(/^text\/plain/);
+  const fresh = res.text;
+  expect(fresh).toMatch(/^\S{16,}$/);
+  expect(fresh).not.toBe(old);
+  expect((await api.device({ key: old })).status).toBe(401);
+  expect((await api.device({ key: old, keyInQuery: true })).status).toBe(401);
+  expect((await api.device({ key: fresh })).status).toBe(200);
+  device.api.useKey(fresh);
+
+  await device.power!.reboot();
+  expect((await api.device({ key: fresh })).status).toBe(200);
+  expect((await api.device({ key: old })).status).toBe(401);
+});

@@ -1,0 +1,157 @@
+/**
+ * Engine-side helpers of the `container` target: running a command in the device container
+ * (the docker CLI, which carries stdin both ways), waiting for the sim's ready line across
+ * restarts, and removing what a device left on the host's dockerd. Shared by the driver and
+ * the global teardown.
+ */
+import { PassThrough } from 'node:stream';
+import { existsSync, readFileSync } from 'node:fs';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import Docker from 'dockerode';
+import { execa } from 'execa';
+import { FleetlabError } from '../../src/errors.js';
+import { findTool, missingToolError, type ToolSpec } from '../../src/tools.js';
+import { LABEL } from '../../src/supervisor/adapters/engine.js';
+import { buildTestImages, testImages } from '../../sim/images/test-images.js';
+
+/** Labels on every device container this target starts (next to testcontainers' own). */
+export const TARGET_LABEL = {
+  target: 'io.fleetlab.hil.target',
+  /** PID of the process that started it: the global teardown leaves a live owner's containers alone. */
+  owner: 'io.fleetlab.hil.owner-pid',
+  /** The host directory bind-mounted at the same path (data dir, lock root). */
+  dir: 'io.fleetlab.hil.dir',
+} as const;
+export const TARGET_NAME = 'container';
+
+const dockerCli: ToolSpec = { candidates: ['docker'], debianPackage: 'docker.io' };
+
+export interface ExecBytes {
+  readonly exitCode: number;
+  readonly stdout: Buffer;
+  readonly stderr: Buffer;
+}
+
+/** Runs argv in the container (no shell). Never rejects on the exit code; a timeout gives 124. */
+export async function dockerExec(
+  socketPath: string,
+  containerId: string,
+  argv: readonly string[],
+  options: { input?: string | Buffer; timeoutMs?: number } = {},
+): Promise<ExecBytes> {
+  if (argv.length === 0) throw new FleetlabError('SUP_ERR_INTERNAL', 'exec: empty argv');
+  const docker = findTool(dockerCli);
+  if (!docker) throw missingToolError(dockerCli);
+  const result = await execa(docker, ['-H', `unix://${socketPath}`, 'exec', ...(options.input !== undefined ? ['-i'] : []), containerId, ...argv], {
+    input: options.input,
+    encoding: 'buffer',
+    // The command's output as it printed it: a trailing newline is part of it.
+    stripFinalNewline: false,
+    reject: false,
+    timeout: options.timeoutMs ?? 30_000,
+    maxBuffer: 64 * 1024 * 1024,
+  });
+  const exitCode = result.timedOut ? 124 : (result.exitCode ?? 125);
+  return { exitCode, stdout: Buffer.from(result.stdout ?? []), stderr: Buffer.from(result.stderr ?? []) };
+}
+
+export interface ReadyLine {
+  readonly apiKey: string;
+  readonly uuid: string;
+  readonly dataDir: string;
+}
+
+function parseReady(line: string): ReadyLine | undefined {
+  if (!line.startsWith('{') || !line.includes('"ready"')) return undefined;
+  try {
+    const v = JSON.parse(line) as { event?: string; apiKey?: string; uuid?: string; dataDir?: string };
+    return v.event === 'ready' && v.apiKey && v.uuid && v.dataDir ? { apiKey: v.apiKey, uuid: v.uuid, dataDir: v.dataDir } : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+/**
+ * The sim prints one JSON ready line on stdout per start; the engine keeps the log across
+ * restarts. Resolves with the ready line number `after + 1` (1-based), so a restart waits for
+ * its own line, not the previous boot's. Rejects when the container stops first or on timeout.
+ */
+export async function waitReadyLine(docker: Docker, containerId: string, after: number, timeoutMs: number): Promise<ReadyLine & { count: number }> {
+  const container = docker.getContainer(containerId);
+  const stream = (await container.logs({ follow: true, stdout: true, stderr: true })) as unknown as NodeJS.ReadableStream & { destroy(): void };
+  const out = new PassThrough();
+  const err = new PassThrough();
+  docker.modem.demuxStream(stream, out, err);
+  let stderrTail = '';
+  err.on('data', (c: Buffer) => (stderrTail = (stderrTail + c.toString('utf8')).slice(-4000)));
+  return new Promise((resolvePromise, reject) => {
+    let buffered = '';
+    let count = 0;
+    const finish = (fn: () => void) => {
+      clearTimeout(timer);
+      stream.removeAllListeners('end');
+      stream.destroy();
+      fn();
+    };
+    const timer = setTimeout(
+      () => finish(() => reject(new FleetlabError('SUP_ERR_INTERNAL', `the device container printed no ready line within ${timeoutMs / 1000} s; its stderr ends:\n${stderrTail}`))),
+      timeoutMs,
+    );
+    out.on('data', (chunk: Buffer) => {
+      buffered += chunk.toString('utf8');
+      let nl: number;
+      while ((nl = buffered.indexOf('\n')) >= 0) {
+        const line = buffered.slice(0, nl).trim();
+        buffered = buffered.slice(nl + 1);
+        const ready = parseReady(line);
+        if (ready && ++count > after) return finish(() => resolvePromise({ ...ready, count }));
+      }
+    });
+    stream.on('end', () => finish(() => reject(new FleetlabError('SUP_ERR_INTERNAL', `the device container stopped before its ready line; its stderr ends:\n${stderrTail}`))));
+  });
+}
+
+/**
+ * The app images specs deploy (`fleetlab/test-app:1`, `:2`) must be on the host's dockerd,
+ * which runs the device's containers; built locally when one is missing.
+ */
+export async function ensureTestImages(docker: Docker, socketPath: string): Promise<void> {
+  const present = await Promise.all(testImages.map((i) => docker.getImage(i.ref).inspect().then(() => true, () => false)));
+  if (present.every(Boolean)) return;
+  await buildTestImages(socketPath);
+}
+
+/** Stops the device's app containers at once, as a power cut would (no grace period). */
+export async function stopDeviceContainers(docker: Docker, uuid: string): Promise<void> {
+  const containers = await docker.listContainers({ filters: { label: [`${LABEL.device}=${uuid}`] } });
+  await Promise.all(containers.map((c) => docker.getContainer(c.Id).stop({ t: 0 }).catch(() => undefined)));
+}
+
+/** Removes the app containers, networks and volumes a device created on the host's dockerd. */
+export async function removeDeviceLeftovers(docker: Docker, uuid: string): Promise<void> {
+  const filters = { label: [`${LABEL.device}=${uuid}`] };
+  for (const c of await docker.listContainers({ all: true, filters })) await docker.getContainer(c.Id).remove({ force: true }).catch(() => undefined);
+  for (const n of await docker.listNetworks({ filters })) await docker.getNetwork(n.Id).remove().catch(() => undefined);
+  const { Volumes } = await docker.listVolumes({ filters });
+  for (const v of Volumes ?? []) await docker.getVolume(v.Name).remove().catch(() => undefined);
+}
+
+/** uuid of the device whose data dir is `dataDir`, from the supervisor's store, if it got that far. */
+export function storedUuid(dataDir: string): string | undefined {
+  try {
+    return (JSON.parse(readFileSync(join(dataDir, 'supervisor', 'device.json'), 'utf8')) as { uuid?: string }).uuid;
+  } catch {
+    return undefined;
+  }
+}
+
+/** The fleetlab checkout this file belongs to (from hil/targets/ or dist/hil/targets/). */
+export function repoRootOf(moduleUrl: string): string {
+  let dir = dirname(fileURLToPath(moduleUrl));
+  for (let i = 0; i < 6; i++) {
+    if (existsSync(join(dir, 'package-lock.json'))) return dir;
+    dir = dirname(dir);
+  }
+  throw new FleetlabError('SUP_ERR_INTERNAL', `no fleetlab checkout (package-lock.json) above ${fileURLToPath(moduleUrl)}`);
+}

@@ -1,0 +1,487 @@
+/**
+ * The image of the HIL `container` target: the simulated device (supervisor plus simulated
+ * peers) in a Debian root filesystem, built locally because no registry is reachable.
+ *
+ * Three images, each tagged by a hash of its inputs so an unchanged rebuild only inspects tags:
+ * - base `fleetlab/device-sim-base:<hash>`: `debootstrap --variant=minbase` with the system
+ *   tools the sim runs (dbus, journalctl, systemd-journal-remote, unshare/mount, busybox) plus
+ *   this host's Node binary, imported through the Engine API. Slow (about a minute), rare.
+ * - deps `fleetlab/device-sim-deps:<hash>`: `FROM <base>` + the production node_modules
+ *   (native addons built on this host, which runs the same glibc), built through the Engine
+ *   API from a tar context. Rebuilt when the lockfile or an addon changes (about a minute:
+ *   the context is ~110 MB).
+ * - app `fleetlab/device-sim:<hash>`: `FROM <deps>` + the fleetlab CLI and sim compiled from
+ *   the current sources, package.json and bin/. Seconds; what the target runs.
+ *
+ * The sources are transpiled file by file (TypeScript's transpileModule, no type check) into
+ * the build context rather than copied from dist/: the image then always runs what is in
+ * src/ and sim/, whether or not `npm run build` ran since, and a build of the whole project
+ * (tests, benches, other work in progress) is not on this path. `npx tsc` is the type check.
+ */
+import { createHash } from 'node:crypto';
+import { existsSync, mkdirSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { dirname, join, relative, resolve } from 'node:path';
+import Docker from 'dockerode';
+import { execa } from 'execa';
+import ts from 'typescript';
+import { FleetlabError, errorText } from '../../src/errors.js';
+import { findTool, missingToolError, type ToolSpec } from '../../src/tools.js';
+
+export const DEVICE_IMAGE_REPO = 'fleetlab/device-sim';
+export const DEVICE_BASE_REPO = 'fleetlab/device-sim-base';
+export const DEVICE_DEPS_REPO = 'fleetlab/device-sim-deps';
+/** Where the fleetlab tree sits in the image. */
+export const APP_DIR = '/opt/fleetlab';
+/** Label on both images: which of the two it is. */
+export const IMAGE_KIND_LABEL = 'io.fleetlab.image';
+
+/** Debian packages of the base: what `fleetlab sim device` runs besides Node. */
+export const BASE_PACKAGES = [
+  'dbus', // dbus-daemon (the private bus) and dbus-send (the harness's login1 calls)
+  'systemd', // journalctl
+  'systemd-journal-remote', // writes the journal files
+  'util-linux', // unshare
+  'mount', // mount --bind for the GPIO tree
+  'busybox-static',
+  'ca-certificates',
+  'libstdc++6', // Node's C++ runtime
+  'iproute2',
+] as const;
+
+const debootstrapTool: ToolSpec = { candidates: ['/usr/sbin/debootstrap', 'debootstrap'], debianPackage: 'debootstrap' };
+const tarTool: ToolSpec = { candidates: ['tar'], debianPackage: 'tar' };
+
+/** Dropped from the root filesystem: documentation, translations and the downloaded .debs. */
+const TRIM_PATHS = ['var/cache/apt/archives', 'var/lib/apt/lists', 'usr/share/doc', 'usr/share/man', 'usr/share/info', 'usr/share/locale'];
+
+export interface BuildEvent {
+  /** `base`, `app`, `check`, `compile`, ... */
+  readonly stage: string;
+  readonly detail: string;
+  /** Since the build started. */
+  readonly elapsedMs: number;
+}
+
+export interface DeviceImageOptions {
+  /** The fleetlab checkout whose compiled tree goes into the image. */
+  readonly repoRoot: string;
+  readonly dockerSocket?: string;
+  readonly suite?: string;
+  readonly mirror?: string;
+  /** A Node 20 binary for Debian bookworm; default the one running this code. */
+  readonly nodeBinary?: string;
+  /** Where the root filesystem is assembled; default the OS temp dir. */
+  readonly workDir?: string;
+  /** Rebuild every layer even when its tag exists. */
+  readonly force?: boolean;
+  /**
+   * Remove the other tags of each rebuilt image (default true). A HIL worker building
+   * lazily passes false: another worker may be about to start the image it would remove.
+   */
+  readonly prune?: boolean;
+  readonly progress?: (event: BuildEvent) => void;
+}
+
+export interface DeviceImage {
+  /** `fleetlab/device-sim:<hash>`: what the target runs. */
+  readonly ref: string;
+  readonly baseRef: string;
+  readonly depsRef: string;
+  readonly builtBase: boolean;
+  readonly builtDeps: boolean;
+  readonly builtApp: boolean;
+  readonly baseMs: number;
+  readonly depsMs: number;
+  readonly appMs: number;
+  readonly totalMs: number;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Planning (pure)
+
+function sha256(...parts: Array<string | Buffer>): string {
+  const h = createHash('sha256');
+  for (const p of parts) {
+    h.update(typeof p === 'string' ? Buffer.from(p) : p);
+    h.update('\0');
+  }
+  return h.digest('hex');
+}
+
+/** Tag of the base: the package list, suite, mirror and the Node binary's content. */
+export function baseTag(inputs: { suite: string; mirror: string; packages: readonly string[]; nodeSha256: string }): string {
+  return sha256('device-sim-base/1', inputs.suite, inputs.mirror, [...inputs.packages].sort().join(','), inputs.nodeSha256).slice(0, 16);
+}
+
+interface LockPackage {
+  dev?: boolean;
+}
+
+/**
+ * Top-level `node_modules/<name>` directories of the production dependency tree, from the
+ * lockfile (v2/v3 `packages`); nested ones travel inside their parent. `present` filters out
+ * optional packages for other platforms, which are in the lockfile but not on disk.
+ */
+export function productionPackageDirs(lock: { packages?: Record<string, LockPackage> }, present: (dir: string) => boolean): string[] {
+  if (!lock.packages) throw new FleetlabError('SUP_ERR_INTERNAL', 'package-lock.json has no "packages" map (lockfile v2 or later is needed)');
+  const dirs: string[] = [];
+  for (const [key, pkg] of Object.entries(lock.packages)) {
+    if (!key.startsWith('node_modules/') || pkg.dev) continue;
+    if (key.indexOf('/node_modules/', 'node_modules/'.length - 1) >= 0) continue;
+    if (present(key)) dirs.push(key);
+  }
+  return dirs.sort();
+}
+
+/** The deps image: the production node_modules where the app resolves them. */
+export function depsDockerfile(baseRef: string, inputsHash: string): string {
+  return [`FROM ${baseRef}`, `COPY node_modules ${APP_DIR}/node_modules`, `LABEL ${IMAGE_KIND_LABEL}=device-sim-deps io.fleetlab.inputs=${inputsHash}`, ''].join('\n');
+}
+
+/** The app image: the compiled tree on top of the deps; starts the simulated device. */
+export function appDockerfile(depsRef: string, inputsHash: string): string {
+  return [
+    `FROM ${depsRef}`,
+    `COPY package.json ${APP_DIR}/package.json`,
+    `COPY bin ${APP_DIR}/bin`,
+    `COPY dist ${APP_DIR}/dist`,
+    `WORKDIR ${APP_DIR}`,
+    `LABEL ${IMAGE_KIND_LABEL}=device-sim io.fleetlab.inputs=${inputsHash}`,
+    `ENTRYPOINT ["node", "${APP_DIR}/bin/fleetlab.js"]`,
+    'CMD ["sim", "device", "--engine", "docker", "--docker-socket", "/var/run/docker.sock", "--port", "48484", "--local-mode", "--listen-address", "0.0.0.0"]',
+    '',
+  ].join('\n');
+}
+
+/** What the device runs: the CLI and the sim, from source (no tests, benches or harness). */
+const SOURCE_TREES = ['src', 'sim'];
+
+function walk(dir: string, out: string[] = []): string[] {
+  let entries;
+  try {
+    entries = readdirSync(dir, { withFileTypes: true });
+  } catch {
+    return out;
+  }
+  for (const e of entries) {
+    const full = join(dir, e.name);
+    if (e.isDirectory()) walk(full, out);
+    else if (e.isFile()) out.push(full);
+  }
+  return out;
+}
+
+/** The TypeScript sources the image compiles, relative to the checkout, sorted. */
+export function deviceSources(repoRoot: string): string[] {
+  return SOURCE_TREES.flatMap((t) => walk(join(repoRoot, t)))
+    .filter((f) => f.endsWith('.ts') && !f.endsWith('.d.ts'))
+    .map((f) => relative(repoRoot, f))
+    .sort();
+}
+
+/**
+ * Hash of the deps image: node_modules by the lockfile plus the native addons built here
+ * (the rest of node_modules is what the lockfile says).
+ */
+function depsInputsHash(repoRoot: string, baseRef: string, packageDirs: readonly string[]): string {
+  const h = createHash('sha256');
+  h.update(`device-sim-deps/1\0${baseRef}\0`).update(readFileSync(join(repoRoot, 'package-lock.json')));
+  for (const dir of packageDirs) {
+    for (const f of walk(join(repoRoot, dir)).filter((p) => p.endsWith('.node')).sort()) h.update(`${relative(repoRoot, f)}\0`).update(readFileSync(f));
+  }
+  return h.digest('hex').slice(0, 16);
+}
+
+/** Hash of the app image: the sources, bin/ and package.json by content, and the compiler version. */
+function appInputsHash(repoRoot: string, depsRef: string, sources: readonly string[]): string {
+  const h = createHash('sha256');
+  h.update(`device-sim/3\0${depsRef}\0${ts.version}\0`);
+  const files = [...sources, ...walk(join(repoRoot, 'bin')).map((f) => relative(repoRoot, f)).sort(), 'package.json'];
+  for (const f of files) h.update(`${f}\0`).update(readFileSync(join(repoRoot, f)));
+  return h.digest('hex').slice(0, 16);
+}
+
+/** `src/x.ts` -> `<outDir>/dist/src/x.js`, ES2022 modules as tsconfig.json emits them. */
+async function transpileSources(repoRoot: string, sources: readonly string[], outDir: string): Promise<void> {
+  for (const rel of sources) {
+    const out = ts.transpileModule(readFileSync(join(repoRoot, rel), 'utf8'), {
+      fileName: rel,
+      reportDiagnostics: true,
+      compilerOptions: { target: ts.ScriptTarget.ES2022, module: ts.ModuleKind.ESNext, esModuleInterop: true, sourceMap: false },
+    });
+    const errors = (out.diagnostics ?? []).filter((d) => d.category === ts.DiagnosticCategory.Error);
+    if (errors.length > 0) {
+      throw new FleetlabError('SUP_ERR_INTERNAL', `${rel} does not compile: ${errors.map((d) => ts.flattenDiagnosticMessageText(d.messageText, ' ')).join('; ')}`);
+    }
+    const target = join(outDir, 'dist', rel.replace(/\.ts$/, '.js'));
+    await mkdir(dirname(target), { recursive: true });
+    await writeFile(target, out.outputText);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Effects
+
+async function imageId(docker: Docker, ref: string): Promise<string | undefined> {
+  try {
+    return (await docker.getImage(ref).inspect()).Id;
+  } catch {
+    return undefined;
+  }
+}
+
+async function imageExists(docker: Docker, ref: string): Promise<boolean> {
+  return (await imageId(docker, ref)) !== undefined;
+}
+
+function followEngine(docker: Docker, stream: NodeJS.ReadableStream, what: string, onEvent: (e: { stream?: string; status?: string }) => void): Promise<void> {
+  return new Promise((resolvePromise, reject) =>
+    docker.modem.followProgress(
+      stream,
+      (err: Error | null, events: Array<{ error?: string; errorDetail?: { message?: string } }>) => {
+        const failed = err?.message ?? events?.find((e) => e.error)?.error;
+        if (failed) reject(new FleetlabError('SUP_ERR_ENGINE', `${what}: ${failed}`));
+        else resolvePromise();
+      },
+      onEvent,
+    ),
+  );
+}
+
+/** Removes the other tags of `repo` (older builds); images still used by a container stay. */
+async function pruneOtherTags(docker: Docker, repo: string, keep: string): Promise<void> {
+  const images = await docker.listImages({ filters: { reference: [repo] } });
+  for (const image of images) {
+    for (const tag of image.RepoTags ?? []) {
+      if (tag !== keep && tag.startsWith(`${repo}:`)) await docker.getImage(tag).remove().catch(() => undefined);
+    }
+  }
+}
+
+const LOCK_WAIT_MS = 15 * 60_000;
+
+function pidAlive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (err) {
+    return (err as NodeJS.ErrnoException).code === 'EPERM';
+  }
+}
+
+/**
+ * One build at a time on this machine (HIL workers starting together, a bench, the CLI): the
+ * second waits and then finds the tags built. A lock whose holder died is taken over.
+ */
+async function withBuildLock<T>(report: (stage: string, detail: string) => void, fn: () => Promise<T>): Promise<T> {
+  const dir = join(tmpdir(), 'fleetlab-device-image.lock');
+  const deadline = Date.now() + LOCK_WAIT_MS;
+  let told = false;
+  for (;;) {
+    try {
+      mkdirSync(dir);
+      writeFileSync(join(dir, 'pid'), String(process.pid));
+      break;
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw err;
+    }
+    let holder = NaN;
+    try {
+      holder = Number(readFileSync(join(dir, 'pid'), 'utf8'));
+    } catch {
+      // being created or removed right now
+    }
+    if (Number.isInteger(holder) && holder > 0 && !pidAlive(holder)) {
+      rmSync(dir, { recursive: true, force: true });
+      continue;
+    }
+    if (Date.now() > deadline) throw new FleetlabError('SUP_ERR_INTERNAL', `another image build (pid ${holder}) has held ${dir} for ${LOCK_WAIT_MS / 60_000} min`);
+    if (!told) report('wait', `another build (pid ${holder}) is running; waiting for it`);
+    told = true;
+    await new Promise((r) => setTimeout(r, 500));
+  }
+  try {
+    return await fn();
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
+
+export async function buildDeviceImage(options: DeviceImageOptions): Promise<DeviceImage> {
+  const started = Date.now();
+  const report = (stage: string, detail: string) => options.progress?.({ stage, detail, elapsedMs: Date.now() - started });
+  return withBuildLock(report, () => buildLayers(options, started, report));
+}
+
+async function buildLayers(options: DeviceImageOptions, started: number, report: (stage: string, detail: string) => void): Promise<DeviceImage> {
+  const repoRoot = resolve(options.repoRoot);
+  const socketPath = options.dockerSocket ?? '/var/run/docker.sock';
+  const docker = new Docker({ socketPath });
+  try {
+    await docker.ping();
+  } catch (err) {
+    throw new FleetlabError('SUP_ERR_ENGINE', `no container engine at ${socketPath} (${errorText(err)}): start dockerd (scripts/provision does)`);
+  }
+  const suite = options.suite ?? 'bookworm';
+  const mirror = options.mirror ?? 'http://deb.debian.org/debian';
+  const nodeBinary = options.nodeBinary ?? process.execPath;
+
+  const baseRef = `${DEVICE_BASE_REPO}:${baseTag({ suite, mirror, packages: BASE_PACKAGES, nodeSha256: sha256(readFileSync(nodeBinary)) })}`;
+  const baseStarted = Date.now();
+  let builtBase = false;
+  // Images a rebuild re-tags away from: removed at the end, app first, so the chain goes.
+  const replaced: string[] = [];
+  const remember = async (ref: string) => {
+    const id = await imageId(docker, ref);
+    if (id) replaced.unshift(id);
+  };
+  if (options.force || !(await imageExists(docker, baseRef))) {
+    await remember(baseRef);
+    await buildBase(docker, { baseRef, suite, mirror, nodeBinary, workDir: options.workDir ?? tmpdir(), report });
+    builtBase = true;
+    if (options.prune !== false) await pruneOtherTags(docker, DEVICE_BASE_REPO, baseRef);
+  } else report('base', `${baseRef} exists`);
+  const baseMs = Date.now() - baseStarted;
+
+  const depsStarted = Date.now();
+  const lock = JSON.parse(readFileSync(join(repoRoot, 'package-lock.json'), 'utf8')) as { packages?: Record<string, LockPackage> };
+  const packageDirs = productionPackageDirs(lock, (dir) => existsSync(join(repoRoot, dir)));
+  const depsHash = depsInputsHash(repoRoot, baseRef, packageDirs);
+  const depsRef = `${DEVICE_DEPS_REPO}:${depsHash}`;
+  let builtDeps = false;
+  if (options.force || builtBase || !(await imageExists(docker, depsRef))) {
+    await remember(depsRef);
+    report('deps', `building ${depsRef} FROM ${baseRef} (${packageDirs.length} production packages)`);
+    await buildFromContext(docker, { ref: depsRef, dockerfile: depsDockerfile(baseRef, depsHash), repoRoot, repoPaths: packageDirs, report: (d) => report('deps', d) });
+    builtDeps = true;
+    if (options.prune !== false) await pruneOtherTags(docker, DEVICE_DEPS_REPO, depsRef);
+  } else report('deps', `${depsRef} exists`);
+  const depsMs = Date.now() - depsStarted;
+
+  const appStarted = Date.now();
+  const sources = deviceSources(repoRoot);
+  const appHash = appInputsHash(repoRoot, depsRef, sources);
+  const ref = `${DEVICE_IMAGE_REPO}:${appHash}`;
+  let builtApp = false;
+  if (options.force || builtDeps || !(await imageExists(docker, ref))) {
+    await remember(ref);
+    report('app', `building ${ref} FROM ${depsRef}; transpiling ${sources.length} sources`);
+    await buildFromContext(docker, {
+      ref,
+      dockerfile: appDockerfile(depsRef, appHash),
+      repoRoot,
+      repoPaths: ['package.json', 'bin'],
+      prepare: (dir) => transpileSources(repoRoot, sources, dir),
+      contextPaths: ['dist'],
+      report: (d) => report('app', d),
+    });
+    builtApp = true;
+    if (options.prune !== false) await pruneOtherTags(docker, DEVICE_IMAGE_REPO, ref);
+  } else report('app', `${ref} exists`);
+  const appMs = Date.now() - appStarted;
+  const current = new Set(await Promise.all([baseRef, depsRef, ref].map((r) => imageId(docker, r))));
+  // Still in use by a container (or identical to the new one): stays.
+  for (const id of replaced) if (!current.has(id)) await docker.getImage(id).remove().catch(() => undefined);
+  report('done', ref);
+  return { ref, baseRef, depsRef, builtBase, builtDeps, builtApp, baseMs, depsMs, appMs, totalMs: Date.now() - started };
+}
+
+async function buildBase(
+  docker: Docker,
+  o: { baseRef: string; suite: string; mirror: string; nodeBinary: string; workDir: string; report: (stage: string, detail: string) => void },
+): Promise<void> {
+  const debootstrap = findTool(debootstrapTool, `${process.env.PATH ?? ''}:/usr/sbin:/sbin`);
+  if (!debootstrap) throw missingToolError(debootstrapTool);
+  const tar = findTool(tarTool);
+  if (!tar) throw missingToolError(tarTool);
+  if (process.getuid?.() !== 0) {
+    throw new FleetlabError('SUP_ERR_INTERNAL', `building ${o.baseRef} runs debootstrap, which needs root; run it as root once (fleetlab images build-device), later runs reuse the image`);
+  }
+  const dir = await mkdtemp(join(o.workDir, 'fleetlab-device-base-'));
+  const rootfs = join(dir, 'rootfs');
+  try {
+    o.report('base', `debootstrap --variant=minbase ${o.suite} from ${o.mirror} (${BASE_PACKAGES.join(', ')})`);
+    const run = execa(debootstrap, ['--variant=minbase', `--include=${BASE_PACKAGES.join(',')}`, o.suite, rootfs, o.mirror], { all: true, reject: false });
+    const phases = new Set<string>();
+    let tail: string[] = [];
+    run.all?.on('data', (chunk: Buffer) => {
+      for (const line of chunk.toString('utf8').split('\n')) {
+        if (!line.trim()) continue;
+        tail = [...tail.slice(-19), line];
+        const verb = /^I: (\w+)/.exec(line)?.[1];
+        // One line per phase: Retrieving/Validating alternate for every package.
+        if (verb && !phases.has(verb)) {
+          phases.add(verb);
+          o.report('base', `debootstrap: ${line.slice(3)}`);
+        }
+      }
+    });
+    const result = await run;
+    if (result.exitCode !== 0) {
+      throw new FleetlabError('SUP_ERR_INTERNAL', `debootstrap failed (exit ${result.exitCode}); its last lines:\n${tail.join('\n')}\n(log: ${join(rootfs, 'debootstrap/debootstrap.log')})`);
+    }
+    for (const p of TRIM_PATHS) await rm(join(rootfs, p), { recursive: true, force: true });
+    await execa('install', ['-m', '0755', o.nodeBinary, join(rootfs, 'usr/local/bin/node')]);
+    // The host's Node must run on the image's libraries: prove it before the import.
+    const version = await execa('chroot', [rootfs, '/usr/local/bin/node', '--version'], { reject: false });
+    if (version.exitCode !== 0) {
+      throw new FleetlabError('SUP_ERR_INTERNAL', `${o.nodeBinary} does not run in the ${o.suite} root filesystem: ${version.stderr || version.stdout}`);
+    }
+    o.report('base', `node ${version.stdout.trim()} runs in the root filesystem; importing into the engine`);
+    const [repo, tag] = o.baseRef.split(':') as [string, string];
+    const tarball = execa(tar, ['-C', rootfs, '--numeric-owner', '--exclude=./dev/*', '--exclude=./proc/*', '--exclude=./sys/*', '-cf', '-', '.'], { buffer: false });
+    const stream = await docker.importImage(tarball.stdout!, {
+      repo,
+      tag,
+      changes: ['ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin', 'WORKDIR /', 'CMD ["/bin/bash"]'],
+    });
+    await followEngine(docker, stream, `importing ${o.baseRef}`, () => undefined);
+    await tarball;
+    o.report('base', `${o.baseRef} imported`);
+  } finally {
+    await rm(dir, { recursive: true, force: true });
+  }
+}
+
+/**
+ * `docker build` through the Engine API from a tar context streamed by tar: the Dockerfile
+ * and what `prepare` writes (`contextPaths`) from a staging dir, `repoPaths` from the checkout.
+ */
+async function buildFromContext(
+  docker: Docker,
+  o: {
+    ref: string;
+    dockerfile: string;
+    repoRoot: string;
+    repoPaths: readonly string[];
+    prepare?: (dir: string) => Promise<void>;
+    contextPaths?: readonly string[];
+    report: (detail: string) => void;
+  },
+): Promise<void> {
+  const tar = findTool(tarTool);
+  if (!tar) throw missingToolError(tarTool);
+  const dir = await mkdtemp(join(tmpdir(), 'fleetlab-device-ctx-'));
+  try {
+    await writeFile(join(dir, 'Dockerfile'), o.dockerfile);
+    await o.prepare?.(dir);
+    const listFile = join(dir, '.files');
+    await writeFile(listFile, `${o.repoPaths.join('\0')}\0`);
+    // Compiler intermediates of the native addons are not needed at run time.
+    const context = execa(
+      tar,
+      ['-cf', '-', '--exclude=obj.target', '--exclude=.deps', '-C', dir, 'Dockerfile', ...(o.contextPaths ?? []), '-C', o.repoRoot, '--null', '-T', listFile],
+      { buffer: false },
+    );
+    const stream = await docker.buildImage(context.stdout! as unknown as NodeJS.ReadableStream, { t: o.ref, rm: true, forcerm: true });
+    await followEngine(docker, stream, `building ${o.ref}`, (e) => {
+      const line = e.stream?.trim();
+      if (line?.startsWith('Step ')) o.report(line);
+    });
+    await context;
+  } finally {
+    await rm(dir, { recursive: true, force: true });
+  }
+}

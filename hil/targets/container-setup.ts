@@ -1,0 +1,25 @@
+/**
+ * Global setup for the `container` target: builds the device image once per run (cached by
+ * its inputs: under a second when nothing changed) and hands its ref to the workers through
+ * FLEETLAB_DEVICE_IMAGE, so they do not each build it; makes sure the test app images are on
+ * the host's dockerd, where the device's containers run. Call it from the suite's global
+ * setup when a selected project uses the container target.
+ */
+import Docker from 'dockerode';
+import { buildDeviceImage, type DeviceImage } from './container-image.js';
+import { ensureTestImages, repoRootOf } from './container-docker.js';
+
+export async function prepareContainerTarget(options: { dockerSocket?: string; log?: (line: string) => void } = {}): Promise<DeviceImage> {
+  process.env.TESTCONTAINERS_RYUK_DISABLED ??= 'true';
+  process.env.TESTCONTAINERS_HOST_OVERRIDE ??= 'localhost';
+  const dockerSocket = options.dockerSocket ?? process.env.FLEETLAB_DOCKER_SOCKET ?? '/var/run/docker.sock';
+  const log = options.log ?? ((line: string) => process.stderr.write(`${line}\n`));
+  const image = await buildDeviceImage({
+    repoRoot: repoRootOf(import.meta.url),
+    dockerSocket,
+    progress: (e) => log(`container target image [${(e.elapsedMs / 1000).toFixed(1)} s] ${e.stage}: ${e.detail}`),
+  });
+  await ensureTestImages(new Docker({ socketPath: dockerSocket }), dockerSocket);
+  process.env.FLEETLAB_DEVICE_IMAGE = image.ref;
+  return image;
+}

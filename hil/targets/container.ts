@@ -1,0 +1,376 @@
+/**
+ * The `container` target: the simulated device (`fleetlab sim device`: the supervisor with
+ * its simulated D-Bus, GPIO and journal peers) inside a container started with testcontainers
+ * from the locally built image (./container-image.ts). The host's docker socket is
+ * bind-mounted, so the app containers the supervisor starts run on the host's dockerd.
+ *
+ * Paths the supervisor hands to that dockerd (the lock root it bind-mounts into services)
+ * are resolved on the host, so the device's data dir is a host directory bind-mounted at the
+ * identical path; so is dockerd's volume directory, for `files.volumePath`. "The device" is
+ * the container: `exec`, `files` and `journal` run inside it.
+ *
+ * Privileges: CAP_SYS_ADMIN only (not privileged mode). The GPIO sim runs the supervisor in a
+ * private mount namespace (`unshare --mount`) with a sysfs-shaped tree bind-mounted over
+ * /sys/class; both need CAP_SYS_ADMIN, and Docker's default seccomp profile allows unshare
+ * and mount once that capability is granted. Where AppArmor confines containers, its
+ * docker-default profile denies mount, so the container is then started unconfined.
+ */
+import { createServer } from 'node:net';
+import { appendFileSync, existsSync, readFileSync } from 'node:fs';
+import { mkdir, mkdtemp, readFile, rm } from 'node:fs/promises';
+import { join } from 'node:path';
+import Docker from 'dockerode';
+import type { StartedTestContainer } from 'testcontainers';
+import { LED_TRANSITIONS_FILE } from '../../sim/device.js';
+import { LABEL } from '../../src/supervisor/adapters/engine.js';
+import { httpApi } from '../lib/http.js';
+import { buildDeviceImage } from './container-image.js';
+import {
+  TARGET_LABEL,
+  TARGET_NAME,
+  dockerExec,
+  ensureTestImages,
+  removeDeviceLeftovers,
+  repoRootOf,
+  stopDeviceContainers,
+  storedUuid,
+  waitReadyLine,
+  type ReadyLine,
+} from './container-docker.js';
+import type {
+  ApiProtocol,
+  Capability,
+  CommandProtocol,
+  DeviceUnderTest,
+  FilesProtocol,
+  JournalEntryText,
+  JournalProtocol,
+  LedProtocol,
+  LedTransition,
+  PowerProtocol,
+  TargetDriver,
+  TargetFacts,
+} from './protocols.js';
+
+export interface ContainerTargetOptions {
+  /** Image to run; default `FLEETLAB_DEVICE_IMAGE`, else built (cached) from this checkout. */
+  image?: string;
+  dockerSocket?: string;
+  vendor?: string;
+}
+
+/** The port the sim's device API listens on inside the container. */
+const DEVICE_PORT = 48484;
+const READY_MS = 90_000;
+const STOP_GRACE_MS = 20_000;
+const LED_OFFSET = 17;
+const LED_GPIO = 512 + LED_OFFSET;
+const LOGIN1 = { dest: 'org.freedesktop.login1', path: '/org/freedesktop/login1', method: 'org.freedesktop.login1.Manager.Reboot' };
+export const CONTAINER_CAPABILITIES: readonly Capability[] = ['api', 'exec', 'led', 'power.reboot', 'power.cycle', 'power.cut', 'journal', 'files', 'files.volumes'];
+
+function freePort(): Promise<number> {
+  return new Promise((resolvePort, reject) => {
+    const server = createServer();
+    server.once('error', reject);
+    server.listen(0, '127.0.0.1', () => {
+      const address = server.address();
+      server.close(() => (typeof address === 'object' && address ? resolvePort(address.port) : reject(new Error('no free port'))));
+    });
+  });
+}
+
+function sleep(ms: number): Promise<void> {
+  return new Promise((r) => setTimeout(r, ms));
+}
+
+/** testcontainers reads these when it first talks to the engine: offline, no Ryuk. */
+function offlineTestcontainers(): void {
+  process.env.TESTCONTAINERS_RYUK_DISABLED ??= 'true';
+  process.env.TESTCONTAINERS_HOST_OVERRIDE ??= 'localhost';
+}
+
+async function resolveImage(options: ContainerTargetOptions, dockerSocket: string): Promise<string> {
+  const given = options.image ?? process.env.FLEETLAB_DEVICE_IMAGE;
+  if (given) return given;
+  // Normally the global setup built it and set FLEETLAB_DEVICE_IMAGE; a cached rebuild only hashes inputs.
+  const image = await buildDeviceImage({
+    repoRoot: repoRootOf(import.meta.url),
+    dockerSocket,
+    prune: false,
+    progress: (e) => process.stderr.write(`container target image [${(e.elapsedMs / 1000).toFixed(1)} s] ${e.stage}: ${e.detail}\n`),
+  });
+  process.env.FLEETLAB_DEVICE_IMAGE = image.ref;
+  return image.ref;
+}
+
+/** Reads the LED file the sim appends to (in the bind-mounted data dir). */
+function readLed(file: string): LedTransition[] {
+  let text: string;
+  try {
+    text = readFileSync(file, 'utf8');
+  } catch {
+    return [];
+  }
+  const out: LedTransition[] = [];
+  for (const line of text.split('\n')) {
+    if (!line) continue;
+    try {
+      const t = JSON.parse(line) as { value: number; at: number };
+      out.push({ at: t.at, value: t.value ? 1 : 0 });
+    } catch {
+      // a line being appended right now
+    }
+  }
+  return out;
+}
+
+class ContainerUnderTest implements DeviceUnderTest {
+  readonly target = TARGET_NAME;
+  readonly capabilities: ReadonlySet<Capability> = new Set(CONTAINER_CAPABILITIES);
+  readonly facts: TargetFacts = { engine: 'docker', imagesArePulled: false };
+  readonly api: ApiProtocol;
+  readonly exec: CommandProtocol;
+  readonly led: LedProtocol;
+  readonly power: PowerProtocol;
+  readonly journal: JournalProtocol;
+  readonly files: FilesProtocol;
+  readonly #supervisorLogPath: string;
+  readonly #uuid: string;
+  #readyCount: number;
+  #closed = false;
+
+  constructor(
+    private readonly docker: Docker,
+    private readonly container: StartedTestContainer,
+    private readonly dockerSocket: string,
+    private readonly hostDir: string,
+    ready: ReadyLine & { count: number },
+    url: string,
+    vendor: string,
+  ) {
+    this.#readyCount = ready.count;
+    const dataDir = ready.dataDir;
+    const uuid = ready.uuid;
+    const id = container.getId();
+    this.api = httpApi({
+      url,
+      apiKey: ready.apiKey,
+      uuid,
+      vendor,
+      lockRoot: join(dataDir, 'locks'),
+      hostPaths: { hostname: join(dataDir, 'host', 'hostname'), proxyConfigDir: join(dataDir, 'boot', 'system-proxy'), bootConfig: join(dataDir, 'boot', 'config.txt') },
+    });
+    const run = (argv: readonly string[], opts: { input?: string | Buffer; timeoutMs?: number } = {}) => dockerExec(dockerSocket, id, argv, opts);
+    this.exec = {
+      run: async (argv, opts) => {
+        const r = await run(argv, opts);
+        return { exitCode: r.exitCode, stdout: r.stdout.toString('utf8'), stderr: r.stderr.toString('utf8') };
+      },
+    };
+
+    const ledFile = join(dataDir, LED_TRANSITIONS_FILE);
+    this.led = {
+      line: `gpio ${LED_GPIO} (pinctrl-bcm2835 pin ${LED_OFFSET}, simulated sysfs inside the device container)`,
+      level: async () => readLed(ledFile).at(-1)?.value ?? 0,
+      transitions: async (sinceMs = 0) => readLed(ledFile).filter((t) => t.at >= sinceMs),
+    };
+    /** Power is gone: the line drops with it (the observer sees that, the dead sim cannot write it). */
+    const ledLosesPower = () => {
+      if (readLed(ledFile).at(-1)?.value === 1) appendFileSync(ledFile, `${JSON.stringify({ value: 0, at: Date.now() })}\n`);
+    };
+
+    const cut = async () => {
+      // SIGKILL to everything in the container: no shutdown, state on disk kept.
+      await docker.getContainer(id).kill().catch((err: { statusCode?: number }) => {
+        if (err.statusCode !== 409) throw err; // 409: not running (already off)
+      });
+      await docker.getContainer(id).wait().catch(() => undefined);
+      await stopDeviceContainers(docker, uuid);
+      ledLosesPower();
+    };
+    const powerOn = async () => {
+      if ((await docker.getContainer(id).inspect()).State.Running) {
+        await this.api.waitReady(READY_MS); // on() while on: nothing to do
+        return;
+      }
+      // What does not survive a power loss on a board: tmpfs (the lock root) and sysfs (the GPIO tree).
+      await rm(join(dataDir, 'locks'), { recursive: true, force: true });
+      await rm(join(dataDir, 'gpio'), { recursive: true, force: true });
+      await docker.getContainer(id).start();
+      this.#readyCount = (await waitReadyLine(docker, id, this.#readyCount, READY_MS)).count;
+      await this.api.waitReady(READY_MS);
+    };
+    this.power = {
+      reboot: async () => {
+        const r = await run(['dbus-send', `--bus=unix:path=${join(dataDir, 'dbus', 'system_bus_socket')}`, '--print-reply', `--dest=${LOGIN1.dest}`, LOGIN1.path, LOGIN1.method, 'boolean:false']);
+        if (r.exitCode !== 0) throw new Error(`login1 Reboot failed: ${r.stderr.toString('utf8').trim()}`);
+        // The supervisor process goes away and comes back in the same container; see it go first.
+        await this.#waitApiDown(30_000);
+        await this.api.waitReady(READY_MS);
+      },
+      cycle: async () => {
+        await cut();
+        await powerOn();
+      },
+      off: cut,
+      on: powerOn,
+    };
+
+    const journalDir = join(dataDir, 'journal');
+    this.journal = {
+      entries: async (options = {}) => {
+        const args = ['journalctl', '--directory', journalDir, '--no-pager', '-o', 'json', '--lines', String(options.lines ?? 500)];
+        if (options.unit) args.push('--unit', options.unit);
+        const r = await run(args);
+        const stdout = r.stdout.toString('utf8');
+        // journalctl exits 1 on an empty journal: no entries, not a failure.
+        if (r.exitCode !== 0 && stdout.trim() === '') return [];
+        return stdout
+          .split('\n')
+          .filter(Boolean)
+          .map((line): JournalEntryText => {
+            const e = JSON.parse(line) as Record<string, unknown>;
+            const message = Array.isArray(e.MESSAGE) ? Buffer.from(e.MESSAGE as number[]).toString() : String(e.MESSAGE ?? '');
+            const unit = typeof e._SYSTEMD_UNIT === 'string' ? e._SYSTEMD_UNIT : undefined;
+            return { ...(unit ? { unit } : {}), message, realtimeUs: Number(e.__REALTIME_TIMESTAMP) };
+          });
+      },
+    };
+
+    const must = async (what: string, path: string, argv: readonly string[], input?: string | Buffer) => {
+      const r = await run(argv, input === undefined ? {} : { input });
+      if (r.exitCode !== 0) throw new Error(`${what} ${path} on the device: ${r.stderr.toString('utf8').trim() || `exit ${r.exitCode}`}`);
+      return r.stdout;
+    };
+    this.files = {
+      read: (path) => must('read', path, ['cat', '--', path]),
+      write: async (path, data) => {
+        await must('write', path, ['sh', '-c', 'mkdir -p -- "$(dirname -- "$1")" && cat > "$1"', 'fleetlab-write', path], data);
+      },
+      remove: async (path) => {
+        await must('remove', path, ['rm', '-rf', '--', path]);
+      },
+      exists: async (path) => (await run(['test', '-e', path])).exitCode === 0,
+      list: async (path) =>
+        (await must('list', path, ['find', path, '-mindepth', '1', '-maxdepth', '1', '-printf', '%f\\0']))
+          .toString('utf8')
+          .split('\0')
+          .filter(Boolean)
+          .sort(),
+      // dockerd's volume directory is bind-mounted at its own path, so Mountpoint is a device path too.
+      volumePath: async (appId, volume) => {
+        const { Volumes } = await docker.listVolumes({ filters: { label: [`${LABEL.device}=${uuid}`, `${LABEL.appId}=${appId}`, `${LABEL.volume}=${volume}`] } });
+        return Volumes?.[0]?.Mountpoint;
+      },
+    };
+    this.#supervisorLogPath = join(dataDir, 'supervisor.log');
+    this.#uuid = uuid;
+  }
+
+  async #waitApiDown(timeoutMs: number): Promise<void> {
+    const deadline = Date.now() + timeoutMs;
+    while (Date.now() < deadline) {
+      try {
+        const res = await fetch(`${this.api.identity.url}/ping`, { signal: AbortSignal.timeout(1000) });
+        await res.body?.cancel();
+        if (!res.ok) return;
+      } catch {
+        return;
+      }
+      await sleep(100);
+    }
+    throw new Error(`the device API kept answering for ${timeoutMs / 1000} s after login1 Reboot`);
+  }
+
+  supervisorLog(): Promise<string> {
+    return readFile(this.#supervisorLogPath, 'utf8').catch((err) => `(no supervisor log: ${err})`);
+  }
+
+  async close(): Promise<void> {
+    if (this.#closed) return;
+    this.#closed = true;
+    // SIGTERM to the sim: it stops the supervisor and removes the containers and networks it made.
+    await this.container.stop({ timeout: STOP_GRACE_MS, remove: true }).catch(() => undefined);
+    await this.docker.getContainer(this.container.getId()).remove({ force: true }).catch(() => undefined);
+    await removeDeviceLeftovers(this.docker, this.#uuid).catch(() => undefined);
+    await rm(this.hostDir, { recursive: true, force: true });
+  }
+
+  async [Symbol.asyncDispose](): Promise<void> {
+    await this.close();
+  }
+}
+
+/** Whether the engine confines containers with AppArmor (docker-default denies mount). */
+async function usesAppArmor(docker: Docker): Promise<boolean> {
+  const info = (await docker.info()) as { SecurityOptions?: string[] };
+  return (info.SecurityOptions ?? []).some((o) => o.includes('apparmor'));
+}
+
+export const containerTarget: TargetDriver<ContainerTargetOptions> = {
+  name: TARGET_NAME,
+  provides: CONTAINER_CAPABILITIES,
+  async start(options: ContainerTargetOptions = {}) {
+    offlineTestcontainers();
+    const dockerSocket = options.dockerSocket ?? process.env.FLEETLAB_DOCKER_SOCKET ?? '/var/run/docker.sock';
+    const vendor = options.vendor ?? 'platform';
+    const docker = new Docker({ socketPath: dockerSocket });
+    const image = await resolveImage(options, dockerSocket);
+    await ensureTestImages(docker, dockerSocket);
+    const { GenericContainer, Wait } = await import('testcontainers');
+    const volumeRoot = join(((await docker.info()) as { DockerRootDir?: string }).DockerRootDir ?? '/var/lib/docker', 'volumes');
+    const apparmor = await usesAppArmor(docker);
+
+    /** Publishes on loopback only (testcontainers binds all interfaces) and adds the security options. */
+    class DeviceContainer extends GenericContainer {
+      protected override async beforeContainerCreated(): Promise<void> {
+        for (const bindings of Object.values(this.hostConfig.PortBindings ?? {}) as Array<Array<{ HostIp?: string }>>) {
+          for (const b of bindings) b.HostIp = '127.0.0.1';
+        }
+        if (apparmor) this.hostConfig.SecurityOpt = [...(this.hostConfig.SecurityOpt ?? []), 'apparmor=unconfined'];
+      }
+    }
+
+    const hostDir = await mkdtemp('/tmp/fleetlab-ctr-');
+    const dataDir = join(hostDir, 'device');
+    await mkdir(dataDir, { recursive: true });
+    let started: StartedTestContainer | undefined;
+    try {
+      const hostPort = await freePort();
+      started = await new DeviceContainer(image)
+        .withCommand([
+          'sim', 'device',
+          '--engine', 'docker',
+          '--docker-socket', '/var/run/docker.sock',
+          '--port', String(DEVICE_PORT),
+          '--listen-address', '0.0.0.0',
+          '--local-mode',
+          '--vendor', vendor,
+          '--data-dir', dataDir,
+        ])
+        // A fixed host port: dockerd picks a new ephemeral one at every container start, and
+        // the device keeps its address across power cycles.
+        .withExposedPorts({ container: DEVICE_PORT, host: hostPort })
+        .withBindMounts([
+          { source: dockerSocket, target: '/var/run/docker.sock' },
+          { source: hostDir, target: hostDir },
+          ...(existsSync(volumeRoot) ? [{ source: volumeRoot, target: volumeRoot }] : []),
+        ])
+        .withAddedCapabilities('SYS_ADMIN')
+        .withLabels({ [TARGET_LABEL.target]: TARGET_NAME, [TARGET_LABEL.owner]: String(process.pid), [TARGET_LABEL.dir]: hostDir })
+        .withWaitStrategy(Wait.forLogMessage(/"event":"ready"/))
+        .withStartupTimeout(READY_MS)
+        .start();
+      const ready = await waitReadyLine(docker, started.getId(), 0, READY_MS);
+      const dut = new ContainerUnderTest(docker, started, dockerSocket, hostDir, ready, `http://127.0.0.1:${hostPort}`, vendor);
+      await dut.api.waitReady(READY_MS);
+      return dut;
+    } catch (err) {
+      if (started) await started.stop({ timeout: 0, remove: true }).catch(() => undefined);
+      const uuid = storedUuid(dataDir);
+      if (uuid) await removeDeviceLeftovers(docker, uuid).catch(() => undefined);
+      await rm(hostDir, { recursive: true, force: true });
+      throw err;
+    }
+  },
+};

@@ -1,0 +1,19 @@
+/**
+ * The target registry: project name -> driver module. Adding a target is a driver file next
+ * to this one plus one line here; the Playwright config declares one project per entry, in
+ * this order (the first is the default `npm run hil` runs).
+ */
+import type { TargetDriver } from './protocols.js';
+
+export const targetRegistry: Record<string, () => Promise<TargetDriver>> = {
+  sim: async () => (await import('./sim.js')).simTarget as TargetDriver,
+  container: async () => (await import('./container.js')).containerTarget as TargetDriver,
+};
+
+export const targetNames = Object.keys(targetRegistry);
+
+export async function loadTarget(name: string): Promise<TargetDriver> {
+  const load = targetRegistry[name];
+  if (!load) throw new Error(`no HIL target named ${JSON.stringify(name)}; known: ${targetNames.join(', ')} (hil/targets/index.ts)`);
+  return load();
+}

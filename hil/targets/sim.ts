@@ -1,0 +1,225 @@
+/**
+ * The `sim` target: one simulated device (`SimDevice`) started in the harness process. The
+ * supervisor runs as its own process, as on a board, with simulated peers: a private D-Bus
+ * (hostname1, systemd1, login1), a sysfs GPIO tree in a private mount namespace, and a
+ * journal written by journal-remote.
+ *
+ * "The device" for this target is the host: `exec` runs argv on the harness machine and
+ * `files` reads and writes its file system (the lock root, the volumes) directly, because
+ * the simulated device's files are ordinary files there.
+ *
+ * The container engine is `FLEETLAB_HIL_ENGINE` (`sim` or `docker`; see `defaultEngine`).
+ * Specs never see the engine: they reach containers only through the device API.
+ */
+import { execFile } from 'node:child_process';
+import { mkdir, readFile, readdir, rm, stat, writeFile } from 'node:fs/promises';
+import { dirname, join } from 'node:path';
+import Docker from 'dockerode';
+import { SIM_LED_CHIP, SimDevice } from '../../sim/device.js';
+import { LABEL } from '../../src/supervisor/adapters/engine.js';
+import { httpApi } from '../lib/http.js';
+import type { ApiProtocol, Capability, CommandProtocol, DeviceUnderTest, ExecResult, FilesProtocol, JournalEntryText, JournalProtocol, LedProtocol, PowerProtocol, TargetDriver, TargetFacts } from './protocols.js';
+
+export type SimEngine = 'sim' | 'docker';
+
+export interface SimTargetOptions {
+  engine?: SimEngine;
+  dockerSocket?: string;
+}
+
+const DOCKER_SOCKET = process.env.FLEETLAB_DOCKER_SOCKET ?? '/var/run/docker.sock';
+const READY_MS = 60_000;
+const LOGIN1 = { dest: 'org.freedesktop.login1', path: '/org/freedesktop/login1', method: 'org.freedesktop.login1.Manager.Reboot' };
+
+/**
+ * The engine the sim target runs with when `FLEETLAB_HIL_ENGINE` is not set: the simulated
+ * engine (sim/engine/, its own registry with download progress, no dockerd needed).
+ * `docker` runs the same specs on the real dockerd with locally built images.
+ */
+const DEFAULT_ENGINE: SimEngine = 'sim';
+
+/** `FLEETLAB_HIL_ENGINE` when set, else DEFAULT_ENGINE. */
+export function defaultEngine(): SimEngine {
+  const env = process.env.FLEETLAB_HIL_ENGINE;
+  if (env === 'sim' || env === 'docker') return env;
+  if (env) throw new Error(`FLEETLAB_HIL_ENGINE must be sim or docker, not ${JSON.stringify(env)}`);
+  return DEFAULT_ENGINE;
+}
+
+function run(file: string, args: readonly string[], options: { input?: string; timeoutMs?: number } = {}): Promise<ExecResult> {
+  return new Promise((resolve) => {
+    const child = execFile(file, [...args], { timeout: options.timeoutMs ?? 30_000, maxBuffer: 64 * 1024 * 1024, encoding: 'utf8' }, (err, stdout, stderr) => {
+      const code = err && typeof (err as NodeJS.ErrnoException).code === 'number' ? ((err as unknown as { code: number }).code) : err ? 127 : 0;
+      resolve({ exitCode: code, stdout, stderr: stderr || (err && !stdout ? err.message : '') });
+    });
+    if (options.input !== undefined) child.stdin?.end(options.input);
+  });
+}
+
+class SimUnderTest implements DeviceUnderTest {
+  readonly target = 'sim';
+  readonly api: ApiProtocol;
+  readonly exec: CommandProtocol;
+  readonly led: LedProtocol;
+  readonly power: PowerProtocol;
+  readonly journal: JournalProtocol;
+  readonly files: FilesProtocol;
+  readonly facts: TargetFacts;
+  #closed = false;
+
+  constructor(
+    private readonly sim: SimDevice,
+    readonly capabilities: ReadonlySet<Capability>,
+    engine: SimEngine,
+  ) {
+    const info = sim.info();
+    this.api = httpApi({
+      url: info.url, apiKey: info.apiKey, uuid: info.uuid, vendor: sim.options.vendor, lockRoot: sim.lockRoot,
+      hostPaths: { hostname: join(info.dataDir, 'host', 'hostname'), proxyConfigDir: join(info.dataDir, 'boot', 'system-proxy'), bootConfig: join(info.dataDir, 'boot', 'config.txt') },
+    });
+    // With dockerd the test images are built locally and never pulled; the simulated engine
+    // pulls from its simulated registry with progress.
+    this.facts = { engine, imagesArePulled: engine === 'sim' };
+    this.exec = { run: (argv, options) => (argv.length ? run(argv[0]!, argv.slice(1), options) : Promise.reject(new Error('exec: empty argv'))) };
+    const gpio = sim.ledGpio;
+    this.led = {
+      line: `gpio ${gpio} (${SIM_LED_CHIP} pin ${sim.options.ledOffset}, simulated sysfs)`,
+      level: async () => sim.gpio.value(gpio),
+      transitions: async (sinceMs = 0) => sim.gpio.transitions(gpio).filter((t) => t.at >= sinceMs).map((t) => ({ at: t.at, value: t.value })),
+    };
+    // Bounded: a device that never finishes booting fails the step instead of hanging.
+    const rebooted = () =>
+      new Promise<void>((resolve, reject) => {
+        const timer = setTimeout(() => {
+          sim.off('reboot', done);
+          reject(new Error(`the device did not reboot within ${READY_MS} ms; see ${sim.supervisorLog}`));
+        }, READY_MS);
+        const done = () => {
+          clearTimeout(timer);
+          resolve();
+        };
+        sim.once('reboot', done);
+      });
+    this.power = {
+      reboot: async () => {
+        // Through the OS, as a user of the board would: login1's Reboot on the device's bus.
+        const done = rebooted();
+        done.catch(() => undefined); // observed below; a failed dbus-send must not leave it unhandled
+        const res = await run('dbus-send', [`--bus=${sim.bus.address}`, '--print-reply', `--dest=${LOGIN1.dest}`, LOGIN1.path, LOGIN1.method, 'boolean:false']);
+        if (res.exitCode !== 0) throw new Error(`login1 Reboot failed: ${res.stderr.trim()}`);
+        await done;
+        await this.api.waitReady(READY_MS);
+      },
+      cycle: async () => {
+        // No clean shutdown: the supervisor dies mid-whatever, then the device boots again.
+        const pid = sim.supervisorPid;
+        if (pid) process.kill(pid, 'SIGKILL');
+        await sim.reboot();
+        await this.api.waitReady(READY_MS);
+      },
+      off: async () => {
+        await sim.powerOff();
+      },
+      on: async () => {
+        // Booting from off is a reboot whose shutdown half finds nothing running.
+        await sim.reboot();
+        await this.api.waitReady(READY_MS);
+      },
+    };
+    const journalDir = join(info.dataDir, 'journal');
+    this.journal = {
+      entries: async (options = {}) => {
+        const args = ['--directory', journalDir, '--no-pager', '-o', 'json', '--lines', String(options.lines ?? 500)];
+        if (options.unit) args.push('--unit', options.unit);
+        const res = await run('journalctl', args);
+        // journalctl exits 1 on an empty journal; that is "no entries", not a failure.
+        if (res.exitCode !== 0 && res.stdout.trim() === '') return [];
+        return res.stdout
+          .split('\n')
+          .filter(Boolean)
+          .map((line): JournalEntryText => {
+            const e = JSON.parse(line) as Record<string, unknown>;
+            const message = Array.isArray(e.MESSAGE) ? Buffer.from(e.MESSAGE as number[]).toString() : String(e.MESSAGE ?? '');
+            const unit = typeof e._SYSTEMD_UNIT === 'string' ? e._SYSTEMD_UNIT : undefined;
+            return { ...(unit ? { unit } : {}), message, realtimeUs: Number(e.__REALTIME_TIMESTAMP) };
+          });
+      },
+    };
+    // Both engines keep a local volume's data in a host directory, the volume's Mountpoint;
+    // the device's own engine socket says which.
+    const docker = new Docker({ socketPath: sim.options.dockerSocket });
+    const uuid = info.uuid;
+    this.files = {
+      read: (path) => readFile(path),
+      write: async (path, data) => {
+        await mkdir(dirname(path), { recursive: true });
+        await writeFile(path, data);
+      },
+      remove: (path) => rm(path, { force: true, recursive: true }),
+      exists: async (path) => stat(path).then(() => true, () => false),
+      list: (path) => readdir(path),
+      volumePath: async (appId: number, volume: string) => {
+        const { Volumes } = await docker.listVolumes({ filters: { label: [`${LABEL.device}=${uuid}`, `${LABEL.appId}=${appId}`, `${LABEL.volume}=${volume}`] } });
+        return Volumes?.[0]?.Mountpoint;
+      },
+    };
+  }
+
+  supervisorLog(): Promise<string> {
+    return readFile(this.sim.supervisorLog, 'utf8').catch((err) => `(no supervisor log: ${err})`);
+  }
+
+  /**
+   * Stops the device and removes what it leaves behind: its volumes on a shared dockerd
+   * (SimDevice.stop removes containers and networks only) and its data dir. Evidence for a
+   * failed test is attached before this runs.
+   */
+  async close(): Promise<void> {
+    if (this.#closed) return;
+    this.#closed = true;
+    const { uuid, dataDir } = this.sim.info();
+    try {
+      await this.sim.stop();
+    } finally {
+      if (this.facts.engine === 'docker') {
+        const docker = new Docker({ socketPath: this.sim.options.dockerSocket });
+        const { Volumes } = await docker.listVolumes({ filters: { label: [`${LABEL.device}=${uuid}`] } }).catch(() => ({ Volumes: [] }));
+        for (const v of Volumes ?? []) await docker.getVolume(v.Name).remove().catch(() => undefined);
+      }
+      await rm(dataDir, { recursive: true, force: true });
+    }
+  }
+
+  async [Symbol.asyncDispose](): Promise<void> {
+    await this.close();
+  }
+}
+
+/**
+ * Capabilities of the sim target. `network` (partition from the cloud) waits for the cloud
+ * link. The same set with either engine: both keep volumes in host directories.
+ */
+function simCapabilities(_engine: SimEngine): Capability[] {
+  return ['api', 'exec', 'led', 'power.reboot', 'power.cycle', 'power.cut', 'journal', 'files', 'files.volumes'];
+}
+
+export const simTarget: TargetDriver<SimTargetOptions> & { providesFor(engine: SimEngine): readonly Capability[] } = {
+  name: 'sim',
+  get provides() {
+    return simCapabilities(defaultEngine());
+  },
+  providesFor: simCapabilities,
+  async start(options: SimTargetOptions = {}) {
+    const engine = options.engine ?? defaultEngine();
+    const dockerSocket = options.dockerSocket ?? DOCKER_SOCKET;
+    const sim = await SimDevice.start({ port: 0, engine, dockerSocket, localMode: true });
+    try {
+      const dut = new SimUnderTest(sim, new Set(simCapabilities(engine)), engine);
+      await dut.api.waitReady(READY_MS);
+      return dut;
+    } catch (err) {
+      await sim.stop().catch(() => undefined);
+      throw err;
+    }
+  },
+};

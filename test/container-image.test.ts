@@ -1,0 +1,72 @@
+/**
+ * The planning half of the container target's image builder (hil/targets/container-image.ts):
+ * which packages go into the image, how the tags follow their inputs, what the Dockerfiles say.
+ * The building half is exercised by the HIL suite on the container target.
+ */
+import { existsSync, readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { describe, expect, it } from 'vitest';
+import { APP_DIR, BASE_PACKAGES, appDockerfile, baseTag, depsDockerfile, deviceSources, productionPackageDirs } from '../hil/targets/container-image.js';
+
+const root = join(import.meta.dirname, '..');
+
+describe('productionPackageDirs', () => {
+  it('keeps top-level production packages present on disk, drops dev, nested and missing ones', () => {
+    const lock = {
+      packages: {
+        '': {},
+        'node_modules/fastify': {},
+        'node_modules/@scope/lib': {},
+        'node_modules/vitest': { dev: true },
+        'node_modules/fastify/node_modules/semver': {},
+        'node_modules/@esbuild/darwin-arm64': {},
+      },
+    };
+    const dirs = productionPackageDirs(lock, (d) => d !== 'node_modules/@esbuild/darwin-arm64');
+    expect(dirs).toEqual(['node_modules/@scope/lib', 'node_modules/fastify']);
+  });
+
+  it("on this checkout's lockfile: the runtime dependencies are in, the test tools are out", () => {
+    const lock = JSON.parse(readFileSync(join(root, 'package-lock.json'), 'utf8'));
+    const dirs = productionPackageDirs(lock, (d) => existsSync(join(root, d)));
+    for (const dep of Object.keys(JSON.parse(readFileSync(join(root, 'package.json'), 'utf8')).dependencies)) expect(dirs).toContain(`node_modules/${dep}`);
+    for (const dev of ['node_modules/vitest', 'node_modules/typescript', 'node_modules/@playwright/test', 'node_modules/testcontainers']) expect(dirs).not.toContain(dev);
+  });
+
+  it('refuses a lockfile without a packages map', () => {
+    expect(() => productionPackageDirs({}, () => true)).toThrow(/lockfile v2/);
+  });
+});
+
+describe('baseTag', () => {
+  const inputs = { suite: 'bookworm', mirror: 'http://deb.debian.org/debian', packages: BASE_PACKAGES, nodeSha256: 'a'.repeat(64) };
+  it('follows every input and ignores the order of the package list', () => {
+    const tag = baseTag(inputs);
+    expect(tag).toMatch(/^[0-9a-f]{16}$/);
+    expect(baseTag({ ...inputs, packages: [...BASE_PACKAGES].reverse() })).toBe(tag);
+    expect(baseTag({ ...inputs, suite: 'trixie' })).not.toBe(tag);
+    expect(baseTag({ ...inputs, nodeSha256: 'b'.repeat(64) })).not.toBe(tag);
+    expect(baseTag({ ...inputs, packages: [...BASE_PACKAGES, 'curl'] })).not.toBe(tag);
+  });
+});
+
+describe('Dockerfiles', () => {
+  it('deps sits on the base; the app sits on the deps and starts the simulated device', () => {
+    expect(depsDockerfile('fleetlab/device-sim-base:1', 'h').split('\n')[0]).toBe('FROM fleetlab/device-sim-base:1');
+    const app = appDockerfile('fleetlab/device-sim-deps:2', 'h');
+    expect(app.split('\n')[0]).toBe('FROM fleetlab/device-sim-deps:2');
+    expect(app).toContain(`ENTRYPOINT ["node", "${APP_DIR}/bin/fleetlab.js"]`);
+    const cmd = JSON.parse(/^CMD (.*)$/m.exec(app)![1]!) as string[];
+    expect(cmd.slice(0, 2)).toEqual(['sim', 'device']);
+    expect(cmd[cmd.indexOf('--listen-address') + 1]).toBe('0.0.0.0');
+  });
+});
+
+describe('deviceSources', () => {
+  it('lists the CLI and the sim sources, no tests or declarations', () => {
+    const sources = deviceSources(root);
+    expect(sources).toContain('src/cli/main.ts');
+    expect(sources).toContain('sim/device.ts');
+    expect(sources.every((f) => /^(src|sim)\//.test(f) && f.endsWith('.ts') && !f.endsWith('.d.ts'))).toBe(true);
+  });
+});

@@ -16,6 +16,15 @@ export const errorCatalogue = {
   SUP_ERR_ENGINE: { status: 500, summary: 'The container engine failed or is unreachable.' },
   SUP_ERR_HOST: { status: 500, summary: 'The host OS services (D-Bus) failed or are unreachable.' },
   SUP_ERR_INTERNAL: { status: 500, summary: 'Anything else.' },
+  CLOUD_ERR_BAD_REQUEST: { status: 400, summary: 'Cloud API: malformed OData URL or body, unknown resource or field, wrong type.' },
+  CLOUD_ERR_UNAUTHORIZED: { status: 401, summary: 'Cloud API: missing, unknown or expired key.' },
+  CLOUD_ERR_FORBIDDEN: { status: 401, summary: 'Cloud API: the key may not create or link the record it names.' },
+  CLOUD_ERR_NOT_FOUND: { status: 404, summary: 'Cloud API: no such route (unknown resources are 400).' },
+  CLOUD_ERR_UNIQUE: { status: 409, summary: 'Cloud API: a unique field or field set already has that value.' },
+  CLOUD_ERR_REFERENCED: { status: 409, summary: 'Cloud API: the record is still referenced by another record.' },
+  CLOUD_ERR_DEVICE_OFFLINE: { status: 404, summary: 'Cloud API: no online device matched the proxy call.' },
+  CLOUD_ERR_DEVICE_TIMEOUT: { status: 504, summary: 'Cloud API: the device did not answer the proxy call in time.' },
+  CLOUD_ERR_INTERNAL: { status: 500, summary: 'Cloud API: anything else (database failure).' },
 } as const satisfies Record<string, { status: number; summary: string }>;
 
 export type ErrorCode = keyof typeof errorCatalogue;

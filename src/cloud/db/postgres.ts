@@ -1,0 +1,56 @@
+/**
+ * PostgreSQL adapter (pg pool). int8 and numeric come back as JS numbers (counts, image
+ * sizes): values stay below 2^53 in this model.
+ */
+import pg from 'pg';
+import { postgresDialect } from './dialect.js';
+import type { Db, Row, SqlValue } from './port.js';
+
+const numeric = (v: string) => Number(v);
+const types = {
+  getTypeParser(oid: number, format?: string) {
+    if (oid === 20 || oid === 1700) return numeric;
+    return (pg.types.getTypeParser as (o: number, f?: string) => unknown)(oid, format);
+  },
+};
+
+export function openPostgres(connectionString: string, opts: { max?: number } = {}): Db {
+  const pool = new pg.Pool({ connectionString, max: opts.max ?? 10, types: types as pg.CustomTypesConfig });
+  // An idle client losing its connection must not crash the process.
+  pool.on('error', () => undefined);
+
+  const run = async (client: pg.Pool | pg.PoolClient, sql: string, params: SqlValue[]): Promise<Row[]> =>
+    (await client.query(postgresDialect.placeholders(sql), params.map((p) => postgresDialect.toDriver(p)))).rows as Row[];
+
+  const withClient = (client: pg.PoolClient): Db => {
+    const db: Db = {
+      dialect: postgresDialect,
+      query: async <R extends Row>(sql: string, params: SqlValue[]) => (await run(client, sql, params)) as R[],
+      exec: async (sql) => void (await client.query(sql)),
+      transaction: (fn) => fn(db),
+      close: async () => undefined,
+    };
+    return db;
+  };
+
+  return {
+    dialect: postgresDialect,
+    query: async <R extends Row>(sql: string, params: SqlValue[]) => (await run(pool, sql, params)) as R[],
+    exec: async (sql) => void (await pool.query(sql)),
+    async transaction(fn) {
+      const client = await pool.connect();
+      try {
+        await client.query('BEGIN');
+        const result = await fn(withClient(client));
+        await client.query('COMMIT');
+        return result;
+      } catch (err) {
+        await client.query('ROLLBACK').catch(() => undefined);
+        throw err;
+      } finally {
+        client.release();
+      }
+    },
+    close: () => pool.end(),
+  };
+}

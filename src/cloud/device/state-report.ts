@@ -1,0 +1,76 @@
+/**
+ * Applies a device's state report: device fields (status, versions, addresses), the running
+ * release, and one image_install per service (status, download progress). `apps` comes whole
+ * when present, so installs missing from it are gone from the device.
+ */
+import { FleetlabError } from '../../errors.js';
+import type { DeviceReport } from '../../protocol/device-cloud.js';
+import type { Db, SqlValue } from '../db/port.js';
+
+const deviceColumns = ['status', 'os_version', 'supervisor_version', 'ip_address', 'mac_address'] as const;
+
+/** The release an app runs: the one every reported service of it is Running from. */
+export function runningRelease(report: DeviceReport): number | null | undefined {
+  if (!report.apps) return undefined;
+  const releases = new Set<number>();
+  for (const app of Object.values(report.apps)) {
+    for (const s of Object.values(app.services)) {
+      if (s.status !== 'Running' || s.release_id === undefined) return null;
+      releases.add(s.release_id);
+    }
+  }
+  return releases.size === 1 ? [...releases][0]! : null;
+}
+
+export async function applyReport(db: Db, deviceId: number, report: DeviceReport, now: Date): Promise<void> {
+  await db.transaction(async (tx) => {
+    const sets: string[] = [];
+    const params: SqlValue[] = [];
+    for (const column of deviceColumns) {
+      if (report[column] !== undefined) {
+        sets.push(`${column} = ?`);
+        params.push(report[column]!);
+      }
+    }
+    const running = runningRelease(report);
+    if (running !== undefined) {
+      // Only a release of the device's own fleet may be recorded as running.
+      const ok = running === null ? [] : await tx.query('SELECT r.id FROM "release" r JOIN "device" d ON d.belongs_to__application = r.belongs_to__application WHERE r.id = ? AND d.id = ?', [running, deviceId]);
+      sets.push('is_running__release = ?');
+      params.push(ok.length ? running : null);
+    }
+    sets.push('api_heartbeat_state = ?', 'last_connectivity_event = ?', 'modified_at = ?');
+    params.push('online', now.toISOString(), now.toISOString());
+    await tx.query(`UPDATE "device" SET ${sets.join(', ')} WHERE id = ?`, [...params, deviceId]);
+    if (!report.apps) return;
+    const fleetReleases = new Set(
+      (await tx.query<{ id: number }>('SELECT r.id FROM "release" r JOIN "device" d ON d.belongs_to__application = r.belongs_to__application WHERE d.id = ?', [deviceId])).map((r) => Number(r.id)),
+    );
+    const seen: number[] = [];
+    for (const app of Object.values(report.apps)) {
+      for (const s of Object.values(app.services)) {
+        if (s.image_id === undefined) continue;
+        const image = await tx.query<{ id: number }>(
+          `SELECT i.id FROM "image" i JOIN "service" s ON s.id = i.is_a_build_of__service JOIN "device" d ON d.belongs_to__application = s.application
+            WHERE i.id = ? AND d.id = ?`,
+          [s.image_id, deviceId],
+        );
+        if (!image.length) throw new FleetlabError('CLOUD_ERR_BAD_REQUEST', `image ${s.image_id} is not an image of this device's fleet`);
+        seen.push(s.image_id);
+        const release = s.release_id !== undefined && fleetReleases.has(s.release_id) ? s.release_id : null;
+        const updated = await tx.query<{ id: number }>(
+          'UPDATE "image_install" SET status = ?, download_progress = ?, is_provided_by__release = ? WHERE device = ? AND installs__image = ? RETURNING id',
+          [s.status, s.download_progress, release, deviceId, s.image_id],
+        );
+        if (!updated.length) {
+          await tx.query(
+            'INSERT INTO "image_install" (created_at, device, installs__image, is_provided_by__release, status, download_progress, install_date) VALUES (?, ?, ?, ?, ?, ?, ?)',
+            [now.toISOString(), deviceId, s.image_id, release, s.status, s.download_progress, now.toISOString()],
+          );
+        }
+      }
+    }
+    const keep = seen.length ? ` AND installs__image NOT IN (${seen.map(() => '?').join(', ')})` : '';
+    await tx.query(`DELETE FROM "image_install" WHERE device = ?${keep}`, [deviceId, ...seen]);
+  });
+}

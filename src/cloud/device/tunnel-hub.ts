@@ -1,0 +1,135 @@
+/**
+ * The cloud's end of the device tunnels: one WebSocket per online device, opened by the
+ * device (devices sit behind NAT; the cloud never dials them). The proxy route calls a device
+ * through here. Being connected is what "online" means to the cloud.
+ */
+import type { IncomingMessage, Server } from 'node:http';
+import type { Duplex } from 'node:stream';
+import { WebSocketServer, type WebSocket } from 'ws';
+import { Value } from '@sinclair/typebox/value';
+import { FleetlabError } from '../../errors.js';
+import { TunnelResponse, type TunnelRequest } from '../../protocol/device-cloud.js';
+
+export interface TunnelHubDeps {
+  /** The device a tunnel request authenticates as, or null to refuse it (401). */
+  authenticate(uuid: string, key: string): Promise<{ deviceId: number } | null>;
+  /** Online/offline bookkeeping (device.is_online, last_connectivity_event). */
+  onChange(deviceId: number, online: boolean): Promise<void>;
+  readonly heartbeatMs: number;
+  readonly log: { warn(message: string): void };
+}
+
+export interface DeviceAnswer {
+  readonly status: number;
+  readonly contentType?: string;
+  readonly body: string;
+}
+
+interface Connection {
+  readonly deviceId: number;
+  readonly socket: WebSocket;
+  readonly pending: Map<number, { resolve: (answer: DeviceAnswer) => void; reject: (err: Error) => void }>;
+  nextId: number;
+}
+
+const tunnelPath = /^\/device\/v3\/([0-9a-f]{32}|[0-9a-f]{62})\/tunnel$/;
+
+function refuse(socket: Duplex, status: number, message: string): void {
+  socket.end(`HTTP/1.1 ${status} ${message}\r\nConnection: close\r\nContent-Length: 0\r\n\r\n`);
+}
+
+export class TunnelHub {
+  private readonly wss = new WebSocketServer({ noServer: true });
+  private readonly connections = new Map<string, Connection>();
+  private heartbeat: NodeJS.Timeout | undefined;
+  private readonly alive = new WeakSet<WebSocket>();
+
+  constructor(private readonly deps: TunnelHubDeps) {}
+
+  /** Takes over WebSocket upgrades on the tunnel path of `server`. */
+  attach(server: Server): void {
+    server.on('upgrade', (req, socket, head) => void this.upgrade(req, socket, head));
+    this.heartbeat = setInterval(() => {
+      for (const { socket } of this.connections.values()) {
+        if (!this.alive.has(socket)) socket.terminate();
+        else {
+          this.alive.delete(socket);
+          socket.ping();
+        }
+      }
+    }, this.deps.heartbeatMs);
+    this.heartbeat.unref();
+  }
+
+  isOnline(uuid: string): boolean {
+    return this.connections.has(uuid);
+  }
+
+  onlineCount(): number {
+    return this.connections.size;
+  }
+
+  /** One device API call through the device's tunnel. 404 when offline, 504 after `timeoutMs`. */
+  call(uuid: string, request: Omit<TunnelRequest, 'type' | 'id'>, timeoutMs: number): Promise<DeviceAnswer> {
+    const conn = this.connections.get(uuid);
+    if (!conn) return Promise.reject(new FleetlabError('CLOUD_ERR_DEVICE_OFFLINE', `device ${uuid} is not connected`));
+    const id = conn.nextId++;
+    return new Promise<DeviceAnswer>((resolve, reject) => {
+      const timer = setTimeout(() => {
+        conn.pending.delete(id);
+        reject(new FleetlabError('CLOUD_ERR_DEVICE_TIMEOUT', `device ${uuid} did not answer ${request.method} ${request.path} within ${timeoutMs} ms`));
+      }, timeoutMs);
+      conn.pending.set(id, {
+        resolve: (answer) => (clearTimeout(timer), resolve(answer)),
+        reject: (err) => (clearTimeout(timer), reject(err)),
+      });
+      conn.socket.send(JSON.stringify({ type: 'request', id, ...request } satisfies TunnelRequest));
+    });
+  }
+
+  async close(): Promise<void> {
+    clearInterval(this.heartbeat);
+    for (const { socket } of this.connections.values()) socket.terminate();
+    await new Promise<void>((r) => this.wss.close(() => r()));
+  }
+
+  private async upgrade(req: IncomingMessage, socket: Duplex, head: Buffer): Promise<void> {
+    const match = tunnelPath.exec(new URL(req.url ?? '/', 'http://x').pathname);
+    if (!match) return refuse(socket, 404, 'Not Found');
+    const uuid = match[1]!;
+    const key = /^Bearer (.+)$/.exec(req.headers.authorization ?? '')?.[1];
+    const device = key ? await this.deps.authenticate(uuid, key).catch(() => null) : null;
+    if (!device) return refuse(socket, 401, 'Unauthorized');
+    this.wss.handleUpgrade(req, socket, head, (ws) => this.adopt(uuid, device.deviceId, ws));
+  }
+
+  private adopt(uuid: string, deviceId: number, socket: WebSocket): void {
+    // A device that reconnects after a partition may still have a half-open old socket here.
+    this.connections.get(uuid)?.socket.terminate();
+    const conn: Connection = { deviceId, socket, pending: new Map(), nextId: 1 };
+    this.connections.set(uuid, conn);
+    this.alive.add(socket);
+    void this.deps.onChange(deviceId, true).catch((err) => this.deps.log.warn(`device ${uuid} online bookkeeping: ${String(err)}`));
+    socket.on('pong', () => this.alive.add(socket));
+    socket.on('message', (data) => {
+      let frame: unknown;
+      try {
+        frame = JSON.parse(data.toString());
+      } catch {
+        return;
+      }
+      if (!Value.Check(TunnelResponse, frame)) return;
+      conn.pending.get(frame.id)?.resolve({ status: frame.status, body: frame.body, ...(frame.contentType ? { contentType: frame.contentType } : {}) });
+      conn.pending.delete(frame.id);
+    });
+    socket.on('close', () => {
+      // The device went away mid-call: the call fails now rather than at its timeout.
+      for (const p of conn.pending.values()) p.reject(new FleetlabError('CLOUD_ERR_DEVICE_TIMEOUT', `device ${uuid} disconnected before answering`));
+      conn.pending.clear();
+      if (this.connections.get(uuid) !== conn) return;
+      this.connections.delete(uuid);
+      void this.deps.onChange(deviceId, false).catch((err) => this.deps.log.warn(`device ${uuid} offline bookkeeping: ${String(err)}`));
+    });
+    socket.on('error', () => socket.terminate());
+  }
+}

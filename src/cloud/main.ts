@@ -1,0 +1,77 @@
+/**
+ * `fleetlab cloud`: opens the database (SQLite in the data directory by default, or
+ * PostgreSQL with --database postgres://...), brings it up to date, listens, and prints
+ * one JSON line `{"event":"ready","url":...,"adminKey":...}` on stdout; hints go to stderr.
+ *
+ * The admin key is stored hashed, so the database alone cannot give it back. On first
+ * creation it is also written to `<data-dir>/admin-key` (mode 0600), and later starts print
+ * that file's key, so a script can always read the ready line. --admin-key adds the given
+ * key to the admin (and records it in the same file).
+ */
+import { mkdirSync, readFileSync } from 'node:fs';
+import { homedir } from 'node:os';
+import { join } from 'node:path';
+import { writeFileAtomicSync } from '../atomic-file.js';
+import { prepareDatabase } from './bootstrap.js';
+import type { Db } from './db/port.js';
+import { openPostgres } from './db/postgres.js';
+import { openSqlite } from './db/sqlite.js';
+import { buildCloud } from './server.js';
+
+export interface CloudOptions {
+  port: number;
+  host: string;
+  dataDir?: string;
+  database?: string;
+  adminKey?: string;
+}
+
+/** `$XDG_DATA_HOME/fleetlab/cloud`, else `~/.local/share/fleetlab/cloud`. */
+export function defaultDataDir(env: NodeJS.ProcessEnv = process.env): string {
+  return join(env.XDG_DATA_HOME || join(homedir(), '.local', 'share'), 'fleetlab', 'cloud');
+}
+
+export function openDatabase(database: string | undefined, dataDir: string): Db {
+  if (!database || database.startsWith('sqlite:')) {
+    const file = database ? database.slice('sqlite:'.length) : join(dataDir, 'cloud.db');
+    return openSqlite(file);
+  }
+  if (/^postgres(ql)?:\/\//.test(database)) return openPostgres(database);
+  throw new Error(`--database must be postgres://... or sqlite:FILE, got ${database}`);
+}
+
+export async function runCloud(opts: CloudOptions): Promise<{ url: string; stopped: Promise<void> }> {
+  const dataDir = opts.dataDir ?? defaultDataDir();
+  mkdirSync(dataDir, { recursive: true, mode: 0o700 });
+  const db = openDatabase(opts.database, dataDir);
+  const keyFile = join(dataDir, 'admin-key');
+  const admin = await prepareDatabase(db, { adminKey: opts.adminKey });
+  if (admin.key) writeFileAtomicSync(keyFile, `${admin.key}\n`, 0o600);
+  let adminKey = admin.key;
+  if (!adminKey) {
+    try {
+      adminKey = readFileSync(keyFile, 'utf8').trim();
+    } catch {
+      console.error(`fleetlab cloud: the admin key was created earlier and ${keyFile} is gone; start with --admin-key KEY to add a new one`);
+    }
+  }
+  const app = buildCloud({ db });
+  // Signal handlers go in before the ready line: a supervisor that reads the line and
+  // stops us at once must find them installed, not the default (die) disposition.
+  let stop: () => void = () => undefined;
+  const stopped = new Promise<void>((resolve) => {
+    stop = () => {
+      void app
+        .close()
+        .then(() => db.close())
+        .finally(resolve);
+    };
+  });
+  process.once('SIGINT', () => stop());
+  process.once('SIGTERM', () => stop());
+  const address = await app.listen({ port: opts.port, host: opts.host });
+  const url = address.replace('[::1]', 'localhost');
+  console.error(`fleetlab cloud: ${url} (data: ${dataDir}, database: ${opts.database ? opts.database.replace(/\/\/[^@]*@/, '//***@') : 'sqlite'})`);
+  console.log(JSON.stringify({ event: 'ready', url, adminKey }));
+  return { url, stopped };
+}

@@ -1,0 +1,94 @@
+/**
+ * Schema migrations, the same text for SQLite and PostgreSQL. A few tokens stand for what
+ * the two spell differently; `renderDdl` in the dialect module expands them:
+ *   {pk}            the auto-increment integer primary key `id`
+ *   {fk_late:T:ON}  a foreign key to a table created later (SQLite: inline; PostgreSQL: the
+ *                   statement marked `-- pg-late` adds it once every table exists)
+ * Migrations are frozen once shipped: a model change is a new entry, never an edit.
+ * A plain migration table (name, applied_at) is all the bookkeeping needed for a list run
+ * in order inside one transaction; umzug would add a second abstraction for that.
+ */
+import type { Db } from '../db/port.js';
+
+export interface Migration {
+  name: string;
+  statements: string[];
+}
+
+const ts = 'TEXT NOT NULL';
+const fk = (t: string, on: 'CASCADE' | 'RESTRICT' | 'SET NULL') => `INTEGER REFERENCES "${t}"(id) ON DELETE ${on}`;
+
+export const migrations: Migration[] = [
+  {
+    name: '001-initial',
+    statements: [
+      `CREATE TABLE "actor" (id {pk}, created_at ${ts})`,
+      `CREATE TABLE "user" (id {pk}, created_at ${ts}, actor INTEGER NOT NULL UNIQUE, username TEXT NOT NULL UNIQUE, email TEXT, is_admin BOOLEAN NOT NULL DEFAULT FALSE)`,
+      `CREATE TABLE "organization" (id {pk}, created_at ${ts}, name TEXT NOT NULL, handle TEXT NOT NULL UNIQUE)`,
+      `CREATE TABLE "organization_membership" (id {pk}, created_at ${ts}, "user" ${fk('user', 'CASCADE')} NOT NULL, is_member_of__organization ${fk('organization', 'CASCADE')} NOT NULL, UNIQUE ("user", is_member_of__organization))`,
+      `CREATE TABLE "device_type" (id {pk}, created_at ${ts}, slug TEXT NOT NULL UNIQUE, name TEXT NOT NULL)`,
+      `CREATE TABLE "application" (id {pk}, created_at ${ts}, app_name TEXT NOT NULL, slug TEXT NOT NULL UNIQUE, uuid TEXT NOT NULL UNIQUE, actor INTEGER NOT NULL UNIQUE,
+        should_track_latest_release BOOLEAN NOT NULL DEFAULT TRUE, is_host BOOLEAN NOT NULL DEFAULT FALSE, is_public BOOLEAN NOT NULL DEFAULT FALSE,
+        is_archived BOOLEAN NOT NULL DEFAULT FALSE, is_of__class TEXT NOT NULL DEFAULT 'fleet',
+        organization ${fk('organization', 'RESTRICT')} NOT NULL, is_for__device_type ${fk('device_type', 'RESTRICT')} NOT NULL,
+        should_be_running__release INTEGER {fk_late:release:SET NULL})`,
+      `CREATE INDEX application_organization ON "application" (organization)`,
+      `CREATE TABLE "release" (id {pk}, created_at ${ts}, belongs_to__application ${fk('application', 'CASCADE')} NOT NULL, is_created_by__user ${fk('user', 'SET NULL')},
+        "commit" TEXT NOT NULL, status TEXT NOT NULL, source TEXT, composition TEXT, semver TEXT NOT NULL DEFAULT '0.0.0', semver_major INTEGER NOT NULL DEFAULT 0,
+        semver_minor INTEGER NOT NULL DEFAULT 0, semver_patch INTEGER NOT NULL DEFAULT 0, revision INTEGER, is_final BOOLEAN NOT NULL DEFAULT TRUE,
+        is_invalidated BOOLEAN NOT NULL DEFAULT FALSE, note TEXT, known_issue_list TEXT, start_timestamp TEXT, end_timestamp TEXT, update_timestamp TEXT,
+        release_version TEXT, UNIQUE (belongs_to__application, "commit"))`,
+      `ALTER TABLE "application" ADD CONSTRAINT application_target_release FOREIGN KEY (should_be_running__release) REFERENCES "release"(id) ON DELETE SET NULL -- pg-late`,
+      `CREATE TABLE "device" (id {pk}, created_at ${ts}, modified_at ${ts}, uuid TEXT NOT NULL UNIQUE, device_name TEXT NOT NULL, actor INTEGER NOT NULL UNIQUE,
+        belongs_to__application ${fk('application', 'RESTRICT')} NOT NULL, is_of__device_type ${fk('device_type', 'RESTRICT')} NOT NULL,
+        should_be_running__release ${fk('release', 'SET NULL')}, is_running__release ${fk('release', 'SET NULL')},
+        is_online BOOLEAN NOT NULL DEFAULT FALSE, status TEXT NOT NULL DEFAULT 'Idle', api_heartbeat_state TEXT NOT NULL DEFAULT 'unknown',
+        os_version TEXT, os_variant TEXT, supervisor_version TEXT, ip_address TEXT, public_address TEXT, mac_address TEXT, last_connectivity_event TEXT,
+        is_active BOOLEAN NOT NULL DEFAULT TRUE, is_web_accessible BOOLEAN NOT NULL DEFAULT FALSE, note TEXT, location TEXT, latitude TEXT, longitude TEXT,
+        memory_usage INTEGER, memory_total INTEGER, cpu_usage INTEGER, cpu_temp INTEGER, storage_usage INTEGER, storage_total INTEGER)`,
+      `CREATE INDEX device_application ON "device" (belongs_to__application)`,
+      `CREATE TABLE "device_tag" (id {pk}, created_at ${ts}, device ${fk('device', 'CASCADE')} NOT NULL, tag_key TEXT NOT NULL, value TEXT NOT NULL, UNIQUE (device, tag_key))`,
+      `CREATE TABLE "application_tag" (id {pk}, created_at ${ts}, application ${fk('application', 'CASCADE')} NOT NULL, tag_key TEXT NOT NULL, value TEXT NOT NULL, UNIQUE (application, tag_key))`,
+      `CREATE TABLE "device_environment_variable" (id {pk}, created_at ${ts}, device ${fk('device', 'CASCADE')} NOT NULL, name TEXT NOT NULL, value TEXT NOT NULL, UNIQUE (device, name))`,
+      `CREATE TABLE "device_config_variable" (id {pk}, created_at ${ts}, device ${fk('device', 'CASCADE')} NOT NULL, name TEXT NOT NULL, value TEXT NOT NULL, UNIQUE (device, name))`,
+      `CREATE TABLE "application_environment_variable" (id {pk}, created_at ${ts}, application ${fk('application', 'CASCADE')} NOT NULL, name TEXT NOT NULL, value TEXT NOT NULL, UNIQUE (application, name))`,
+      `CREATE TABLE "application_config_variable" (id {pk}, created_at ${ts}, application ${fk('application', 'CASCADE')} NOT NULL, name TEXT NOT NULL, value TEXT NOT NULL, UNIQUE (application, name))`,
+      `CREATE TABLE "service" (id {pk}, created_at ${ts}, application ${fk('application', 'CASCADE')} NOT NULL, service_name TEXT NOT NULL, UNIQUE (application, service_name))`,
+      `CREATE TABLE "image" (id {pk}, created_at ${ts}, is_a_build_of__service ${fk('service', 'CASCADE')} NOT NULL, is_stored_at__image_location TEXT NOT NULL,
+        status TEXT NOT NULL, image_size BIGINT, content_hash TEXT, project_type TEXT, dockerfile TEXT, build_log TEXT, error_message TEXT,
+        start_timestamp TEXT, end_timestamp TEXT, push_timestamp TEXT)`,
+      `CREATE INDEX image_service ON "image" (is_a_build_of__service)`,
+      `CREATE TABLE "image__is_part_of__release" (id {pk}, created_at ${ts}, image ${fk('image', 'CASCADE')} NOT NULL, is_part_of__release ${fk('release', 'CASCADE')} NOT NULL, UNIQUE (image, is_part_of__release))`,
+      `CREATE INDEX release_image_release ON "image__is_part_of__release" (is_part_of__release)`,
+      `CREATE TABLE "api_key" (id {pk}, created_at ${ts}, name TEXT, description TEXT, expiry_date TEXT, is_of__actor INTEGER NOT NULL, key_hash TEXT NOT NULL UNIQUE)`,
+      `CREATE INDEX api_key_actor ON "api_key" (is_of__actor)`,
+    ],
+  },
+  {
+    name: '002-image-install',
+    statements: [
+      `CREATE TABLE "image_install" (id {pk}, created_at ${ts}, device ${fk('device', 'CASCADE')} NOT NULL, installs__image ${fk('image', 'CASCADE')} NOT NULL,
+        is_provided_by__release ${fk('release', 'SET NULL')}, status TEXT NOT NULL, download_progress INTEGER, install_date TEXT, UNIQUE (device, installs__image))`,
+      `CREATE INDEX image_install_device ON "image_install" (device)`,
+    ],
+  },
+];
+
+/** Applies the migrations not yet recorded, each in its own transaction. Returns their names. */
+export async function migrate(db: Db, list: Migration[] = migrations): Promise<string[]> {
+  await db.exec(`CREATE TABLE IF NOT EXISTS fleetlab_migration (name TEXT PRIMARY KEY, applied_at TEXT NOT NULL)`);
+  const done = new Set((await db.query<{ name: string }>('SELECT name FROM fleetlab_migration', [])).map((r) => r.name));
+  const applied: string[] = [];
+  for (const m of list) {
+    if (done.has(m.name)) continue;
+    await db.transaction(async (tx) => {
+      for (const statement of m.statements) {
+        const sql = tx.dialect.renderDdl(statement);
+        if (sql) await tx.exec(sql);
+      }
+      await tx.query('INSERT INTO fleetlab_migration (name, applied_at) VALUES (?, ?)', [m.name, new Date().toISOString()]);
+    });
+    applied.push(m.name);
+  }
+  return applied;
+}

@@ -1,0 +1,76 @@
+/**
+ * The cloud API as a fastify instance: the composition root. Everything it uses comes in
+ * through `deps`; it never listens (main does) and holds no module-level state.
+ */
+import Fastify, { type FastifyInstance, type FastifyRequest } from 'fastify';
+import { bearerKey, type Principal, principalOf } from './auth/principal.js';
+import { installCloudErrors } from './api/errors.js';
+import { keyRoutes } from './api/key-routes.js';
+import { odataRoutes } from './api/odata-routes.js';
+import type { Db } from './db/port.js';
+import { deviceRoutes } from './device/device-routes.js';
+import { TunnelHub } from './device/tunnel-hub.js';
+import { proxyRoutes } from './proxy/proxy-routes.js';
+import { buildHooks, type InsertHooks } from './model/hooks.js';
+import { buildModel } from './model/resources.js';
+import type { Model } from './model/types.js';
+
+export interface CloudDeps {
+  db: Db;
+  model?: Model;
+  hooks?: InsertHooks;
+  now?: () => Date;
+  logger?: boolean;
+  /** How long the proxy waits for a device's answer (DECISIONS.md item 20: then 504). */
+  proxyTimeoutMs?: number;
+  /** Tunnel heartbeat: a device that misses one is taken offline. */
+  tunnelHeartbeatMs?: number;
+}
+
+export function buildCloud(deps: CloudDeps): FastifyInstance {
+  const model = deps.model ?? buildModel();
+  const hooks = deps.hooks ?? buildHooks({ now: deps.now });
+  const app = Fastify({ logger: deps.logger ?? false, routerOptions: { maxParamLength: 16_384 } });
+
+  app.removeContentTypeParser('application/json');
+  app.addContentTypeParser('application/json', { parseAs: 'string' }, (_req, body, done) => {
+    const text = String(body);
+    if (text.trim() === '') return done(null, undefined);
+    try {
+      done(null, JSON.parse(text));
+    } catch (err) {
+      const error = new Error(`Invalid JSON body: ${(err as Error).message}`) as Error & { statusCode: number };
+      error.statusCode = 400;
+      done(error, undefined);
+    }
+  });
+  installCloudErrors(app);
+
+  const authenticate = (request: FastifyRequest): Promise<Principal> =>
+    principalOf(deps.db, bearerKey(request.headers.authorization), deps.now?.());
+
+  const now = deps.now ?? (() => new Date());
+  const hub = new TunnelHub({
+    authenticate: async (uuid, key) => {
+      const p = await principalOf(deps.db, key, deps.now?.());
+      if (p.kind !== 'device') return null;
+      const rows = await deps.db.query<{ uuid: string }>('SELECT uuid FROM "device" WHERE id = ?', [p.deviceId]);
+      return rows[0]?.uuid === uuid ? { deviceId: p.deviceId } : null;
+    },
+    onChange: async (deviceId, online) => {
+      const at = now().toISOString();
+      await deps.db.query('UPDATE "device" SET is_online = ?, last_connectivity_event = ?, api_heartbeat_state = ? WHERE id = ?', [online, at, online ? 'online' : 'offline', deviceId]);
+    },
+    heartbeatMs: deps.tunnelHeartbeatMs ?? 15_000,
+    log: { warn: (m) => app.log.warn(m) },
+  });
+  hub.attach(app.server);
+  app.addHook('onClose', async () => hub.close());
+
+  app.get('/ping', async (_req, reply) => reply.type('text/plain').send('OK'));
+  void app.register(async (scope) => deviceRoutes(scope, { db: deps.db, authenticate, now }));
+  void app.register(async (scope) => proxyRoutes(scope, { db: deps.db, model, hub, authenticate, timeoutMs: deps.proxyTimeoutMs ?? 30_000 }));
+  void app.register(async (scope) => keyRoutes(scope, { db: deps.db, model, authenticate, now: deps.now }));
+  void app.register(async (scope) => odataRoutes(scope, { db: deps.db, model, hooks, authenticate }));
+  return app;
+}

@@ -1,0 +1,101 @@
+/**
+ * `fleetlab cloud` as a process: one JSON ready line on stdout, the admin key kept in a
+ * 0600 file so a restart prints the same key, and the key works over real HTTP.
+ */
+import { spawn } from 'node:child_process';
+import { mkdtemp, rm, stat } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { createInterface } from 'node:readline';
+import { fileURLToPath } from 'node:url';
+import { afterAll, describe, expect, it } from 'vitest';
+import { startPostgres } from './helpers/postgres.js';
+
+const root = fileURLToPath(new URL('..', import.meta.url));
+const dirs: string[] = [];
+afterAll(async () => {
+  for (const d of dirs) await rm(d, { recursive: true, force: true });
+});
+
+interface Ready {
+  event: string;
+  url: string;
+  adminKey: string | null;
+}
+
+/** Starts the CLI, returns its first stdout line and a stop function. */
+async function start(args: string[]): Promise<{ ready: Ready; lines: string[]; stop: () => Promise<number | null> }> {
+  const child = spawn(process.execPath, ['--import', 'tsx', join(root, 'src/cli/main.ts'), 'cloud', '--port', '0', ...args], {
+    cwd: root,
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  const lines: string[] = [];
+  const exited = new Promise<number | null>((resolve) => child.once('exit', (code) => resolve(code)));
+  const first = await new Promise<string>((resolve, reject) => {
+    const rl = createInterface({ input: child.stdout });
+    rl.on('line', (l) => {
+      lines.push(l);
+      if (lines.length === 1) resolve(l);
+    });
+    child.once('exit', (code) => reject(new Error(`fleetlab cloud exited with ${code} before its ready line`)));
+    setTimeout(() => reject(new Error('no ready line within 30 s')), 30_000).unref();
+  });
+  return {
+    ready: JSON.parse(first) as Ready,
+    lines,
+    stop: async () => {
+      child.kill('SIGTERM');
+      return exited;
+    },
+  };
+}
+
+describe('fleetlab cloud (CLI)', () => {
+  it('prints one ready line; a restart prints the same admin key from the 0600 key file', async () => {
+    const dataDir = await mkdtemp(join(tmpdir(), 'fleetlab-cloud-cli-'));
+    dirs.push(dataDir);
+    const first = await start(['--data-dir', dataDir]);
+    expect(first.ready).toMatchObject({ event: 'ready', url: expect.stringMatching(/^http:\/\/127\.0\.0\.1:\d+$/) });
+    expect(first.ready.adminKey).toMatch(/^[A-Za-z0-9_-]{43}$/);
+    const res = await fetch(`${first.ready.url}/v6/device_type/$count`, { headers: { authorization: `Bearer ${first.ready.adminKey}` } });
+    expect(await res.json()).toEqual({ d: expect.any(Number) });
+    expect((await fetch(`${first.ready.url}/v6/device_type`)).status).toBe(401);
+    expect(await first.stop()).toBe(0);
+    expect(first.lines).toHaveLength(1);
+    expect((await stat(join(dataDir, 'admin-key'))).mode & 0o777).toBe(0o600);
+
+    const second = await start(['--data-dir', dataDir, '--admin-key', 'a-key-chosen-by-the-operator-000']);
+    expect(second.ready.adminKey).toBe('a-key-chosen-by-the-operator-000');
+    const ok = await fetch(`${second.ready.url}/v6/user?$select=username`, { headers: { authorization: 'Bearer a-key-chosen-by-the-operator-000' } });
+    expect(await ok.json()).toEqual({ d: [{ username: 'admin' }] });
+    const old = await fetch(`${second.ready.url}/v6/user/$count`, { headers: { authorization: `Bearer ${first.ready.adminKey}` } });
+    expect(old.status).toBe(200);
+    expect(await second.stop()).toBe(0);
+
+    const third = await start(['--data-dir', dataDir]);
+    expect(third.ready.adminKey).toBe('a-key-chosen-by-the-operator-000');
+    expect(await third.stop()).toBe(0);
+  });
+
+  it('--database postgres://... keeps the data in PostgreSQL', async () => {
+    const cluster = await startPostgres();
+    try {
+      const url = await cluster.createDatabase('cli');
+      const dataDir = await mkdtemp(join(tmpdir(), 'fleetlab-cloud-cli-'));
+      dirs.push(dataDir);
+      const run = await start(['--data-dir', dataDir, '--database', url]);
+      const auth = { authorization: `Bearer ${run.ready.adminKey}` };
+      const created = await fetch(`${run.ready.url}/fleetlab/users`, { method: 'POST', headers: { ...auth, 'content-type': 'application/json' }, body: JSON.stringify({ username: 'pguser' }) });
+      expect(created.status).toBe(201);
+      expect(await run.stop()).toBe(0);
+      // the record is in PostgreSQL, not in a SQLite file in the data directory
+      const again = await start(['--data-dir', dataDir, '--database', url]);
+      const users = await fetch(`${again.ready.url}/v6/user?$select=username&$orderby=username`, { headers: auth });
+      expect(await users.json()).toEqual({ d: [{ username: 'admin' }, { username: 'pguser' }] });
+      expect(await again.stop()).toBe(0);
+      await expect(stat(join(dataDir, 'cloud.db'))).rejects.toThrow();
+    } finally {
+      await cluster.stop();
+    }
+  });
+});

@@ -6,7 +6,7 @@
  * the lock root, as tmpfs does on a board); a power-off stops the device.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
-import { createWriteStream, mkdirSync, readFileSync, rmSync, type WriteStream } from 'node:fs';
+import { appendFileSync, createWriteStream, mkdirSync, readFileSync, rmSync, type WriteStream } from 'node:fs';
 import { mkdtemp } from 'node:fs/promises';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
@@ -19,22 +19,39 @@ import { startHostPeer, type HostPeer } from './dbus/host-peer.js';
 import { startPrivateBus, type PrivateBus } from './dbus/private-bus.js';
 import { cliCommand } from './entry.js';
 import { untilStopped } from '../src/stop-signals.js';
+import { startPartitionableLink, type PartitionableLink } from './network/partitionable-link.js';
 import { gpioNamespaceCommand } from './gpio/namespace.js';
 import { startSysfsGpio, type SysfsGpio } from './gpio/sysfs-gpio.js';
 import { ContainerLogFollower } from './journal/container-logs.js';
 import { startJournalSim, supervisorUnit, type JournalSim } from './journal/journal-sim.js';
+import { startSimEngine, type Scenario, type SimEngineHandle } from './engine/index.js';
 
 export interface SimDeviceOptions {
   /** Device API port; 0 picks a free one. */
   port: number;
   dataDir?: string;
-  engine: 'docker';
+  /** `sim`: the device runs its own simulated engine (sim/engine) on `<dataDir>/engine/engine.sock`; dockerSocket is then unused. */
+  engine: 'docker' | 'sim';
   dockerSocket: string;
+  /** Simulated engine only: registry bandwidth (bytes/s) and a scenario (object or file path). */
+  bandwidth?: number;
+  scenario?: Scenario | string;
   localMode: boolean;
   apiKey?: string;
   vendor?: string;
   /** The LED line: a BCM pin of the simulated pinctrl-bcm2835 chip. */
   ledOffset?: number;
+  /** Address the device API listens on; default 127.0.0.1 (0.0.0.0 inside a container, for a mapped port). */
+  listenAddress?: string;
+  /** Register with a cloud and follow its target state, through a link the sim can partition. */
+  cloud?: SimCloudOptions;
+}
+
+export interface SimCloudOptions {
+  url: string;
+  provisioningKey: string;
+  pollIntervalMs?: number;
+  reportIntervalMs?: number;
 }
 
 export interface SimDeviceInfo {
@@ -45,8 +62,20 @@ export interface SimDeviceInfo {
 }
 
 const READY_TIMEOUT_MS = 30_000;
+/**
+ * The LED line's transitions, one JSON object a line, in the data dir: how an observer
+ * outside the sim's process (the HIL container target) sees the line. Outside gpio/, which is
+ * volatile like sysfs and may be rebuilt at a power cycle.
+ */
+export const LED_TRANSITIONS_FILE = 'led-transitions.ndjson';
 const STOP_GRACE_MS = 10_000;
 export const SIM_LED_CHIP = 'pinctrl-bcm2835';
+
+function hostAndPort(url: string): { host: string; port: number } {
+  const u = new URL(url);
+  if (u.protocol !== 'http:') throw new FleetlabError('SUP_ERR_BAD_REQUEST', `the simulated device reaches the cloud over http only, got ${url}`);
+  return { host: u.hostname.replace(/^\[|\]$/g, ''), port: Number(u.port || 80) };
+}
 
 async function freePort(): Promise<number> {
   return new Promise((resolvePort, reject) => {
@@ -74,9 +103,13 @@ export class SimDevice extends EventEmitter<{ reboot: []; poweroff: []; exit: [c
   private readonly docker: Docker;
   private transitions: Promise<void> = Promise.resolve();
   private stopping = false;
+  /** The device's own simulated engine (engine: 'sim'), for fault injection in tests. */
+  simEngine: SimEngineHandle | undefined;
+  /** The device's network path to the cloud (with `cloud`): partition and heal it. */
+  cloudLink: PartitionableLink | undefined;
 
   private constructor(
-    readonly options: Required<Omit<SimDeviceOptions, 'apiKey' | 'dataDir'>> & { apiKey?: string; dataDir: string },
+    readonly options: Required<Omit<SimDeviceOptions, 'apiKey' | 'dataDir' | 'bandwidth' | 'scenario' | 'cloud'>> & { apiKey?: string; dataDir: string; cloud?: SimCloudOptions },
     readonly bus: PrivateBus,
     readonly host: HostPeer,
     readonly gpio: SysfsGpio,
@@ -91,9 +124,16 @@ export class SimDevice extends EventEmitter<{ reboot: []; poweroff: []; exit: [c
     const dataDir = resolve(opts.dataDir ?? (await mkdtemp(join(tmpdir(), 'fleetlab-sim-'))));
     const port = opts.port === 0 ? await freePort() : opts.port;
     for (const d of ['dbus', 'host', 'gpio', 'journal', 'boot', 'locks', 'supervisor']) mkdirSync(join(dataDir, d), { recursive: true });
-    const options = { port, dataDir, engine: opts.engine, dockerSocket: opts.dockerSocket, localMode: opts.localMode, apiKey: opts.apiKey, vendor: opts.vendor ?? 'platform', ledOffset: opts.ledOffset ?? 17 };
+    const dockerSocket = opts.engine === 'sim' ? join(dataDir, 'engine', 'engine.sock') : opts.dockerSocket;
+    const options = { port, dataDir, engine: opts.engine, dockerSocket, localMode: opts.localMode, apiKey: opts.apiKey, vendor: opts.vendor ?? 'platform', ledOffset: opts.ledOffset ?? 17, listenAddress: opts.listenAddress ?? '127.0.0.1', cloud: opts.cloud };
     const started: Array<{ close(): Promise<void> } | { stop(): Promise<void> }> = [];
     try {
+      const simEngine = opts.engine === 'sim'
+        ? await startSimEngine({ socketPath: dockerSocket, dataDir: join(dataDir, 'engine', 'data'), ...(opts.bandwidth ? { bandwidth: opts.bandwidth } : {}), ...(opts.scenario ? { scenario: opts.scenario } : {}) })
+        : undefined;
+      if (simEngine) started.push(simEngine);
+      const cloudLink = opts.cloud ? await startPartitionableLink(hostAndPort(opts.cloud.url)) : undefined;
+      if (cloudLink) started.push(cloudLink);
       const bus = await startPrivateBus({ dir: join(dataDir, 'dbus') });
       started.push(bus);
       let device: SimDevice | undefined;
@@ -107,10 +147,16 @@ export class SimDevice extends EventEmitter<{ reboot: []; poweroff: []; exit: [c
       started.push(host);
       const gpio = await startSysfsGpio({ dir: join(dataDir, 'gpio') });
       started.push(gpio);
+      const ledFile = join(dataDir, LED_TRANSITIONS_FILE);
+      gpio.onTransition((t) => {
+        if (t.gpio === 512 + options.ledOffset) appendFileSync(ledFile, `${JSON.stringify({ value: t.value, at: t.at })}\n`);
+      });
       const journal = await startJournalSim({ directory: join(dataDir, 'journal'), hostname: 'fleetlab-sim' });
       started.push(journal);
       const follower = new ContainerLogFollower({ docker: new Docker({ socketPath: options.dockerSocket }), journal });
       device = new SimDevice(options, bus, host, gpio, journal, follower);
+      device.simEngine = simEngine;
+      device.cloudLink = cloudLink;
       await device.boot();
       return device;
     } catch (err) {
@@ -157,7 +203,7 @@ export class SimDevice extends EventEmitter<{ reboot: []; poweroff: []; exit: [c
     return [
       'supervisor',
       '--port', String(o.port),
-      '--listen-address', '127.0.0.1',
+      '--listen-address', o.listenAddress,
       '--data-dir', d('supervisor'),
       '--vendor', o.vendor,
       '--local-mode', String(o.localMode),
@@ -170,6 +216,14 @@ export class SimDevice extends EventEmitter<{ reboot: []; poweroff: []; exit: [c
       '--boot-config-path', d('boot/config.txt'),
       '--journal-directory', d('journal'),
       '--lock-root', this.lockRoot,
+      ...(o.cloud && this.cloudLink
+        ? [
+            '--cloud-url', this.cloudLink.url,
+            '--provisioning-key', o.cloud.provisioningKey,
+            ...(o.cloud.pollIntervalMs ? ['--poll-interval-ms', String(o.cloud.pollIntervalMs)] : []),
+            ...(o.cloud.reportIntervalMs ? ['--report-interval-ms', String(o.cloud.reportIntervalMs)] : []),
+          ]
+        : []),
     ];
   }
 
@@ -224,6 +278,8 @@ export class SimDevice extends EventEmitter<{ reboot: []; poweroff: []; exit: [c
     try {
       await this.stopSupervisor();
       await Promise.all((await this.deviceContainers()).map((c) => this.docker.getContainer(c.Id).stop({ t: 10 }).catch(() => undefined)));
+      // On a board the engine restarts with the OS; the simulated one does the same.
+      await this.simEngine?.restartEngine({ downMs: 0 });
       rmSync(this.lockRoot, { recursive: true, force: true });
       mkdirSync(this.lockRoot, { recursive: true });
       this.journal.newBoot();
@@ -251,6 +307,8 @@ export class SimDevice extends EventEmitter<{ reboot: []; poweroff: []; exit: [c
     for (const c of await this.deviceContainers()) await this.docker.getContainer(c.Id).remove({ force: true }).catch(() => undefined);
     const networks = await this.docker.listNetworks({ filters: { label: [`${LABEL.device}=${uuid}`] } });
     for (const n of networks) await this.docker.getNetwork(n.Id).remove().catch(() => undefined);
+    await this.simEngine?.close().catch(() => undefined);
+    await this.cloudLink?.close().catch(() => undefined);
     await this.journal.close().catch(() => undefined);
     await this.gpio.close().catch(() => undefined);
     await this.host.close().catch(() => undefined);
@@ -272,6 +330,7 @@ export async function runSimDevice(opts: SimDeviceOptions): Promise<void> {
       `  state:        ${info.dataDir}`,
       `  supervisor log: ${device.supervisorLog}`,
       `  journal:      journalctl --directory ${join(info.dataDir, 'journal')}`,
+      ...(device.simEngine ? [`  engine:       DOCKER_HOST=unix://${device.simEngine.socketPath} docker ps`] : []),
       '  stop with Ctrl-C',
       '',
     ].join('\n'),

@@ -41,7 +41,7 @@ describe('state report', () => {
   it('reports device and per-service status with download progress', () => {
     const report = currentReport(view('Downloading', 40), ctx);
     expect(report).toMatchObject({ status: 'Downloading', download_progress: 40, update_pending: true, api_port: 48484 });
-    expect(report.apps).toEqual({ '1': { release_id: 7, commit: 'c7', services: { main: { image: 'fleetlab/test-app:1', status: 'Downloading', download_progress: 40, release_id: 7 } } } });
+    expect(report.apps).toEqual({ '1': { release_id: 7, commit: 'c7', services: { main: { image: 'fleetlab/test-app:1', image_id: 1, status: 'Downloading', download_progress: 40, release_id: 7 } } } });
   });
 
   it('sends only what changed since the last acknowledged report', () => {

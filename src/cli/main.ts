@@ -46,17 +46,72 @@ sim
   .description('Start one simulated device: the supervisor plus simulated D-Bus, GPIO and journal peers')
   .option('--port <n>', 'device API port (0: pick a free one)', '48484')
   .option('--data-dir <dir>', 'where the device keeps its state (default: a new temporary directory)')
-  .addOption(new Option('--engine <kind>', 'container engine').choices(['docker']).default('docker'))
+  .addOption(new Option('--engine <kind>', 'container engine: docker (dockerd at --docker-socket) or sim (a simulated engine of its own); default: docker when that socket exists, else sim').choices(['docker', 'sim']))
+  .option('--bandwidth <bytes/s>', 'simulated engine: registry bandwidth')
+  .option('--scenario <file>', 'simulated engine: fault scenario (JSON, see fixtures/scenarios/)')
   .option('--docker-socket <path>', 'engine API socket', '/var/run/docker.sock')
   .option('--local-mode', 'start in local mode', false)
   .option('--api-key <key>', 'device API key on first start')
   .option('--vendor <word>', 'vendor word for PLATFORM_* variables', 'platform')
+  .option('--listen-address <addr>', 'address the device API listens on (0.0.0.0 inside a container)', '127.0.0.1')
+  .option('--cloud-url <url>', 'register with this fleetlab cloud and follow its target state')
+  .option('--provisioning-key <key>', "the fleet's provisioning key (with --cloud-url)")
+  .option('--poll-interval-ms <ms>', 'target state poll interval (with --cloud-url)')
   .action(
-    action(async (opts: { port: string; dataDir?: string; engine: 'docker'; dockerSocket: string; localMode: boolean; apiKey?: string; vendor: string }) => {
+    action(async (opts: { port: string; dataDir?: string; engine?: 'docker' | 'sim'; dockerSocket: string; localMode: boolean; apiKey?: string; vendor: string; listenAddress: string; bandwidth?: string; scenario?: string; cloudUrl?: string; provisioningKey?: string; pollIntervalMs?: string }) => {
       const port = Number(opts.port);
       if (!Number.isInteger(port) || port < 0 || port > 65535) throw new Error(`--port must be 0..65535, got ${opts.port}`);
+      const { existsSync } = await import('node:fs');
+      const engine = opts.engine ?? (existsSync(opts.dockerSocket) ? 'docker' : 'sim');
+      const bandwidth = parseBandwidth(opts.bandwidth);
       const { runSimDevice } = await import('../../sim/device.js');
-      await runSimDevice({ ...opts, port });
+      const { bandwidth: _b, scenario, cloudUrl, provisioningKey, pollIntervalMs, ...rest } = opts;
+      if (cloudUrl && !provisioningKey) throw new Error('--cloud-url needs --provisioning-key (create one with POST /api-key/application/<fleet id>/provisioning)');
+      const poll = pollIntervalMs === undefined ? undefined : Number(pollIntervalMs);
+      if (poll !== undefined && (!Number.isInteger(poll) || poll < 1000)) throw new Error(`--poll-interval-ms must be an integer of at least 1000, got ${pollIntervalMs}`);
+      const cloud = cloudUrl ? { url: cloudUrl, provisioningKey: provisioningKey!, ...(poll ? { pollIntervalMs: poll } : {}) } : undefined;
+      await runSimDevice({ ...rest, engine, port, ...(bandwidth ? { bandwidth } : {}), ...(scenario ? { scenario } : {}), ...(cloud ? { cloud } : {}) });
+    }),
+  );
+
+/** `--bandwidth` of the simulated engine: a positive integer of bytes/s. */
+function parseBandwidth(raw: string | undefined): number | undefined {
+  if (raw === undefined) return undefined;
+  const n = Number(raw);
+  if (!Number.isInteger(n) || n < 1) throw new Error(`--bandwidth must be a positive integer (bytes/s), got ${raw}`);
+  return n;
+}
+
+sim
+  .command('engine')
+  .description('Run the simulated Docker Engine alone (Engine API on a unix socket; try DOCKER_HOST=unix://PATH docker ps)')
+  .requiredOption('--socket <path>', 'unix socket to serve the Engine API on')
+  .option('--data-dir <dir>', 'where the engine keeps images, containers, volumes (default: a new temporary directory)')
+  .option('--bandwidth <bytes/s>', 'registry bandwidth')
+  .option('--scenario <file>', 'fault scenario (JSON, see fixtures/scenarios/)')
+  .action(
+    action(async (opts: { socket: string; dataDir?: string; bandwidth?: string; scenario?: string }) => {
+      const bandwidth = parseBandwidth(opts.bandwidth);
+      const { runSimEngine } = await import('../../sim/engine/run.js');
+      await runSimEngine({ socket: opts.socket, ...(opts.dataDir ? { dataDir: opts.dataDir } : {}), ...(bandwidth ? { bandwidth } : {}), ...(opts.scenario ? { scenario: opts.scenario } : {}) });
+    }),
+  );
+
+program
+  .command('cloud')
+  .description('Run the cloud API (OData v6 over SQLite, or PostgreSQL with --database)')
+  .option('--port <n>', 'port to listen on (0: pick a free one)', '8080')
+  .option('--host <addr>', 'address to listen on', '127.0.0.1')
+  .option('--data-dir <dir>', 'SQLite database and admin key file (default: $XDG_DATA_HOME/fleetlab/cloud or ~/.local/share/fleetlab/cloud)')
+  .option('--database <url>', 'postgres://user@host:port/db (default: SQLite in the data directory)')
+  .option('--admin-key <key>', 'admin API key to create or add (default: generated on first start)')
+  .action(
+    action(async (opts: { port: string; host: string; dataDir?: string; database?: string; adminKey?: string }) => {
+      const port = Number(opts.port);
+      if (!Number.isInteger(port) || port < 0 || port > 65535) throw new Error(`--port must be 0..65535, got ${opts.port}`);
+      const { runCloud } = await import('../cloud/main.js');
+      const { stopped } = await runCloud({ ...opts, port });
+      await stopped;
     }),
   );
 
@@ -70,6 +125,26 @@ images
       const { buildTestImages } = await import('../../sim/images/test-images.js');
       const refs = await buildTestImages(opts.dockerSocket, (e) => console.error(`${e.image}: ${e.step}`));
       for (const ref of refs) console.log(ref);
+    }),
+  );
+
+images
+  .command('build-device')
+  .description('Build the HIL container target\'s image fleetlab/device-sim:<hash> (debootstrap base, cached by its inputs, plus the compiled app)')
+  .option('--docker-socket <path>', 'engine API socket', '/var/run/docker.sock')
+  .option('--force', 'rebuild even when the tags exist', false)
+  .action(
+    action(async (opts: { dockerSocket: string; force: boolean }) => {
+      const { buildDeviceImage } = await import('../../hil/targets/container-image.js');
+      const { fileURLToPath } = await import('node:url');
+      const repoRoot = fileURLToPath(new URL(import.meta.url.endsWith('.ts') ? '../..' : '../../..', import.meta.url));
+      const image = await buildDeviceImage({
+        repoRoot,
+        dockerSocket: opts.dockerSocket,
+        force: opts.force,
+        progress: (e) => console.error(`[${(e.elapsedMs / 1000).toFixed(1)} s] ${e.stage}: ${e.detail}`),
+      });
+      console.log(image.ref);
     }),
   );
 

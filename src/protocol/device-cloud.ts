@@ -42,6 +42,8 @@ export type TargetStateResponse = Static<typeof TargetStateResponse>;
 
 const ServiceReport = Type.Object({
   image: Type.String(),
+  /** The cloud's image id from the target state: it keys the cloud's image_install record. */
+  image_id: Type.Optional(Type.Integer({ minimum: 1 })),
   status: Type.String(),
   download_progress: Type.Union([Type.Integer({ minimum: 0, maximum: 100 }), Type.Null()]),
   release_id: Type.Optional(Type.Integer()),

@@ -146,7 +146,7 @@ export class Supervisor {
   private buildCloudLink(): CloudLink {
     const { config } = this;
     return new CloudLink({
-      client: new CloudClient({ url: config.cloudUrl, timeoutMs: 30_000 }),
+      client: new CloudClient({ url: config.cloudUrl, timeoutMs: 30_000, interactiveTimeoutMs: 5_000 }),
       provisioningKey: config.provisioningKey,
       identity: () => {
         const record = this.store.get();

@@ -19,6 +19,8 @@ export interface CloudClientOptions {
   /** Base URL of the cloud API, e.g. `http://127.0.0.1:48400`. */
   readonly url: string;
   readonly timeoutMs: number;
+  /** For calls a device API request waits on (tags): a user should get a 503 soon, not hang. */
+  readonly interactiveTimeoutMs: number;
 }
 
 export interface DeviceTag {
@@ -75,13 +77,13 @@ export class CloudClient {
   async deviceTags(uuid: string, deviceKey: string): Promise<DeviceTag[]> {
     const filter = `device/uuid eq '${uuid.replace(/'/g, "''")}'`;
     const path = `/v6/device_tag?$select=id,tag_key,value&$filter=${encodeURIComponent(filter)}&$orderby=id`;
-    const res = await this.call('device tags', 'GET', path, deviceKey);
+    const res = await this.call('device tags', 'GET', path, deviceKey, undefined, undefined, this.options.interactiveTimeoutMs);
     const parsed = this.expect('device tags', res, 200) as { d?: Array<{ id: number; tag_key: string; value: string }> };
     if (!Array.isArray(parsed?.d)) throw unreachable('device tags', 'answer has no "d" list');
     return parsed.d.map((t) => ({ id: t.id, name: t.tag_key, value: t.value }));
   }
 
-  private async call(what: string, method: 'GET' | 'POST' | 'PATCH', path: string, key: string, body?: unknown, extra?: Record<string, string>) {
+  private async call(what: string, method: 'GET' | 'POST' | 'PATCH', path: string, key: string, body?: unknown, extra?: Record<string, string>, timeoutMs = this.options.timeoutMs) {
     const headers: Record<string, string> = { authorization: `Bearer ${key}`, ...extra };
     if (body !== undefined) headers['content-type'] = 'application/json';
     try {
@@ -89,8 +91,8 @@ export class CloudClient {
         method,
         headers,
         body: body === undefined ? undefined : JSON.stringify(body),
-        headersTimeout: this.options.timeoutMs,
-        bodyTimeout: this.options.timeoutMs,
+        headersTimeout: timeoutMs,
+        bodyTimeout: timeoutMs,
       });
       const text = await res.body.text();
       const etag = res.headers.etag;

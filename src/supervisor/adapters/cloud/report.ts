@@ -19,7 +19,7 @@ export function currentReport(view: DeviceView, ctx: ReportContext): DeviceRepor
   const apps: NonNullable<DeviceReport['apps']> = {};
   for (const s of view.services) {
     const app = (apps[String(s.appId)] ??= { release_id: s.releaseId, commit: view.commits.get(s.appId) ?? null, services: {} });
-    app.services[s.serviceName] = { image: s.image, status: s.status, download_progress: s.downloadProgress, release_id: s.releaseId };
+    app.services[s.serviceName] = { image: s.image, image_id: s.imageId, status: s.status, download_progress: s.downloadProgress, release_id: s.releaseId };
   }
   return {
     status: view.status,

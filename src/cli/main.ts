@@ -74,6 +74,30 @@ sim
     }),
   );
 
+sim
+  .command('stack')
+  .description('A fleetlab cloud (SQLite) and one simulated device registered to its fleet "demo" (what npm start runs)')
+  .option('--port <n>', 'device API port (0: pick a free one)', '48484')
+  .option('--cloud-port <n>', 'cloud API port (0: pick a free one)', '48400')
+  .addOption(new Option('--engine <kind>', 'container engine of the device: docker or sim; default: docker when its socket exists, else sim').choices(['docker', 'sim']))
+  .option('--docker-socket <path>', 'engine API socket', '/var/run/docker.sock')
+  .option('--poll-interval-ms <ms>', 'how often the device polls its target state', '10000')
+  .action(
+    action(async (opts: { port: string; cloudPort: string; engine?: 'docker' | 'sim'; dockerSocket: string; pollIntervalMs: string }) => {
+      const port = (flag: string, raw: string) => {
+        const n = Number(raw);
+        if (!Number.isInteger(n) || n < 0 || n > 65535) throw new Error(`${flag} must be 0..65535, got ${raw}`);
+        return n;
+      };
+      const poll = Number(opts.pollIntervalMs);
+      if (!Number.isInteger(poll) || poll < 1000) throw new Error(`--poll-interval-ms must be an integer of at least 1000, got ${opts.pollIntervalMs}`);
+      const { existsSync } = await import('node:fs');
+      const engine = opts.engine ?? (existsSync(opts.dockerSocket) ? 'docker' : 'sim');
+      const { runStack } = await import('../../sim/stack.js');
+      await runStack({ devicePort: port('--port', opts.port), cloudPort: port('--cloud-port', opts.cloudPort), engine, dockerSocket: opts.dockerSocket, pollIntervalMs: poll });
+    }),
+  );
+
 /** `--bandwidth` of the simulated engine: a positive integer of bytes/s. */
 function parseBandwidth(raw: string | undefined): number | undefined {
   if (raw === undefined) return undefined;

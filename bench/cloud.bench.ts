@@ -4,6 +4,12 @@
  * runs a fixed mix of OData requests through the whole fastify stack (`inject`, no
  * network) as an ordinary user, so every query carries the permission filter.
  *
+ * Then the device target-state endpoint (`GET /device/v3/:uuid/state`, device key): every
+ * fleet gets a 3-service release as its target, 2 environment and 2 config variables, and
+ * 500 of the devices a key and 1 config variable; the figures are req/s and p50/p99
+ * latency, one request at a time and 8 in flight, for a full answer (200) and for an
+ * unchanged one (`If-None-Match` with the last ETag: 304).
+ *
  *   npx tsx bench/cloud.bench.ts [--seconds N] [--only sqlite|postgres]
  *
  * PostgreSQL runs in a throwaway cluster (test/helpers/postgres.ts).
@@ -12,7 +18,9 @@ import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
+import type { FastifyInstance } from 'fastify';
 import { createUser } from '../src/cloud/api/key-routes.js';
+import { storeApiKey } from '../src/cloud/auth/keys.js';
 import { prepareDatabase } from '../src/cloud/bootstrap.js';
 import type { Db, SqlValue } from '../src/cloud/db/port.js';
 import { openPostgres } from '../src/cloud/db/postgres.js';
@@ -67,6 +75,101 @@ export async function seed(db: Db): Promise<{ key: string; uuids: string[] }> {
   return { key: user.apiKey, uuids };
 }
 
+const TARGET_SERVICES = ['web', 'worker', 'cache'];
+const KEYED_DEVICES = 500;
+
+/**
+ * Gives every fleet a 3-service release as its target, with fleet environment and config
+ * variables, and every 20th device (500) a device key and a config variable of its own.
+ */
+export async function seedTargets(db: Db): Promise<Array<{ uuid: string; key: string }>> {
+  const now = new Date().toISOString();
+  const composition = JSON.stringify({
+    services: Object.fromEntries(
+      TARGET_SERVICES.map((name) => [name, { labels: { 'io.balena.features.supervisor-api': '1' }, environment: { SERVICE: name }, volumes: [`${name}-data:/data`], restart: 'always' }]),
+    ),
+    volumes: Object.fromEntries(TARGET_SERVICES.map((name) => [`${name}-data`, {}])),
+  });
+  const keyed: Array<{ uuid: string; key: string }> = [];
+  await db.transaction(async (tx) => {
+    const apps = (await tx.query<{ id: number }>('SELECT id FROM "application" ORDER BY id', [])).map((a) => Number(a.id));
+    const releases = await insertMany(tx, 'release', ['created_at', 'belongs_to__application', 'commit', 'status', 'composition', 'semver'], apps.map((a) => [now, a, `commit${a}`, 'success', composition, '1.0.0']));
+    const services = await insertMany(tx, 'service', ['created_at', 'application', 'service_name'], apps.flatMap((a) => TARGET_SERVICES.map((name) => [now, a, name])));
+    const images = await insertMany(tx, 'image', ['created_at', 'is_a_build_of__service', 'is_stored_at__image_location', 'status', 'image_size'], services.map((svc, i) => [now, svc, `registry.local/v2/${i}@sha256:${'0'.repeat(64)}`, 'success', 50_000_000]));
+    await insertMany(tx, 'image__is_part_of__release', ['created_at', 'image', 'is_part_of__release'], images.map((img, i) => [now, img, releases[Math.floor(i / TARGET_SERVICES.length)]!]));
+    for (let i = 0; i < apps.length; i++) await tx.query('UPDATE "application" SET should_be_running__release = ? WHERE id = ?', [releases[i]!, apps[i]!]);
+    await insertMany(tx, 'application_environment_variable', ['created_at', 'application', 'name', 'value'], apps.flatMap((a) => [[now, a, 'MODE', 'fleet'], [now, a, 'REGION', 'eu']]));
+    await insertMany(tx, 'application_config_variable', ['created_at', 'application', 'name', 'value'], apps.flatMap((a) => [[now, a, 'HOST_CONFIG_gpu_mem', '64'], [now, a, 'SUPERVISOR_POLL_INTERVAL', '900000']]));
+    const devices = await tx.query<{ id: number; uuid: string; actor: number }>('SELECT id, uuid, actor FROM "device" WHERE id % 20 = 0 ORDER BY id', []);
+    for (const d of devices.slice(0, KEYED_DEVICES)) {
+      const key = `bench-device-key-${d.uuid}`;
+      await storeApiKey(tx, Number(d.actor), key, { name: 'device key' });
+      keyed.push({ uuid: d.uuid, key });
+    }
+    await insertMany(tx, 'device_config_variable', ['created_at', 'device', 'name', 'value'], devices.slice(0, KEYED_DEVICES).map((d) => [now, Number(d.id), 'HOST_CONFIG_gpu_mem', '128']));
+  });
+  return keyed;
+}
+
+const percentile = (sorted: number[], p: number) => sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))]!;
+
+/** Runs `one` for `seconds` with `concurrency` in flight; prints req/s and p50/p99. */
+async function timed(kind: string, label: string, seconds: number, concurrency: number, one: (n: number) => Promise<void>): Promise<void> {
+  const latencies: number[] = [];
+  let n = 0;
+  const started = performance.now();
+  const end = started + seconds * 1000;
+  await Promise.all(
+    Array.from({ length: concurrency }, async () => {
+      while (performance.now() < end) {
+        const t = performance.now();
+        await one(n++);
+        latencies.push(performance.now() - t);
+      }
+    }),
+  );
+  const elapsed = (performance.now() - started) / 1000;
+  latencies.sort((a, b) => a - b);
+  console.log(
+    `${kind.padEnd(8)} ${label.padEnd(24)} ${(latencies.length / elapsed).toFixed(0).padStart(6)} req/s  p50 ${percentile(latencies, 50).toFixed(2).padStart(6)} ms  p99 ${percentile(latencies, 99).toFixed(2).padStart(6)} ms  (${latencies.length} requests)`,
+  );
+}
+
+async function measureTargetState(kind: string, db: Db, app: FastifyInstance, seconds: number): Promise<void> {
+  const t0 = performance.now();
+  const keyed = await seedTargets(db);
+  console.log(`${kind}: ${keyed.length} device keys, ${FLEETS} releases of ${TARGET_SERVICES.length} services, fleet env+config vars in ${((performance.now() - t0) / 1000).toFixed(1)} s`);
+  const get = (i: number, etag?: string) => {
+    const d = keyed[(i * 7919) % keyed.length]!;
+    return app.inject({ method: 'GET', url: `/device/v3/${d.uuid}/state`, headers: { authorization: `Bearer ${d.key}`, ...(etag ? { 'if-none-match': etag } : {}) } });
+  };
+  // What is measured is a real target: 3 services, merged variables, config.
+  const probe = await get(0);
+  if (probe.statusCode !== 200) throw new Error(`target state: ${probe.statusCode} ${probe.body}`);
+  const target = Object.values(JSON.parse(probe.body) as Record<string, { config: Record<string, string>; apps: Record<string, { services: Record<string, { environment: Record<string, string> }> }> }>)[0]!;
+  const services = Object.values(Object.values(target.apps)[0]?.services ?? {});
+  if (services.length !== TARGET_SERVICES.length || services[0]!.environment.REGION !== 'eu' || !('LEVEL' in services[0]!.environment) || target.config.HOST_CONFIG_gpu_mem !== '128') {
+    throw new Error(`target state is not the seeded one: ${probe.body}`);
+  }
+  const etags = new Map<number, string>();
+  for (let i = 0; i < keyed.length; i++) {
+    const r = await get(i);
+    etags.set((i * 7919) % keyed.length, String(r.headers.etag));
+  }
+  const full = async (n: number) => {
+    const r = await get(n);
+    if (r.statusCode !== 200) throw new Error(`target state: ${r.statusCode} ${r.body}`);
+  };
+  const unchanged = async (n: number) => {
+    const r = await get(n, etags.get((n * 7919) % keyed.length));
+    if (r.statusCode !== 304) throw new Error(`target state with If-None-Match: ${r.statusCode} ${r.body}`);
+  };
+  await timed(kind, 'target state 200', seconds, 1, full);
+  await timed(kind, 'target state 200 x8', seconds, 8, full);
+  await timed(kind, 'target state 304', seconds, 1, unchanged);
+  await timed(kind, 'target state 304 x8', seconds, 8, unchanged);
+}
+
 async function measure(kind: string, db: Db, seconds: number): Promise<void> {
   const t0 = performance.now();
   const { key, uuids } = await seed(db);
@@ -95,6 +198,7 @@ async function measure(kind: string, db: Db, seconds: number): Promise<void> {
     const elapsed = (performance.now() - started) / 1000;
     console.log(`${kind.padEnd(8)} ${label.padEnd(24)} ${(count / elapsed).toFixed(0).padStart(6)} req/s  ${((elapsed * 1000) / count).toFixed(2).padStart(7)} ms/req  (${count} requests)`);
   }
+  await measureTargetState(kind, db, app, seconds);
   await app.close();
 }
 

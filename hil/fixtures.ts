@@ -20,7 +20,11 @@ import { DeviceApi } from './lib/device-api.js';
 import { instrumentDevice, StepEmitter, StepRecorder } from './lib/steps.js';
 import { checkBindings } from './targets/bindings.js';
 import { loadTarget } from './targets/index.js';
-import type { Capability, DeviceUnderTest, TargetDriver } from './targets/protocols.js';
+import type { Capability, DeviceUnderTest, TargetDriver, TargetStartOptions } from './targets/protocols.js';
+import { startFleetCloud, type FleetCloud } from '../sim/stack.js';
+import { mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 
 const JOURNAL_LINES = 500;
 const LOG_TAIL_BYTES = 256 * 1024;
@@ -29,6 +33,17 @@ interface Held {
   file: string;
   raw: DeviceUnderTest;
   device: DeviceUnderTest;
+  /** The lab cloud the device is registered to (files that `test.use({ withCloud: true })`). */
+  cloud?: LabCloud;
+}
+
+type LabCloud = FleetCloud & { dispose(): Promise<void> };
+
+/** A fresh cloud with one fleet, in the harness process, for one device. */
+async function startLabCloud(): Promise<LabCloud> {
+  const dir = await mkdtemp(join(tmpdir(), 'fleetlab-hil-cloud-'));
+  const cloud = await startFleetCloud({ port: 0, dataDir: dir, fleetName: 'hil' });
+  return { ...cloud, dispose: async () => (await cloud.close(), await rm(dir, { recursive: true, force: true })) };
 }
 
 /** The device of the current spec file in this worker. */
@@ -39,24 +54,38 @@ class DevicePool {
 
   constructor(private readonly driver: TargetDriver) {}
 
-  async forFile(file: string): Promise<Held> {
+  async forFile(file: string, withCloud: boolean): Promise<Held> {
     if (this.#held?.file === file) return this.#held;
     await this.retire();
-    const raw = await this.steps.run('target', 'start', { target: this.driver.name }, () => this.driver.start({}), (d) => ({ capabilities: [...d.capabilities] }));
+    // A target that cannot partition the device from a cloud gets none; its cloud specs skip.
+    const cloud = withCloud && this.driver.provides.includes('network') ? await startLabCloud() : undefined;
+    const options: TargetStartOptions = cloud ? { cloud: { url: cloud.url, provisioningKey: cloud.provisioningKey } } : {};
+    let raw: DeviceUnderTest | undefined;
     try {
+      raw = await this.steps.run('target', 'start', { target: this.driver.name, cloud: Boolean(cloud) }, () => this.driver.start(options), (d) => ({ capabilities: [...d.capabilities] }));
       checkBindings(this.driver, raw);
     } catch (err) {
-      await raw.close().catch(() => undefined);
+      await raw?.close().catch(() => undefined);
+      await cloud?.dispose();
       throw err;
     }
-    this.#held = { file, raw, device: instrumentDevice(raw, this.steps) };
+    this.#held = { file, raw, device: instrumentDevice(raw, this.steps), ...(cloud ? { cloud } : {}) };
     return this.#held;
+  }
+
+  get cloud(): FleetCloud | undefined {
+    return this.#held?.cloud;
   }
 
   async retire(): Promise<void> {
     const held = this.#held;
     this.#held = undefined;
-    if (held) await this.steps.run('target', 'close', { target: this.driver.name }, () => held.raw.close());
+    if (!held) return;
+    try {
+      await this.steps.run('target', 'close', { target: this.driver.name }, () => held.raw.close());
+    } finally {
+      await held.cloud?.dispose();
+    }
   }
 }
 
@@ -70,7 +99,11 @@ export interface HilWorkerFixtures {
 export interface HilTestFixtures {
   /** `file` (default): one device per spec file; `test`: a fresh device for every test. */
   deviceScope: 'file' | 'test';
+  /** Register the file's device to a fresh lab cloud (fleet `hil`) instead of local mode. */
+  withCloud: boolean;
   device: DeviceUnderTest;
+  /** The lab cloud of a `withCloud` file; undefined when the target cannot take part. */
+  cloud: FleetCloud | undefined;
   api: DeviceApi;
   needs: (...capabilities: Capability[]) => void;
 }
@@ -87,14 +120,15 @@ export const test = base.extend<HilTestFixtures, HilWorkerFixtures>({
     { scope: 'worker', timeout: 120_000 },
   ],
   deviceScope: ['file', { option: true }],
+  withCloud: [false, { option: true }],
 
-  device: async ({ devicePool, deviceScope }, use, testInfo) => {
+  device: async ({ devicePool, deviceScope, withCloud }, use, testInfo) => {
     const recorder = new StepRecorder(devicePool.steps);
     const origin = Date.now();
     let held: Awaited<ReturnType<DevicePool['forFile']>> | undefined;
     try {
       // A repeat (--repeat-each) of a file is a new run of it: it gets its own device.
-      held = await devicePool.forFile(`${testInfo.file}#${testInfo.repeatEachIndex}`);
+      held = await devicePool.forFile(`${testInfo.file}#${testInfo.repeatEachIndex}`, withCloud);
       await use(held.device);
     } finally {
       const failed = !held || testInfo.status !== testInfo.expectedStatus;
@@ -106,6 +140,11 @@ export const test = base.extend<HilTestFixtures, HilWorkerFixtures>({
   },
 
   api: async ({ device }, use) => use(new DeviceApi(device.api)),
+
+  cloud: async ({ device, devicePool }, use) => {
+    void device; // the cloud is the device's: set up together, by the device fixture
+    await use(devicePool.cloud);
+  },
 
   needs: async ({ targetDriver }, use, testInfo) => {
     await use((...capabilities) => {

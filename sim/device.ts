@@ -52,6 +52,8 @@ export interface SimCloudOptions {
   provisioningKey: string;
   pollIntervalMs?: number;
   reportIntervalMs?: number;
+  /** The device's tunnel heartbeat; short in tests so a partition shows within seconds. */
+  tunnelHeartbeatMs?: number;
 }
 
 export interface SimDeviceInfo {
@@ -222,6 +224,7 @@ export class SimDevice extends EventEmitter<{ reboot: []; poweroff: []; exit: [c
             '--provisioning-key', o.cloud.provisioningKey,
             ...(o.cloud.pollIntervalMs ? ['--poll-interval-ms', String(o.cloud.pollIntervalMs)] : []),
             ...(o.cloud.reportIntervalMs ? ['--report-interval-ms', String(o.cloud.reportIntervalMs)] : []),
+            ...(o.cloud.tunnelHeartbeatMs ? ['--tunnel-heartbeat-ms', String(o.cloud.tunnelHeartbeatMs)] : []),
           ]
         : []),
     ];

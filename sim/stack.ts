@@ -30,15 +30,55 @@ export interface StackInfo {
   device: { url: string; apiKey: string; uuid: string; id: number; dataDir: string };
 }
 
-async function adminCall(base: string, key: string, method: string, path: string, body?: unknown): Promise<unknown> {
-  const res = await fetch(`${base}${path}`, {
-    method,
-    headers: { authorization: `Bearer ${key}`, ...(body === undefined ? {} : { 'content-type': 'application/json' }) },
-    ...(body === undefined ? {} : { body: JSON.stringify(body) }),
-  });
-  const text = await res.text();
-  if (!res.ok) throw new FleetlabError('SUP_ERR_INTERNAL', `cloud ${method} ${path} answered ${res.status}: ${text}`);
-  return text ? JSON.parse(text) : undefined;
+export interface FleetCloud {
+  readonly url: string;
+  readonly adminKey: string;
+  readonly dataDir: string;
+  readonly fleet: { readonly id: number; readonly name: string };
+  readonly provisioningKey: string;
+  /** A call with the admin key; a non-2xx answer throws with its body. */
+  call(method: string, path: string, body?: unknown): Promise<unknown>;
+  close(): Promise<void>;
+}
+
+/**
+ * A fresh fleetlab cloud on SQLite in `dataDir`, listening on 127.0.0.1, with one fleet and
+ * a provisioning key for it: what a lab (npm start, the HIL suite) gives its devices.
+ */
+export async function startFleetCloud(opts: { port: number; dataDir: string; fleetName: string }): Promise<FleetCloud> {
+  mkdirSync(opts.dataDir, { recursive: true, mode: 0o700 });
+  const db = openSqlite(join(opts.dataDir, 'cloud.db'));
+  const app = buildCloud({ db, tunnelHeartbeatMs: 2_000, proxyTimeoutMs: 10_000 });
+  const close = async () => {
+    await app.close().catch(() => undefined);
+    await db.close().catch(() => undefined);
+  };
+  try {
+    const admin = await prepareDatabase(db);
+    const url = (await app.listen({ port: opts.port, host: '127.0.0.1' })).replace('localhost', '127.0.0.1');
+    const adminKey = admin.key!;
+    const call = async (method: string, path: string, body?: unknown): Promise<unknown> => {
+      const res = await fetch(`${url}${path}`, {
+        method,
+        headers: { authorization: `Bearer ${adminKey}`, ...(body === undefined ? {} : { 'content-type': 'application/json' }) },
+        ...(body === undefined ? {} : { body: JSON.stringify(body) }),
+      });
+      const text = await res.text();
+      if (!res.ok) throw new FleetlabError('SUP_ERR_INTERNAL', `cloud ${method} ${path} answered ${res.status}: ${text}`);
+      try {
+        return text ? JSON.parse(text) : undefined;
+      } catch {
+        return text;
+      }
+    };
+    const orgs = (await call('GET', `/v6/organization?$filter=handle eq 'admin'`)) as { d: Array<{ id: number }> };
+    const fleet = (await call('POST', '/v6/application', { app_name: opts.fleetName, organization: orgs.d[0]!.id, device_type: 'raspberrypi3' })) as { id: number };
+    const provisioningKey = (await call('POST', `/api-key/application/${fleet.id}/provisioning`, { name: opts.fleetName })) as string;
+    return { url, adminKey, dataDir: opts.dataDir, fleet: { id: fleet.id, name: opts.fleetName }, provisioningKey, call, close };
+  } catch (err) {
+    await close();
+    throw err;
+  }
 }
 
 export interface RunningStack extends StackInfo {
@@ -48,51 +88,40 @@ export interface RunningStack extends StackInfo {
 export async function startStack(opts: StackOptions): Promise<RunningStack> {
   // Always a fresh cloud: the hints printed below name the ids of its first records.
   const dataDir = await mkdtemp(join(tmpdir(), 'fleetlab-stack-'));
-  const cloudDir = join(dataDir, 'cloud');
-  mkdirSync(cloudDir, { recursive: true, mode: 0o700 });
   if (opts.engine === 'docker') await buildTestImages(opts.dockerSocket);
-  const db = openSqlite(join(cloudDir, 'cloud.db'));
-  const admin = await prepareDatabase(db);
-  const cloud = buildCloud({ db });
+  const cloud = await startFleetCloud({ port: opts.cloudPort, dataDir: join(dataDir, 'cloud'), fleetName: 'demo' });
   let device: SimDevice | undefined;
   try {
-    const url = (await cloud.listen({ port: opts.cloudPort, host: '127.0.0.1' })).replace('localhost', '127.0.0.1');
-    const adminKey = admin.key!;
-    const orgs = (await adminCall(url, adminKey, 'GET', `/v6/organization?$filter=handle eq 'admin'`)) as { d: Array<{ id: number }> };
-    const fleet = (await adminCall(url, adminKey, 'POST', '/v6/application', { app_name: 'demo', organization: orgs.d[0]!.id, device_type: 'raspberrypi3' })) as { id: number };
-    const provisioningKey = (await adminCall(url, adminKey, 'POST', `/api-key/application/${fleet.id}/provisioning`, { name: 'npm start' })) as string;
     device = await SimDevice.start({
       port: opts.devicePort,
       dataDir: join(dataDir, 'device'),
       engine: opts.engine,
       dockerSocket: opts.dockerSocket,
       localMode: false,
-      cloud: { url, provisioningKey, pollIntervalMs: opts.pollIntervalMs, reportIntervalMs: 1000 },
+      cloud: { url: cloud.url, provisioningKey: cloud.provisioningKey, pollIntervalMs: opts.pollIntervalMs, reportIntervalMs: 1000 },
     });
     const info = device.info();
     // Registration is the device's first act; wait for it so the printed fleet holds the device.
     let deviceId: number | undefined;
     for (let i = 0; i < 120 && deviceId === undefined; i++) {
-      const rows = (await adminCall(url, adminKey, 'GET', `/v6/device?$select=id&$filter=uuid eq '${info.uuid}'`)) as { d: Array<{ id: number }> };
+      const rows = (await cloud.call('GET', `/v6/device?$select=id&$filter=uuid eq '${info.uuid}'`)) as { d: Array<{ id: number }> };
       deviceId = rows.d[0]?.id;
       if (deviceId === undefined) await new Promise((r) => setTimeout(r, 250));
     }
     if (deviceId === undefined) throw new FleetlabError('SUP_ERR_INTERNAL', `the device did not register within 30 s; see ${device.supervisorLog}`);
     const running = device;
     return {
-      cloud: { url, adminKey, dataDir: cloudDir },
-      fleet: { id: fleet.id, name: 'demo' },
+      cloud: { url: cloud.url, adminKey: cloud.adminKey, dataDir: cloud.dataDir },
+      fleet: cloud.fleet,
       device: { url: info.url, apiKey: info.apiKey, uuid: info.uuid, id: deviceId, dataDir: info.dataDir },
       async stop() {
         await running.stop();
         await cloud.close();
-        await db.close();
       },
     };
   } catch (err) {
     await device?.stop().catch(() => undefined);
-    await cloud.close().catch(() => undefined);
-    await db.close().catch(() => undefined);
+    await cloud.close();
     throw err;
   }
 }

@@ -184,6 +184,15 @@ export interface DeviceUnderTest extends AsyncDisposable {
   close(): Promise<void>;
 }
 
+/** What every driver's `start` accepts, whatever its own options add. */
+export interface TargetStartOptions {
+  /**
+   * Register the device to this cloud's fleet instead of local mode; the target's `network`
+   * protocol then cuts and heals the device's path to it.
+   */
+  readonly cloud?: { readonly url: string; readonly provisioningKey: string };
+}
+
 /** A way to reach a device. `provides` is checked against the protocols it returns at start. */
 export interface TargetDriver<Options = unknown> {
   readonly name: string;

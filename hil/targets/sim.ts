@@ -18,11 +18,11 @@ import Docker from 'dockerode';
 import { SIM_LED_CHIP, SimDevice } from '../../sim/device.js';
 import { LABEL } from '../../src/supervisor/adapters/engine.js';
 import { httpApi } from '../lib/http.js';
-import type { ApiProtocol, Capability, CommandProtocol, DeviceUnderTest, ExecResult, FilesProtocol, JournalEntryText, JournalProtocol, LedProtocol, PowerProtocol, TargetDriver, TargetFacts } from './protocols.js';
+import type { ApiProtocol, Capability, CommandProtocol, DeviceUnderTest, ExecResult, FilesProtocol, JournalEntryText, JournalProtocol, LedProtocol, NetworkProtocol, PowerProtocol, TargetDriver, TargetFacts, TargetStartOptions } from './protocols.js';
 
 export type SimEngine = 'sim' | 'docker';
 
-export interface SimTargetOptions {
+export interface SimTargetOptions extends TargetStartOptions {
   engine?: SimEngine;
   dockerSocket?: string;
 }
@@ -64,6 +64,7 @@ class SimUnderTest implements DeviceUnderTest {
   readonly power: PowerProtocol;
   readonly journal: JournalProtocol;
   readonly files: FilesProtocol;
+  readonly network: NetworkProtocol;
   readonly facts: TargetFacts;
   #closed = false;
 
@@ -125,6 +126,15 @@ class SimUnderTest implements DeviceUnderTest {
         await sim.reboot();
         await this.api.waitReady(READY_MS);
       },
+    };
+    // The device's path to its cloud is a loopback link the sim holds (sim/network/).
+    const link = () => {
+      if (!sim.cloudLink) throw new Error('network: this device was started without a cloud (test.use({ withCloud: true }))');
+      return sim.cloudLink;
+    };
+    this.network = {
+      partition: async () => link().partition(),
+      heal: async () => link().heal(),
     };
     const journalDir = join(info.dataDir, 'journal');
     this.journal = {
@@ -196,11 +206,11 @@ class SimUnderTest implements DeviceUnderTest {
 }
 
 /**
- * Capabilities of the sim target. `network` (partition from the cloud) waits for the cloud
- * link. The same set with either engine: both keep volumes in host directories.
+ * Capabilities of the sim target: the same set with either engine (both keep volumes in host
+ * directories). `network` cuts the loopback link to the cloud of a `withCloud` device.
  */
 function simCapabilities(_engine: SimEngine): Capability[] {
-  return ['api', 'exec', 'led', 'power.reboot', 'power.cycle', 'power.cut', 'journal', 'files', 'files.volumes'];
+  return ['api', 'exec', 'led', 'power.reboot', 'power.cycle', 'power.cut', 'network', 'journal', 'files', 'files.volumes'];
 }
 
 export const simTarget: TargetDriver<SimTargetOptions> & { providesFor(engine: SimEngine): readonly Capability[] } = {
@@ -212,7 +222,8 @@ export const simTarget: TargetDriver<SimTargetOptions> & { providesFor(engine: S
   async start(options: SimTargetOptions = {}) {
     const engine = options.engine ?? defaultEngine();
     const dockerSocket = options.dockerSocket ?? DOCKER_SOCKET;
-    const sim = await SimDevice.start({ port: 0, engine, dockerSocket, localMode: true });
+    const cloud = options.cloud ? { ...options.cloud, pollIntervalMs: 2_000, reportIntervalMs: 500, tunnelHeartbeatMs: 1_000 } : undefined;
+    const sim = await SimDevice.start({ port: 0, engine, dockerSocket, localMode: !cloud, ...(cloud ? { cloud } : {}) });
     try {
       const dut = new SimUnderTest(sim, new Set(simCapabilities(engine)), engine);
       await dut.api.waitReady(READY_MS);

@@ -31,6 +31,7 @@ export interface SupervisorConfig {
   provisioningKey: string;
   pollIntervalMs: number;
   reportIntervalMs: number;
+  tunnelHeartbeatMs: number;
 }
 
 type Kind = 'string' | 'number' | 'boolean';
@@ -66,6 +67,7 @@ export const settings: readonly Setting[] = [
   { key: 'provisioningKey', kind: 'string', defaultValue: '', description: 'fleet provisioning key used once to register the device with the cloud' },
   { key: 'pollIntervalMs', kind: 'number', defaultValue: 900000, description: 'target state poll interval, ms (the target config SUPERVISOR_POLL_INTERVAL overrides it)' },
   { key: 'reportIntervalMs', kind: 'number', defaultValue: 2000, description: 'least time between two state reports to the cloud, ms' },
+  { key: 'tunnelHeartbeatMs', kind: 'number', defaultValue: 15000, description: 'cloud tunnel ping interval, ms; two missed pongs count the link as down' },
   { key: 'logLevel', kind: 'string', defaultValue: 'info', description: 'log level: fatal, error, warn, info, debug, trace, silent' },
 ];
 

@@ -179,7 +179,7 @@ export class Supervisor {
       pollIntervalMs: () => readDeviceConfig(this.state.getTarget().config).pollIntervalMs ?? config.pollIntervalMs,
       reportIntervalMs: config.reportIntervalMs,
       backoff: defaultBackoff,
-      heartbeatMs: 15_000,
+      heartbeatMs: config.tunnelHeartbeatMs,
       log: this.log,
     });
   }

@@ -124,7 +124,13 @@ export class VersionTranslator {
       if (out.select.length === 0) out.select = ['id'];
     }
     if (o.filter) out.filter = this.expr(o.filter, resource, new Map());
-    if (o.orderby) out.orderby = o.orderby.map((i) => ({ ...i, path: this.path(resource, i.path).path }));
+    if (o.orderby) {
+      out.orderby = o.orderby.map((i) => {
+        const p = this.path(resource, i.path);
+        const filter = i.count?.filter && p.end ? this.expr(i.count.filter, p.end, new Map()) : i.count?.filter;
+        return { ...i, path: p.path, ...(i.count ? { count: filter ? { filter } : {} } : {}) };
+      });
+    }
     if (o.expand) {
       out.expand = o.expand.map((x): ExpandItem => {
         const name = this.field(resource, x.name);

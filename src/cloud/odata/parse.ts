@@ -17,6 +17,8 @@ const parser = require('@balena/odata-parser') as typeof ParserTypes;
 export interface OrderItem {
   path: string[];
   desc: boolean;
+  /** `link/$count` or `link/$count($filter=...)`: order by the number of linked records. */
+  count?: { filter?: Expr };
 }
 
 export interface ExpandItem {
@@ -132,7 +134,7 @@ class Converter {
       });
     }
     if (o.$filter !== undefined) out.filter = this.expr(o.$filter);
-    if (o.$orderby !== undefined) out.orderby = o.$orderby.properties.map((p) => ({ path: this.path(p), desc: p.order === 'desc' }));
+    if (o.$orderby !== undefined) out.orderby = o.$orderby.properties.map((p) => this.orderItem(p));
     if (o.$top !== undefined) out.top = this.count(o.$top, '$top');
     if (o.$skip !== undefined) out.skip = this.count(o.$skip, '$skip');
     if (o.$expand !== undefined) {
@@ -150,15 +152,13 @@ class Converter {
     return n;
   }
 
-  private path(p: { name: string; property?: unknown; lambda?: unknown; count?: unknown }): string[] {
-    const names = [p.name];
-    let cur = p.property as typeof p | undefined;
-    while (cur) {
-      if (cur.lambda || cur.count) throw badRequest('Unexpected lambda or $count in a path');
-      names.push(cur.name);
-      cur = cur.property as typeof p | undefined;
-    }
-    return names;
+  /** A field path, or a `link/$count` (with an optional `$filter`) as pinejs-client writes it. */
+  private orderItem(p: { name: string; order?: string }): OrderItem {
+    const e = this.member(p as PathNode, new Set());
+    const desc = p.order === 'desc';
+    if (e.k === 'field') return { path: e.path, desc };
+    if (e.k === 'count') return { path: e.path, desc, count: e.filter ? { filter: e.filter } : {} };
+    throw badRequest('Unexpected lambda in $orderby');
   }
 
   expr(node: unknown, lambdaVars: Set<string> = new Set()): Expr {

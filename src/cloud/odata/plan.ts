@@ -119,7 +119,9 @@ function selectPlan(p: Planner, resource: ResourceDef, o: QueryOptions, extra: E
   const filter = and(o.filter ?? null, extra);
   const where = and(filter ? r.expr(filter, e) : null, inherited ? null : r.permission(resource, 'read'));
   const orderBy = (o.orderby ?? []).map((item: OrderItem) => {
-    const expr = r.expr({ k: 'field', scope: null, path: item.path }, e);
+    const expr = item.count
+      ? r.expr({ k: 'count', scope: null, path: item.path, ...(item.count.filter ? { filter: item.count.filter } : {}) }, e)
+      : r.expr({ k: 'field', scope: null, path: item.path }, e);
     return { expr, desc: item.desc };
   });
   const expand = (o.expand ?? []).map((x) => expandPlan(p, resource, x));
@@ -192,6 +194,8 @@ class Resolver {
       case 'call':
         return this.call(x.fn, x.args.map((a) => this.expr(a, e)));
       case 'lambda': {
+        const one = this.toOneLambda(x, e);
+        if (one) return this.expr(one, e);
         const many = this.many(x.scope, x.path, e);
         if (e.vars.has(x.v)) throw badRequest(`Lambda variable ${x.v} is already in use`);
         const inner: Env = { vars: new Map(e.vars).set(x.v, many.source), root: e.root };
@@ -215,6 +219,22 @@ class Resolver {
     // substringof(needle, haystack) is contains(haystack, needle) with the arguments swapped.
     if (fn === 'substringof') return { k: 'call', fn: 'contains', args: [args[1]!, args[0]!] };
     return { k: 'call', fn, args };
+  }
+
+  /**
+   * A lambda over a to-one link (`belongs_to__application/any(a: a/slug eq 'x')`, as
+   * balena-sdk writes link filters) ranges over zero or one record: `any` is "linked (and
+   * readable) and the body holds for it", `all` is "not linked or the body holds". The
+   * variable becomes the link path itself, so the body walks the link like any other path.
+   */
+  private toOneLambda(x: Extract<Expr, { k: 'lambda' }>, e: Env): Expr | null {
+    const { at, rest } = this.walk(x.scope, x.path, e);
+    if (rest.length !== 1 || !at.links.some((l) => l.name === rest[0])) return null;
+    if (e.vars.has(x.v)) throw badRequest(`Lambda variable ${x.v} is already in use`);
+    const scope = x.scope ?? e.root;
+    const body = substituteScope(x.body, x.v, scope, x.path);
+    const linked: Expr = { k: 'cmp', op: x.fn === 'any' ? 'ne' : 'eq', l: { k: 'field', scope, path: [...x.path, 'id'] }, r: { k: 'lit', v: null } };
+    return { k: x.fn === 'any' ? 'and' : 'or', l: linked, r: body };
   }
 
   /** Walks a path of to-one links from a scope; returns the resource reached and the links. */
@@ -270,5 +290,32 @@ class Resolver {
     const inherits = this.trusted === 0 && this.p.access.inheritsRead?.(source.name) === reverse.via;
     const permission = inherits ? null : this.permission(source, 'read', { vars: new Map([[v, source]]), root: v });
     return { scope: start, links, guards, source, via: reverse.via, permission, permVar: v };
+  }
+}
+
+/** `x` with every path that starts at lambda variable `v` re-rooted at `scope`/`prefix`. */
+function substituteScope(x: Expr, v: string, scope: string, prefix: string[]): Expr {
+  const sub = (y: Expr) => substituteScope(y, v, scope, prefix);
+  switch (x.k) {
+    case 'lit':
+      return x;
+    case 'field':
+      return x.scope === v ? { ...x, scope, path: [...prefix, ...x.path] } : x;
+    case 'cmp':
+    case 'arith':
+      return { ...x, l: sub(x.l), r: sub(x.r) } as Expr;
+    case 'and':
+    case 'or':
+      return { k: x.k, l: sub(x.l), r: sub(x.r) };
+    case 'not':
+      return { k: 'not', e: sub(x.e) };
+    case 'in':
+      return { k: 'in', l: sub(x.l), list: x.list.map(sub) };
+    case 'call':
+      return { ...x, args: x.args.map(sub) };
+    case 'lambda':
+      return { ...(x.scope === v ? { ...x, scope, path: [...prefix, ...x.path] } : x), body: sub(x.body) };
+    case 'count':
+      return { ...(x.scope === v ? { ...x, scope, path: [...prefix, ...x.path] } : x), ...(x.filter ? { filter: sub(x.filter) } : {}) };
   }
 }

@@ -37,13 +37,13 @@ import {
   waitReadyLine,
   type ReadyLine,
 } from './container-docker.js';
+import { journalEntries } from '../lib/journal-json.js';
 import type {
   ApiProtocol,
   Capability,
   CommandProtocol,
   DeviceUnderTest,
   FilesProtocol,
-  JournalEntryText,
   JournalProtocol,
   LedProtocol,
   LedTransition,
@@ -222,18 +222,7 @@ class ContainerUnderTest implements DeviceUnderTest {
         const args = ['journalctl', '--directory', journalDir, '--no-pager', '-o', 'json', '--lines', String(options.lines ?? 500)];
         if (options.unit) args.push('--unit', options.unit);
         const r = await run(args);
-        const stdout = r.stdout.toString('utf8');
-        // journalctl exits 1 on an empty journal: no entries, not a failure.
-        if (r.exitCode !== 0 && stdout.trim() === '') return [];
-        return stdout
-          .split('\n')
-          .filter(Boolean)
-          .map((line): JournalEntryText => {
-            const e = JSON.parse(line) as Record<string, unknown>;
-            const message = Array.isArray(e.MESSAGE) ? Buffer.from(e.MESSAGE as number[]).toString() : String(e.MESSAGE ?? '');
-            const unit = typeof e._SYSTEMD_UNIT === 'string' ? e._SYSTEMD_UNIT : undefined;
-            return { ...(unit ? { unit } : {}), message, realtimeUs: Number(e.__REALTIME_TIMESTAMP) };
-          });
+        return journalEntries(r.stdout.toString('utf8'), r.exitCode);
       },
     };
 

@@ -18,7 +18,8 @@ import Docker from 'dockerode';
 import { SIM_LED_CHIP, SimDevice } from '../../sim/device.js';
 import { LABEL } from '../../src/supervisor/adapters/engine.js';
 import { httpApi } from '../lib/http.js';
-import type { ApiProtocol, Capability, CommandProtocol, DeviceUnderTest, ExecResult, FilesProtocol, JournalEntryText, JournalProtocol, LedProtocol, NetworkProtocol, PowerProtocol, TargetDriver, TargetFacts, TargetStartOptions } from './protocols.js';
+import { journalEntries } from '../lib/journal-json.js';
+import type { ApiProtocol, Capability, CommandProtocol, DeviceUnderTest, ExecResult, FilesProtocol, JournalProtocol, LedProtocol, NetworkProtocol, PowerProtocol, TargetDriver, TargetFacts, TargetStartOptions } from './protocols.js';
 
 export type SimEngine = 'sim' | 'docker';
 
@@ -142,17 +143,7 @@ class SimUnderTest implements DeviceUnderTest {
         const args = ['--directory', journalDir, '--no-pager', '-o', 'json', '--lines', String(options.lines ?? 500)];
         if (options.unit) args.push('--unit', options.unit);
         const res = await run('journalctl', args);
-        // journalctl exits 1 on an empty journal; that is "no entries", not a failure.
-        if (res.exitCode !== 0 && res.stdout.trim() === '') return [];
-        return res.stdout
-          .split('\n')
-          .filter(Boolean)
-          .map((line): JournalEntryText => {
-            const e = JSON.parse(line) as Record<string, unknown>;
-            const message = Array.isArray(e.MESSAGE) ? Buffer.from(e.MESSAGE as number[]).toString() : String(e.MESSAGE ?? '');
-            const unit = typeof e._SYSTEMD_UNIT === 'string' ? e._SYSTEMD_UNIT : undefined;
-            return { ...(unit ? { unit } : {}), message, realtimeUs: Number(e.__REALTIME_TIMESTAMP) };
-          });
+        return journalEntries(res.stdout, res.exitCode);
       },
     };
     // Both engines keep a local volume's data in a host directory, the volume's Mountpoint;

@@ -8,6 +8,7 @@ import { installCloudErrors } from './api/errors.js';
 import { keyRoutes } from './api/key-routes.js';
 import { odataRoutes } from './api/odata-routes.js';
 import type { Db } from './db/port.js';
+import { installJsonBodyParser } from '../http/json-body.js';
 import { deviceRoutes } from './device/device-routes.js';
 import { TunnelHub } from './device/tunnel-hub.js';
 import { proxyRoutes } from './proxy/proxy-routes.js';
@@ -32,18 +33,7 @@ export function buildCloud(deps: CloudDeps): FastifyInstance {
   const hooks = deps.hooks ?? buildHooks({ now: deps.now });
   const app = Fastify({ logger: deps.logger ?? false, routerOptions: { maxParamLength: 16_384 } });
 
-  app.removeContentTypeParser('application/json');
-  app.addContentTypeParser('application/json', { parseAs: 'string' }, (_req, body, done) => {
-    const text = String(body);
-    if (text.trim() === '') return done(null, undefined);
-    try {
-      done(null, JSON.parse(text));
-    } catch (err) {
-      const error = new Error(`Invalid JSON body: ${(err as Error).message}`) as Error & { statusCode: number };
-      error.statusCode = 400;
-      done(error, undefined);
-    }
-  });
+  installJsonBodyParser(app);
   installCloudErrors(app);
 
   const authenticate = (request: FastifyRequest): Promise<Principal> =>

@@ -2,6 +2,7 @@
  * The device API as a fastify instance. Each area is a plugin with its own schemas; this
  * file wires body parsing, auth and the one error mapper. It never listens: main does.
  */
+import { installJsonBodyParser } from '../../http/json-body.js';
 import Fastify, { type FastifyInstance } from 'fastify';
 import type { Supervisor } from '../supervisor.js';
 import { installAuth } from './auth.js';
@@ -19,19 +20,7 @@ export function buildApi(sup: Supervisor): FastifyInstance {
     forceCloseConnections: true,
   });
 
-  // Bodies are optional on most actions (`{force}`), so an empty JSON body reads as absent.
-  app.removeContentTypeParser('application/json');
-  app.addContentTypeParser('application/json', { parseAs: 'string' }, (_req, body, done) => {
-    const text = String(body);
-    if (text.trim() === '') return done(null, undefined);
-    try {
-      done(null, JSON.parse(text));
-    } catch (err) {
-      const error = new Error(`Invalid JSON body: ${(err as Error).message}`) as Error & { statusCode: number };
-      error.statusCode = 400;
-      done(error, undefined);
-    }
-  });
+  installJsonBodyParser(app);
 
   // An action called with no body at all validates as `{}`, so optional-body schemas hold.
   app.addHook('preValidation', async (request) => {

@@ -159,7 +159,7 @@ describe('plan: checked against the model', () => {
   });
 
   it('a walk through a link the request asked for is guarded by the target\'s read permission; permission rules are not', () => {
-    const access = accessOf({ kind: 'device', deviceId: 3, actor: 4, applicationId: 5 });
+    const access = accessOf({ kind: 'device', deviceId: 3, uuid: 'd'.repeat(32), actor: 4, applicationId: 5 });
     const p = plan("/application?$filter=organization/handle eq 'alice'", access);
     const cmp = (p.where as RExpr & { k: 'and' }).l as RExpr & { k: 'cmp' };
     const col = cmp.l as { guards?: ({ where: RExpr } | null)[] };
@@ -175,7 +175,7 @@ describe('plan: checked against the model', () => {
   it('declared rule inheritance is exact: the child rule is the owner rule one link further', () => {
     const principals = [
       { kind: 'user' as const, userId: 7, actor: 9, isAdmin: false },
-      { kind: 'device' as const, deviceId: 3, actor: 4, applicationId: 5 },
+      { kind: 'device' as const, deviceId: 3, uuid: 'd'.repeat(32), actor: 4, applicationId: 5 },
     ];
     let checked = 0;
     for (const p of principals) {
@@ -212,7 +212,7 @@ describe('plan: checked against the model', () => {
   });
 
   it('PATCH/DELETE targets carry the write permission; a device key writes only its device', () => {
-    const access = accessOf({ kind: 'device', deviceId: 3, actor: 4, applicationId: 5 });
+    const access = accessOf({ kind: 'device', deviceId: 3, uuid: 'd'.repeat(32), actor: 4, applicationId: 5 });
     const t = planTarget({ model, access }, parseODataUrl('/device?$filter=is_online eq true'));
     expect(JSON.stringify(t.where)).toContain('{"k":"lit","v":3}');
     const none = planTarget({ model, access }, parseODataUrl('/application(5)'));

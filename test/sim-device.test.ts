@@ -8,6 +8,7 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { SimDevice } from '../sim/device.js';
 import { dockerSocket, twoServiceState } from './helpers/supervisor-fixture.js';
+import { deviceHttp } from './helpers/device-http.js';
 
 let device: SimDevice;
 let url: string;
@@ -21,14 +22,7 @@ afterAll(async () => {
   await device?.stop();
 });
 
-async function api(method: string, path: string, body?: unknown) {
-  const res = await fetch(`${url}${path}${path.includes('?') ? '&' : '?'}apikey=${key}`, {
-    method,
-    ...(body !== undefined ? { body: JSON.stringify(body), headers: { 'content-type': 'application/json' } } : {}),
-  });
-  const text = await res.text();
-  return { status: res.status, text, json: () => JSON.parse(text) };
-}
+const api = deviceHttp(() => ({ url, key }));
 
 /** Bounded poll of /v2/state/status until applied with every service Running. */
 async function waitRunning(release: string, timeoutMs = 60_000) {

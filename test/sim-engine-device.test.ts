@@ -12,6 +12,7 @@ import { SimDevice } from '../sim/device.js';
 import { LABEL } from '../src/supervisor/adapters/engine.js';
 import { dockerSocket, twoServiceState } from './helpers/supervisor-fixture.js';
 import { eventually } from './helpers/engine-targets.js';
+import { deviceHttp } from './helpers/device-http.js';
 
 let device: SimDevice;
 let url: string;
@@ -35,14 +36,7 @@ afterAll(async () => {
   await device?.stop();
 });
 
-async function api(method: string, path: string, body?: unknown) {
-  const res = await fetch(`${url}${path}${path.includes('?') ? '&' : '?'}apikey=${key}`, {
-    method,
-    ...(body !== undefined ? { body: JSON.stringify(body), headers: { 'content-type': 'application/json' } } : {}),
-  });
-  const text = await res.text();
-  return { status: res.status, text, json: () => JSON.parse(text) };
-}
+const api = deviceHttp(() => ({ url, key }));
 
 type ServiceState = { status: string; releaseId: number; downloadProgress: number | null };
 

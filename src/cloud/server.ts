@@ -43,9 +43,7 @@ export function buildCloud(deps: CloudDeps): FastifyInstance {
   const hub = new TunnelHub({
     authenticate: async (uuid, key) => {
       const p = await principalOf(deps.db, key, deps.now?.());
-      if (p.kind !== 'device') return null;
-      const rows = await deps.db.query<{ uuid: string }>('SELECT uuid FROM "device" WHERE id = ?', [p.deviceId]);
-      return rows[0]?.uuid === uuid ? { deviceId: p.deviceId } : null;
+      return p.kind === 'device' && p.uuid === uuid ? { deviceId: p.deviceId } : null;
     },
     onChange: async (deviceId, online) => {
       const at = now().toISOString();

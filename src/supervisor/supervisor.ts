@@ -233,12 +233,7 @@ export class Supervisor {
   /** Validates and stores a local target state, then applies it. */
   async setLocalTarget(wire: WireLocalState): Promise<void> {
     const target = this.checkTarget(wire, 'local.config');
-    const localMode = readDeviceConfig(target.config).localMode;
-    await this.store.update(() => ({
-      localTarget: target,
-      deviceName: target.name || this.store.get().deviceName,
-      ...(localMode !== undefined ? { localMode } : {}),
-    }));
+    await this.storeTarget('localTarget', target);
     await this.applyTarget(target);
   }
 
@@ -248,17 +243,22 @@ export class Supervisor {
    */
   async setCloudTarget(wire: WireLocalState): Promise<void> {
     const target = this.checkTarget(wire, 'cloud.config');
-    const localMode = readDeviceConfig(target.config).localMode;
-    await this.store.update(() => ({
-      cloudTarget: target,
-      deviceName: target.name || this.store.get().deviceName,
-      ...(localMode !== undefined ? { localMode } : {}),
-    }));
+    await this.storeTarget('cloudTarget', target);
     if (this.localMode()) {
       this.log.info('Local mode: the target state from the cloud is stored, not applied');
       return;
     }
     await this.applyTarget(target);
+  }
+
+  /** Keeps a target with the name and local-mode switch it carries. */
+  private async storeTarget(source: 'localTarget' | 'cloudTarget', target: TargetState): Promise<void> {
+    const localMode = readDeviceConfig(target.config).localMode;
+    await this.store.update((current) => ({
+      [source]: target,
+      deviceName: target.name || current.deviceName,
+      ...(localMode !== undefined ? { localMode } : {}),
+    }));
   }
 
   private checkTarget(wire: WireLocalState, at: string): TargetState {

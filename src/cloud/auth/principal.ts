@@ -8,7 +8,7 @@ import { hashKey } from './keys.js';
 
 export type Principal =
   | { kind: 'user'; userId: number; actor: number; isAdmin: boolean }
-  | { kind: 'device'; deviceId: number; actor: number; applicationId: number }
+  | { kind: 'device'; deviceId: number; uuid: string; actor: number; applicationId: number }
   | { kind: 'provisioning'; applicationId: number; actor: number };
 
 const unauthorized = () => new FleetlabError('CLOUD_ERR_UNAUTHORIZED', 'Unauthorized');
@@ -27,11 +27,12 @@ export async function principalOf(db: Db, key: string, now: Date = new Date()): 
     user_id: number | null;
     is_admin: unknown;
     device_id: number | null;
+    device_uuid: string | null;
     device_app: number | null;
     app_id: number | null;
   }>(
     `SELECT k.is_of__actor AS actor, k.expiry_date AS expiry, u.id AS user_id, u.is_admin AS is_admin,
-            d.id AS device_id, d.belongs_to__application AS device_app, a.id AS app_id
+            d.id AS device_id, d.uuid AS device_uuid, d.belongs_to__application AS device_app, a.id AS app_id
        FROM "api_key" k
        LEFT JOIN "user" u ON u.actor = k.is_of__actor
        LEFT JOIN "device" d ON d.actor = k.is_of__actor
@@ -43,7 +44,7 @@ export async function principalOf(db: Db, key: string, now: Date = new Date()): 
   if (!k || (k.expiry !== null && new Date(k.expiry) <= now)) throw unauthorized();
   const actor = Number(k.actor);
   if (k.user_id !== null) return { kind: 'user', userId: Number(k.user_id), actor, isAdmin: k.is_admin === true || k.is_admin === 1 };
-  if (k.device_id !== null) return { kind: 'device', deviceId: Number(k.device_id), actor, applicationId: Number(k.device_app) };
+  if (k.device_id !== null) return { kind: 'device', deviceId: Number(k.device_id), uuid: String(k.device_uuid), actor, applicationId: Number(k.device_app) };
   if (k.app_id !== null) return { kind: 'provisioning', applicationId: Number(k.app_id), actor };
   throw unauthorized();
 }

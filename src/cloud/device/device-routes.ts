@@ -24,12 +24,6 @@ function deviceOf(p: Principal): Extract<Principal, { kind: 'device' }> {
   return p;
 }
 
-async function uuidOf(db: Db, deviceId: number): Promise<string> {
-  const rows = await db.query<{ uuid: string }>('SELECT uuid FROM "device" WHERE id = ?', [deviceId]);
-  if (!rows[0]) throw new FleetlabError('CLOUD_ERR_UNAUTHORIZED', 'The device of this key no longer exists');
-  return rows[0].uuid;
-}
-
 export async function deviceRoutes(app: FastifyInstance, deps: DeviceRouteDeps): Promise<void> {
   const { db } = deps;
 
@@ -59,7 +53,7 @@ export async function deviceRoutes(app: FastifyInstance, deps: DeviceRouteDeps):
   app.get('/device/v3/:uuid/state', async (request, reply) => {
     const p = deviceOf(await deps.authenticate(request));
     const { uuid } = request.params as { uuid: string };
-    if (uuid !== (await uuidOf(db, p.deviceId))) throw new FleetlabError('CLOUD_ERR_FORBIDDEN', 'A device key reads only its own target state');
+    if (uuid !== p.uuid) throw new FleetlabError('CLOUD_ERR_FORBIDDEN', 'A device key reads only its own target state');
     const body = JSON.stringify({ [uuid]: composeTarget(await loadTargetRows(db, p.deviceId)) });
     const etag = etagOf(body);
     reply.header('etag', etag).header('cache-control', 'no-cache');
@@ -69,7 +63,7 @@ export async function deviceRoutes(app: FastifyInstance, deps: DeviceRouteDeps):
 
   app.patch(devicePaths.report, { schema: { body: StateReportBody } }, async (request, reply) => {
     const p = deviceOf(await deps.authenticate(request));
-    const uuid = await uuidOf(db, p.deviceId);
+    const { uuid } = p;
     const body = request.body as StateReportBody;
     const others = Object.keys(body).filter((u) => u !== uuid);
     if (others.length) throw new FleetlabError('CLOUD_ERR_FORBIDDEN', `A device key reports only its own state, not ${others.join(', ')}`);

@@ -32,20 +32,19 @@ export async function applyReport(db: Db, deviceId: number, report: DeviceReport
         params.push(report[column]!);
       }
     }
+    // Only releases of the device's own fleet may be recorded (running, or providing an install).
+    const fleetReleases = report.apps
+      ? new Set((await tx.query<{ id: number }>('SELECT r.id FROM "release" r JOIN "device" d ON d.belongs_to__application = r.belongs_to__application WHERE d.id = ?', [deviceId])).map((r) => Number(r.id)))
+      : new Set<number>();
     const running = runningRelease(report);
     if (running !== undefined) {
-      // Only a release of the device's own fleet may be recorded as running.
-      const ok = running === null ? [] : await tx.query('SELECT r.id FROM "release" r JOIN "device" d ON d.belongs_to__application = r.belongs_to__application WHERE r.id = ? AND d.id = ?', [running, deviceId]);
       sets.push('is_running__release = ?');
-      params.push(ok.length ? running : null);
+      params.push(running !== null && fleetReleases.has(running) ? running : null);
     }
     sets.push('api_heartbeat_state = ?', 'last_connectivity_event = ?', 'modified_at = ?');
     params.push('online', now.toISOString(), now.toISOString());
     await tx.query(`UPDATE "device" SET ${sets.join(', ')} WHERE id = ?`, [...params, deviceId]);
     if (!report.apps) return;
-    const fleetReleases = new Set(
-      (await tx.query<{ id: number }>('SELECT r.id FROM "release" r JOIN "device" d ON d.belongs_to__application = r.belongs_to__application WHERE d.id = ?', [deviceId])).map((r) => Number(r.id)),
-    );
     const seen: number[] = [];
     for (const app of Object.values(report.apps)) {
       for (const s of Object.values(app.services)) {

@@ -65,10 +65,6 @@ export class TunnelHub {
     return this.connections.has(uuid);
   }
 
-  onlineCount(): number {
-    return this.connections.size;
-  }
-
   /** One device API call through the device's tunnel. 404 when offline, 504 after `timeoutMs`. */
   call(uuid: string, request: Omit<TunnelRequest, 'type' | 'id'>, timeoutMs: number): Promise<DeviceAnswer> {
     const conn = this.connections.get(uuid);

@@ -24,9 +24,11 @@ export type Selector = { uuid: string } | { deviceId: number } | { appId: number
 /** Resolves a selector to the uuids of devices the caller may reach (permission-filtered). */
 export type DeviceResolver = (selector: Selector) => Promise<string[]>;
 
-export type ProxyResult =
-  | { status: number; contentType?: string; body: string }
-  | { status: 207; contentType: 'application/json'; body: string };
+export interface ProxyResult {
+  status: number;
+  contentType?: string;
+  body: string;
+}
 
 export function selectorOf(body: ProxyBody): Selector {
   const given = (['uuid', 'deviceId', 'appId'] as const).filter((k) => body[k] !== undefined);

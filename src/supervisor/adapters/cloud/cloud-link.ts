@@ -49,7 +49,6 @@ export class CloudLink {
   private reportFailures = 0;
   private polling: Promise<void> | null = null;
   private closed = false;
-  private lastContact = 0;
 
   constructor(private readonly deps: CloudLinkDeps) {
     this.tunnel = new Tunnel({
@@ -64,11 +63,6 @@ export class CloudLink {
 
   get tunnelConnected(): boolean {
     return this.tunnel.connected;
-  }
-
-  /** Epoch ms of the last successful poll or report; 0 before the first. */
-  get lastContactAt(): number {
-    return this.lastContact;
   }
 
   start(): void {
@@ -132,7 +126,6 @@ export class CloudLink {
     let delay: number;
     try {
       const fetched = await this.deps.client.fetchTarget(id.uuid, id.deviceKey, this.etag);
-      this.lastContact = Date.now();
       if (!fetched.notModified) {
         await this.deps.onTarget(fetched.target);
         this.etag = fetched.etag;
@@ -167,8 +160,7 @@ export class CloudLink {
         const id = this.deps.identity();
         await this.deps.client.report(id.deviceKey, { [id.uuid]: diff });
         this.acked = next;
-        this.lastContact = Date.now();
-      }
+        }
       this.reportFailures = 0;
     } catch (err) {
       this.reportFailures += 1;

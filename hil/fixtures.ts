@@ -115,7 +115,11 @@ export const test = base.extend<HilTestFixtures, HilWorkerFixtures>({
     async ({ targetDriver }, use) => {
       const pool = new DevicePool(targetDriver);
       await use(pool);
-      await pool.retire();
+      try {
+        await pool.retire();
+      } finally {
+        await targetDriver.dispose?.();
+      }
     },
     { scope: 'worker', timeout: 120_000 },
   ],

@@ -1,7 +1,8 @@
 /**
  * Runs once before the suite, for the targets of the selected projects: the sim target on
  * dockerd needs the local test images (no registry is reachable); the container target
- * builds its device image once and hands it to the workers (targets/container-setup.ts).
+ * builds its device image once and hands it to the workers (targets/container-setup.ts); the
+ * qemu target builds (or finds cached) its board image (qemu/image/build.ts).
  * The global teardown (global-teardown.ts) removes what a crashed container run left.
  */
 import type { FullConfig } from '@playwright/test';
@@ -30,6 +31,15 @@ export default async function globalSetup(config: FullConfig): Promise<void> {
   const targets = selectedTargets(config);
   const dockerSocket = process.env.FLEETLAB_DOCKER_SOCKET ?? '/var/run/docker.sock';
   if (targets.includes('sim') && defaultEngine() === 'docker') await buildTestImages(dockerSocket);
+  if (targets.includes('qemu') && !process.env.FLEETLAB_QEMU_IMAGE_DIR) {
+    // Built (or found cached) once here, not in a worker's first test: a cold build takes minutes.
+    const { buildImage } = await import('../qemu/image/build.js');
+    const { image } = await buildImage({
+      repoRoot: new URL('..', import.meta.url).pathname,
+      progress: (e) => process.stderr.write(`qemu image [${String(e.percent).padStart(3)}% ${(e.elapsedMs / 1000).toFixed(0)} s] ${e.stage}: ${e.detail}\n`),
+    });
+    process.env.FLEETLAB_QEMU_IMAGE_DIR = image.dir;
+  }
   if (targets.includes('container')) {
     const { prepareContainerTarget } = await import('./targets/container-setup.js');
     await prepareContainerTarget({ dockerSocket });

@@ -8,6 +8,7 @@ import type { HilTestFixtures, HilWorkerFixtures } from './fixtures.js';
 import { targetNames } from './targets/index.js';
 
 const env = process.env;
+const SLOW_TARGETS = new Set(['qemu', 'board']);
 
 export default defineConfig<HilTestFixtures, HilWorkerFixtures>({
   testDir: './specs',
@@ -16,7 +17,8 @@ export default defineConfig<HilTestFixtures, HilWorkerFixtures>({
   timeout: 180_000,
   expect: { timeout: 10_000 },
   retries: Number(env.FLEETLAB_HIL_RETRIES ?? 0),
-  // Each worker runs its own device; two share the machine's two cores well enough.
+  // Each worker runs its own device; two share the machine's two cores well enough. An
+  // emulated board keeps both cores busy and a lab has one board: hil/run.mjs runs those on one.
   workers: Number(env.FLEETLAB_HIL_WORKERS ?? 2),
   fullyParallel: false,
   forbidOnly: Boolean(env.CI),
@@ -28,5 +30,6 @@ export default defineConfig<HilTestFixtures, HilWorkerFixtures>({
     ['junit', { outputFile: '../hil-results/junit.xml' }],
     ['./lib/flake-reporter.ts'],
   ],
-  projects: targetNames.map((name) => ({ name, use: { target: name } })),
+  // An emulated or real board boots in minutes, and the first test of a worker waits for it.
+  projects: targetNames.map((name) => ({ name, use: { target: name }, ...(SLOW_TARGETS.has(name) ? { timeout: 900_000 } : {}) })),
 });

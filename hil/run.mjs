@@ -10,6 +10,9 @@ const args = process.argv.slice(2);
 const named = args.some((a) => a === '--project' || a.startsWith('--project='));
 const cli = createRequire(import.meta.url).resolve('@playwright/test/cli');
 const config = fileURLToPath(new URL('./playwright.config.ts', import.meta.url));
-const child = spawn(process.execPath, [cli, 'test', '-c', config, ...(named ? [] : [`--project=${DEFAULT_PROJECT}`]), ...args], { stdio: 'inherit' });
+// One worker for targets that are one device (a board) or take the whole machine (QEMU under TCG).
+const projects = named ? args.flatMap((a, i) => (a.startsWith('--project=') ? [a.slice(10)] : a === '--project' ? [args[i + 1]] : [])) : [DEFAULT_PROJECT];
+const oneWorker = projects.length > 0 && projects.every((p) => p === 'qemu' || p === 'board') && !args.some((a) => a.startsWith('--workers') || a === '-j');
+const child = spawn(process.execPath, [cli, 'test', '-c', config, ...(named ? [] : [`--project=${DEFAULT_PROJECT}`]), ...(oneWorker && !process.env.FLEETLAB_HIL_WORKERS ? ['--workers=1'] : []), ...args], { stdio: 'inherit' });
 for (const signal of ['SIGINT', 'SIGTERM']) process.on(signal, () => child.kill(signal));
 child.on('exit', (code, signal) => process.exit(code ?? (signal ? 1 : 0)));

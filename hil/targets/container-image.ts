@@ -19,7 +19,7 @@
  * (tests, benches, other work in progress) is not on this path. `npx tsc` is the type check.
  */
 import { createHash } from 'node:crypto';
-import { existsSync, mkdirSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, readFileSync, readdirSync } from 'node:fs';
 import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { dirname, join, relative, resolve } from 'node:path';
@@ -28,6 +28,7 @@ import { execa } from 'execa';
 import ts from 'typescript';
 import { FleetlabError, errorText } from '../../src/errors.js';
 import { findTool, missingToolError, type ToolSpec } from '../../src/tools.js';
+import { withBuildLock } from '../../src/build-lock.js';
 
 export const DEVICE_IMAGE_REPO = 'fleetlab/device-sim';
 export const DEVICE_BASE_REPO = 'fleetlab/device-sim-base';
@@ -260,59 +261,10 @@ async function pruneOtherTags(docker: Docker, repo: string, keep: string): Promi
   }
 }
 
-const LOCK_WAIT_MS = 15 * 60_000;
-
-function pidAlive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch (err) {
-    return (err as NodeJS.ErrnoException).code === 'EPERM';
-  }
-}
-
-/**
- * One build at a time on this machine (HIL workers starting together, a bench, the CLI): the
- * second waits and then finds the tags built. A lock whose holder died is taken over.
- */
-async function withBuildLock<T>(report: (stage: string, detail: string) => void, fn: () => Promise<T>): Promise<T> {
-  const dir = join(tmpdir(), 'fleetlab-device-image.lock');
-  const deadline = Date.now() + LOCK_WAIT_MS;
-  let told = false;
-  for (;;) {
-    try {
-      mkdirSync(dir);
-      writeFileSync(join(dir, 'pid'), String(process.pid));
-      break;
-    } catch (err) {
-      if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw err;
-    }
-    let holder = NaN;
-    try {
-      holder = Number(readFileSync(join(dir, 'pid'), 'utf8'));
-    } catch {
-      // being created or removed right now
-    }
-    if (Number.isInteger(holder) && holder > 0 && !pidAlive(holder)) {
-      rmSync(dir, { recursive: true, force: true });
-      continue;
-    }
-    if (Date.now() > deadline) throw new FleetlabError('SUP_ERR_INTERNAL', `another image build (pid ${holder}) has held ${dir} for ${LOCK_WAIT_MS / 60_000} min`);
-    if (!told) report('wait', `another build (pid ${holder}) is running; waiting for it`);
-    told = true;
-    await new Promise((r) => setTimeout(r, 500));
-  }
-  try {
-    return await fn();
-  } finally {
-    rmSync(dir, { recursive: true, force: true });
-  }
-}
-
 export async function buildDeviceImage(options: DeviceImageOptions): Promise<DeviceImage> {
   const started = Date.now();
   const report = (stage: string, detail: string) => options.progress?.({ stage, detail, elapsedMs: Date.now() - started });
-  return withBuildLock(report, () => buildLayers(options, started, report));
+  return withBuildLock('fleetlab-device-image', report, () => buildLayers(options, started, report));
 }
 
 async function buildLayers(options: DeviceImageOptions, started: number, report: (stage: string, detail: string) => void): Promise<DeviceImage> {

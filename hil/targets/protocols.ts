@@ -199,4 +199,9 @@ export interface TargetDriver<Options = unknown> {
   readonly provides: readonly Capability[];
   /** Starts (or connects to) the device; tears down what it started if it never becomes ready. */
   start(options: Options): Promise<DeviceUnderTest>;
+  /**
+   * Releases what the driver keeps between devices (the qemu target's board, booted once per
+   * worker). Called when the worker's last device has closed.
+   */
+  dispose?(): Promise<void>;
 }

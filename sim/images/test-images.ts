@@ -33,16 +33,30 @@ export function defaultCommand(banner: string): string[] {
   return ['/bin/sh', '-c', `trap 'echo "${banner}: stopping"; exit 0' TERM INT; echo "${banner}: started"; i=0; while :; do i=$((i+1)); echo "${banner}: tick $i"; sleep 2 & wait $!; done`];
 }
 
+/**
+ * Writes the test images' root filesystem as a tar: `busybox` (a static build, for the
+ * engine's architecture) plus its applets. The QEMU image passes an arm64 busybox.
+ */
+export async function writeTestRootfsTar(busybox: string, tarPath: string): Promise<void> {
+  const dir = await mkdtemp(join(tmpdir(), 'fleetlab-rootfs-'));
+  try {
+    const root = join(dir, 'rootfs');
+    for (const d of ['bin', 'tmp', 'data', 'etc', 'proc', 'sys', 'dev']) await mkdir(join(root, d), { recursive: true });
+    await copyFile(busybox, join(root, 'bin/busybox'));
+    for (const a of applets) await symlink('busybox', join(root, 'bin', a));
+    await writeFile(join(root, 'etc/passwd'), 'root:x:0:0:root:/root:/bin/sh\n');
+    // Same bytes for the same inputs: the QEMU image key hashes this tar.
+    await execa('tar', ['-C', root, '--sort=name', '--mtime=@0', '--owner=0', '--group=0', '--numeric-owner', '-cf', tarPath, '.']);
+  } finally {
+    await rm(dir, { recursive: true, force: true });
+  }
+}
+
 async function rootfsTar(): Promise<{ tarPath: string; cleanup: () => Promise<void> }> {
   const busybox = requireTool(tools.busybox);
-  const dir = await mkdtemp(join(tmpdir(), 'fleetlab-rootfs-'));
-  const root = join(dir, 'rootfs');
-  for (const d of ['bin', 'tmp', 'data', 'etc', 'proc', 'sys', 'dev']) await mkdir(join(root, d), { recursive: true });
-  await copyFile(busybox, join(root, 'bin/busybox'));
-  for (const a of applets) await symlink('busybox', join(root, 'bin', a));
-  await writeFile(join(root, 'etc/passwd'), 'root:x:0:0:root:/root:/bin/sh\n');
+  const dir = await mkdtemp(join(tmpdir(), 'fleetlab-rootfs-tar-'));
   const tarPath = join(dir, 'rootfs.tar');
-  await execa('tar', ['-C', root, '-cf', tarPath, '.']);
+  await writeTestRootfsTar(busybox, tarPath);
   return { tarPath, cleanup: () => rm(dir, { recursive: true, force: true }) };
 }
 

@@ -3,42 +3,12 @@
  * to a library function; nothing here holds state.
  */
 import { Command, Option } from 'commander';
-import { errorText, isFleetlabError } from '../errors.js';
-import { describeSettings, flagName, loadConfig, settings, type SupervisorConfig } from '../supervisor/config.js';
-
-/** Runs a subcommand; any error ends the process with one readable line, not a stack. */
-function action<A extends unknown[]>(fn: (...args: A) => Promise<void>): (...args: A) => Promise<void> {
-  return async (...args: A) => {
-    try {
-      await fn(...args);
-    } catch (err) {
-      console.error(`fleetlab: ${isFleetlabError(err) ? err.message : errorText(err)}`);
-      process.exit(1);
-    }
-  };
-}
+import { action } from './action.js';
+import { addSupervisorCommand } from './supervisor-command.js';
 
 const program = new Command('fleetlab').description('Device supervisor, cloud API and HIL harness for Linux boards');
 
-const supervisor = program
-  .command('supervisor')
-  .description('Run the device supervisor (the device API on port 48484)')
-  .option('--config <file>', 'JSON config file with any of the settings below')
-  .addHelpText('after', `\nSettings (flag, environment variable, default, meaning):\n${describeSettings()}\n\nPrecedence: flag > environment > config file > default.`);
-for (const s of settings) {
-  const flag = s.kind === 'boolean' ? `${flagName(s.key)} [bool]` : `${flagName(s.key)} <value>`;
-  supervisor.addOption(new Option(flag, s.description).hideHelp());
-}
-supervisor.action(
-  action(async (opts: Record<string, unknown>) => {
-    const flags: Partial<Record<keyof SupervisorConfig, unknown>> = {};
-    for (const s of settings) if (opts[s.key] !== undefined) flags[s.key] = opts[s.key] === true ? 'true' : opts[s.key];
-    const config = loadConfig({ file: opts.config as string | undefined, env: process.env, flags });
-    const { runSupervisor } = await import('../supervisor/main.js');
-    const { stopped } = await runSupervisor(config);
-    await stopped;
-  }),
-);
+addSupervisorCommand(program);
 
 const sim = program.command('sim').description('Simulated devices and peers');
 sim
@@ -169,6 +139,64 @@ images
         progress: (e) => console.error(`[${(e.elapsedMs / 1000).toFixed(1)} s] ${e.stage}: ${e.detail}`),
       });
       console.log(image.ref);
+    }),
+  );
+
+const qemu = program.command('qemu').description('The emulated Raspberry Pi: build its image, boot it');
+const repoRootOfCli = async () => {
+  const { fileURLToPath } = await import('node:url');
+  return fileURLToPath(new URL(import.meta.url.endsWith('.ts') ? '../..' : '../../..', import.meta.url));
+};
+qemu
+  .command('build')
+  .description('Build (or reuse) the Raspberry Pi 3 image from Debian arm64 packages: rootfs, kernel, Node 24, the supervisor; cached by its inputs')
+  .option('--suite <name>', 'Debian suite', 'bookworm')
+  .option('--mirror <url>', 'Debian mirror', 'http://deb.debian.org/debian')
+  .option('--force', 'rebuild even when cached', false)
+  .action(
+    action(async (opts: { suite: string; mirror: string; force: boolean }) => {
+      const { buildImage } = await import('../../qemu/image/build.js');
+      const result = await buildImage({
+        repoRoot: await repoRootOfCli(),
+        suite: opts.suite,
+        mirror: opts.mirror,
+        force: opts.force,
+        progress: (e) => console.error(`[${String(e.percent).padStart(3)}% ${(e.elapsedMs / 1000).toFixed(0).padStart(4)} s] ${e.stage}: ${e.detail}`),
+      });
+      console.log(JSON.stringify({ event: 'built', dir: result.image.dir, key: result.image.key, builtRootfs: result.builtRootfs, builtImage: result.builtImage, totalMs: result.totalMs }));
+    }),
+  );
+qemu
+  .command('boot')
+  .description('Boot the image (building it first if needed); prints one JSON ready line once the supervisor answers /ping; Ctrl-C powers it off')
+  .addOption(new Option('--machine <kind>', 'raspi3b (the Pi 3, default) or virt (faster, generic arm64)').choices(['raspi3b', 'virt']).default('raspi3b'))
+  .option('--snapshot', 'throw the disk changes away at exit (default: keep them in the machine\'s overlay under the cache)', false)
+  .option('--api-port <port>', 'loopback port forwarded to the device API (default: a free one)')
+  .option('--ssh-port <port>', 'loopback port forwarded to SSH (default: a free one)')
+  .action(
+    action(async (opts: { machine: 'raspi3b' | 'virt'; snapshot: boolean; apiPort?: string; sshPort?: string }) => {
+      const { buildImage } = await import('../../qemu/image/build.js');
+      const { bootBoard } = await import('../../qemu/boot.js');
+      const { untilStopped } = await import('../stop-signals.js');
+      const { image } = await buildImage({
+        repoRoot: await repoRootOfCli(),
+        progress: (e) => console.error(`[${String(e.percent).padStart(3)}% ${(e.elapsedMs / 1000).toFixed(0).padStart(4)} s] ${e.stage}: ${e.detail}`),
+      });
+      const port = (v: string | undefined) => (v === undefined ? undefined : Number(v));
+      const { board, ready } = await bootBoard({
+        image,
+        machine: opts.machine,
+        snapshot: opts.snapshot,
+        ...(opts.apiPort ? { apiPort: port(opts.apiPort) } : {}),
+        ...(opts.sshPort ? { sshPort: port(opts.sshPort) } : {}),
+        progress: (d) => console.error(d),
+      });
+      console.log(JSON.stringify(ready));
+      console.error(`ssh -i ${ready.sshKey} -p ${ready.sshPort} root@127.0.0.1    # Ctrl-C here powers the board off`);
+      const { done, trigger } = untilStopped(() => board.stop());
+      // A guest that powers itself off ends the command too, after the same cleanup.
+      void board.exited.then(() => (console.error(board.exitReason), trigger()));
+      await done;
     }),
   );
 

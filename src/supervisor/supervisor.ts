@@ -28,9 +28,13 @@ import { UpdateLocks } from './state/locks.js';
 import { StateEngine, type Logger } from './state/state-engine.js';
 import { DeviceStore } from './state/store.js';
 
-export const supervisorVersion: string = (
-  JSON.parse(readFileSync(new URL('../../package.json', import.meta.url.replace('/dist/', '/')), 'utf8')) as { version: string }
-).version;
+/** Set by the device bundle's build (qemu/image/payload.ts), which has no package.json beside it. */
+declare const __FLEETLAB_VERSION__: string | undefined;
+
+export const supervisorVersion: string =
+  typeof __FLEETLAB_VERSION__ === 'string'
+    ? __FLEETLAB_VERSION__
+    : (JSON.parse(readFileSync(new URL('../../package.json', import.meta.url.replace('/dist/', '/')), 'utf8')) as { version: string }).version;
 
 export interface SupervisorDeps {
   config: SupervisorConfig;

@@ -1,0 +1,218 @@
+/**
+ * The `board` target's config: one small JSON file per lab board, named by
+ * FLEETLAB_BOARD_CONFIG ("adding a board is adding a config file"). Parsing is pure and
+ * checks every field, so a typo fails when the target loads, naming the field, not halfway
+ * through a spec. What the board can do (`boardCapabilities`) follows from the config alone.
+ */
+import { readFileSync } from 'node:fs';
+import { dirname, isAbsolute, resolve } from 'node:path';
+import { FleetlabError, errorText } from '../../src/errors.js';
+import type { Capability } from './protocols.js';
+
+export const BOARD_CONFIG_VARIABLE = 'FLEETLAB_BOARD_CONFIG';
+
+/** The device API port the supervisor listens on by default. */
+const DEFAULT_API_PORT = 48484;
+
+export const BOARD_CONFIG_EXAMPLE = `{
+  "host": "192.0.2.10",
+  "privateKey": "~/.ssh/fleetlab-lab",
+  "led": { "gpio": "pinctrl-bcm2835:17", "observe": "sysfs" },
+  "power": { "cycle": "lab-pdu cycle 3" }
+}`;
+
+/** A line of a chip named by its label (sysfs base read on the device), or a global number. */
+export type BoardLedGpio = number | { readonly chip: string; readonly offset: number };
+
+export interface BoardConfig {
+  readonly host: string;
+  readonly sshPort: number;
+  readonly user: string;
+  /** Absolute path on the lab host (relative paths are taken from the config file's directory). */
+  readonly privateKey: string;
+  readonly apiUrl: string;
+  /** Absent: the device key is read from the supervisor's store on the device. */
+  readonly apiKey?: string;
+  readonly dataDir: string;
+  readonly vendor: string;
+  readonly lockRoot: string;
+  /** The supervisor's systemd unit, for its log. */
+  readonly supervisorUnit: string;
+  readonly hostPaths: { readonly hostname: string; readonly proxyConfigDir: string; readonly bootConfig: string };
+  readonly led?: {
+    readonly gpio: BoardLedGpio;
+    /** `sysfs`: sampled on the device over SSH; `command`: a lab-host command printing 0/1 lines. */
+    readonly observe: { readonly kind: 'sysfs'; readonly pollMs: number } | { readonly kind: 'command'; readonly command: string };
+  };
+  /** Lab-host shell commands; only the ones given back a capability. */
+  readonly power: { readonly cycle?: string; readonly off?: string; readonly on?: string };
+}
+
+function configError(source: string, message: string): FleetlabError {
+  return new FleetlabError('SUP_ERR_BAD_REQUEST', `board config ${source}: ${message}\nexample (${BOARD_CONFIG_VARIABLE}=hil/boards/example.json):\n${BOARD_CONFIG_EXAMPLE}`);
+}
+
+type Fields = Record<string, unknown>;
+
+/** Reads the JSON file FLEETLAB_BOARD_CONFIG names and parses it. */
+export function loadBoardConfig(env: NodeJS.ProcessEnv = process.env): BoardConfig {
+  const path = env[BOARD_CONFIG_VARIABLE];
+  if (!path) throw configError(`(${BOARD_CONFIG_VARIABLE} unset)`, `set ${BOARD_CONFIG_VARIABLE} to the path of the lab board's JSON config`);
+  let text: string;
+  try {
+    text = readFileSync(path, 'utf8');
+  } catch (err) {
+    throw configError(path, `cannot read it (${errorText(err)}); ${BOARD_CONFIG_VARIABLE} must name a readable JSON file`);
+  }
+  let raw: unknown;
+  try {
+    raw = JSON.parse(text);
+  } catch (err) {
+    throw configError(path, `not valid JSON: ${errorText(err)}`);
+  }
+  return parseBoardConfig(raw, { source: path, baseDir: dirname(resolve(path)), home: env.HOME });
+}
+
+/** Validates a parsed config and fills the defaults. Pure: reads nothing. */
+export function parseBoardConfig(raw: unknown, where: { source: string; baseDir: string; home?: string }): BoardConfig {
+  const fail = (message: string): never => {
+    throw configError(where.source, message);
+  };
+  if (typeof raw !== 'object' || raw === null || Array.isArray(raw)) fail('must be a JSON object');
+  const o = raw as Fields;
+  const known = ['host', 'sshPort', 'user', 'privateKey', 'apiUrl', 'apiKey', 'dataDir', 'vendor', 'lockRoot', 'supervisorUnit', 'hostPaths', 'led', 'power'];
+  const unknown = Object.keys(o).filter((k) => !known.includes(k));
+  if (unknown.length) fail(`unknown field${unknown.length > 1 ? 's' : ''} ${unknown.map((k) => `"${k}"`).join(', ')} (known: ${known.join(', ')})`);
+
+  const text = (obj: Fields, key: string, label = key): string | undefined => {
+    const v = obj[key];
+    if (v === undefined) return undefined;
+    if (typeof v !== 'string' || v.trim() === '') fail(`"${label}" must be a non-empty string, got ${JSON.stringify(v)}`);
+    return v as string;
+  };
+  const path = (obj: Fields, key: string, fallback: string, label = key): string => {
+    const v = text(obj, key, label) ?? fallback;
+    if (!v.startsWith('/')) fail(`"${label}" must be an absolute device path, got ${JSON.stringify(v)}`);
+    return v;
+  };
+
+  const host = text(o, 'host') ?? fail('"host" is required: the board\'s address as the lab host reaches it');
+  if (/\s|\//.test(host)) fail(`"host" must be a bare hostname or address, got ${JSON.stringify(host)}`);
+
+  let sshPort = 22;
+  if (o.sshPort !== undefined) {
+    if (typeof o.sshPort !== 'number' || !Number.isInteger(o.sshPort) || o.sshPort < 1 || o.sshPort > 65535) fail(`"sshPort" must be an integer 1-65535, got ${JSON.stringify(o.sshPort)}`);
+    sshPort = o.sshPort as number;
+  }
+  const user = text(o, 'user') ?? 'root';
+
+  const keyText = text(o, 'privateKey') ?? fail('"privateKey" is required: path (on the lab host) of the SSH private key the board accepts');
+  const privateKey = keyText.startsWith('~/')
+    ? where.home
+      ? resolve(where.home, keyText.slice(2))
+      : fail(`"privateKey" starts with ~/ but HOME is unset`)
+    : isAbsolute(keyText)
+      ? keyText
+      : resolve(where.baseDir, keyText);
+
+  const urlHost = host.includes(':') ? `[${host}]` : host;
+  const apiUrl = (text(o, 'apiUrl') ?? `http://${urlHost}:${DEFAULT_API_PORT}`).replace(/\/+$/, '');
+  try {
+    const u = new URL(apiUrl);
+    if (u.protocol !== 'http:' && u.protocol !== 'https:') throw new Error(`protocol ${u.protocol}`);
+  } catch (err) {
+    fail(`"apiUrl" must be an http(s) URL, got ${JSON.stringify(apiUrl)} (${errorText(err)})`);
+  }
+  const apiKey = text(o, 'apiKey');
+
+  const vendor = text(o, 'vendor') ?? 'platform';
+  // The supervisor's own rule for the word (src/supervisor/config.ts).
+  if (!/^[a-z][a-z0-9]*$/.test(vendor)) fail(`"vendor" must be a lowercase word, got ${JSON.stringify(vendor)}`);
+
+  let hostPathsRaw: Fields = {};
+  if (o.hostPaths !== undefined) {
+    if (typeof o.hostPaths !== 'object' || o.hostPaths === null || Array.isArray(o.hostPaths)) fail('"hostPaths" must be an object');
+    hostPathsRaw = o.hostPaths as Fields;
+    const bad = Object.keys(hostPathsRaw).filter((k) => !['hostname', 'proxyConfigDir', 'bootConfig'].includes(k));
+    if (bad.length) fail(`unknown field "hostPaths.${bad[0]}" (known: hostname, proxyConfigDir, bootConfig)`);
+  }
+
+  return {
+    host,
+    sshPort,
+    user,
+    privateKey,
+    apiUrl,
+    ...(apiKey ? { apiKey } : {}),
+    dataDir: path(o, 'dataDir', '/var/lib/fleetlab'),
+    vendor,
+    lockRoot: path(o, 'lockRoot', '/tmp/fleetlab/locks'),
+    supervisorUnit: text(o, 'supervisorUnit') ?? 'fleetlab-supervisor.service',
+    hostPaths: {
+      hostname: path(hostPathsRaw, 'hostname', '/etc/hostname', 'hostPaths.hostname'),
+      proxyConfigDir: path(hostPathsRaw, 'proxyConfigDir', '/mnt/boot/system-proxy', 'hostPaths.proxyConfigDir'),
+      bootConfig: path(hostPathsRaw, 'bootConfig', '/mnt/boot/config.txt', 'hostPaths.bootConfig'),
+    },
+    ...(o.led !== undefined ? { led: parseLed(o.led, fail) } : {}),
+    power: parsePower(o.power, fail),
+  };
+}
+
+function parseLed(raw: unknown, fail: (m: string) => never): NonNullable<BoardConfig['led']> {
+  if (typeof raw !== 'object' || raw === null || Array.isArray(raw)) fail('"led" must be an object like {"gpio": "pinctrl-bcm2835:17", "observe": "sysfs"}');
+  const o = raw as Fields;
+  const bad = Object.keys(o).filter((k) => !['gpio', 'observe', 'pollMs'].includes(k));
+  if (bad.length) fail(`unknown field "led.${bad[0]}" (known: gpio, observe, pollMs)`);
+
+  // The supervisor's ledGpio format (src/supervisor/main.ts parseLedGpio), or a JSON number.
+  let gpio: BoardLedGpio;
+  if (typeof o.gpio === 'number' && Number.isInteger(o.gpio) && o.gpio >= 0) gpio = o.gpio;
+  else if (typeof o.gpio === 'string' && /^[0-9]+$/.test(o.gpio)) gpio = Number(o.gpio);
+  else {
+    const match = typeof o.gpio === 'string' ? /^(.+):([0-9]+)$/.exec(o.gpio) : null;
+    if (!match) fail(`"led.gpio" must be "<chip label>:<offset>" (e.g. "pinctrl-bcm2835:17") or a GPIO number, got ${JSON.stringify(o.gpio)}`);
+    gpio = { chip: match![1]!, offset: Number(match![2]) };
+  }
+
+  let pollMs = 20;
+  if (o.pollMs !== undefined) {
+    if (typeof o.pollMs !== 'number' || !Number.isInteger(o.pollMs) || o.pollMs < 1 || o.pollMs > 10_000) fail(`"led.pollMs" must be an integer 1-10000, got ${JSON.stringify(o.pollMs)}`);
+    pollMs = o.pollMs as number;
+  }
+  const observe = o.observe ?? 'sysfs';
+  if (observe === 'sysfs') return { gpio, observe: { kind: 'sysfs', pollMs } };
+  if (typeof observe === 'object' && observe !== null && !Array.isArray(observe)) {
+    const command = (observe as Fields).command;
+    if (typeof command === 'string' && command.trim() !== '' && Object.keys(observe).length === 1) return { gpio, observe: { kind: 'command', command } };
+  }
+  return fail(`"led.observe" must be "sysfs" or {"command": "<lab-host command printing 0/1 lines>"}, got ${JSON.stringify(observe)}`);
+}
+
+function parsePower(raw: unknown, fail: (m: string) => never): BoardConfig['power'] {
+  if (raw === undefined) return {};
+  if (typeof raw !== 'object' || raw === null || Array.isArray(raw)) fail('"power" must be an object like {"cycle": "<lab-host command>"}');
+  const o = raw as Fields;
+  const out: { cycle?: string; off?: string; on?: string } = {};
+  for (const [key, value] of Object.entries(o)) {
+    if (key !== 'cycle' && key !== 'off' && key !== 'on') fail(`unknown field "power.${key}" (known: cycle, off, on)`);
+    if (typeof value !== 'string' || value.trim() === '') fail(`"power.${key}" must be a non-empty shell command, got ${JSON.stringify(value)}`);
+    out[key as 'cycle' | 'off' | 'on'] = value as string;
+  }
+  // One half of a cut is a board left off with no way back (or never cut): refuse it here.
+  if ((out.off === undefined) !== (out.on === undefined)) fail('"power.off" and "power.on" go together: give both or neither');
+  return out;
+}
+
+/**
+ * What the board offers under this config. api, exec, files (+ volumes over the device's
+ * docker CLI), journal and reboot come with SSH; led and the hard power actions only when
+ * the config says how. A cycle without its own command is off, then on.
+ */
+export function boardCapabilities(config: BoardConfig): Capability[] {
+  const caps: Capability[] = ['api', 'exec', 'files', 'files.volumes', 'journal', 'power.reboot'];
+  if (config.led) caps.push('led');
+  const cut = config.power.off !== undefined && config.power.on !== undefined;
+  if (config.power.cycle !== undefined || cut) caps.push('power.cycle');
+  if (cut) caps.push('power.cut');
+  return caps;
+}

@@ -1,0 +1,300 @@
+/**
+ * The `qemu` target: the emulated Raspberry Pi of qemu/ (the image `fleetlab qemu build`
+ * makes: Debian arm64, systemd, D-Bus, journald, dockerd, the supervisor as a systemd unit)
+ * under `qemu-system-aarch64 -M raspi3b` (or `virt` with FLEETLAB_QEMU_MACHINE=virt).
+ *
+ * - `exec`, `files`, `journal`: over SSH to the forwarded port (./ssh-device.ts), as on a board.
+ * - `led`: the emulated GPIO controller's level register, sampled through the QEMU monitor
+ *   from outside the guest (qemu/gpio-probe.ts): what the pin does, not what the guest says.
+ * - `power`: QMP `system_reset` (cycle), `quit` (cut; `on` starts QEMU again on the same
+ *   disk), and the guest's own reboot through login1.
+ * - `network`: the guest reaches the lab cloud through a partitionable link on the host
+ *   (sim/network/), addressed through QEMU's user network (10.0.2.2 is the host's loopback).
+ *
+ * One board per worker: booting takes minutes under TCG, so a worker boots once and, for each
+ * next spec file, resets the device over SSH (containers, volumes, the supervisor's data and
+ * host config wiped; a new uuid and key) instead of booting again. A board whose QEMU is gone
+ * (a power cut that was never restored) is booted again. bench/qemu.bench.ts measures both.
+ */
+import { join } from 'node:path';
+import { mkdtemp, readFile, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { FleetlabError } from '../../src/errors.js';
+import { bootBoard, freePort, launch, serialTail, waitForPing, type QemuBoard } from '../../qemu/boot.js';
+import { GpioProbe } from '../../qemu/gpio-probe.js';
+import { buildImage, imageFromDir, type QemuImage } from '../../qemu/image/build.js';
+import { GUEST, LED_LINES } from '../../qemu/image/recipe.js';
+import type { MachineKind } from '../../qemu/qemu-argv.js';
+import { startPartitionableLink, type PartitionableLink } from '../../sim/network/partitionable-link.js';
+import { httpApi } from '../lib/http.js';
+import { dockerVolumePath, storedIdentity, unitLog, waitApiDown } from './board.js';
+import { SshDevice } from './ssh-device.js';
+import type { ApiProtocol, Capability, DeviceUnderTest, LedProtocol, NetworkProtocol, PowerProtocol, TargetDriver, TargetFacts, TargetStartOptions } from './protocols.js';
+
+export const QEMU_TARGET = 'qemu';
+export const QEMU_CAPABILITIES: readonly Capability[] = ['api', 'exec', 'led', 'power.reboot', 'power.cycle', 'power.cut', 'network', 'journal', 'files', 'files.volumes'];
+
+/** Boot to API under TCG: ~2-3 min for raspi3b on a loaded 2-core machine. */
+const BOOT_MS = 420_000;
+const READY_MS = 300_000;
+const DOWN_MS = 60_000;
+const LED_SAMPLE_MS = 10;
+const LOGIN1 = ['busctl', 'call', 'org.freedesktop.login1', '/org/freedesktop/login1', 'org.freedesktop.login1.Manager', 'Reboot', 'b', 'false'];
+/** What the harness's cloud link gives the supervisor: short intervals so specs do not wait minutes. */
+const CLOUD_TIMINGS = { FLEETLAB_POLL_INTERVAL_MS: '2000', FLEETLAB_REPORT_INTERVAL_MS: '500', FLEETLAB_TUNNEL_HEARTBEAT_MS: '1000' };
+/** The host's loopback as QEMU's user network shows it to the guest. */
+const HOST_FROM_GUEST = '10.0.2.2';
+
+export function machineFromEnv(env: NodeJS.ProcessEnv = process.env): MachineKind {
+  const m = env.FLEETLAB_QEMU_MACHINE ?? 'raspi3b';
+  if (m !== 'raspi3b' && m !== 'virt') throw new FleetlabError('SUP_ERR_BAD_REQUEST', `FLEETLAB_QEMU_MACHINE must be raspi3b or virt, not ${JSON.stringify(m)}`);
+  return m;
+}
+
+/**
+ * The device reset between spec files: what a fresh board would not have. The test app
+ * images stay (they came with the image); everything a spec can create goes.
+ */
+export function resetScript(): string {
+  return [
+    'set -u',
+    `systemctl stop ${GUEST.unit}`,
+    'docker ps -aq | xargs -r docker rm -f >/dev/null',
+    'docker volume ls -q | xargs -r docker volume rm -f >/dev/null',
+    'docker network ls -q --filter type=custom | xargs -r docker network rm >/dev/null',
+    `rm -rf ${GUEST.dataDir} ${GUEST.lockRoot} ${GUEST.bootDir}/system-proxy/*`,
+    `: > ${GUEST.bootDir}/config.txt`,
+    `printf '# Settings for this boot (FLEETLAB_* variables); the HIL harness writes the cloud link here.\\n' > ${GUEST.envFile}`,
+    'hostnamectl set-hostname fleetlab',
+    'systemctl restart redsocks.service || true',
+  ].join('\n');
+}
+
+/** The env file that points the supervisor at a cloud (local mode off). */
+export function cloudEnv(cloud: { url: string; provisioningKey: string }): string {
+  const vars: Record<string, string> = { FLEETLAB_LOCAL_MODE: 'false', FLEETLAB_CLOUD_URL: cloud.url, FLEETLAB_PROVISIONING_KEY: cloud.provisioningKey, ...CLOUD_TIMINGS };
+  return `${Object.entries(vars).map(([k, v]) => `${k}=${v}`).join('\n')}\n`;
+}
+
+/** One emulated board and the harness's handles on it; lives as long as the worker. */
+class QemuLab {
+  board: QemuBoard | undefined;
+  ssh: SshDevice | undefined;
+  probe: GpioProbe | undefined;
+  runDir: string | undefined;
+  ports: { api: number; ssh: number } | undefined;
+  /** Where `power.off` left the board: QEMU gone, the disk kept for `on`. */
+  cut = false;
+  /** LED transitions of earlier QEMU processes (a probe lives as long as its QMP connection). */
+  #ledHistory: Array<{ at: number; value: 0 | 1 }> = [];
+
+  constructor(
+    readonly image: QemuImage,
+    readonly machine: MachineKind,
+  ) {
+    // A worker that exits without closing (killed by a timeout) must not leave QEMU running.
+    process.once('exit', () => this.board?.process.kill('SIGKILL'));
+  }
+
+  get running(): boolean {
+    return Boolean(this.board && !this.board.exitReason);
+  }
+
+  async boot(): Promise<void> {
+    await this.shutdown();
+    this.runDir = await mkdtemp(join(tmpdir(), 'fleetlab-hil-qemu-'));
+    const { board } = await bootBoard({ image: this.image, machine: this.machine, snapshot: true, runDir: this.runDir, readyTimeoutMs: BOOT_MS });
+    this.board = board;
+    this.ports = { api: Number(new URL(board.info.apiUrl).port), ssh: board.info.sshPort };
+    this.ssh = new SshDevice({ host: '127.0.0.1', port: board.info.sshPort, username: 'root', privateKey: await readFile(this.image.sshKey) });
+    await this.afterBoot();
+  }
+
+  /** QEMU again on the same disk and ports after `quit` (power restored). */
+  async powerOn(): Promise<void> {
+    if (!this.runDir || !this.ports) throw new FleetlabError('SUP_ERR_HOST', 'power on: this board was never booted');
+    this.board = await launch({ image: this.image, machine: this.machine, overlay: join(this.runDir, 'overlay.qcow2'), runDir: this.runDir, apiPort: this.ports.api, sshPort: this.ports.ssh });
+    this.cut = false;
+    await this.waitUp();
+  }
+
+  /** After any boot: the API answers, SSH works, the clock is the harness's, the LED is watched. */
+  async waitUp(): Promise<void> {
+    const board = this.board!;
+    await waitForPing(board.info.apiUrl, BOOT_MS, () => (board.exitReason ? `${board.exitReason}; serial console:\n${serialTail(board.info.serialLog)}` : undefined));
+    await this.afterBoot();
+  }
+
+  async afterBoot(): Promise<void> {
+    await this.ssh!.waitReachable(READY_MS);
+    // No RTC: the boot set the clock from the kernel command line; make it exact.
+    await this.ssh!.run(['date', '-u', '-s', `@${(Date.now() / 1000).toFixed(3)}`]);
+    // The probe samples through resets and reboots; a new QEMU process needs a new one.
+    if (this.probe?.sampling) return;
+    this.#retireProbe();
+    this.probe = new GpioProbe({ monitor: this.board!.qmp, machine: this.machine, line: LED_LINES[this.machine].offset });
+    this.probe.startSampling(LED_SAMPLE_MS);
+  }
+
+  ledTransitions(sinceMs: number): Array<{ at: number; value: 0 | 1 }> {
+    return [...this.#ledHistory.filter((t) => t.at >= sinceMs), ...(this.probe?.transitions(sinceMs) ?? [])];
+  }
+
+  #retireProbe(): void {
+    if (!this.probe) return;
+    this.probe.stop();
+    this.#ledHistory.push(...this.probe.transitions(0));
+    this.probe = undefined;
+    // No power, no level: the line drops with QEMU (the monitor cannot say so once it is gone).
+    if (this.#ledHistory.at(-1)?.value === 1) this.#ledHistory.push({ at: Date.now(), value: 0 });
+    this.#ledHistory = this.#ledHistory.slice(-10_000);
+  }
+
+  async quit(): Promise<void> {
+    await this.board?.quit();
+    this.#retireProbe();
+    this.cut = true;
+  }
+
+  async shutdown(): Promise<void> {
+    this.#retireProbe();
+    await this.ssh?.close().catch(() => undefined);
+    await this.board?.stop().catch(() => undefined);
+    if (this.runDir) await rm(this.runDir, { recursive: true, force: true });
+    this.board = undefined;
+    this.ssh = undefined;
+  }
+}
+
+class QemuUnderTest implements DeviceUnderTest {
+  readonly target = QEMU_TARGET;
+  readonly capabilities: ReadonlySet<Capability> = new Set(QEMU_CAPABILITIES);
+  readonly facts: TargetFacts = { engine: 'docker', imagesArePulled: false };
+  readonly api: ApiProtocol;
+  readonly exec;
+  readonly files;
+  readonly journal;
+  readonly led: LedProtocol;
+  readonly power: PowerProtocol;
+  readonly network: NetworkProtocol;
+  #closed = false;
+
+  constructor(
+    private readonly lab: QemuLab,
+    identity: { uuid: string; apiKey: string },
+    private readonly link: PartitionableLink | undefined,
+  ) {
+    const ssh = lab.ssh!;
+    this.api = httpApi({
+      url: lab.board!.info.apiUrl,
+      apiKey: identity.apiKey,
+      uuid: identity.uuid,
+      vendor: 'platform',
+      lockRoot: GUEST.lockRoot,
+      hostPaths: { hostname: '/etc/hostname', proxyConfigDir: `${GUEST.bootDir}/system-proxy`, bootConfig: `${GUEST.bootDir}/config.txt` },
+    });
+    this.exec = ssh.exec;
+    this.journal = ssh.journal;
+    this.files = { ...ssh.files, volumePath: (appId: number, volume: string) => dockerVolumePath(ssh, identity.uuid, appId, volume) };
+    const line = LED_LINES[lab.machine];
+    this.led = {
+      line: `${line.chip} pin ${line.offset}, read from the emulated ${lab.machine === 'raspi3b' ? 'BCM2835 GPLEV0' : 'PL061 data'} register through the QEMU monitor every ${LED_SAMPLE_MS} ms`,
+      level: async () => (lab.cut || !lab.probe ? 0 : lab.probe.level()),
+      transitions: async (sinceMs = 0) => lab.ledTransitions(sinceMs),
+    };
+    const url = this.api.identity.url;
+    this.power = {
+      reboot: async () => {
+        const r = await ssh.run(LOGIN1, { timeoutMs: 30_000 }).catch((err: unknown) => ({ exitCode: 0, stdout: '', stderr: String(err) }));
+        if (r.exitCode !== 0) throw new FleetlabError('SUP_ERR_HOST', `login1 Reboot failed: ${r.stderr.trim()}`);
+        await waitApiDown(url, DOWN_MS);
+        await lab.waitUp();
+      },
+      cycle: async () => {
+        await lab.board!.qmp.execute('system_reset');
+        await waitApiDown(url, DOWN_MS);
+        await lab.waitUp();
+      },
+      off: async () => {
+        await lab.quit();
+      },
+      on: async () => {
+        if (lab.running) return lab.waitUp();
+        await lab.powerOn();
+      },
+    };
+    const requireLink = () => {
+      if (!link) throw new FleetlabError('SUP_ERR_BAD_REQUEST', 'network: this device was started without a cloud (test.use({ withCloud: true }))');
+      return link;
+    };
+    this.network = {
+      partition: async () => requireLink().partition(),
+      heal: async () => requireLink().heal(),
+    };
+  }
+
+  supervisorLog(): Promise<string> {
+    return this.lab.ssh ? unitLog(this.lab.ssh, GUEST.unit) : Promise.resolve('(no SSH to the board)');
+  }
+
+  /** The board stays up for the worker's next spec file; only this file's cloud link goes. */
+  async close(): Promise<void> {
+    if (this.#closed) return;
+    this.#closed = true;
+    await this.link?.close().catch(() => undefined);
+  }
+
+  async [Symbol.asyncDispose](): Promise<void> {
+    await this.close();
+  }
+}
+
+/** The image: the one the global setup built, else built (or found cached) now. */
+async function resolveImage(): Promise<QemuImage> {
+  const dir = process.env.FLEETLAB_QEMU_IMAGE_DIR;
+  if (dir) return imageFromDir(dir);
+  const repoRoot = new URL('../..', import.meta.url).pathname;
+  const { image } = await buildImage({ repoRoot, progress: (e) => process.stderr.write(`qemu image [${e.percent}% ${(e.elapsedMs / 1000).toFixed(0)} s] ${e.stage}: ${e.detail}\n`) });
+  return image;
+}
+
+/**
+ * A driver instance per worker (the registry constructs one per load): it holds that worker's
+ * board between spec files.
+ */
+export function createQemuTarget(): TargetDriver<TargetStartOptions> {
+  let lab: QemuLab | undefined;
+  return {
+    name: QEMU_TARGET,
+    provides: QEMU_CAPABILITIES,
+    async start(options: TargetStartOptions = {}) {
+      lab ??= new QemuLab(await resolveImage(), machineFromEnv());
+      if (!lab.running) await lab.boot();
+      const ssh = lab.ssh!;
+      const reset = await ssh.run(['sh', '-c', resetScript()], { timeoutMs: 120_000 });
+      if (reset.exitCode !== 0) throw new FleetlabError('SUP_ERR_HOST', `resetting the board failed: ${reset.stderr.trim()}`);
+      let link: PartitionableLink | undefined;
+      try {
+        if (options.cloud) {
+          const cloudUrl = new URL(options.cloud.url);
+          link = await startPartitionableLink({ host: cloudUrl.hostname, port: Number(cloudUrl.port) });
+          const guestUrl = new URL(link.url);
+          guestUrl.hostname = HOST_FROM_GUEST;
+          await ssh.files.write(GUEST.envFile, cloudEnv({ url: guestUrl.origin, provisioningKey: options.cloud.provisioningKey }));
+        }
+        const started = await ssh.run(['systemctl', 'start', GUEST.unit]);
+        if (started.exitCode !== 0) throw new FleetlabError('SUP_ERR_HOST', `starting ${GUEST.unit}: ${started.stderr.trim()}`);
+        await waitForPing(lab.board!.info.apiUrl, READY_MS, () => lab?.board?.exitReason);
+        const stored = await storedIdentity(ssh, GUEST.dataDir);
+        return new QemuUnderTest(lab, { uuid: stored.uuid, apiKey: stored.deviceKey }, link);
+      } catch (err) {
+        await link?.close().catch(() => undefined);
+        throw err;
+      }
+    },
+    async dispose() {
+      await lab?.shutdown();
+      lab = undefined;
+    },
+  };
+}

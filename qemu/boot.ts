@@ -1,0 +1,220 @@
+/**
+ * `fleetlab qemu boot`: one emulated board from a built image (./image/build.ts). The image is
+ * never written: the board runs on a qcow2 overlay, kept per machine under the cache so the
+ * board's state survives a `qemu boot` restart, or thrown away with `--snapshot` (as QEMU's own
+ * `-snapshot` does). The device API and SSH are forwarded to loopback ports, the serial console
+ * goes to a file, and QMP is the control channel. Ready means the supervisor answers `/ping`.
+ */
+import { spawn, type ChildProcess } from 'node:child_process';
+import { closeSync, existsSync, mkdirSync, openSync, readFileSync } from 'node:fs';
+import { mkdtemp, rm } from 'node:fs/promises';
+import { createServer } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { execa } from 'execa';
+import { FleetlabError } from '../src/errors.js';
+import type { QemuImage } from './image/build.js';
+import { buildQemuArgv, type MachineKind } from './qemu-argv.js';
+import { QmpClient } from './qmp.js';
+import { cacheRoot, needTool, qemuTools } from './tools.js';
+
+export interface BootOptions {
+  readonly image: QemuImage;
+  readonly machine?: MachineKind;
+  /** Throwaway overlay (deleted at stop) instead of the machine's persistent one. */
+  readonly snapshot?: boolean;
+  /** Loopback ports; default free ones. */
+  readonly apiPort?: number;
+  readonly sshPort?: number;
+  readonly readyTimeoutMs?: number;
+  /** Where the overlay (with --snapshot), QMP socket and logs go; default a new temp dir. */
+  readonly runDir?: string;
+  /** Extra kernel command line words. */
+  readonly appendExtra?: readonly string[];
+  readonly progress?: (detail: string) => void;
+}
+
+/** The one JSON line `qemu boot` prints when the board is ready. */
+export interface ReadyInfo {
+  readonly event: 'ready';
+  readonly machine: MachineKind;
+  readonly apiUrl: string;
+  readonly sshPort: number;
+  readonly sshKey: string;
+  readonly serialLog: string;
+  /** QMP for the user (the launcher holds its own socket). */
+  readonly qmpSocket: string;
+  readonly overlay: string;
+  readonly pid: number;
+  readonly bootMs: number;
+}
+
+export function freePort(): Promise<number> {
+  return new Promise((resolvePort, reject) => {
+    const server = createServer();
+    server.once('error', reject);
+    server.listen(0, '127.0.0.1', () => {
+      const address = server.address();
+      server.close(() => (typeof address === 'object' && address ? resolvePort(address.port) : reject(new Error('no free port'))));
+    });
+  });
+}
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+/** The last lines of the serial console, for errors that must say what the guest was doing. */
+export function serialTail(serialLog: string, lines = 25): string {
+  try {
+    return readFileSync(serialLog, 'utf8').replace(/\r/g, '').split('\n').slice(-lines).join('\n');
+  } catch {
+    return '(no serial output)';
+  }
+}
+
+/** Polls `url/ping` until 200; fails early when `alive()` turns false. */
+export async function waitForPing(url: string, timeoutMs: number, alive: () => string | undefined): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (Date.now() < deadline) {
+    const dead = alive();
+    if (dead) throw new FleetlabError('SUP_ERR_HOST', dead);
+    try {
+      const res = await fetch(`${url}/ping`, { signal: AbortSignal.timeout(3000) });
+      await res.body?.cancel();
+      if (res.ok) return;
+    } catch {
+      // not up yet: the forward refuses or the guest does not answer
+    }
+    await sleep(1000);
+  }
+  throw new FleetlabError('SUP_ERR_HOST', `the board's supervisor did not answer ${url}/ping within ${Math.round(timeoutMs / 1000)} s`);
+}
+
+/** A running board: QEMU, its QMP connection and where to reach it. */
+export class QemuBoard {
+  #exit: string | undefined;
+  readonly exited: Promise<void>;
+
+  constructor(
+    readonly info: Omit<ReadyInfo, 'event' | 'bootMs' | 'pid'>,
+    readonly process: ChildProcess,
+    readonly qmp: QmpClient,
+    private readonly cleanup: () => Promise<void>,
+  ) {
+    this.exited = new Promise((resolveExit) => {
+      process.once('exit', (code, signal) => {
+        this.#exit = `QEMU exited (${signal ?? `code ${code}`})`;
+        resolveExit();
+      });
+    });
+  }
+
+  /** Why QEMU is gone, or undefined while it runs. */
+  get exitReason(): string | undefined {
+    return this.#exit;
+  }
+
+  /** Power off at once (QMP quit): no shutdown in the guest, the overlay keeps what was written. */
+  async quit(): Promise<void> {
+    if (this.#exit) return;
+    await this.qmp.execute('quit').catch(() => undefined);
+    await Promise.race([this.exited, sleep(10_000)]);
+    if (!this.#exit) this.process.kill('SIGKILL');
+    await this.exited;
+    await this.qmp.close().catch(() => undefined);
+  }
+
+  /** Quits and removes what this boot created (the overlay too, if it was a throwaway one). */
+  async stop(): Promise<void> {
+    await this.quit();
+    await this.cleanup();
+  }
+}
+
+/** The persistent overlay of `machine` for `image`: state kept across `qemu boot` runs. */
+export function persistentOverlay(image: QemuImage, machine: MachineKind): string {
+  return join(cacheRoot(), 'qemu', 'boards', `${machine}-${image.key}.qcow2`);
+}
+
+export async function createOverlay(image: QemuImage, overlay: string): Promise<void> {
+  const r = await execa(needTool(qemuTools.qemuImg), ['create', '-q', '-f', 'qcow2', '-F', 'raw', '-b', image.sdImage, overlay], { reject: false, all: true });
+  if (r.exitCode !== 0) throw new FleetlabError('SUP_ERR_HOST', `qemu-img create ${overlay}: ${r.all?.trim()}`);
+}
+
+/** Starts QEMU on an existing overlay and connects QMP; does not wait for the guest. */
+export async function launch(o: {
+  image: QemuImage;
+  machine: MachineKind;
+  overlay: string;
+  runDir: string;
+  apiPort: number;
+  sshPort: number;
+  appendExtra?: readonly string[];
+}): Promise<QemuBoard> {
+  const qemu = needTool(qemuTools.qemuSystem);
+  const qmpSocket = join(o.runDir, 'qmp-launcher.sock');
+  const userQmpSocket = join(o.runDir, 'qmp.sock');
+  const serialLog = join(o.runDir, 'serial.log');
+  const argv = buildQemuArgv({
+    machine: o.machine,
+    kernel: o.image.kernel,
+    initrd: o.image.initrd,
+    ...(o.machine === 'raspi3b' ? { dtb: o.image.dtb } : {}),
+    disk: o.overlay,
+    appendExtra: [...(o.appendExtra ?? [])],
+    hostfwd: { api: { host: o.apiPort, guest: 48484 }, ssh: { host: o.sshPort, guest: 22 } },
+    qmpSocket,
+    userQmpSocket,
+    serialLog,
+    epochSeconds: Math.floor(Date.now() / 1000),
+  });
+  for (const sock of [qmpSocket, userQmpSocket]) await rm(sock, { force: true });
+  const log = openSync(join(o.runDir, 'qemu.log'), 'a');
+  const child = spawn(qemu, argv, { stdio: ['ignore', log, log] });
+  closeSync(log);
+  let qmp: QmpClient;
+  try {
+    qmp = await QmpClient.connect({ socketPath: qmpSocket, connectTimeoutMs: 15_000 });
+  } catch (err) {
+    child.kill('SIGKILL');
+    const qemuLog = existsSync(join(o.runDir, 'qemu.log')) ? readFileSync(join(o.runDir, 'qemu.log'), 'utf8').trim() : '';
+    throw new FleetlabError('SUP_ERR_HOST', `QEMU did not open its QMP socket: ${qemuLog || String(err)}`);
+  }
+  return new QemuBoard(
+    { machine: o.machine, apiUrl: `http://127.0.0.1:${o.apiPort}`, sshPort: o.sshPort, sshKey: o.image.sshKey, serialLog, qmpSocket: userQmpSocket, overlay: o.overlay },
+    child,
+    qmp,
+    async () => undefined,
+  );
+}
+
+/** Boots a board and resolves once its supervisor answers `/ping`. */
+export async function bootBoard(o: BootOptions): Promise<{ board: QemuBoard; ready: ReadyInfo }> {
+  const started = Date.now();
+  const machine = o.machine ?? 'raspi3b';
+  const runDir = o.runDir ?? (await mkdtemp(join(tmpdir(), 'fleetlab-qemu-')));
+  mkdirSync(runDir, { recursive: true });
+  const overlay = o.snapshot ? join(runDir, 'overlay.qcow2') : persistentOverlay(o.image, machine);
+  if (!existsSync(overlay)) {
+    mkdirSync(join(overlay, '..'), { recursive: true });
+    await createOverlay(o.image, overlay);
+  }
+  const [apiPort, sshPort] = [o.apiPort ?? (await freePort()), o.sshPort ?? (await freePort())];
+  o.progress?.(`starting qemu-system-aarch64 -M ${machine} (overlay ${overlay}, serial log ${join(runDir, 'serial.log')})`);
+  const launched = await launch({ image: o.image, machine, overlay, runDir, apiPort, sshPort, ...(o.appendExtra ? { appendExtra: o.appendExtra } : {}) });
+  const board = new QemuBoard(launched.info, launched.process, launched.qmp, async () => {
+    if (o.snapshot) await rm(overlay, { force: true });
+    if (!o.runDir) await rm(runDir, { recursive: true, force: true });
+  });
+  try {
+    await waitForPing(board.info.apiUrl, o.readyTimeoutMs ?? 300_000, () =>
+      board.exitReason ? `${board.exitReason} before the supervisor answered; serial console:\n${serialTail(board.info.serialLog)}` : undefined,
+    );
+  } catch (err) {
+    await board.stop();
+    throw err instanceof FleetlabError && !board.exitReason
+      ? new FleetlabError('SUP_ERR_HOST', `${err.message}; serial console:\n${serialTail(launched.info.serialLog)}`)
+      : err;
+  }
+  const ready: ReadyInfo = { event: 'ready', ...board.info, pid: board.process.pid ?? 0, bootMs: Date.now() - started };
+  return { board, ready };
+}

@@ -1,0 +1,276 @@
+/**
+ * `fleetlab qemu build`: the bootable Raspberry Pi 3 image, in two cached layers under
+ * `<cache>/qemu/` (outside the checkout, see ../tools.ts `cacheRoot`):
+ *
+ * - `rootfs-<key>/`: Debian arm64 with the kernel, built by mmdebstrap (./rootfs.ts).
+ *   Minutes; rebuilt only when the package list, suite, mirror or initramfs modules change.
+ * - `image-<key>/`: that root filesystem plus fleetlab's payload (Node 24, the supervisor
+ *   bundle, units, configs, the test app images, the SSH key) as an ext4 SD card image made
+ *   with `mke2fs -d` (no loop mount), beside the kernel, initramfs and device tree QEMU boots.
+ *   Its key hashes every byte of the payload, so an unchanged rebuild only hashes: seconds.
+ *
+ * Each layer is assembled in a temporary directory and renamed into place when complete, so a
+ * failed or interrupted build never leaves a half image under a valid key. Runs boot from a
+ * copy-on-write overlay of `sd.img` (../boot.ts); the image itself is never written.
+ */
+import { createHash } from 'node:crypto';
+import { chmodSync, cpSync, existsSync, mkdirSync, readFileSync, readdirSync, renameSync, rmSync, statSync, symlinkSync, writeFileSync } from 'node:fs';
+import { createRequire } from 'node:module';
+import { dirname, join, resolve } from 'node:path';
+import { execa } from 'execa';
+import { withBuildLock } from '../../src/build-lock.js';
+import { FleetlabError } from '../../src/errors.js';
+import { writeTestRootfsTar } from '../../sim/images/test-images.js';
+import { cacheRoot, needTool, qemuTools } from '../tools.js';
+import { buildEpollAddon, bundleSupervisor, fetchNode, installRuntimePackages } from './payload.js';
+import { DEFAULT_MIRROR, DEFAULT_SUITE, DISABLED_UNITS, ENABLED_UNITS, GUEST, IMAGE_RECIPE_VERSION, NODE_PACKAGE, SD_SIZE_BYTES, overlayFiles, rootfsKey } from './recipe.js';
+import { bootFiles, buildRootfs } from './rootfs.js';
+
+export interface BuildProgress {
+  readonly stage: 'rootfs' | 'payload' | 'assemble' | 'sdcard' | 'done' | 'wait';
+  /** Of the whole build, 0-100. */
+  readonly percent: number;
+  readonly elapsedMs: number;
+  readonly detail: string;
+}
+
+export interface ImageBuildOptions {
+  /** The fleetlab checkout whose supervisor goes onto the board. */
+  readonly repoRoot: string;
+  /** Default `<cacheRoot()>/qemu`. */
+  readonly cacheDir?: string;
+  readonly suite?: string;
+  readonly mirror?: string;
+  /** Rebuild both layers even when cached. */
+  readonly force?: boolean;
+  readonly progress?: (event: BuildProgress) => void;
+}
+
+/** What `qemu boot` needs: the files of one built image. */
+export interface QemuImage {
+  readonly key: string;
+  readonly dir: string;
+  readonly sdImage: string;
+  readonly kernel: string;
+  readonly initrd: string;
+  readonly dtb: string;
+  /** The private half of the key in the image's `/root/.ssh/authorized_keys`. */
+  readonly sshKey: string;
+  readonly manifest: ImageManifest;
+}
+
+export interface ImageManifest {
+  readonly key: string;
+  readonly rootfsKey: string;
+  readonly suite: string;
+  readonly kernelVersion: string;
+  readonly node: string;
+  readonly runtimePackages: readonly string[];
+  readonly sdSizeBytes: number;
+  readonly builtAt: string;
+  /** How long each layer took in the build that made it (0: reused). */
+  readonly timings: { readonly rootfsMs: number; readonly imageMs: number };
+}
+
+export interface BuildResult {
+  readonly image: QemuImage;
+  readonly builtRootfs: boolean;
+  readonly builtImage: boolean;
+  readonly totalMs: number;
+}
+
+/** The share of the whole build each stage takes on a cold run, for the percentage. */
+const SPAN = { rootfs: [0, 70], payload: [70, 76], assemble: [76, 84], sdcard: [84, 100] } as const;
+
+const MANIFEST = 'manifest.json';
+
+export function imageFromDir(dir: string): QemuImage {
+  const manifest = JSON.parse(readFileSync(join(dir, MANIFEST), 'utf8')) as ImageManifest;
+  return {
+    key: manifest.key,
+    dir,
+    sdImage: join(dir, 'sd.img'),
+    kernel: join(dir, 'vmlinuz'),
+    initrd: join(dir, 'initrd.img'),
+    dtb: join(dir, 'bcm2837-rpi-3-b.dtb'),
+    sshKey: join(dir, 'id_ed25519'),
+    manifest,
+  };
+}
+
+/** The newest complete image in the cache, or undefined (then `qemu build` first). */
+export function latestImage(cacheDir = join(cacheRoot(), 'qemu')): QemuImage | undefined {
+  if (!existsSync(cacheDir)) return undefined;
+  const dirs = readdirSync(cacheDir)
+    .filter((d) => /^image-[0-9a-f]{16}$/.test(d) && existsSync(join(cacheDir, d, MANIFEST)))
+    .map((d) => join(cacheDir, d))
+    .sort((a, b) => statSync(join(b, MANIFEST)).mtimeMs - statSync(join(a, MANIFEST)).mtimeMs);
+  return dirs[0] ? imageFromDir(dirs[0]) : undefined;
+}
+
+/** The SSH key pair the harness logs in with; one per cache, made on first use. */
+function sshKeyPair(cacheDir: string): { privateKey: string; publicKey: string } {
+  const dir = join(cacheDir, 'ssh');
+  const priv = join(dir, 'id_ed25519');
+  const pub = `${priv}.pub`;
+  if (!existsSync(priv) || !existsSync(pub)) {
+    // ssh2 is CommonJS without named ESM exports; its key generator writes OpenSSH format.
+    const { utils } = createRequire(import.meta.url)('ssh2') as { utils: { generateKeyPairSync(type: 'ed25519', o: { comment: string }): { private: string; public: string } } };
+    const pair = utils.generateKeyPairSync('ed25519', { comment: 'fleetlab-hil' });
+    mkdirSync(dir, { recursive: true });
+    writeFileSync(`${priv}.tmp`, pair.private, { mode: 0o600 });
+    writeFileSync(pub, `${pair.public}\n`);
+    renameSync(`${priv}.tmp`, priv);
+  }
+  return { privateKey: readFileSync(priv, 'utf8'), publicKey: readFileSync(pub, 'utf8') };
+}
+
+function hashTree(h: ReturnType<typeof createHash>, root: string, rel = ''): void {
+  for (const name of readdirSync(join(root, rel)).sort()) {
+    const path = join(root, rel, name);
+    const st = statSync(path);
+    if (st.isDirectory()) hashTree(h, root, join(rel, name));
+    else h.update(`${join(rel, name)}\0${st.mode & 0o777}\0`).update(readFileSync(path)).update('\0');
+  }
+}
+
+export async function buildImage(options: ImageBuildOptions): Promise<BuildResult> {
+  const started = Date.now();
+  let last: BuildProgress | undefined;
+  const report = (stage: BuildProgress['stage'], fraction: number, detail: string) => {
+    const span = stage in SPAN ? SPAN[stage as keyof typeof SPAN] : [100, 100];
+    last = { stage, percent: Math.round(span[0] + (span[1] - span[0]) * Math.min(1, Math.max(0, fraction))), elapsedMs: Date.now() - started, detail };
+    options.progress?.(last);
+  };
+  // Long steps print nothing for minutes: say it is still going, with the elapsed time.
+  const heartbeat = setInterval(() => last && options.progress?.({ ...last, elapsedMs: Date.now() - started, detail: `${last.detail} (still running)` }), 20_000);
+  try {
+    return await withBuildLock('fleetlab-qemu-image', (_stage, detail) => report('wait', 0, detail), () => build(options, started, report), 90 * 60_000);
+  } finally {
+    clearInterval(heartbeat);
+  }
+}
+
+async function build(options: ImageBuildOptions, started: number, report: (stage: BuildProgress['stage'], fraction: number, detail: string) => void): Promise<BuildResult> {
+  const repoRoot = resolve(options.repoRoot);
+  const cacheDir = options.cacheDir ?? join(cacheRoot(), 'qemu');
+  const suite = options.suite ?? DEFAULT_SUITE;
+  const mirror = options.mirror ?? DEFAULT_MIRROR;
+  mkdirSync(cacheDir, { recursive: true });
+
+  // Layer 1: the Debian root filesystem.
+  const rKey = rootfsKey({ suite, mirror });
+  const rootfs = join(cacheDir, `rootfs-${rKey}`);
+  let builtRootfs = false;
+  let rootfsMs = 0;
+  if (options.force || !existsSync(join(rootfs, 'etc', 'os-release'))) {
+    const t0 = Date.now();
+    const tmp = `${rootfs}.tmp`;
+    rmSync(tmp, { recursive: true, force: true });
+    await buildRootfs({ target: tmp, suite, mirror, report: (f, d) => report('rootfs', f, d) });
+    rmSync(rootfs, { recursive: true, force: true });
+    renameSync(tmp, rootfs);
+    pruneSiblings(cacheDir, 'rootfs-', rootfs);
+    builtRootfs = true;
+    rootfsMs = Date.now() - t0;
+  } else report('rootfs', 1, `rootfs-${rKey} cached`);
+  const boot = bootFiles(rootfs);
+
+  // Layer 2: the payload, staged apart so its hash is the image key.
+  const t1 = Date.now();
+  report('payload', 0, `fetching ${NODE_PACKAGE} from the npm registry (cached after the first time)`);
+  const node = await fetchNode(cacheDir, NODE_PACKAGE);
+  report('payload', 0.3, 'cross-compiling the epoll addon for arm64 (cached)');
+  const addon = await buildEpollAddon(repoRoot, cacheDir, node);
+  const stage = join(cacheDir, `payload.tmp-${process.pid}`);
+  rmSync(stage, { recursive: true, force: true });
+  try {
+    report('payload', 0.5, 'bundling the supervisor (src/cli/device.ts)');
+    const appDir = join(stage, GUEST.appDir);
+    await bundleSupervisor(repoRoot, join(appDir, 'fleetlab-device.mjs'));
+    const runtimePackages = installRuntimePackages(repoRoot, appDir, addon);
+    mkdirSync(join(stage, 'usr/local/bin'), { recursive: true });
+    cpSync(join(node.dir, 'bin', 'node'), join(stage, 'usr/local/bin/node'));
+    chmodSync(join(stage, 'usr/local/bin/node'), 0o755);
+    const keys = sshKeyPair(cacheDir);
+    for (const f of overlayFiles(keys.publicKey)) {
+      const path = join(stage, f.path);
+      mkdirSync(dirname(path), { recursive: true });
+      writeFileSync(path, f.content);
+      chmodSync(path, f.mode);
+    }
+    const testTar = join(stage, GUEST.testImageTar);
+    mkdirSync(dirname(testTar), { recursive: true });
+    await writeTestRootfsTar(join(rootfs, 'bin', 'busybox'), testTar);
+
+    // The key: the payload's bytes plus what the assembly does with them.
+    const h = createHash('sha256').update(`${IMAGE_RECIPE_VERSION}\0${rKey}\0${SD_SIZE_BYTES}\0${JSON.stringify([ENABLED_UNITS, DISABLED_UNITS])}\0`);
+    hashTree(h, stage, '');
+    const key = h.digest('hex').slice(0, 16);
+    const dir = join(cacheDir, `image-${key}`);
+    if (!options.force && existsSync(join(dir, MANIFEST))) {
+      report('done', 1, `image-${key} cached`);
+      return { image: imageFromDir(dir), builtRootfs, builtImage: false, totalMs: Date.now() - started };
+    }
+
+    // Assemble: a copy of the rootfs with the payload on top, then the SD card.
+    const work = `${dir}.tmp-${process.pid}`;
+    rmSync(work, { recursive: true, force: true });
+    mkdirSync(work, { recursive: true });
+    const tree = join(work, 'rootfs');
+    report('assemble', 0, `copying rootfs-${rKey} and adding the payload`);
+    await execa('cp', ['-a', '--reflink=auto', rootfs, tree]);
+    await execa('cp', ['-a', `${stage}/.`, tree]);
+    for (const wants of DISABLED_UNITS) rmSync(join(tree, 'etc/systemd/system', wants), { force: true });
+    for (const u of ENABLED_UNITS) {
+      const link = join(tree, 'etc/systemd/system', `${u.wantedBy}.wants`, u.unit);
+      mkdirSync(dirname(link), { recursive: true });
+      rmSync(link, { force: true });
+      symlinkSync(u.source, link);
+    }
+    for (const d of ['var/log/journal', `${GUEST.bootDir.slice(1)}/system-proxy`, GUEST.dataDir.slice(1)]) mkdirSync(join(tree, d), { recursive: true });
+    chmodSync(join(tree, 'root/.ssh'), 0o700);
+    for (const [from, to] of [[boot.kernel, 'vmlinuz'], [boot.initrd, 'initrd.img'], [boot.dtb, 'bcm2837-rpi-3-b.dtb']] as const) cpSync(from, join(work, to));
+    writeFileSync(join(work, 'id_ed25519'), keys.privateKey, { mode: 0o600 });
+
+    report('sdcard', 0, `mke2fs -d: ${SD_SIZE_BYTES / 1024 ** 3} GiB ext4 SD card image`);
+    const sd = join(work, 'sd.img');
+    writeFileSync(sd, '');
+    await execa('truncate', ['-s', String(SD_SIZE_BYTES), sd]);
+    const mk = await execa(needTool(qemuTools.mke2fs), ['-q', '-F', '-t', 'ext4', '-L', 'fleetlab-root', '-d', tree, sd], { reject: false, all: true });
+    if (mk.exitCode !== 0) throw new FleetlabError('SUP_ERR_INTERNAL', `mke2fs -d failed: ${mk.all?.trim()}`);
+    rmSync(tree, { recursive: true, force: true });
+    const manifest: ImageManifest = {
+      key,
+      rootfsKey: rKey,
+      suite,
+      kernelVersion: boot.kernelVersion,
+      node: node.spec,
+      runtimePackages,
+      sdSizeBytes: SD_SIZE_BYTES,
+      builtAt: new Date().toISOString(),
+      timings: { rootfsMs, imageMs: Date.now() - t1 },
+    };
+    writeFileSync(join(work, MANIFEST), `${JSON.stringify(manifest, null, 2)}\n`);
+    rmSync(dir, { recursive: true, force: true });
+    renameSync(work, dir);
+    pruneSiblings(cacheDir, 'image-', dir, 2);
+    report('done', 1, `image-${key} built`);
+    return { image: imageFromDir(dir), builtRootfs, builtImage: true, totalMs: Date.now() - started };
+  } finally {
+    rmSync(stage, { recursive: true, force: true });
+    for (const d of readdirSync(cacheDir)) if (d.endsWith(`.tmp-${process.pid}`)) rmSync(join(cacheDir, d), { recursive: true, force: true });
+  }
+}
+
+/**
+ * Older layers of the same kind go, newest `keep` stay: a booted overlay still reads the image
+ * it was made from, so the previous image is kept for runs in progress.
+ */
+function pruneSiblings(cacheDir: string, prefix: string, current: string, keep = 1): void {
+  const others = readdirSync(cacheDir)
+    .filter((d) => d.startsWith(prefix) && /^[a-z]+-[0-9a-f]{16}$/.test(d) && join(cacheDir, d) !== current)
+    .map((d) => join(cacheDir, d))
+    .sort((a, b) => statSync(b).mtimeMs - statSync(a).mtimeMs);
+  for (const d of others.slice(keep - 1)) rmSync(d, { recursive: true, force: true });
+}

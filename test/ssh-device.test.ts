@@ -1,0 +1,489 @@
+/**
+ * The SSH layer of the board/qemu targets against a real OpenSSH server: a private sshd on
+ * loopback with its own host key and authorized key, run as root like a lab board's. Killing
+ * it with its per-connection processes is what a reboot does to the harness's connection.
+ */
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import { mkdirSync, readdirSync, readFileSync } from 'node:fs';
+import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { createServer, type Server } from 'node:http';
+import { connect, createServer as createTcpServer } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { FleetlabError } from '../src/errors.js';
+import { findTool, missingToolError, type ToolSpec } from '../src/tools.js';
+import { journalEntries } from '../hil/lib/journal-json.js';
+import { checkBindings } from '../hil/targets/bindings.js';
+import { boardCapabilities, loadBoardConfig, parseBoardConfig, type BoardConfig } from '../hil/targets/board-config.js';
+import { gpioNumberFromChips, observeLedByCommand, observeSysfsLed, startBoard } from '../hil/targets/board.js';
+import { shellQuote, SshDevice } from '../hil/targets/ssh-device.js';
+
+const sshdTool: ToolSpec = { candidates: ['/usr/sbin/sshd'], debianPackage: 'openssh-server' };
+const sshKeygenTool: ToolSpec = { candidates: ['ssh-keygen'], debianPackage: 'openssh-client' };
+
+function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const server = createTcpServer();
+    server.once('error', reject);
+    server.listen(0, '127.0.0.1', () => {
+      const address = server.address();
+      server.close(() => (typeof address === 'object' && address ? resolve(address.port) : reject(new Error('no port'))));
+    });
+  });
+}
+
+function sleep(ms: number): Promise<void> {
+  return new Promise((r) => setTimeout(r, ms));
+}
+
+function accepts(port: number): Promise<boolean> {
+  return new Promise((resolve) => {
+    const socket = connect(port, '127.0.0.1');
+    socket.once('connect', () => (socket.destroy(), resolve(true)));
+    socket.once('error', () => resolve(false));
+  });
+}
+
+/** Every descendant of `pid`, from /proc (sshd's per-connection children call setsid, so no group kill reaches them). */
+function descendants(pid: number): number[] {
+  const parentOf = new Map<number, number>();
+  for (const name of readdirSync('/proc')) {
+    if (!/^[0-9]+$/.test(name)) continue;
+    try {
+      const stat = readFileSync(`/proc/${name}/stat`, 'utf8');
+      // pid (comm) state ppid ...: comm may hold spaces, so split after the last ')'.
+      parentOf.set(Number(name), Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]));
+    } catch {
+      // exited meanwhile
+    }
+  }
+  const found: number[] = [];
+  const walk = (p: number) => {
+    for (const [child, parent] of parentOf) if (parent === p) (found.push(child), walk(child));
+  };
+  walk(pid);
+  return found;
+}
+
+/** A private sshd on 127.0.0.1:port, root login by key only. */
+class PrivateSshd {
+  #child: ChildProcess | undefined;
+  #stderr = '';
+
+  constructor(readonly dir: string, readonly port: number) {}
+
+  static async create(dir: string, port: number, clientPublicKey: string): Promise<PrivateSshd> {
+    const keygen = findTool(sshKeygenTool);
+    if (!keygen) throw missingToolError(sshKeygenTool);
+    const hostKey = join(dir, 'host_ed25519');
+    const r = spawnSync(keygen, ['-q', '-t', 'ed25519', '-N', '', '-f', hostKey]);
+    if (r.status !== 0) throw new Error(`ssh-keygen: ${r.stderr}`);
+    await writeFile(join(dir, 'authorized_keys'), clientPublicKey, { mode: 0o600 });
+    await writeFile(
+      join(dir, 'sshd_config'),
+      [
+        `Port ${port}`,
+        'ListenAddress 127.0.0.1',
+        `HostKey ${hostKey}`,
+        'PidFile none',
+        'UsePAM no',
+        'StrictModes no',
+        `AuthorizedKeysFile ${join(dir, 'authorized_keys')}`,
+        'PermitRootLogin prohibit-password',
+        'PasswordAuthentication no',
+        'KbdInteractiveAuthentication no',
+        'LogLevel ERROR',
+        '',
+      ].join('\n'),
+    );
+    // Debian's unit creates the privilege separation directory; a private sshd needs it too.
+    mkdirSync('/run/sshd', { recursive: true, mode: 0o755 });
+    return new PrivateSshd(dir, port);
+  }
+
+  async start(): Promise<void> {
+    const sshd = findTool(sshdTool);
+    if (!sshd) throw missingToolError(sshdTool);
+    const child = spawn(sshd, ['-D', '-e', '-f', join(this.dir, 'sshd_config')], { stdio: ['ignore', 'ignore', 'pipe'] });
+    child.stderr!.on('data', (c: Buffer) => (this.#stderr += c.toString('utf8')));
+    this.#child = child;
+    const deadline = Date.now() + 10_000;
+    while (Date.now() < deadline) {
+      if (child.exitCode !== null) throw new Error(`sshd exited ${child.exitCode}: ${this.#stderr}`);
+      if (await accepts(this.port)) return;
+      await sleep(50);
+    }
+    throw new Error(`sshd did not listen on ${this.port} within 10 s: ${this.#stderr}`);
+  }
+
+  /** Kills the listener and every session it spawned: the harness's connection drops. */
+  async stop(): Promise<void> {
+    const child = this.#child;
+    this.#child = undefined;
+    if (!child?.pid || child.exitCode !== null) return;
+    for (const pid of descendants(child.pid)) {
+      try {
+        process.kill(pid, 'SIGKILL');
+      } catch {
+        // gone already
+      }
+    }
+    const exited = new Promise((r) => child.once('exit', r));
+    child.kill('SIGKILL');
+    await exited;
+  }
+}
+
+const sshdMissing = findTool(sshdTool) === undefined;
+
+describe('shellQuote', () => {
+  it('single-quotes every word, quotes inside included', () => {
+    expect(shellQuote(['echo', "it's", '$HOME'])).toBe(`'echo' 'it'\\''s' '$HOME'`);
+  });
+});
+
+describe('SshDevice against a real sshd', () => {
+  if (sshdMissing) {
+    it('needs sshd', () => {
+      throw missingToolError(sshdTool);
+    });
+    return;
+  }
+  let dir: string;
+  let sshd: PrivateSshd;
+  let privateKey: Buffer;
+  let ssh: SshDevice;
+
+  beforeAll(async () => {
+    dir = await mkdtemp(join(tmpdir(), 'fleetlab-sshd-'));
+    const keygen = findTool(sshKeygenTool);
+    if (!keygen) throw missingToolError(sshKeygenTool);
+    const clientKey = join(dir, 'client_ed25519');
+    const r = spawnSync(keygen, ['-q', '-t', 'ed25519', '-N', '', '-f', clientKey]);
+    if (r.status !== 0) throw new Error(`ssh-keygen: ${r.stderr}`);
+    privateKey = readFileSync(clientKey);
+    sshd = await PrivateSshd.create(dir, await freePort(), readFileSync(`${clientKey}.pub`, 'utf8'));
+    await sshd.start();
+    ssh = new SshDevice({ host: '127.0.0.1', port: sshd.port, username: 'root', privateKey, readyTimeoutMs: 5000 });
+  });
+
+  afterAll(async () => {
+    await ssh?.close();
+    await sshd?.stop();
+    if (dir) await rm(dir, { recursive: true, force: true });
+  });
+
+  it('runs argv and reports the exit code and both streams without rejecting', async () => {
+    expect(await ssh.run(['true'])).toEqual({ exitCode: 0, stdout: '', stderr: '' });
+    const r = await ssh.run(['sh', '-c', 'echo out; echo err >&2; exit 3']);
+    expect(r).toEqual({ exitCode: 3, stdout: 'out\n', stderr: 'err\n' });
+    const missing = await ssh.run(['/nonexistent/tool']);
+    expect(missing.exitCode).toBe(127);
+  });
+
+  it('passes argv through the remote shell untouched', async () => {
+    const words = ['a b', "it's", '$HOME', '`id`', '"q"', ';', '*', 'x\\y', '', '\n'];
+    const r = await ssh.run(['printf', '[%s]', ...words]);
+    expect(r.stdout).toBe(words.map((w) => `[${w}]`).join(''));
+  });
+
+  it('writes input to stdin and closes it', async () => {
+    expect((await ssh.run(['cat'], { input: 'hello\nworld' })).stdout).toBe('hello\nworld');
+    // No input: stdin is closed at once, so a reader ends instead of hanging.
+    expect((await ssh.run(['cat'])).stdout).toBe('');
+    expect((await ssh.run(['wc', '-c'], { input: Buffer.alloc(100_000, 7) })).stdout.trim()).toBe('100000');
+  });
+
+  it('runs concurrent calls on the one connection', async () => {
+    const results = await Promise.all(Array.from({ length: 20 }, (_, i) => ssh.run(['sh', '-c', `sleep 0.1; echo ${i}`])));
+    expect(results.map((r) => r.stdout.trim())).toEqual(Array.from({ length: 20 }, (_, i) => String(i)));
+  });
+
+  it('rejects a command that outlives its timeout', async () => {
+    const started = Date.now();
+    await expect(ssh.run(['sleep', '30'], { timeoutMs: 300 })).rejects.toThrow(/sleep did not finish within 300 ms/);
+    expect(Date.now() - started).toBeLessThan(5000);
+    expect((await ssh.run(['echo', 'still fine'])).stdout).toBe('still fine\n');
+    // No signal reaches a root session: the device's own timeout ends the command soon after.
+    await expect(ssh.run(['sh', '-c', 'sleep 30; : fleetlab-abandoned'], { timeoutMs: 200 })).rejects.toThrow(/did not finish/);
+    let left = '';
+    for (let i = 0; i < 40; i++) {
+      left = (await ssh.run(['pgrep', '-f', 'fleetlab-abandone[d]'])).stdout;
+      if (left === '') break;
+      await sleep(250);
+    }
+    expect(left).toBe('');
+  });
+
+  it('files: binary round trip, list, exists, remove', async () => {
+    const root = join(dir, 'files');
+    const bytes = Buffer.concat([Buffer.from(Array.from({ length: 256 }, (_, i) => i)), randomBytes(300_000)]);
+    await ssh.files.write(join(root, 'deep', 'blob.bin'), bytes);
+    expect((await ssh.files.read(join(root, 'deep', 'blob.bin'))).equals(bytes)).toBe(true);
+    await ssh.files.write(join(root, "it's a file"), 'text');
+    expect((await ssh.files.read(join(root, "it's a file"))).toString()).toBe('text');
+    expect(await ssh.files.list(root)).toEqual(['deep', "it's a file"]);
+    expect(await ssh.files.exists(join(root, 'deep'))).toBe(true);
+    await ssh.files.remove(join(root, 'deep'));
+    expect(await ssh.files.exists(join(root, 'deep'))).toBe(false);
+    await expect(ssh.files.read(join(root, 'deep', 'blob.bin'))).rejects.toThrow(/read .*blob\.bin on root@127\.0\.0\.1:\d+: .*No such file/);
+    await expect(ssh.files.list(join(root, 'absent'))).rejects.toThrow(/list/);
+  });
+
+  it('journal: entries is an array (empty without journald) and the parser reads journalctl JSON', async () => {
+    const entries = await ssh.journal.entries({ lines: 5 });
+    expect(Array.isArray(entries)).toBe(true);
+    expect(entries.length).toBeLessThanOrEqual(5);
+    const line = JSON.stringify({ MESSAGE: 'hi', _SYSTEMD_UNIT: 'fleetlab-supervisor.service', __REALTIME_TIMESTAMP: '1700000000000000' });
+    const binary = JSON.stringify({ MESSAGE: [104, 105], __REALTIME_TIMESTAMP: '1700000000000001' });
+    expect(journalEntries(`${line}\n${binary}\n`, 0)).toEqual([
+      { unit: 'fleetlab-supervisor.service', message: 'hi', realtimeUs: 1700000000000000 },
+      { message: 'hi', realtimeUs: 1700000000000001 },
+    ]);
+  });
+
+  it('follows a long-running command and stops it', async () => {
+    const seen: string[] = [];
+    const followed = await ssh.follow(['sh', '-c', 'i=0; while :; do echo $i; i=$((i+1)); sleep 0.05; done'], (c) => seen.push(c.toString()));
+    const count = () => seen.join('').split('\n').filter(Boolean).length;
+    for (let i = 0; i < 200 && count() < 3; i++) await sleep(50);
+    followed.stop();
+    await followed.done;
+    expect(count()).toBeGreaterThanOrEqual(3);
+  });
+
+  it('observes a sysfs LED line by chip label over SSH', async () => {
+    const gpio = join(dir, 'gpio');
+    await mkdir(join(gpio, 'gpiochip512'), { recursive: true });
+    await mkdir(join(gpio, 'gpiochip0'), { recursive: true });
+    await mkdir(join(gpio, 'gpio529'), { recursive: true });
+    for (const [chip, label, base, n] of [['gpiochip512', 'pinctrl-bcm2835', 512, 54], ['gpiochip0', 'raspberrypi-exp-gpio', 0, 8]] as const) {
+      await writeFile(join(gpio, chip, 'label'), `${label}\n`);
+      await writeFile(join(gpio, chip, 'base'), `${base}\n`);
+      await writeFile(join(gpio, chip, 'ngpio'), `${n}\n`);
+    }
+    const value = join(gpio, 'gpio529', 'value');
+    await writeFile(value, '0\n');
+    const since = Date.now();
+    const led = await observeSysfsLed(ssh, { chip: 'pinctrl-bcm2835', offset: 17 }, 10, gpio);
+    try {
+      expect(led.line).toMatch(/gpio 529, pinctrl-bcm2835 pin 17/);
+      await sleep(400);
+      for (const v of ['1', '0', '1']) {
+        await writeFile(value, `${v}\n`);
+        await sleep(250);
+      }
+      const transitions = await led.transitions(since);
+      expect(transitions.map((t) => t.value)).toEqual([0, 1, 0, 1]);
+      expect(transitions.every((t, i) => i === 0 || t.at > transitions[i - 1]!.at)).toBe(true);
+      expect(await led.level()).toBe(1);
+    } finally {
+      await led.stop();
+    }
+    await expect(observeSysfsLed(ssh, { chip: 'nope', offset: 1 }, 10, gpio)).rejects.toThrow(/chip "nope" not found on the board; chips present: .*pinctrl-bcm2835 \(base 512\)/);
+  });
+
+  it('opens a new connection after the server restarts (the device rebooted)', async () => {
+    expect((await ssh.run(['echo', 'before'])).stdout).toBe('before\n');
+    const pidBefore = (await ssh.run(['sh', '-c', 'echo $PPID'])).stdout;
+    await sshd.stop();
+    await expect(ssh.run(['true'])).rejects.toThrow(FleetlabError);
+    await sshd.start();
+    expect((await ssh.run(['echo', 'after'])).stdout).toBe('after\n');
+    expect((await ssh.run(['sh', '-c', 'echo $PPID'])).stdout).not.toBe(pidBefore);
+  });
+
+  it('opens a new connection on the first call after a silent drop', async () => {
+    await sshd.stop();
+    await sshd.start();
+    // No call saw the drop: this one finds the old connection dead and reconnects.
+    expect((await ssh.run(['echo', 'again'])).stdout).toBe('again\n');
+  });
+
+  it('waitReachable waits for a server that comes up later', async () => {
+    await sshd.stop();
+    const waiting = ssh.waitReachable(15_000);
+    await sleep(1500);
+    await sshd.start();
+    await waiting;
+    expect((await ssh.run(['true'])).exitCode).toBe(0);
+  });
+
+  it('the board target connects, reads its identity from the store and checks its bindings', async () => {
+    const dataDir = join(dir, 'board-data');
+    await mkdir(dataDir, { recursive: true });
+    await writeFile(join(dataDir, 'device.json'), JSON.stringify({ uuid: 'u-1234', deviceKey: 'k-secret', generation: 3 }));
+    await writeFile(join(dir, 'client_key_copy'), privateKey, { mode: 0o600 });
+    const api: Server = createServer((req, res) => res.writeHead(req.url === '/ping' ? 200 : 404).end('OK'));
+    await new Promise<void>((r) => api.listen(0, '127.0.0.1', () => r()));
+    const apiPort = (api.address() as { port: number }).port;
+    const config = parseBoardConfig(
+      { host: '127.0.0.1', sshPort: sshd.port, privateKey: 'client_key_copy', apiUrl: `http://127.0.0.1:${apiPort}`, dataDir, led: { gpio: 529, observe: { command: "printf '0\\n1\\n'; sleep 30" } } },
+      { source: 'test', baseDir: dir },
+    );
+    const device = await startBoard(config);
+    try {
+      checkBindings({ name: 'board', provides: boardCapabilities(config), start: async () => device }, device);
+      expect([...device.capabilities].sort()).toEqual(['api', 'exec', 'files', 'files.volumes', 'journal', 'led', 'power.reboot']);
+      expect(device.api.identity).toMatchObject({ uuid: 'u-1234', apiKey: 'k-secret', vendor: 'platform', lockRoot: '/tmp/fleetlab/locks', hostPaths: { hostname: '/etc/hostname', proxyConfigDir: '/mnt/boot/system-proxy', bootConfig: '/mnt/boot/config.txt' } });
+      expect((await device.exec!.run(['echo', 'on the board'])).stdout).toBe('on the board\n');
+      expect(typeof (await device.supervisorLog())).toBe('string');
+      await sleep(300);
+      expect((await device.led!.transitions()).map((t) => t.value)).toEqual([0, 1]);
+      await expect(device.power!.cycle()).rejects.toThrow(/no command for it/);
+    } finally {
+      await device.close();
+      await new Promise((r) => api.close(r));
+    }
+  });
+});
+
+describe('SshDevice with nothing listening', () => {
+  let dir: string;
+  let privateKey: Buffer;
+  beforeAll(async () => {
+    dir = await mkdtemp(join(tmpdir(), 'fleetlab-ssh-key-'));
+    const keygen = findTool(sshKeygenTool);
+    if (!keygen) throw missingToolError(sshKeygenTool);
+    spawnSync(keygen, ['-q', '-t', 'ed25519', '-N', '', '-f', join(dir, 'k')]);
+    privateKey = readFileSync(join(dir, 'k'));
+  });
+  afterAll(async () => {
+    if (dir) await rm(dir, { recursive: true, force: true });
+  });
+
+  it('rejects with an error naming the address', async () => {
+    const port = await freePort();
+    const ssh = new SshDevice({ host: '127.0.0.1', port, privateKey, readyTimeoutMs: 2000 });
+    try {
+      const err = await ssh.run(['true']).catch((e: unknown) => e);
+      expect(err).toBeInstanceOf(FleetlabError);
+      expect((err as Error).message).toMatch(new RegExp(`SSH to root@127\\.0\\.0\\.1:${port} failed: .*ECONNREFUSED`));
+      await expect(ssh.waitReachable(1200)).rejects.toThrow(/not reachable within 1200 ms \(.*ECONNREFUSED/);
+    } finally {
+      await ssh.close();
+    }
+  });
+
+  it('fails at once on a key it cannot use', async () => {
+    const ssh = new SshDevice({ host: '127.0.0.1', port: await freePort(), privateKey: 'not a key' });
+    try {
+      const started = Date.now();
+      await expect(ssh.waitReachable(10_000)).rejects.toThrow(/Cannot parse privateKey/);
+      expect(Date.now() - started).toBeLessThan(2000);
+    } finally {
+      await ssh.close();
+    }
+  });
+});
+
+describe('LED observed by a lab-host command', () => {
+  it('records 0/1 lines as transitions and stops the command', async () => {
+    const led = observeLedByCommand("printf '0\\n0\\n1\\nnoise\\n0\\n'; sleep 30", 'gpio 529');
+    try {
+      await sleep(500);
+      expect((await led.transitions()).map((t) => t.value)).toEqual([0, 1, 0]);
+      expect(await led.level()).toBe(0);
+    } finally {
+      await led.stop();
+    }
+  });
+});
+
+describe('board config', () => {
+  const where = { source: 'lab.json', baseDir: '/etc/fleetlab', home: '/root' };
+  const parse = (raw: unknown) => parseBoardConfig(raw, where);
+  const minimal = { host: '10.1.2.3', privateKey: 'keys/lab' };
+
+  it('fills the defaults', () => {
+    const c = parse(minimal);
+    expect(c).toEqual({
+      host: '10.1.2.3',
+      sshPort: 22,
+      user: 'root',
+      privateKey: '/etc/fleetlab/keys/lab',
+      apiUrl: 'http://10.1.2.3:48484',
+      dataDir: '/var/lib/fleetlab',
+      vendor: 'platform',
+      lockRoot: '/tmp/fleetlab/locks',
+      supervisorUnit: 'fleetlab-supervisor.service',
+      hostPaths: { hostname: '/etc/hostname', proxyConfigDir: '/mnt/boot/system-proxy', bootConfig: '/mnt/boot/config.txt' },
+      power: {},
+    } satisfies BoardConfig);
+    expect(boardCapabilities(c)).toEqual(['api', 'exec', 'files', 'files.volumes', 'journal', 'power.reboot']);
+    expect(parse({ ...minimal, privateKey: '~/.ssh/k' }).privateKey).toBe('/root/.ssh/k');
+    expect(parse({ ...minimal, host: 'fe80::1' }).apiUrl).toBe('http://[fe80::1]:48484');
+  });
+
+  it('takes every field', () => {
+    const c = parse({
+      ...minimal,
+      sshPort: 2222,
+      user: 'pi',
+      apiUrl: 'http://bench:9000/',
+      apiKey: 'k',
+      dataDir: '/data/fleetlab',
+      vendor: 'balena',
+      lockRoot: '/tmp/balena/locks',
+      hostPaths: { bootConfig: '/boot/firmware/config.txt' },
+      led: { gpio: 'pinctrl-bcm2711:17', observe: 'sysfs', pollMs: 5 },
+      power: { off: 'pdu off 3', on: 'pdu on 3' },
+    });
+    expect(c).toMatchObject({ sshPort: 2222, user: 'pi', apiUrl: 'http://bench:9000', apiKey: 'k', vendor: 'balena', led: { gpio: { chip: 'pinctrl-bcm2711', offset: 17 }, observe: { kind: 'sysfs', pollMs: 5 } } });
+    expect(c.hostPaths).toEqual({ hostname: '/etc/hostname', proxyConfigDir: '/mnt/boot/system-proxy', bootConfig: '/boot/firmware/config.txt' });
+    expect(boardCapabilities(c)).toEqual(['api', 'exec', 'files', 'files.volumes', 'journal', 'power.reboot', 'led', 'power.cycle', 'power.cut']);
+    expect(boardCapabilities(parse({ ...minimal, power: { cycle: 'pdu cycle 3' } }))).toContain('power.cycle');
+    expect(boardCapabilities(parse({ ...minimal, power: { cycle: 'pdu cycle 3' } }))).not.toContain('power.cut');
+    expect(parse({ ...minimal, led: { gpio: 529, observe: { command: 'lab-gpio watch 4' } } }).led).toEqual({ gpio: 529, observe: { kind: 'command', command: 'lab-gpio watch 4' } });
+  });
+
+  it.each([
+    [[1], /must be a JSON object/],
+    [{ privateKey: 'k' }, /"host" is required/],
+    [{ host: '10.1.2.3' }, /"privateKey" is required/],
+    [{ ...minimal, hots: 'x' }, /unknown field "hots"/],
+    [{ ...minimal, sshPort: '22' }, /"sshPort" must be an integer 1-65535, got "22"/],
+    [{ ...minimal, sshPort: 70000 }, /"sshPort"/],
+    [{ ...minimal, apiUrl: 'ftp://x' }, /"apiUrl" must be an http\(s\) URL/],
+    [{ ...minimal, vendor: 'Bad-Word' }, /"vendor" must be a lowercase word/],
+    [{ ...minimal, dataDir: 'relative' }, /"dataDir" must be an absolute device path/],
+    [{ ...minimal, hostPaths: { hostname: 'etc/hostname' } }, /"hostPaths.hostname" must be an absolute/],
+    [{ ...minimal, led: { gpio: 'pin17' } }, /"led.gpio" must be "<chip label>:<offset>"/],
+    [{ ...minimal, led: { gpio: 17, observe: 'camera' } }, /"led.observe" must be "sysfs" or \{"command"/],
+    [{ ...minimal, power: { off: 'pdu off' } }, /"power.off" and "power.on" go together/],
+    [{ ...minimal, power: { reset: 'x' } }, /unknown field "power.reset"/],
+    [{ ...minimal, power: { cycle: '' } }, /"power.cycle" must be a non-empty shell command/],
+  ])('rejects %j', (raw, message) => {
+    let caught: unknown;
+    try {
+      parse(raw);
+    } catch (err) {
+      caught = err;
+    }
+    expect(caught).toBeInstanceOf(FleetlabError);
+    expect((caught as Error).message).toMatch(message);
+    expect((caught as Error).message).toMatch(/^board config lab\.json: /);
+    expect((caught as Error).message).toContain('example (FLEETLAB_BOARD_CONFIG=hil/boards/example.json)');
+  });
+
+  it('names the variable when it is unset or points nowhere', () => {
+    expect(() => loadBoardConfig({})).toThrow(/set FLEETLAB_BOARD_CONFIG to the path/);
+    expect(() => loadBoardConfig({ FLEETLAB_BOARD_CONFIG: '/nonexistent/board.json' })).toThrow(/board config \/nonexistent\/board\.json: cannot read it/);
+  });
+
+  it('reads the example config', () => {
+    const c = loadBoardConfig({ FLEETLAB_BOARD_CONFIG: fileURLToPath(new URL('../hil/boards/example.json', import.meta.url)), HOME: '/root' });
+    expect(boardCapabilities(c)).toContain('led');
+  });
+
+  it('resolves the LED line from chip labels as the supervisor does', () => {
+    const chips = [{ label: 'pinctrl-bcm2835', base: 512, ngpio: 54 }, { label: 'raspberrypi-exp-gpio', base: 570, ngpio: 8 }];
+    expect(gpioNumberFromChips({ chip: 'pinctrl-bcm2835', offset: 17 }, chips)).toBe(529);
+    expect(gpioNumberFromChips(17, [])).toBe(17);
+    expect(() => gpioNumberFromChips({ chip: 'pinctrl-bcm2835', offset: 54 }, chips)).toThrow(/outside chip/);
+    expect(() => gpioNumberFromChips({ chip: 'x', offset: 1 }, [...chips, { label: 'x', base: 1, ngpio: 2 }, { label: 'x', base: 3, ngpio: 2 }])).toThrow(/ambiguous/);
+  });
+});

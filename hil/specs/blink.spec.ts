@@ -13,7 +13,7 @@ function pulses(transitions: readonly LedTransition[]) {
   return { ons: ons.length, medianGap: gaps[Math.floor(gaps.length / 2)] ?? NaN, first: transitions[0], last: transitions.at(-1) };
 }
 
-test('POST /v1/blink: ~37 on-pulses with a ~200 ms half-period, line off after 15 s', async ({ api, device, needs }) => {
+test('POST /v1/blink: ~37 on-pulses with a ~200 ms half-period, line off after 15 s', { tag: '@smoke' }, async ({ api, device, needs }) => {
   needs('led');
   const led = device.led!;
   const since = Date.now();

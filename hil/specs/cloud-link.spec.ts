@@ -37,7 +37,7 @@ async function deviceRow(cloud: FleetCloud, uuid: string) {
 
 test.beforeEach(({ needs }) => needs('network'));
 
-test('the device registers to the fleet with its provisioning key and its tunnel comes up', async ({ api, device, cloud }) => {
+test('the device registers to the fleet with its provisioning key and its tunnel comes up', { tag: '@smoke' }, async ({ api, device, cloud }) => {
   const row = await pollUntil('device online in the cloud', () => deviceRow(cloud!, device.api.identity.uuid), (r) => r?.is_online === true, { timeoutMs: 30_000 });
   expect(row!.status).toBeTruthy();
   const vpn = await api.vpn();

@@ -15,7 +15,7 @@ test('GET host-config before any change: a hostname, no proxy', async ({ api }) 
   expect(res.body.network).not.toHaveProperty('proxy');
 });
 
-test('PATCH hostname and proxy: applied on the host, read back without the password, kept across a reboot', async ({ api, device, needs }) => {
+test('PATCH hostname and proxy: applied on the host, read back without the password, kept across a reboot', { tag: '@smoke' }, async ({ api, device, needs }) => {
   needs('files', 'power.reboot');
   const paths = device.api.identity.hostPaths;
   test.skip(!paths, `target ${device.target} cannot tell where the host keeps its hostname`);

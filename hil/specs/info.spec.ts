@@ -3,7 +3,7 @@
  */
 import { expect, test } from '../fixtures.js';
 
-test('GET /ping answers OK without a key', async ({ api }) => {
+test('GET /ping answers OK without a key', { tag: '@smoke' }, async ({ api }) => {
   const res = await api.ping();
   expect(res.status).toBe(200);
   expect(res.text).toBe('OK');
@@ -22,7 +22,7 @@ test('GET /v2/version answers success and a semver-like version', async ({ api }
   expect(res.body.version).toMatch(/^\d+\.\d+\.\d+/);
 });
 
-test('GET /v1/device has the spec fields with their types', async ({ api }) => {
+test('GET /v1/device has the spec fields with their types', { tag: '@smoke' }, async ({ api }) => {
   const res = await api.device();
   expect(res.status).toBe(200);
   const d = res.body;

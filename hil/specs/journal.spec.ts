@@ -47,7 +47,7 @@ async function readUntil(stream: HttpStream, done: (text: string) => boolean, ti
   return text;
 }
 
-test('count, unit and format: the last N entries of one unit, as JSON or plain messages', async ({ api }) => {
+test('count, unit and format: the last N entries of one unit, as JSON or plain messages', { tag: '@smoke' }, async ({ api }) => {
   const unit = await supervisorUnit(api);
   const names = await supervisorLines(api, 4);
   const res = await api.journalLogs({ unit, count: 3, format: 'json' });
@@ -133,7 +133,7 @@ test('bad fields are a 400 naming them', async ({ api }) => {
   }
 });
 
-test('the journal protocol and the API read the same journal', async ({ api, device, needs }) => {
+test('the journal protocol and the API read the same journal', { tag: '@smoke' }, async ({ api, device, needs }) => {
   needs('journal');
   const unit = await supervisorUnit(api);
   const viaApi = jsonLines((await api.journalLogs({ unit, format: 'json', count: 5 })).text).map((e) => String(e.MESSAGE));

@@ -37,7 +37,7 @@ test('bad target states are a 400 naming the field; malformed JSON is a 400', as
   expect((await api.localTargetState()).body.state.local.apps).toEqual({});
 });
 
-test('applying a release: appState applying -> applied, every service Running, the state reads back', async ({ api, device }) => {
+test('applying a release: appState applying -> applied, every service Running, the state reads back', { tag: '@smoke' }, async ({ api, device }) => {
   const release = twoServiceRelease(device.api.identity.vendor);
   const observed: StateStatus[] = [];
   const res = await api.setLocalTargetState(release);

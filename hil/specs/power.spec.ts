@@ -6,7 +6,7 @@ import { twoServiceRelease, waitRunning } from '../lib/apps.js';
 import { expect, test } from '../fixtures.js';
 import { pollUntil, sleep } from '../lib/wait.js';
 
-test('a hard power cycle: the device boots with its key, host config and release', async ({ api, device, needs }) => {
+test('a hard power cycle: the device boots with its key, host config and release', { tag: '@smoke' }, async ({ api, device, needs }) => {
   needs('power.cycle');
   expect((await api.setLocalTargetState(twoServiceRelease(device.api.identity.vendor))).status).toBe(200);
   await waitRunning(api, '1', ['main', 'worker']);

@@ -173,8 +173,9 @@ qemu
   .option('--snapshot', 'throw the disk changes away at exit (default: keep them in the machine\'s overlay under the cache)', false)
   .option('--api-port <port>', 'loopback port forwarded to the device API (default: a free one)')
   .option('--ssh-port <port>', 'loopback port forwarded to SSH (default: a free one)')
+  .option('--board-config <file>', 'also write a board target config for this board (FLEETLAB_BOARD_CONFIG=<file> npm run hil -- --project=board)')
   .action(
-    action(async (opts: { machine: 'raspi3b' | 'virt'; snapshot: boolean; apiPort?: string; sshPort?: string }) => {
+    action(async (opts: { machine: 'raspi3b' | 'virt'; snapshot: boolean; apiPort?: string; sshPort?: string; boardConfig?: string }) => {
       const { buildImage } = await import('../../qemu/image/build.js');
       const { bootBoard } = await import('../../qemu/boot.js');
       const { untilStopped } = await import('../stop-signals.js');
@@ -191,12 +192,39 @@ qemu
         ...(opts.sshPort ? { sshPort: port(opts.sshPort) } : {}),
         progress: (d) => console.error(d),
       });
+      if (opts.boardConfig) {
+        const { writeFileSync } = await import('node:fs');
+        const { boardConfigFor } = await import('../../qemu/board-config.js');
+        // The lab's power switch for this board is QMP, driven by this same CLI.
+        const self = [process.execPath, ...process.execArgv, process.argv[1]!];
+        writeFileSync(opts.boardConfig, `${JSON.stringify(boardConfigFor(ready, self), null, 2)}\n`);
+        console.error(`board config: ${opts.boardConfig}`);
+      }
       console.log(JSON.stringify(ready));
       console.error(`ssh -i ${ready.sshKey} -p ${ready.sshPort} root@127.0.0.1    # Ctrl-C here powers the board off`);
       const { done, trigger } = untilStopped(() => board.stop());
       // A guest that powers itself off ends the command too, after the same cleanup.
       void board.exited.then(() => (console.error(board.exitReason), trigger()));
       await done;
+    }),
+  );
+
+qemu
+  .command('power <action>')
+  .description('Power control of a running board through its QMP socket: cycle (hard reset) or off (QEMU quits)')
+  .requiredOption('--qmp <socket>', 'the board\'s QMP socket (qmpSocket in the ready line)')
+  .action(
+    action(async (what: string, opts: { qmp: string }) => {
+      const commands: Record<string, string> = { cycle: 'system_reset', off: 'quit' };
+      const command = commands[what];
+      if (!command) throw new Error(`power action must be cycle or off, not ${JSON.stringify(what)}`);
+      const { QmpClient } = await import('../../qemu/qmp.js');
+      const qmp = await QmpClient.connect({ socketPath: opts.qmp });
+      try {
+        await qmp.execute(command);
+      } finally {
+        await qmp.close().catch(() => undefined);
+      }
     }),
   );
 

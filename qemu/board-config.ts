@@ -1,0 +1,22 @@
+/**
+ * A board target config (hil/targets/board-config.ts) for a running QEMU board: the proof that
+ * the `board` target works is the same specs passing against the emulated Pi over SSH.
+ */
+import type { ReadyInfo } from './boot.js';
+import { LED_LINES } from './image/recipe.js';
+
+/** `cli` is how to run this fleetlab CLI (argv before the subcommand), for the power switch. */
+export function boardConfigFor(ready: ReadyInfo, cli: readonly string[]): Record<string, unknown> {
+  const quote = (word: string) => `'${word.replace(/'/g, `'\\''`)}'`;
+  const line = LED_LINES[ready.machine];
+  return {
+    host: '127.0.0.1',
+    sshPort: ready.sshPort,
+    user: 'root',
+    privateKey: ready.sshKey,
+    apiUrl: ready.apiUrl,
+    // Observed the way a lab without a logic analyser does it: the line's sysfs value over SSH.
+    led: { gpio: `${line.chip}:${line.offset}`, observe: 'sysfs' },
+    power: { cycle: [...cli, 'qemu', 'power', 'cycle', '--qmp', ready.qmpSocket].map(quote).join(' ') },
+  };
+}

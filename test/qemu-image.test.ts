@@ -1,0 +1,128 @@
+/**
+ * The QEMU image's recipe and payload, without building an image: the files it adds must be
+ * what the supervisor, systemd and the harness accept, and the bundle must run.
+ */
+import { execFileSync, spawnSync } from 'node:child_process';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, describe, expect, it } from 'vitest';
+import { boardConfigFor } from '../qemu/board-config.js';
+import type { ReadyInfo } from '../qemu/boot.js';
+import { bundleSupervisor, runtimePackages } from '../qemu/image/payload.js';
+import { GUEST, INITRAMFS_MODULES, LED_LINES, importTestImagesScript, overlayFiles, rootfsKey, supervisorConfig } from '../qemu/image/recipe.js';
+import { mmdebstrapArgs } from '../qemu/image/rootfs.js';
+import { cloudEnv, resetScript } from '../hil/targets/qemu.js';
+import { parseBoardConfig } from '../hil/targets/board-config.js';
+import { loadConfig } from '../src/supervisor/config.js';
+import { defaultCommand, testImages } from '../sim/images/test-images.js';
+
+const repoRoot = new URL('..', import.meta.url).pathname;
+const work = mkdtempSync(join(tmpdir(), 'fleetlab-qemu-image-test-'));
+afterAll(() => rmSync(work, { recursive: true, force: true }));
+
+const shellSyntaxOk = (script: string) => spawnSync('sh', ['-n', '-c', script]).status === 0;
+
+describe('the root filesystem recipe', () => {
+  it('asks mmdebstrap for arm64 minbase and sets MODULES=list with the module list before the kernel installs', () => {
+    const args = mmdebstrapArgs({ suite: 'bookworm', mirror: 'http://deb.debian.org/debian', target: '/x' });
+    expect(args).toContain('--arch=arm64');
+    expect(args).toContain('--variant=minbase');
+    expect(args.slice(-3)).toEqual(['bookworm', '/x', 'http://deb.debian.org/debian']);
+    const hook = args.find((a) => a.startsWith('--setup-hook='))!.slice('--setup-hook='.length);
+    expect(shellSyntaxOk(hook)).toBe(true);
+    // Run the hook on a scratch root, as mmdebstrap would ("$1" is the root).
+    const root = join(work, 'hook-root');
+    execFileSync('sh', ['-c', hook, 'hook', root]);
+    expect(execFileSync('cat', [join(root, 'etc/initramfs-tools/conf.d/fleetlab.conf')], { encoding: 'utf8' })).toBe('MODULES=list\n');
+    expect(execFileSync('cat', [join(root, 'etc/initramfs-tools/modules')], { encoding: 'utf8' }).trim().split('\n')).toEqual([...INITRAMFS_MODULES]);
+  });
+
+  it('keys the rootfs by its inputs', () => {
+    const a = rootfsKey({ suite: 'bookworm', mirror: 'http://m' });
+    expect(rootfsKey({ suite: 'bookworm', mirror: 'http://m' })).toBe(a);
+    expect(rootfsKey({ suite: 'trixie', mirror: 'http://m' })).not.toBe(a);
+    expect(rootfsKey({ suite: 'bookworm', mirror: 'http://other' })).not.toBe(a);
+  });
+});
+
+describe('the files the image adds', () => {
+  const files = overlayFiles('ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIFleetlabTestKeyOnly fleetlab-hil');
+  const byPath = new Map(files.map((f) => [f.path, f]));
+
+  it('gives the supervisor a config its own loader accepts', () => {
+    const file = join(work, 'supervisor.json');
+    execFileSync('sh', ['-c', 'cat > "$1"', 'w', file], { input: byPath.get(GUEST.configFile)!.content });
+    const config = loadConfig({ file, env: {} });
+    expect(config).toMatchObject({ dataDir: GUEST.dataDir, localMode: true, lockRoot: GUEST.lockRoot, bootConfigPath: `${GUEST.bootDir}/config.txt` });
+    expect(supervisorConfig()).toEqual(JSON.parse(byPath.get(GUEST.configFile)!.content));
+  });
+
+  it('runs the bundle from the supervisor unit with both environment files', () => {
+    const unit = byPath.get(`/etc/systemd/system/${GUEST.unit}`)!.content;
+    expect(unit).toContain(`ExecStart=/usr/local/bin/node ${GUEST.appDir}/fleetlab-device.mjs supervisor --config ${GUEST.configFile}`);
+    expect(unit).toContain(`EnvironmentFile=-${GUEST.runEnvFile}`);
+    expect(unit).toContain(`EnvironmentFile=-${GUEST.envFile}`);
+  });
+
+  it('has shell scripts that parse, and imports every test image with its default command', () => {
+    for (const f of files.filter((x) => x.content.startsWith('#!/bin/sh'))) expect(shellSyntaxOk(f.content), f.path).toBe(true);
+    const script = importTestImagesScript();
+    for (const image of testImages) {
+      const line = script.split('\n').find((l) => l.endsWith(` ${image.ref}`))!;
+      // What the shell hands docker as the --change value: the JSON of the default command.
+      const change = execFileSync('sh', ['-c', `set -- ${line.slice(line.indexOf('--change'))}; printf %s "$2"`], { encoding: 'utf8' });
+      expect(JSON.parse(change.slice('CMD '.length))).toEqual(defaultCommand(image.banner));
+    }
+  });
+
+  it('picks the LED line by the chip label the supervisor resolves', () => {
+    const script = byPath.get('/usr/local/lib/fleetlab/boot-setup')!.content;
+    expect(script).toContain(`${LED_LINES.raspi3b.chip}:${LED_LINES.raspi3b.offset}`);
+    expect(script).toContain(`${LED_LINES.virt.chip}:${LED_LINES.virt.offset}`);
+  });
+});
+
+describe('the payload', () => {
+  it('keeps onoff and its runtime dependencies as packages beside the bundle', () => {
+    const names = runtimePackages(join(repoRoot, 'node_modules'));
+    expect(names).toEqual(expect.arrayContaining(['onoff', 'epoll', 'bindings', 'lodash.debounce']));
+    expect(names).not.toContain('fastify');
+  });
+
+  it('bundles a supervisor that starts: `supervisor --help` lists the settings', async () => {
+    const out = join(work, 'fleetlab-device.mjs');
+    await bundleSupervisor(repoRoot, out);
+    const help = spawnSync(process.execPath, [out, 'supervisor', '--help'], { encoding: 'utf8' });
+    expect(help.status, help.stderr).toBe(0);
+    expect(help.stdout).toContain('FLEETLAB_LED_GPIO');
+    expect(help.stdout).toContain('--data-dir');
+  }, 60_000);
+});
+
+describe('what the harness writes to the board', () => {
+  it('resets with a script that parses', () => {
+    expect(shellSyntaxOk(resetScript())).toBe(true);
+  });
+
+  it('points the supervisor at a cloud with variables its config loader reads', () => {
+    const env = Object.fromEntries(
+      cloudEnv({ url: 'http://10.0.2.2:40001', provisioningKey: 'pk' })
+        .trim()
+        .split('\n')
+        .map((l) => l.split('=') as [string, string]),
+    );
+    expect(loadConfig({ env })).toMatchObject({ localMode: false, cloudUrl: 'http://10.0.2.2:40001', provisioningKey: 'pk', pollIntervalMs: 2000 });
+  });
+
+  it('describes a running QEMU board as a board config the board target accepts', () => {
+    const ready: ReadyInfo = {
+      event: 'ready', machine: 'raspi3b', apiUrl: 'http://127.0.0.1:41000', sshPort: 41001, sshKey: '/k/id_ed25519',
+      serialLog: '/r/serial.log', qmpSocket: '/r/qmp.sock', overlay: '/r/o.qcow2', pid: 1, bootMs: 1,
+    };
+    const config = parseBoardConfig(boardConfigFor(ready, ['node', '/repo/bin/fleetlab.js']), { source: 'test', baseDir: '/' });
+    expect(config).toMatchObject({ host: '127.0.0.1', sshPort: 41001, privateKey: '/k/id_ed25519', apiUrl: 'http://127.0.0.1:41000' });
+    expect(config.led?.gpio).toEqual({ chip: 'pinctrl-bcm2835', offset: 17 });
+    expect(config.power.cycle).toBe("'node' '/repo/bin/fleetlab.js' 'qemu' 'power' 'cycle' '--qmp' '/r/qmp.sock'");
+  });
+});

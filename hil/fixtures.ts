@@ -17,6 +17,7 @@
 import { test as base, expect } from '@playwright/test';
 import type { TestInfo } from '@playwright/test';
 import { DeviceApi } from './lib/device-api.js';
+import { TIME_SCALE_VARIABLE } from './lib/wait.js';
 import { instrumentDevice, StepEmitter, StepRecorder } from './lib/steps.js';
 import { checkBindings } from './targets/bindings.js';
 import { loadTarget } from './targets/index.js';
@@ -69,6 +70,8 @@ class DevicePool {
       await cloud?.dispose();
       throw err;
     }
+    // The worker runs one target: its deadlines follow that target's speed (lib/wait.ts).
+    process.env[TIME_SCALE_VARIABLE] = String(raw.facts?.timeScale ?? 1);
     this.#held = { file, raw, device: instrumentDevice(raw, this.steps), ...(cloud ? { cloud } : {}) };
     return this.#held;
   }

@@ -17,6 +17,8 @@ export function boardConfigFor(ready: ReadyInfo, cli: readonly string[]): Record
     apiUrl: ready.apiUrl,
     // Observed the way a lab without a logic analyser does it: the line's sysfs value over SSH.
     led: { gpio: `${line.chip}:${line.offset}`, observe: 'sysfs' },
+    // TCG: the same deadlines as the qemu target.
+    timeScale: ready.machine === 'raspi3b' ? 8 : 4,
     power: { cycle: [...cli, 'qemu', 'power', 'cycle', '--qmp', ready.qmpSocket].map(quote).join(' ') },
   };
 }

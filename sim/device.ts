@@ -8,7 +8,6 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { appendFileSync, createWriteStream, mkdirSync, readFileSync, rmSync, type WriteStream } from 'node:fs';
 import { mkdtemp } from 'node:fs/promises';
-import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { EventEmitter } from 'node:events';
@@ -25,6 +24,7 @@ import { startSysfsGpio, type SysfsGpio } from './gpio/sysfs-gpio.js';
 import { ContainerLogFollower } from './journal/container-logs.js';
 import { startJournalSim, supervisorUnit, type JournalSim } from './journal/journal-sim.js';
 import { startSimEngine, type Scenario, type SimEngineHandle } from './engine/index.js';
+import { freePort } from '../src/free-port.js';
 
 export interface SimDeviceOptions {
   /** Device API port; 0 picks a free one. */
@@ -79,16 +79,6 @@ function hostAndPort(url: string): { host: string; port: number } {
   return { host: u.hostname.replace(/^\[|\]$/g, ''), port: Number(u.port || 80) };
 }
 
-async function freePort(): Promise<number> {
-  return new Promise((resolvePort, reject) => {
-    const server = createServer();
-    server.once('error', reject);
-    server.listen(0, '127.0.0.1', () => {
-      const address = server.address();
-      server.close(() => (typeof address === 'object' && address ? resolvePort(address.port) : reject(new Error('no port'))));
-    });
-  });
-}
 
 async function waitExit(child: ChildProcess, graceMs: number): Promise<void> {
   if (child.exitCode !== null || child.signalCode !== null) return;

@@ -9,7 +9,7 @@ import { randomBytes } from 'node:crypto';
 import { mkdirSync, readdirSync, readFileSync } from 'node:fs';
 import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { createServer, type Server } from 'node:http';
-import { connect, createServer as createTcpServer } from 'node:net';
+import { connect } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -18,22 +18,13 @@ import { findTool, missingToolError, type ToolSpec } from '../src/tools.js';
 import { journalEntries } from '../hil/lib/journal-json.js';
 import { checkBindings } from '../hil/targets/bindings.js';
 import { boardCapabilities, loadBoardConfig, parseBoardConfig, type BoardConfig } from '../hil/targets/board-config.js';
-import { gpioNumberFromChips, observeLedByCommand, observeSysfsLed, startBoard } from '../hil/targets/board.js';
+import { gpioNumberOnBoard, observeLedByCommand, observeSysfsLed, startBoard } from '../hil/targets/board.js';
 import { shellQuote, SshDevice } from '../hil/targets/ssh-device.js';
+import { freePort } from '../src/free-port.js';
 
 const sshdTool: ToolSpec = { candidates: ['/usr/sbin/sshd'], debianPackage: 'openssh-server' };
 const sshKeygenTool: ToolSpec = { candidates: ['ssh-keygen'], debianPackage: 'openssh-client' };
 
-function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = createTcpServer();
-    server.once('error', reject);
-    server.listen(0, '127.0.0.1', () => {
-      const address = server.address();
-      server.close(() => (typeof address === 'object' && address ? resolve(address.port) : reject(new Error('no port'))));
-    });
-  });
-}
 
 function sleep(ms: number): Promise<void> {
   return new Promise((r) => setTimeout(r, ms));
@@ -283,7 +274,7 @@ describe('SshDevice against a real sshd', () => {
     } finally {
       await led.stop();
     }
-    await expect(observeSysfsLed(ssh, { chip: 'nope', offset: 1 }, 10, gpio)).rejects.toThrow(/chip "nope" not found on the board; chips present: .*pinctrl-bcm2835 \(base 512\)/);
+    await expect(observeSysfsLed(ssh, { chip: 'nope', offset: 1 }, 10, gpio)).rejects.toThrow(/chip "nope" not found in the board's \/sys\/class\/gpio; chips present: .*pinctrl-bcm2835 \(base 512\)/);
   });
 
   it('opens a new connection after the server restarts (the device rebooted)', async () => {
@@ -410,6 +401,7 @@ describe('board config', () => {
       vendor: 'platform',
       lockRoot: '/tmp/fleetlab/locks',
       supervisorUnit: 'fleetlab-supervisor.service',
+      timeScale: 1,
       hostPaths: { hostname: '/etc/hostname', proxyConfigDir: '/mnt/boot/system-proxy', bootConfig: '/mnt/boot/config.txt' },
       power: {},
     } satisfies BoardConfig);
@@ -481,9 +473,9 @@ describe('board config', () => {
 
   it('resolves the LED line from chip labels as the supervisor does', () => {
     const chips = [{ label: 'pinctrl-bcm2835', base: 512, ngpio: 54 }, { label: 'raspberrypi-exp-gpio', base: 570, ngpio: 8 }];
-    expect(gpioNumberFromChips({ chip: 'pinctrl-bcm2835', offset: 17 }, chips)).toBe(529);
-    expect(gpioNumberFromChips(17, [])).toBe(17);
-    expect(() => gpioNumberFromChips({ chip: 'pinctrl-bcm2835', offset: 54 }, chips)).toThrow(/outside chip/);
-    expect(() => gpioNumberFromChips({ chip: 'x', offset: 1 }, [...chips, { label: 'x', base: 1, ngpio: 2 }, { label: 'x', base: 3, ngpio: 2 }])).toThrow(/ambiguous/);
+    expect(gpioNumberOnBoard({ chip: 'pinctrl-bcm2835', offset: 17 }, chips)).toBe(529);
+    expect(gpioNumberOnBoard(17, [])).toBe(17);
+    expect(() => gpioNumberOnBoard({ chip: 'pinctrl-bcm2835', offset: 54 }, chips)).toThrow(/outside chip/);
+    expect(() => gpioNumberOnBoard({ chip: 'x', offset: 1 }, [...chips, { label: 'x', base: 1, ngpio: 2 }, { label: 'x', base: 3, ngpio: 2 }])).toThrow(/ambiguous/);
   });
 });

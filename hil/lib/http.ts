@@ -3,6 +3,7 @@
  * the harness at a URL. The key goes in `Authorization: Bearer`, the form DECISIONS.md 2
  * accepts next to `?apikey=` (specs that test `?apikey=` pass `key: null` and the query).
  */
+import { scaled } from './wait.js';
 import type { ApiProtocol, DeviceIdentity, HttpResponse, HttpStream, RequestOptions } from '../targets/protocols.js';
 
 const DEFAULT_TIMEOUT_MS = 30_000;
@@ -42,7 +43,7 @@ export function httpApi(identity: Omit<DeviceIdentity, 'apiKey'> & { apiKey: str
       key = next;
     },
     async request(method, path, options: RequestOptions = {}): Promise<HttpResponse> {
-      const res = await fetch(...build(identity.url, method, path, options, key, AbortSignal.timeout(options.timeoutMs ?? DEFAULT_TIMEOUT_MS)));
+      const res = await fetch(...build(identity.url, method, path, options, key, AbortSignal.timeout(options.timeoutMs ?? scaled(DEFAULT_TIMEOUT_MS))));
       const text = await res.text();
       return {
         status: res.status,
@@ -59,7 +60,7 @@ export function httpApi(identity: Omit<DeviceIdentity, 'apiKey'> & { apiKey: str
     },
     async stream(method, path, options: RequestOptions = {}): Promise<HttpStream> {
       const abort = new AbortController();
-      const timer = setTimeout(() => abort.abort(), options.timeoutMs ?? DEFAULT_TIMEOUT_MS);
+      const timer = setTimeout(() => abort.abort(), options.timeoutMs ?? scaled(DEFAULT_TIMEOUT_MS));
       const res = await fetch(...build(identity.url, method, path, options, key, abort.signal));
       const reader = res.body?.getReader();
       const decoder = new TextDecoder();
@@ -88,7 +89,7 @@ export function httpApi(identity: Omit<DeviceIdentity, 'apiKey'> & { apiKey: str
         },
       };
     },
-    async waitReady(timeoutMs = 30_000) {
+    async waitReady(timeoutMs = scaled(30_000)) {
       const deadline = Date.now() + timeoutMs;
       let last = 'no answer';
       while (Date.now() < deadline) {

@@ -7,7 +7,7 @@ import { singleServiceRelease, waitRunning, containerOf } from '../lib/apps.js';
 import type { DeviceApi } from '../lib/device-api.js';
 import type { HttpStream } from '../targets/protocols.js';
 import { expect, test } from '../fixtures.js';
-import { pollUntil } from '../lib/wait.js';
+import { pollUntil, scaled } from '../lib/wait.js';
 
 type Entry = Record<string, unknown> & { MESSAGE?: unknown; _SYSTEMD_UNIT?: string; __REALTIME_TIMESTAMP: string };
 
@@ -35,7 +35,7 @@ async function supervisorLines(api: DeviceApi, n: number): Promise<string[]> {
 /** Reads `stream` until `done(text so far)` or `timeoutMs`; returns the text. */
 async function readUntil(stream: HttpStream, done: (text: string) => boolean, timeoutMs: number): Promise<string> {
   let text = '';
-  const timer = setTimeout(() => void stream.close(), timeoutMs);
+  const timer = setTimeout(() => void stream.close(), scaled(timeoutMs));
   try {
     for await (const chunk of stream.chunks()) {
       text += chunk;

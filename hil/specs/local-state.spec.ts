@@ -6,7 +6,7 @@
 import { twoServiceRelease, waitRunning } from '../lib/apps.js';
 import type { StateStatus } from '../lib/device-api.js';
 import { expect, test } from '../fixtures.js';
-import { pollUntil } from '../lib/wait.js';
+import { pollUntil, scaled } from '../lib/wait.js';
 
 test('GET /v2/local/target-state before any set: apps empty', async ({ api }) => {
   const res = await api.localTargetState();
@@ -44,7 +44,7 @@ test('applying a release: appState applying -> applied, every service Running, t
   expect(res.status).toBe(200);
   expect(res.body).toEqual({ status: 'success', message: 'OK' });
   // Record what a user polling /v2/state/status sees, until it settles (bounded).
-  const deadline = Date.now() + 90_000;
+  const deadline = Date.now() + scaled(90_000);
   while (Date.now() < deadline) {
     const s = (await api.stateStatus()).body;
     observed.push(s);

@@ -7,6 +7,7 @@
 import { readFileSync } from 'node:fs';
 import { dirname, isAbsolute, resolve } from 'node:path';
 import { FleetlabError, errorText } from '../../src/errors.js';
+import { parseLedGpio } from '../../src/supervisor/adapters/led.js';
 import type { Capability } from './protocols.js';
 
 export const BOARD_CONFIG_VARIABLE = 'FLEETLAB_BOARD_CONFIG';
@@ -38,6 +39,8 @@ export interface BoardConfig {
   readonly lockRoot: string;
   /** The supervisor's systemd unit, for its log. */
   readonly supervisorUnit: string;
+  /** How much slower than the simulator this board is; the specs' deadlines scale by it. */
+  readonly timeScale: number;
   readonly hostPaths: { readonly hostname: string; readonly proxyConfigDir: string; readonly bootConfig: string };
   readonly led?: {
     readonly gpio: BoardLedGpio;
@@ -80,7 +83,7 @@ export function parseBoardConfig(raw: unknown, where: { source: string; baseDir:
   };
   if (typeof raw !== 'object' || raw === null || Array.isArray(raw)) fail('must be a JSON object');
   const o = raw as Fields;
-  const known = ['host', 'sshPort', 'user', 'privateKey', 'apiUrl', 'apiKey', 'dataDir', 'vendor', 'lockRoot', 'supervisorUnit', 'hostPaths', 'led', 'power'];
+  const known = ['host', 'sshPort', 'user', 'privateKey', 'apiUrl', 'apiKey', 'dataDir', 'vendor', 'lockRoot', 'supervisorUnit', 'hostPaths', 'led', 'power', 'timeScale'];
   const unknown = Object.keys(o).filter((k) => !known.includes(k));
   if (unknown.length) fail(`unknown field${unknown.length > 1 ? 's' : ''} ${unknown.map((k) => `"${k}"`).join(', ')} (known: ${known.join(', ')})`);
 
@@ -148,6 +151,7 @@ export function parseBoardConfig(raw: unknown, where: { source: string; baseDir:
     vendor,
     lockRoot: path(o, 'lockRoot', '/tmp/fleetlab/locks'),
     supervisorUnit: text(o, 'supervisorUnit') ?? 'fleetlab-supervisor.service',
+    timeScale: parseTimeScale(o.timeScale, fail),
     hostPaths: {
       hostname: path(hostPathsRaw, 'hostname', '/etc/hostname', 'hostPaths.hostname'),
       proxyConfigDir: path(hostPathsRaw, 'proxyConfigDir', '/mnt/boot/system-proxy', 'hostPaths.proxyConfigDir'),
@@ -158,21 +162,26 @@ export function parseBoardConfig(raw: unknown, where: { source: string; baseDir:
   };
 }
 
+function parseTimeScale(raw: unknown, fail: (m: string) => never): number {
+  if (raw === undefined) return 1;
+  if (typeof raw !== 'number' || !Number.isFinite(raw) || raw < 1 || raw > 100) fail(`"timeScale" must be a number from 1 to 100, got ${JSON.stringify(raw)}`);
+  return raw as number;
+}
+
 function parseLed(raw: unknown, fail: (m: string) => never): NonNullable<BoardConfig['led']> {
   if (typeof raw !== 'object' || raw === null || Array.isArray(raw)) fail('"led" must be an object like {"gpio": "pinctrl-bcm2835:17", "observe": "sysfs"}');
   const o = raw as Fields;
   const bad = Object.keys(o).filter((k) => !['gpio', 'observe', 'pollMs'].includes(k));
   if (bad.length) fail(`unknown field "led.${bad[0]}" (known: gpio, observe, pollMs)`);
 
-  // The supervisor's ledGpio format (src/supervisor/main.ts parseLedGpio), or a JSON number.
-  let gpio: BoardLedGpio;
-  if (typeof o.gpio === 'number' && Number.isInteger(o.gpio) && o.gpio >= 0) gpio = o.gpio;
-  else if (typeof o.gpio === 'string' && /^[0-9]+$/.test(o.gpio)) gpio = Number(o.gpio);
-  else {
-    const match = typeof o.gpio === 'string' ? /^(.+):([0-9]+)$/.exec(o.gpio) : null;
-    if (!match) fail(`"led.gpio" must be "<chip label>:<offset>" (e.g. "pinctrl-bcm2835:17") or a GPIO number, got ${JSON.stringify(o.gpio)}`);
-    gpio = { chip: match![1]!, offset: Number(match![2]) };
+  // The supervisor's own ledGpio format, or a JSON number.
+  let gpio: BoardLedGpio | undefined;
+  try {
+    gpio = typeof o.gpio === 'number' && Number.isInteger(o.gpio) && o.gpio >= 0 ? o.gpio : typeof o.gpio === 'string' ? parseLedGpio(o.gpio) : undefined;
+  } catch {
+    gpio = undefined;
   }
+  if (gpio === undefined) fail(`"led.gpio" must be "<chip label>:<offset>" (e.g. "pinctrl-bcm2835:17") or a GPIO number, got ${JSON.stringify(o.gpio)}`);
 
   let pollMs = 20;
   if (o.pollMs !== undefined) {

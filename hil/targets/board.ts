@@ -12,6 +12,7 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import { readFile } from 'node:fs/promises';
 import { FleetlabError, errorText } from '../../src/errors.js';
 import { LABEL } from '../../src/supervisor/adapters/engine.js';
+import { gpioNumberFromChips, type GpioChip } from '../../src/supervisor/adapters/led.js';
 import { httpApi } from '../lib/http.js';
 import { boardCapabilities, loadBoardConfig, type BoardConfig, type BoardLedGpio } from './board-config.js';
 import { SshDevice, type FollowedCommand } from './ssh-device.js';
@@ -26,6 +27,7 @@ import type {
   LedTransition,
   PowerProtocol,
   TargetDriver,
+  TargetFacts,
 } from './protocols.js';
 
 export const BOARD_TARGET = 'board';
@@ -53,26 +55,9 @@ function boardError(message: string, cause?: unknown): FleetlabError {
   return new FleetlabError('SUP_ERR_HOST', message, cause === undefined ? undefined : { cause });
 }
 
-export interface GpioChip {
-  readonly label: string;
-  readonly base: number;
-  readonly ngpio: number;
-}
-
-/**
- * The global sysfs number of the line, as src/supervisor/adapters/led.ts resolveGpioNumber
- * finds it, from chips read on the device: base of the chip with that label + offset.
- */
-export function gpioNumberFromChips(gpio: BoardLedGpio, chips: readonly GpioChip[]): number {
-  if (typeof gpio === 'number') return gpio;
-  const matches = chips.filter((c) => c.label === gpio.chip);
-  if (matches.length === 0) {
-    throw boardError(`LED GPIO chip "${gpio.chip}" not found on the board; chips present: ${chips.map((c) => `${c.label} (base ${c.base})`).join(', ') || 'none'}`);
-  }
-  if (matches.length > 1) throw boardError(`LED GPIO chip label "${gpio.chip}" is ambiguous on the board: bases ${matches.map((c) => c.base).join(', ')}`);
-  const chip = matches[0]!;
-  if (gpio.offset >= chip.ngpio) throw boardError(`LED GPIO offset ${gpio.offset} is outside chip "${chip.label}" (${chip.ngpio} lines)`);
-  return chip.base + gpio.offset;
+/** The line's global number from the chips read on the board (the supervisor's own rule). */
+export function gpioNumberOnBoard(gpio: BoardLedGpio, chips: readonly GpioChip[]): number {
+  return gpioNumberFromChips(gpio, chips, 'the board\'s /sys/class/gpio');
 }
 
 /** `label\tbase\tngpio` per gpiochip directory, read in one round trip. */
@@ -135,7 +120,7 @@ export interface LedObserver extends LedProtocol {
  * file and the loop prints `-`.
  */
 export async function observeSysfsLed(ssh: SshDevice, gpio: BoardLedGpio, pollMs: number, sysfsGpioDir = SYSFS_GPIO): Promise<LedObserver> {
-  const number = gpioNumberFromChips(gpio, typeof gpio === 'number' ? [] : await readGpioChips(ssh, sysfsGpioDir));
+  const number = gpioNumberOnBoard(gpio, typeof gpio === 'number' ? [] : await readGpioChips(ssh, sysfsGpioDir));
   const valueFile = `${sysfsGpioDir}/gpio${number}/value`;
   const log = new TransitionLog();
   const sleepArg = (pollMs / 1000).toFixed(3);
@@ -304,6 +289,7 @@ export async function waitApiDown(url: string, timeoutMs: number): Promise<void>
 class BoardUnderTest implements DeviceUnderTest {
   readonly target = BOARD_TARGET;
   readonly capabilities: ReadonlySet<Capability>;
+  readonly facts: TargetFacts;
   readonly api: ApiProtocol;
   readonly exec: CommandProtocol;
   readonly files: FilesProtocol;
@@ -319,6 +305,7 @@ class BoardUnderTest implements DeviceUnderTest {
     private readonly ledObserver: LedObserver | undefined,
   ) {
     this.capabilities = new Set(boardCapabilities(config));
+    this.facts = { engine: 'docker', imagesArePulled: false, timeScale: config.timeScale };
     this.api = httpApi({ url: config.apiUrl, apiKey: identity.apiKey, uuid: identity.uuid, vendor: config.vendor, lockRoot: config.lockRoot, hostPaths: config.hostPaths });
     this.exec = ssh.exec;
     this.journal = ssh.journal;

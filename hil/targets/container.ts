@@ -15,7 +15,6 @@
  * and mount once that capability is granted. Where AppArmor confines containers, its
  * docker-default profile denies mount, so the container is then started unconfined.
  */
-import { createServer } from 'node:net';
 import { appendFileSync, existsSync, readFileSync } from 'node:fs';
 import { mkdir, mkdtemp, readFile, rm } from 'node:fs/promises';
 import { join } from 'node:path';
@@ -51,6 +50,7 @@ import type {
   TargetDriver,
   TargetFacts,
 } from './protocols.js';
+import { freePort } from '../../src/free-port.js';
 
 export interface ContainerTargetOptions {
   /** Image to run; default `FLEETLAB_DEVICE_IMAGE`, else built (cached) from this checkout. */
@@ -68,16 +68,6 @@ const LED_GPIO = 512 + LED_OFFSET;
 const LOGIN1 = { dest: 'org.freedesktop.login1', path: '/org/freedesktop/login1', method: 'org.freedesktop.login1.Manager.Reboot' };
 export const CONTAINER_CAPABILITIES: readonly Capability[] = ['api', 'exec', 'led', 'power.reboot', 'power.cycle', 'power.cut', 'journal', 'files', 'files.volumes'];
 
-function freePort(): Promise<number> {
-  return new Promise((resolvePort, reject) => {
-    const server = createServer();
-    server.once('error', reject);
-    server.listen(0, '127.0.0.1', () => {
-      const address = server.address();
-      server.close(() => (typeof address === 'object' && address ? resolvePort(address.port) : reject(new Error('no free port'))));
-    });
-  });
-}
 
 function sleep(ms: number): Promise<void> {
   return new Promise((r) => setTimeout(r, ms));

@@ -51,6 +51,11 @@ export interface TargetFacts {
   readonly engine: string;
   /** Applying a release downloads images from a registry, so download progress is observable. */
   readonly imagesArePulled: boolean;
+  /**
+   * How much longer than the simulator the device takes (default 1): specs' deadlines are
+   * multiplied by it (hil/lib/wait.ts `scaled`), never what they measure.
+   */
+  readonly timeScale?: number;
 }
 
 export interface HttpResponse {

@@ -20,7 +20,7 @@ import { join } from 'node:path';
 import { mkdtemp, readFile, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { FleetlabError } from '../../src/errors.js';
-import { bootBoard, freePort, launch, serialTail, waitForPing, type QemuBoard } from '../../qemu/boot.js';
+import { bootBoard, launch, serialTail, waitForPing, type QemuBoard } from '../../qemu/boot.js';
 import { GpioProbe } from '../../qemu/gpio-probe.js';
 import { buildImage, imageFromDir, type QemuImage } from '../../qemu/image/build.js';
 import { GUEST, LED_LINES } from '../../qemu/image/recipe.js';
@@ -169,7 +169,7 @@ class QemuLab {
 class QemuUnderTest implements DeviceUnderTest {
   readonly target = QEMU_TARGET;
   readonly capabilities: ReadonlySet<Capability> = new Set(QEMU_CAPABILITIES);
-  readonly facts: TargetFacts = { engine: 'docker', imagesArePulled: false };
+  readonly facts: TargetFacts;
   readonly api: ApiProtocol;
   readonly exec;
   readonly files;
@@ -185,6 +185,8 @@ class QemuUnderTest implements DeviceUnderTest {
     private readonly link: PartitionableLink | undefined,
   ) {
     const ssh = lab.ssh!;
+    // Measured here: a container starts in ~30-60 s on raspi3b under TCG (1-2 s on the sim).
+    this.facts = { engine: 'docker', imagesArePulled: false, timeScale: lab.machine === 'raspi3b' ? 8 : 4 };
     this.api = httpApi({
       url: lab.board!.info.apiUrl,
       apiKey: identity.apiKey,

@@ -2,6 +2,7 @@
  * `fleetlab supervisor`: shared by the full CLI and the device entry (./device.ts), which is
  * what a board runs, bundled without the cloud, the sim or the harness.
  */
+import module from 'node:module';
 import { Option, type Command } from 'commander';
 import { describeSettings, flagName, loadConfig, settings, type SupervisorConfig } from '../supervisor/config.js';
 import { action } from './action.js';
@@ -23,6 +24,10 @@ export function addSupervisorCommand(program: Command): void {
       const config = loadConfig({ file: opts.config as string | undefined, env: process.env, flags });
       const { runSupervisor } = await import('../supervisor/main.js');
       const { stopped } = await runSupervisor(config);
+      // With NODE_COMPILE_CACHE set (the QEMU board's unit sets it), V8 keeps compiled code on
+      // disk, but Node writes it only at exit; write it now that the start has compiled what
+      // starting needs, so the next start skips that (most of a minute under emulation).
+      (module as { flushCompileCache?: () => void }).flushCompileCache?.();
       await stopped;
     }),
   );

@@ -3,21 +3,12 @@
  * stored target, listens, and stops cleanly on SIGINT/SIGTERM.
  */
 import { pino } from 'pino';
-import { FleetlabError } from '../errors.js';
 import type { SupervisorConfig } from './config.js';
 import { createHostAdapter } from './adapters/host.js';
 import { createJournalAdapter } from './adapters/journal.js';
-import { createLedAdapter, type LedGpio } from './adapters/led.js';
+import { createLedAdapter, parseLedGpio } from './adapters/led.js';
 import { Supervisor } from './supervisor.js';
 import { untilStopped } from '../stop-signals.js';
-
-export function parseLedGpio(value: string): LedGpio | undefined {
-  if (value === '') return undefined;
-  if (/^[0-9]+$/.test(value)) return Number(value);
-  const match = /^(.+):([0-9]+)$/.exec(value);
-  if (!match) throw new FleetlabError('SUP_ERR_BAD_REQUEST', `ledGpio must be "<chip label>:<offset>" or a GPIO number, got "${value}"`);
-  return { chip: match[1]!, offset: Number(match[2]) };
-}
 
 export function buildProductionSupervisor(config: SupervisorConfig): Supervisor {
   const logger = pino({ level: config.logLevel, base: { svc: 'fleetlab-supervisor' } });

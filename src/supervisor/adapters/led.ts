@@ -23,17 +23,21 @@ export interface LedAdapterOptions {
 
 const defaultSysfsGpioDir = '/sys/class/gpio';
 
-interface ChipInfo {
-  label: string;
-  base: number;
-  ngpio: number;
+/** The `ledGpio` setting: `"<chip label>:<offset>"`, a global number, or empty for no LED. */
+export function parseLedGpio(value: string): LedGpio | undefined {
+  if (value === '') return undefined;
+  if (/^[0-9]+$/.test(value)) return Number(value);
+  const match = /^(.+):([0-9]+)$/.exec(value);
+  if (!match) throw new FleetlabError('SUP_ERR_BAD_REQUEST', `ledGpio must be "<chip label>:<offset>" or a GPIO number, got "${value}"`);
+  return { chip: match[1]!, offset: Number(match[2]) };
 }
+
 
 function hostError(message: string, cause?: unknown): FleetlabError {
   return new FleetlabError('SUP_ERR_HOST', message, cause === undefined ? undefined : { cause });
 }
 
-async function readChips(sysfsGpioDir: string): Promise<ChipInfo[]> {
+async function readChips(sysfsGpioDir: string): Promise<GpioChip[]> {
   let names: string[];
   try {
     names = await readdir(sysfsGpioDir);
@@ -43,7 +47,7 @@ async function readChips(sysfsGpioDir: string): Promise<ChipInfo[]> {
       err,
     );
   }
-  const chips: ChipInfo[] = [];
+  const chips: GpioChip[] = [];
   for (const name of names.filter((n) => n.startsWith('gpiochip')).sort()) {
     const dir = join(sysfsGpioDir, name);
     try {
@@ -58,20 +62,27 @@ async function readChips(sysfsGpioDir: string): Promise<ChipInfo[]> {
   return chips;
 }
 
+/** A gpiochip as sysfs describes it. */
+export interface GpioChip {
+  readonly label: string;
+  readonly base: number;
+  readonly ngpio: number;
+}
+
 /**
  * The global sysfs number of the line: base + offset, the base read from the gpiochip whose
  * label matches. Bases moved (0 to 512 on a Raspberry Pi with kernel 6.6), so never assumed.
+ * Pure: `where` names the chips' source in errors (the HIL board target reads them over SSH).
  */
-export async function resolveGpioNumber(gpio: LedGpio, sysfsGpioDir = defaultSysfsGpioDir): Promise<number> {
+export function gpioNumberFromChips(gpio: LedGpio, chips: readonly GpioChip[], where: string): number {
   if (typeof gpio === 'number') {
     if (!Number.isInteger(gpio) || gpio < 0) throw hostError(`LED GPIO number ${gpio} is not a non-negative integer`);
     return gpio;
   }
-  const chips = await readChips(sysfsGpioDir);
   const matches = chips.filter((c) => c.label === gpio.chip);
   if (matches.length === 0) {
     const labels = chips.map((c) => `${c.label} (base ${c.base})`).join(', ') || 'none';
-    throw hostError(`LED GPIO chip "${gpio.chip}" not found in ${sysfsGpioDir}; chips present: ${labels}`);
+    throw hostError(`LED GPIO chip "${gpio.chip}" not found in ${where}; chips present: ${labels}`);
   }
   if (matches.length > 1) {
     throw hostError(`LED GPIO chip label "${gpio.chip}" is ambiguous: bases ${matches.map((c) => c.base).join(', ')}`);
@@ -81,6 +92,11 @@ export async function resolveGpioNumber(gpio: LedGpio, sysfsGpioDir = defaultSys
     throw hostError(`LED GPIO offset ${gpio.offset} is outside chip "${chip.label}" (${chip.ngpio} lines)`);
   }
   return chip.base + gpio.offset;
+}
+
+/** The line's global number, reading the chips from `sysfsGpioDir` when it is named by label. */
+export async function resolveGpioNumber(gpio: LedGpio, sysfsGpioDir = defaultSysfsGpioDir): Promise<number> {
+  return gpioNumberFromChips(gpio, typeof gpio === 'number' ? [] : await readChips(sysfsGpioDir), sysfsGpioDir);
 }
 
 /** The LED on a sysfs GPIO line; the line is exported on first use, not at construction. */

@@ -1,17 +1,22 @@
 /**
  * Wall time of the whole HIL suite per target, run one after the other on this machine:
- * `npx tsx bench/hil-suite.bench.mts [target ...]` (default: sim container). Prints each
+ * `npx tsx bench/hil-suite.bench.mts [target ...] [--grep PATTERN]` (default: sim container;
+ * `sim qemu --grep @smoke` compares the emulated board on the smoke subset). Prints each
  * target's time, its pass/skip/fail counts from its JUnit report, and the ratio to the first.
  */
 import { spawnSync } from 'node:child_process';
 import { copyFileSync, existsSync, readFileSync } from 'node:fs';
 
-const targets = process.argv.slice(2).length ? process.argv.slice(2) : ['sim', 'container'];
+const argv = process.argv.slice(2);
+const grepAt = argv.indexOf('--grep');
+const grep = grepAt >= 0 ? ['--grep', argv[grepAt + 1] ?? ''] : [];
+const named = argv.filter((_, i) => grepAt < 0 || (i !== grepAt && i !== grepAt + 1));
+const targets = named.length ? named : ['sim', 'container'];
 const rows: Array<{ target: string; seconds: number; counts: string; exit: number }> = [];
 
 for (const target of targets) {
   const started = performance.now();
-  const run = spawnSync('npm', ['run', 'hil', '--', `--project=${target}`, '--reporter=dot'], { stdio: ['ignore', 'ignore', 'inherit'] });
+  const run = spawnSync('npm', ['run', 'hil', '--', `--project=${target}`, '--reporter=dot', ...grep], { stdio: ['ignore', 'ignore', 'inherit'] });
   const seconds = (performance.now() - started) / 1000;
   let counts = '(no JUnit report)';
   if (existsSync('hil-results/junit.xml')) {

@@ -6,10 +6,10 @@
  * goes to a file, and QMP is the control channel. Ready means the supervisor answers `/ping`.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
-import { closeSync, existsSync, mkdirSync, openSync, readFileSync } from 'node:fs';
+import { closeSync, existsSync, mkdirSync, openSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
 import { execa } from 'execa';
 import { FleetlabError } from '../src/errors.js';
 import type { QemuImage } from './image/build.js';
@@ -52,6 +52,9 @@ export interface ReadyInfo {
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
+/** In the run dir: `qemu power cycle` asks for QEMU to be started again after it quits. */
+const POWER_CYCLE_REQUEST = 'power-cycle.request';
+
 /** The last lines of the serial console, for errors that must say what the guest was doing. */
 export function serialTail(serialLog: string, lines = 25): string {
   try {
@@ -82,6 +85,7 @@ export async function waitForPing(url: string, timeoutMs: number, alive: () => s
 /** A running board: QEMU, its QMP connection and where to reach it. */
 export class QemuBoard {
   #exit: string | undefined;
+  #shutdownReason: string | undefined;
   readonly exited: Promise<void>;
 
   constructor(
@@ -90,6 +94,9 @@ export class QemuBoard {
     readonly qmp: QmpClient,
     private readonly cleanup: () => Promise<void>,
   ) {
+    qmp.on('event', (e) => {
+      if (e.event === 'SHUTDOWN' && typeof e.data?.reason === 'string') this.#shutdownReason = e.data.reason;
+    });
     this.exited = new Promise((resolveExit) => {
       process.once('exit', (code, signal) => {
         this.#exit = `QEMU exited (${signal ?? `code ${code}`})`;
@@ -101,6 +108,14 @@ export class QemuBoard {
   /** Why QEMU is gone, or undefined while it runs. */
   get exitReason(): string | undefined {
     return this.#exit;
+  }
+
+  /**
+   * The guest reset the machine (a reboot, the watchdog): with `-no-reboot` that ends QEMU,
+   * and the launcher is to power the board on again (`relaunch`).
+   */
+  get guestReset(): boolean {
+    return this.#shutdownReason === 'guest-reset';
   }
 
   /** Power off at once (QMP quit): no shutdown in the guest, the overlay keeps what was written. */
@@ -175,6 +190,25 @@ export async function launch(o: {
     qmp,
     async () => undefined,
   );
+}
+
+/** Asks the `qemu boot` owning the board (by its QMP socket) to power it on again after the next quit. */
+export function requestPowerCycle(qmpSocket: string): void {
+  writeFileSync(join(dirname(qmpSocket), POWER_CYCLE_REQUEST), '');
+}
+
+/** Whether a power cycle was requested since the last call (the request is consumed). */
+export function takePowerCycleRequest(qmpSocket: string): boolean {
+  const file = join(dirname(qmpSocket), POWER_CYCLE_REQUEST);
+  if (!existsSync(file)) return false;
+  rmSync(file, { force: true });
+  return true;
+}
+
+/** The same board powered on again after its QEMU ended: same disk, ports and run dir. */
+export function relaunch(board: QemuBoard, image: QemuImage, runDir: string): Promise<QemuBoard> {
+  const { machine, apiUrl, sshPort, overlay } = board.info;
+  return launch({ image, machine, overlay, runDir, apiPort: Number(new URL(apiUrl).port), sshPort });
 }
 
 /** Boots a board and resolves once its supervisor answers `/ping`. */

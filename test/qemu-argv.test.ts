@@ -60,11 +60,12 @@ describe('buildQemuArgv raspi3b', () => {
     expect(flags(argv, '-serial')).toEqual(['null', 'file:/run/board/serial.log']);
   });
 
-  it('is controlled by QMP only, with no default devices, no display and reboots allowed', () => {
+  it('is controlled by QMP only, with no default devices, no display, and a guest reset ending the process', () => {
     expect(flag(argv, '-qmp')).toBe('unix:/run/board/qmp.sock,server=on,wait=off');
     expect(argv).toContain('-nodefaults');
     expect(flag(argv, '-display')).toBe('none');
-    expect(argv).not.toContain('-no-reboot');
+    // The launcher starts a new process on a guest reset (qemu/boot.ts).
+    expect(argv).toContain('-no-reboot');
     expect(argv).not.toContain('-nographic');
     expect(argv).not.toContain('-S');
   });

@@ -29,9 +29,10 @@ test('POST /v1/blink: ~37 on-pulses with a ~200 ms half-period, line off after 1
   expect(p.medianGap).toBeGreaterThan(150);
   expect(p.medianGap).toBeLessThan(300);
   expect(p.last!.value).toBe(0);
-  // The window is 15 s from the first edge, give or take one period.
-  expect(p.last!.at - p.first!.at).toBeGreaterThan(14_000);
-  expect(p.last!.at - p.first!.at).toBeLessThan(16_000);
+  // The window is 15 s from the call, give or take a period (as the second test measures it):
+  // on a slow device the first edge comes late, after the line's first export.
+  expect(p.last!.at - since).toBeGreaterThan(14_000);
+  expect(p.last!.at - since).toBeLessThan(16_500);
   expect(await led.level()).toBe(0);
 });
 

@@ -20,7 +20,7 @@ import { join } from 'node:path';
 import { mkdtemp, readFile, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { FleetlabError } from '../../src/errors.js';
-import { bootBoard, launch, serialTail, waitForPing, type QemuBoard } from '../../qemu/boot.js';
+import { bootBoard, launch, relaunch, serialTail, waitForPing, type QemuBoard } from '../../qemu/boot.js';
 import { GpioProbe } from '../../qemu/gpio-probe.js';
 import { buildImage, imageFromDir, type QemuImage } from '../../qemu/image/build.js';
 import { GUEST, LED_LINES } from '../../qemu/image/recipe.js';
@@ -87,6 +87,9 @@ class QemuLab {
   cut = false;
   /** LED transitions of earlier QEMU processes (a probe lives as long as its QMP connection). */
   #ledHistory: Array<{ at: number; value: 0 | 1 }> = [];
+  /** Set while QEMU is started again after a guest reset; `waitUp` waits for it. */
+  #relaunching: Promise<void> | undefined;
+  #relaunchError: string | undefined;
 
   constructor(
     readonly image: QemuImage,
@@ -105,6 +108,7 @@ class QemuLab {
     this.runDir = await mkdtemp(join(tmpdir(), 'fleetlab-hil-qemu-'));
     const { board } = await bootBoard({ image: this.image, machine: this.machine, snapshot: true, runDir: this.runDir, readyTimeoutMs: BOOT_MS });
     this.board = board;
+    this.#followResets(board);
     this.ports = { api: Number(new URL(board.info.apiUrl).port), ssh: board.info.sshPort };
     this.ssh = new SshDevice({ host: '127.0.0.1', port: board.info.sshPort, username: 'root', privateKey: await readFile(this.image.sshKey) });
     await this.afterBoot();
@@ -114,14 +118,40 @@ class QemuLab {
   async powerOn(): Promise<void> {
     if (!this.runDir || !this.ports) throw new FleetlabError('SUP_ERR_HOST', 'power on: this board was never booted');
     this.board = await launch({ image: this.image, machine: this.machine, overlay: join(this.runDir, 'overlay.qcow2'), runDir: this.runDir, apiPort: this.ports.api, sshPort: this.ports.ssh });
+    this.#followResets(this.board);
     this.cut = false;
     await this.waitUp();
   }
 
+  /**
+   * A reboot, from any source (login1, the API's reboot, the watchdog), ends QEMU (it runs
+   * with -no-reboot, see qemu/qemu-argv.ts); the board is then powered on again here, like
+   * hardware coming out of reset.
+   */
+  #followResets(board: QemuBoard): void {
+    void board.exited.then(() => {
+      if (!board.guestReset || this.board !== board || !this.runDir) return;
+      this.#relaunching = (async () => {
+        this.#retireProbe();
+        this.board = await relaunch(board, this.image, this.runDir!);
+        this.#followResets(this.board);
+      })()
+        .catch((err: unknown) => void (this.#relaunchError = `starting QEMU again after the guest's reset failed: ${String(err)}`))
+        .finally(() => (this.#relaunching = undefined));
+    });
+  }
+
   /** After any boot: the API answers, SSH works, the clock is the harness's, the LED is watched. */
   async waitUp(): Promise<void> {
-    const board = this.board!;
-    await waitForPing(board.info.apiUrl, BOOT_MS, () => (board.exitReason ? `${board.exitReason}; serial console:\n${serialTail(board.info.serialLog)}` : undefined));
+    const url = this.board!.info.apiUrl;
+    // The same ports across a relaunch: only a board that is gone for good ends the wait.
+    await waitForPing(url, BOOT_MS, () => {
+      if (this.#relaunchError) return this.#relaunchError;
+      const board = this.board!;
+      if (!board.exitReason || board.guestReset) return undefined;
+      return `${board.exitReason}; serial console:\n${serialTail(board.info.serialLog)}`;
+    });
+    await this.#relaunching;
     await this.afterBoot();
   }
 
@@ -212,10 +242,11 @@ class QemuUnderTest implements DeviceUnderTest {
         await waitApiDown(url, DOWN_MS);
         await lab.waitUp();
       },
+      // Power off and on: a new QEMU process (an in-place system_reset leaves raspi3b's
+      // usb-net dead), the disk as it was.
       cycle: async () => {
-        await lab.board!.qmp.execute('system_reset');
-        await waitApiDown(url, DOWN_MS);
-        await lab.waitUp();
+        await lab.quit();
+        await lab.powerOn();
       },
       off: async () => {
         await lab.quit();

@@ -48,6 +48,8 @@ export const SD_SIZE_BYTES = 4 * 1024 ** 3;
 export const UNUSED_MODULES = [
   'vc4', 'snd_bcm2835', 'snd_soc_hdmi_codec', 'bcm2835_v4l2', 'bcm2835_codec', 'bcm2835_isp', 'bcm2835_mmal_vchiq', 'bcm2835_smi',
   'hci_uart', 'btbcm', 'bluetooth', 'brcmfmac', 'brcmutil', 'cfg80211', 'raspberrypi_cpufreq', 'raspberrypi_hwmon', 'vchiq',
+  // QEMU's usb-net offers CDC Ethernet; cdc_subset sometimes claimed it first, with a random MAC.
+  'cdc_subset',
 ] as const;
 
 /** Where things live on the device. */

@@ -184,6 +184,7 @@ qemu
         progress: (e) => console.error(`[${String(e.percent).padStart(3)}% ${(e.elapsedMs / 1000).toFixed(0).padStart(4)} s] ${e.stage}: ${e.detail}`),
       });
       const port = (v: string | undefined) => (v === undefined ? undefined : Number(v));
+      const { dirname } = await import('node:path');
       const { board, ready } = await bootBoard({
         image,
         machine: opts.machine,
@@ -202,26 +203,44 @@ qemu
       }
       console.log(JSON.stringify(ready));
       console.error(`ssh -i ${ready.sshKey} -p ${ready.sshPort} root@127.0.0.1    # Ctrl-C here powers the board off`);
-      const { done, trigger } = untilStopped(() => board.stop());
-      // A guest that powers itself off ends the command too, after the same cleanup.
-      void board.exited.then(() => (console.error(board.exitReason), trigger()));
+      // QEMU runs with -no-reboot: a reboot of the guest, or `qemu power cycle`, ends the
+      // process and the board is powered on again here; anything else ends the command.
+      const { relaunch, takePowerCycleRequest } = await import('../../qemu/boot.js');
+      let current = board;
+      let stopping = false;
+      const { done, trigger } = untilStopped(async () => {
+        stopping = true;
+        await current.stop();
+      });
+      const follow = async (): Promise<void> => {
+        await current.exited;
+        if (stopping) return;
+        if (current.guestReset || takePowerCycleRequest(ready.qmpSocket)) {
+          console.error(`board reset (${current.guestReset ? 'by the guest' : 'power cycle'}): starting QEMU again`);
+          current = await relaunch(current, image, dirname(ready.qmpSocket));
+          return follow();
+        }
+        console.error(current.exitReason);
+        trigger();
+      };
+      void follow().catch((err) => (console.error(`fleetlab: ${String(err)}`), trigger()));
       await done;
     }),
   );
 
 qemu
   .command('power <action>')
-  .description('Power control of a running board through its QMP socket: cycle (hard reset) or off (QEMU quits)')
+  .description('Power control of a running board through its QMP socket: cycle (off, then `qemu boot` powers it on again) or off')
   .requiredOption('--qmp <socket>', 'the board\'s QMP socket (qmpSocket in the ready line)')
   .action(
     action(async (what: string, opts: { qmp: string }) => {
-      const commands: Record<string, string> = { cycle: 'system_reset', off: 'quit' };
-      const command = commands[what];
-      if (!command) throw new Error(`power action must be cycle or off, not ${JSON.stringify(what)}`);
+      if (what !== 'cycle' && what !== 'off') throw new Error(`power action must be cycle or off, not ${JSON.stringify(what)}`);
       const { QmpClient } = await import('../../qemu/qmp.js');
+      // A cycle is off, then on: `qemu boot` starts QEMU again when it sees the request.
+      if (what === 'cycle') (await import('../../qemu/boot.js')).requestPowerCycle(opts.qmp);
       const qmp = await QmpClient.connect({ socketPath: opts.qmp });
       try {
-        await qmp.execute(command);
+        await qmp.execute('quit');
       } finally {
         await qmp.close().catch(() => undefined);
       }

@@ -170,6 +170,7 @@ export async function launch(o: {
     qmpSocket,
     userQmpSocket,
     serialLog,
+    noReboot: true,
     epochSeconds: Math.floor(Date.now() / 1000),
   });
   for (const sock of [qmpSocket, userQmpSocket]) await rm(sock, { force: true });

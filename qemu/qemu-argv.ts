@@ -18,8 +18,8 @@
  *   it marks both down, net/net.c qmp_set_link). virtio-net also reports carrier loss to the
  *   guest; usb-net (raspi3b) has no link-status hook, so there the guest interface stays up
  *   and traffic just stops, like a cable pulled behind a switch.
- * - `-no-reboot`: a guest reset ends the process instead of resetting the machine in place,
- *   and the launcher (boot.ts) starts a new one on the same disk: after an in-place reset,
+ * - `noReboot` (`-no-reboot`), which the launcher (boot.ts) sets: a reset ends the process
+ *   instead of resetting the machine in place, and the launcher starts a new one on the same disk: after an in-place reset,
  *   raspi3b's usb-net never carried a packet again (measured), and a new process is what a
  *   board's reset is anyway: every device starts from power-on.
  */
@@ -64,6 +64,8 @@ export interface QemuArgvInput {
   cpus?: number;
   /** Start with the CPUs stopped (-S) until QMP `cont`. */
   paused?: boolean;
+  /** `-no-reboot`: any reset (the guest's or QMP `system_reset`) ends QEMU instead (see above). */
+  noReboot?: boolean;
 }
 
 /** The arguments after the program name. */
@@ -79,7 +81,7 @@ export function buildQemuArgv(input: QemuArgvInput): string[] {
   const boot = ['-kernel', input.kernel, '-initrd', input.initrd];
   // A QMP socket takes one client at a time: the second one is for whoever else watches the board.
   const qmp = [input.qmpSocket, ...(input.userQmpSocket ? [input.userQmpSocket] : [])].flatMap((sock) => ['-qmp', `unix:${sock},server=on,wait=off`]);
-  const paused = [...(input.paused ? ['-S'] : []), '-no-reboot'];
+  const paused = [...(input.paused ? ['-S'] : []), ...(input.noReboot ? ['-no-reboot'] : [])];
 
   if (input.machine === 'raspi3b') {
     return [

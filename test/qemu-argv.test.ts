@@ -60,12 +60,13 @@ describe('buildQemuArgv raspi3b', () => {
     expect(flags(argv, '-serial')).toEqual(['null', 'file:/run/board/serial.log']);
   });
 
-  it('is controlled by QMP only, with no default devices, no display, and a guest reset ending the process', () => {
+  it('is controlled by QMP only, with no default devices and no display; resets stay in place unless asked', () => {
     expect(flag(argv, '-qmp')).toBe('unix:/run/board/qmp.sock,server=on,wait=off');
     expect(argv).toContain('-nodefaults');
     expect(flag(argv, '-display')).toBe('none');
-    // The launcher starts a new process on a guest reset (qemu/boot.ts).
-    expect(argv).toContain('-no-reboot');
+    expect(argv).not.toContain('-no-reboot');
+    // The launcher asks for it and starts a new process after a reset (qemu/boot.ts).
+    expect(buildQemuArgv(input({ appendExtra: ['fleetlab.led=17', 'quiet'], noReboot: true }))).toContain('-no-reboot');
     expect(argv).not.toContain('-nographic');
     expect(argv).not.toContain('-S');
   });

@@ -4,7 +4,7 @@
  * board the bus is the system bus; on a simulated device it is a private dbus-daemon with
  * the peer from sim/dbus; the code path is the same.
  */
-import { readFile } from 'node:fs/promises';
+import { open, readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { FleetlabError, badRequest, errorText } from '../../errors.js';
 import { removeFileDurable, writeFileAtomic } from '../../atomic-file.js';
@@ -47,6 +47,27 @@ function fileError(action: string, err: unknown): FleetlabError {
   return new FleetlabError('SUP_ERR_HOST', `cannot ${action}: ${errorText(err)}`, { cause: err });
 }
 
+/**
+ * hostnamed renames the new /etc/hostname into place without fsync: a power cut seconds
+ * later (measured on the QEMU board) boots with the old name. The host config must survive
+ * a hard power cycle like the rest of the device state, so the file and its directory are
+ * flushed here. Best effort: a host keeping the name elsewhere has nothing to flush here.
+ */
+async function syncStaticHostname(): Promise<void> {
+  for (const path of ['/etc/hostname', '/etc']) {
+    try {
+      const handle = await open(path, 'r');
+      try {
+        await handle.sync();
+      } finally {
+        await handle.close();
+      }
+    } catch {
+      // absent or not ours to flush
+    }
+  }
+}
+
 export function createHostAdapter(options: HostAdapterOptions): HostPort {
   const client = new DbusClient({ busAddress: options.busAddress, callTimeoutMs: options.callTimeoutMs });
   const proxyUnit = options.proxyUnit ?? 'redsocks.service';
@@ -87,6 +108,7 @@ export function createHostAdapter(options: HostAdapterOptions): HostPort {
         if (dbusErrorName(err) === INVALID_ARGS) throw badRequest(`hostname refused by the host: ${errorText(err)}`);
         throw err;
       }
+      await syncStaticHostname();
     },
 
     async getProxy() {

@@ -231,7 +231,7 @@ export async function bootBoard(o: BootOptions): Promise<{ board: QemuBoard; rea
     if (!o.runDir) await rm(runDir, { recursive: true, force: true });
   });
   try {
-    await waitForPing(board.info.apiUrl, o.readyTimeoutMs ?? 300_000, () =>
+    await waitForPing(board.info.apiUrl, o.readyTimeoutMs ?? 900_000, () =>
       board.exitReason ? `${board.exitReason} before the supervisor answered; serial console:\n${serialTail(board.info.serialLog)}` : undefined,
     );
   } catch (err) {

@@ -92,7 +92,8 @@ export class QemuBoard {
     readonly info: Omit<ReadyInfo, 'event' | 'bootMs' | 'pid'>,
     readonly process: ChildProcess,
     readonly qmp: QmpClient,
-    private readonly cleanup: () => Promise<void>,
+    /** Removes what this boot created; a relaunched board inherits it. */
+    readonly cleanup: () => Promise<void>,
   ) {
     qmp.on('event', (e) => {
       if (e.event === 'SHUTDOWN' && typeof e.data?.reason === 'string') this.#shutdownReason = e.data.reason;
@@ -154,6 +155,7 @@ export async function launch(o: {
   apiPort: number;
   sshPort: number;
   appendExtra?: readonly string[];
+  cleanup?: () => Promise<void>;
 }): Promise<QemuBoard> {
   const qemu = needTool(qemuTools.qemuSystem);
   const qmpSocket = join(o.runDir, 'qmp-launcher.sock');
@@ -189,7 +191,7 @@ export async function launch(o: {
     { machine: o.machine, apiUrl: `http://127.0.0.1:${o.apiPort}`, sshPort: o.sshPort, sshKey: o.image.sshKey, serialLog, qmpSocket: userQmpSocket, overlay: o.overlay },
     child,
     qmp,
-    async () => undefined,
+    o.cleanup ?? (async () => undefined),
   );
 }
 
@@ -209,7 +211,7 @@ export function takePowerCycleRequest(qmpSocket: string): boolean {
 /** The same board powered on again after its QEMU ended: same disk, ports and run dir. */
 export function relaunch(board: QemuBoard, image: QemuImage, runDir: string): Promise<QemuBoard> {
   const { machine, apiUrl, sshPort, overlay } = board.info;
-  return launch({ image, machine, overlay, runDir, apiPort: Number(new URL(apiUrl).port), sshPort });
+  return launch({ image, machine, overlay, runDir, apiPort: Number(new URL(apiUrl).port), sshPort, cleanup: board.cleanup });
 }
 
 /** Boots a board and resolves once its supervisor answers `/ping`. */
@@ -225,10 +227,18 @@ export async function bootBoard(o: BootOptions): Promise<{ board: QemuBoard; rea
   }
   const [apiPort, sshPort] = [o.apiPort ?? (await freePort()), o.sshPort ?? (await freePort())];
   o.progress?.(`starting qemu-system-aarch64 -M ${machine} (overlay ${overlay}, serial log ${join(runDir, 'serial.log')})`);
-  const launched = await launch({ image: o.image, machine, overlay, runDir, apiPort, sshPort, ...(o.appendExtra ? { appendExtra: o.appendExtra } : {}) });
-  const board = new QemuBoard(launched.info, launched.process, launched.qmp, async () => {
-    if (o.snapshot) await rm(overlay, { force: true });
-    if (!o.runDir) await rm(runDir, { recursive: true, force: true });
+  const board = await launch({
+    image: o.image,
+    machine,
+    overlay,
+    runDir,
+    apiPort,
+    sshPort,
+    ...(o.appendExtra ? { appendExtra: o.appendExtra } : {}),
+    cleanup: async () => {
+      if (o.snapshot) await rm(overlay, { force: true });
+      if (!o.runDir) await rm(runDir, { recursive: true, force: true });
+    },
   });
   try {
     await waitForPing(board.info.apiUrl, o.readyTimeoutMs ?? 900_000, () =>
@@ -237,7 +247,7 @@ export async function bootBoard(o: BootOptions): Promise<{ board: QemuBoard; rea
   } catch (err) {
     await board.stop();
     throw err instanceof FleetlabError && !board.exitReason
-      ? new FleetlabError('SUP_ERR_HOST', `${err.message}; serial console:\n${serialTail(launched.info.serialLog)}`)
+      ? new FleetlabError('SUP_ERR_HOST', `${err.message}; serial console:\n${serialTail(board.info.serialLog)}`)
       : err;
   }
   const ready: ReadyInfo = { event: 'ready', ...board.info, pid: board.process.pid ?? 0, bootMs: Date.now() - started };

@@ -20,7 +20,7 @@ import { join } from 'node:path';
 import { mkdtemp, readFile, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { FleetlabError } from '../../src/errors.js';
-import { bootBoard, launch, relaunch, serialTail, waitForPing, type QemuBoard } from '../../qemu/boot.js';
+import { bootBoard, relaunch, serialTail, waitForPing, type QemuBoard } from '../../qemu/boot.js';
 import { GpioProbe } from '../../qemu/gpio-probe.js';
 import { buildImage, imageFromDir, type QemuImage } from '../../qemu/image/build.js';
 import { GUEST, LED_LINES } from '../../qemu/image/recipe.js';
@@ -82,7 +82,6 @@ class QemuLab {
   ssh: SshDevice | undefined;
   probe: GpioProbe | undefined;
   runDir: string | undefined;
-  ports: { api: number; ssh: number } | undefined;
   /** Where `power.off` left the board: QEMU gone, the disk kept for `on`. */
   cut = false;
   /** LED transitions of earlier QEMU processes (a probe lives as long as its QMP connection). */
@@ -109,15 +108,14 @@ class QemuLab {
     const { board } = await bootBoard({ image: this.image, machine: this.machine, snapshot: true, runDir: this.runDir, readyTimeoutMs: BOOT_MS });
     this.board = board;
     this.#followResets(board);
-    this.ports = { api: Number(new URL(board.info.apiUrl).port), ssh: board.info.sshPort };
     this.ssh = new SshDevice({ host: '127.0.0.1', port: board.info.sshPort, username: 'root', privateKey: await readFile(this.image.sshKey) });
     await this.afterBoot();
   }
 
   /** QEMU again on the same disk and ports after `quit` (power restored). */
   async powerOn(): Promise<void> {
-    if (!this.runDir || !this.ports) throw new FleetlabError('SUP_ERR_HOST', 'power on: this board was never booted');
-    this.board = await launch({ image: this.image, machine: this.machine, overlay: join(this.runDir, 'overlay.qcow2'), runDir: this.runDir, apiPort: this.ports.api, sshPort: this.ports.ssh });
+    if (!this.runDir || !this.board) throw new FleetlabError('SUP_ERR_HOST', 'power on: this board was never booted');
+    this.board = await relaunch(this.board, this.image, this.runDir);
     this.#followResets(this.board);
     this.cut = false;
     await this.waitUp();

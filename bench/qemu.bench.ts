@@ -13,7 +13,7 @@ import { mkdtemp, readFile, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { bootBoard, waitForPing } from '../qemu/boot.js';
-import { buildImage } from '../qemu/image/build.js';
+import { buildImage, formatBuildProgress } from '../qemu/image/build.js';
 import { GUEST } from '../qemu/image/recipe.js';
 import type { MachineKind } from '../qemu/qemu-argv.js';
 import { QmpClient } from '../qemu/qmp.js';
@@ -30,7 +30,7 @@ const seconds = (ms: number) => `${(ms / 1000).toFixed(1)} s`;
 if (cold) {
   const cacheDir = await mkdtemp(join(tmpdir(), 'fleetlab-bench-qemu-cache-'));
   try {
-    const r = await buildImage({ repoRoot, cacheDir, progress: (e) => process.stderr.write(`  [${e.percent}%] ${e.stage}: ${e.detail}\n`) });
+    const r = await buildImage({ repoRoot, cacheDir, progress: (e) => process.stderr.write(`  ${formatBuildProgress(e)}\n`) });
     console.log(`image build, cold: ${seconds(r.totalMs)} (root filesystem ${seconds(r.image.manifest.timings.rootfsMs)}, payload + SD card ${seconds(r.image.manifest.timings.imageMs)})`);
   } finally {
     await rm(cacheDir, { recursive: true, force: true });

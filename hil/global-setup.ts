@@ -33,10 +33,10 @@ export default async function globalSetup(config: FullConfig): Promise<void> {
   if (targets.includes('sim') && defaultEngine() === 'docker') await buildTestImages(dockerSocket);
   if (targets.includes('qemu') && !process.env.FLEETLAB_QEMU_IMAGE_DIR) {
     // Built (or found cached) once here, not in a worker's first test: a cold build takes minutes.
-    const { buildImage } = await import('../qemu/image/build.js');
+    const { buildImage, formatBuildProgress } = await import('../qemu/image/build.js');
     const { image } = await buildImage({
       repoRoot: new URL('..', import.meta.url).pathname,
-      progress: (e) => process.stderr.write(`qemu image [${String(e.percent).padStart(3)}% ${(e.elapsedMs / 1000).toFixed(0)} s] ${e.stage}: ${e.detail}\n`),
+      progress: (e) => process.stderr.write(`qemu image ${formatBuildProgress(e)}\n`),
     });
     process.env.FLEETLAB_QEMU_IMAGE_DIR = image.dir;
   }

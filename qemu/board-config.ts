@@ -2,12 +2,12 @@
  * A board target config (hil/targets/board-config.ts) for a running QEMU board: the proof that
  * the `board` target works is the same specs passing against the emulated Pi over SSH.
  */
+import { shellQuote } from '../hil/targets/ssh-device.js';
 import type { ReadyInfo } from './boot.js';
 import { LED_LINES } from './image/recipe.js';
 
 /** `cli` is how to run this fleetlab CLI (argv before the subcommand), for the power switch. */
 export function boardConfigFor(ready: ReadyInfo, cli: readonly string[]): Record<string, unknown> {
-  const quote = (word: string) => `'${word.replace(/'/g, `'\\''`)}'`;
   const line = LED_LINES[ready.machine];
   return {
     host: '127.0.0.1',
@@ -19,6 +19,6 @@ export function boardConfigFor(ready: ReadyInfo, cli: readonly string[]): Record
     led: { gpio: `${line.chip}:${line.offset}`, observe: 'sysfs' },
     // TCG: the same deadlines as the qemu target.
     timeScale: ready.machine === 'raspi3b' ? 8 : 4,
-    power: { cycle: [...cli, 'qemu', 'power', 'cycle', '--qmp', ready.qmpSocket].map(quote).join(' ') },
+    power: { cycle: shellQuote([...cli, 'qemu', 'power', 'cycle', '--qmp', ready.qmpSocket]) },
   };
 }

@@ -22,7 +22,7 @@ import { tmpdir } from 'node:os';
 import { FleetlabError } from '../../src/errors.js';
 import { bootBoard, relaunch, serialTail, waitForPing, type QemuBoard } from '../../qemu/boot.js';
 import { GpioProbe } from '../../qemu/gpio-probe.js';
-import { buildImage, imageFromDir, type QemuImage } from '../../qemu/image/build.js';
+import { buildImage, formatBuildProgress, imageFromDir, type QemuImage } from '../../qemu/image/build.js';
 import { GUEST, LED_LINES } from '../../qemu/image/recipe.js';
 import type { MachineKind } from '../../qemu/qemu-argv.js';
 import { startPartitionableLink, type PartitionableLink } from '../../sim/network/partitionable-link.js';
@@ -285,7 +285,7 @@ async function resolveImage(): Promise<QemuImage> {
   const dir = process.env.FLEETLAB_QEMU_IMAGE_DIR;
   if (dir) return imageFromDir(dir);
   const repoRoot = new URL('../..', import.meta.url).pathname;
-  const { image } = await buildImage({ repoRoot, progress: (e) => process.stderr.write(`qemu image [${e.percent}% ${(e.elapsedMs / 1000).toFixed(0)} s] ${e.stage}: ${e.detail}\n`) });
+  const { image } = await buildImage({ repoRoot, progress: (e) => process.stderr.write(`qemu image ${formatBuildProgress(e)}\n`) });
   return image;
 }
 

@@ -34,6 +34,11 @@ export interface BuildProgress {
   readonly detail: string;
 }
 
+/** One progress line: `[ 73%   11 s] payload: bundling the supervisor`. */
+export function formatBuildProgress(e: BuildProgress): string {
+  return `[${String(e.percent).padStart(3)}% ${(e.elapsedMs / 1000).toFixed(0).padStart(4)} s] ${e.stage}: ${e.detail}`;
+}
+
 export interface ImageBuildOptions {
   /** The fleetlab checkout whose supervisor goes onto the board. */
   readonly repoRoot: string;

@@ -155,13 +155,13 @@ qemu
   .option('--force', 'rebuild even when cached', false)
   .action(
     action(async (opts: { suite: string; mirror: string; force: boolean }) => {
-      const { buildImage } = await import('../../qemu/image/build.js');
+      const { buildImage, formatBuildProgress } = await import('../../qemu/image/build.js');
       const result = await buildImage({
         repoRoot: await repoRootOfCli(),
         suite: opts.suite,
         mirror: opts.mirror,
         force: opts.force,
-        progress: (e) => console.error(`[${String(e.percent).padStart(3)}% ${(e.elapsedMs / 1000).toFixed(0).padStart(4)} s] ${e.stage}: ${e.detail}`),
+        progress: (e) => console.error(formatBuildProgress(e)),
       });
       console.log(JSON.stringify({ event: 'built', dir: result.image.dir, key: result.image.key, builtRootfs: result.builtRootfs, builtImage: result.builtImage, totalMs: result.totalMs }));
     }),
@@ -176,12 +176,12 @@ qemu
   .option('--board-config <file>', 'also write a board target config for this board (FLEETLAB_BOARD_CONFIG=<file> npm run hil -- --project=board)')
   .action(
     action(async (opts: { machine: 'raspi3b' | 'virt'; snapshot: boolean; apiPort?: string; sshPort?: string; boardConfig?: string }) => {
-      const { buildImage } = await import('../../qemu/image/build.js');
+      const { buildImage, formatBuildProgress } = await import('../../qemu/image/build.js');
       const { bootBoard } = await import('../../qemu/boot.js');
       const { untilStopped } = await import('../stop-signals.js');
       const { image } = await buildImage({
         repoRoot: await repoRootOfCli(),
-        progress: (e) => console.error(`[${String(e.percent).padStart(3)}% ${(e.elapsedMs / 1000).toFixed(0).padStart(4)} s] ${e.stage}: ${e.detail}`),
+        progress: (e) => console.error(formatBuildProgress(e)),
       });
       const port = (v: string | undefined) => (v === undefined ? undefined : Number(v));
       const { dirname } = await import('node:path');

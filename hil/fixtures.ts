@@ -188,6 +188,7 @@ async function attachEvidence(device: DeviceUnderTest, testInfo: TestInfo, since
     const log = await device.supervisorLog();
     return log.length > LOG_TAIL_BYTES ? `…(earlier output cut)\n${log.slice(-LOG_TAIL_BYTES)}` : log;
   });
+  if (device.consoleLog) await attach('serial console', () => device.consoleLog!());
   if (device.led) {
     await attach('LED transitions', async () =>
       (await device.led!.transitions(since)).map((t) => `+${t.at - since} ms ${t.value}`).join('\n') || '(no transitions during the test)',

@@ -24,6 +24,7 @@ import { LED_TRANSITIONS_FILE } from '../../sim/device.js';
 import { LABEL } from '../../src/supervisor/adapters/engine.js';
 import { httpApi } from '../lib/http.js';
 import { buildDeviceImage } from './container-image.js';
+import { filesOverCommands } from './files-over-commands.js';
 import {
   TARGET_LABEL,
   TARGET_NAME,
@@ -216,26 +217,8 @@ class ContainerUnderTest implements DeviceUnderTest {
       },
     };
 
-    const must = async (what: string, path: string, argv: readonly string[], input?: string | Buffer) => {
-      const r = await run(argv, input === undefined ? {} : { input });
-      if (r.exitCode !== 0) throw new Error(`${what} ${path} on the device: ${r.stderr.toString('utf8').trim() || `exit ${r.exitCode}`}`);
-      return r.stdout;
-    };
     this.files = {
-      read: (path) => must('read', path, ['cat', '--', path]),
-      write: async (path, data) => {
-        await must('write', path, ['sh', '-c', 'mkdir -p -- "$(dirname -- "$1")" && cat > "$1"', 'fleetlab-write', path], data);
-      },
-      remove: async (path) => {
-        await must('remove', path, ['rm', '-rf', '--', path]);
-      },
-      exists: async (path) => (await run(['test', '-e', path])).exitCode === 0,
-      list: async (path) =>
-        (await must('list', path, ['find', path, '-mindepth', '1', '-maxdepth', '1', '-printf', '%f\\0']))
-          .toString('utf8')
-          .split('\0')
-          .filter(Boolean)
-          .sort(),
+      ...filesOverCommands(run, 'the device'),
       // dockerd's volume directory is bind-mounted at its own path, so Mountpoint is a device path too.
       volumePath: async (appId, volume) => {
         const { Volumes } = await docker.listVolumes({ filters: { label: [`${LABEL.device}=${uuid}`, `${LABEL.appId}=${appId}`, `${LABEL.volume}=${volume}`] } });

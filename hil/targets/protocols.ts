@@ -186,6 +186,8 @@ export interface DeviceUnderTest extends AsyncDisposable {
   readonly files?: FilesProtocol;
   /** The supervisor's own log so far (attached to failed tests). */
   supervisorLog(): Promise<string>;
+  /** The board's serial console (emulated boards): what the guest said when SSH cannot reach it. */
+  consoleLog?(): Promise<string>;
   close(): Promise<void>;
 }
 

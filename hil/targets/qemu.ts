@@ -39,6 +39,8 @@ const BOOT_MS = 900_000;
 const READY_MS = 300_000;
 const DOWN_MS = 60_000;
 const LED_SAMPLE_MS = 10;
+/** Serial console lines attached to a failed test: enough for a whole boot's tail. */
+const CONSOLE_LINES = 150;
 const LOGIN1 = ['busctl', 'call', 'org.freedesktop.login1', '/org/freedesktop/login1', 'org.freedesktop.login1.Manager', 'Reboot', 'b', 'false'];
 /** What the harness's cloud link gives the supervisor: short intervals so specs do not wait minutes. */
 const CLOUD_TIMINGS = { FLEETLAB_POLL_INTERVAL_MS: '2000', FLEETLAB_REPORT_INTERVAL_MS: '500', FLEETLAB_TUNNEL_HEARTBEAT_MS: '1000' };
@@ -266,6 +268,10 @@ class QemuUnderTest implements DeviceUnderTest {
 
   supervisorLog(): Promise<string> {
     return this.lab.ssh ? unitLog(this.lab.ssh, GUEST.unit) : Promise.resolve('(no SSH to the board)');
+  }
+
+  async consoleLog(): Promise<string> {
+    return this.lab.board ? serialTail(this.lab.board.info.serialLog, CONSOLE_LINES) : '(no board)';
   }
 
   /** The board stays up for the worker's next spec file; only this file's cloud link goes. */

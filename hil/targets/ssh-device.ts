@@ -12,6 +12,7 @@ import { Client, type ClientChannel } from 'ssh2';
 import { FleetlabError, errorText } from '../../src/errors.js';
 import { journalEntries } from '../lib/journal-json.js';
 import type { CommandProtocol, ExecResult, FilesProtocol, JournalProtocol } from './protocols.js';
+import { filesOverCommands } from './files-over-commands.js';
 
 export interface SshDeviceOptions {
   readonly host: string;
@@ -355,26 +356,6 @@ export class SshDevice {
   }
 
   #filesProtocol(): FilesProtocol {
-    const must = async (what: string, path: string, argv: readonly string[], input?: string | Buffer) => {
-      const r = await this.runRaw(argv, input === undefined ? {} : { input });
-      if (r.exitCode !== 0) throw sshError(`${what} ${path} on ${this.#where}: ${r.stderr.toString('utf8').trim() || `exit ${r.exitCode}`}`);
-      return r.stdout;
-    };
-    return {
-      read: (path) => must('read', path, ['cat', '--', path]),
-      write: async (path, data) => {
-        await must('write', path, ['sh', '-c', 'mkdir -p -- "$(dirname -- "$1")" && cat > "$1"', 'fleetlab-write', path], data);
-      },
-      remove: async (path) => {
-        await must('remove', path, ['rm', '-rf', '--', path]);
-      },
-      exists: async (path) => (await this.runRaw(['test', '-e', path])).exitCode === 0,
-      list: async (path) =>
-        (await must('list', path, ['find', path, '-mindepth', '1', '-maxdepth', '1', '-printf', '%f\\0']))
-          .toString('utf8')
-          .split('\0')
-          .filter(Boolean)
-          .sort(),
-    };
+    return filesOverCommands((argv, options) => this.runRaw(argv, options), this.#where, sshError);
   }
 }

@@ -141,7 +141,9 @@ export function overlayFiles(authorizedKey: string): Array<{ path: string; conte
     { path: '/etc/modprobe.d/fleetlab-unused.conf', content: `${UNUSED_MODULES.map((m) => `blacklist ${m}`).join('\n')}\n`, mode: 0o644 },
     // No iptables rules: each iptables call costs seconds under TCG and made dockerd's start
     // take a minute; app containers still get their bridge networks, only NAT is left out.
-    { path: '/etc/docker/daemon.json', content: `${JSON.stringify({ iptables: false, ip6tables: false }, null, 2)}\n`, mode: 0o644 },
+    // Container output goes to the journal, as on a device OS: the supervisor's journal-logs
+    // selects a container by the journald driver's CONTAINER_ID fields.
+    { path: '/etc/docker/daemon.json', content: `${JSON.stringify({ iptables: false, ip6tables: false, 'log-driver': 'journald' }, null, 2)}\n`, mode: 0o644 },
     { path: '/root/.ssh/authorized_keys', content: `${authorizedKey.trim()}\n`, mode: 0o600 },
     { path: GUEST.configFile, content: `${JSON.stringify(supervisorConfig(), null, 2)}\n`, mode: 0o644 },
     { path: GUEST.envFile, content: '# Settings for this boot (FLEETLAB_* variables); the HIL harness writes the cloud link here.\n', mode: 0o644 },

@@ -44,7 +44,7 @@ describe('buildQemuArgv raspi3b', () => {
     expect(flag(argv, '-initrd')).toBe('/img/initrd.img');
     expect(flag(argv, '-dtb')).toBe('/img/bcm2837-rpi-3-b.dtb');
     expect(flag(argv, '-append')).toBe(
-      'root=/dev/mmcblk0 rootwait rw console=ttyS1,115200 apparmor=0 dwc_otg.fiq_fsm_enable=0 fleetlab.epoch=1790000000 fleetlab.led=17 quiet',
+      'root=/dev/mmcblk0 rootwait rw console=ttyS1,115200 apparmor=0 dwc_otg.fiq_fsm_enable=0 net.ifnames=0 fleetlab.epoch=1790000000 fleetlab.led=17 quiet',
     );
   });
 

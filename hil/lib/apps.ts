@@ -4,7 +4,7 @@
  */
 import type { WireLocalState } from '../../src/protocol/target-state.js';
 import type { DeviceApi, StateStatus } from './device-api.js';
-import { pollUntil } from './wait.js';
+import { pollUntil, scaled } from './wait.js';
 
 export const APP_ID = 1;
 export const APP_NAME = 'hilapp';
@@ -84,7 +84,8 @@ export async function containerOf(api: DeviceApi, service: string): Promise<{ id
  * answers again. A device that never goes away fails here, which is the point.
  */
 export async function waitRebooted(api: DeviceApi, timeoutMs = 60_000): Promise<void> {
-  const ping = () => api.ping({ timeoutMs: 1000 }).then((r) => r.status, () => 0);
+  // A slow answer is not "down": an emulated board busy stopping containers took over 1 s.
+  const ping = () => api.ping({ timeoutMs: scaled(1000) }).then((r) => r.status, () => 0);
   await pollUntil('device API down for the reboot', ping, (s) => s !== 200, { timeoutMs, intervalMs: 25 });
   await pollUntil('device API back after the reboot', ping, (s) => s === 200, { timeoutMs });
 }

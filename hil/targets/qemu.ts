@@ -124,6 +124,22 @@ class QemuLab {
   }
 
   /**
+   * The lab's power switch turned on. A board that is up stays up; one halting itself
+   * (POST /v1/shutdown) keeps its QEMU until the guest has powered off, and is then off like
+   * a cut one; a reset is powered on again by #followResets.
+   */
+  async switchOn(): Promise<void> {
+    const board = this.board;
+    if (!board) throw new FleetlabError('SUP_ERR_HOST', 'power on: this board was never booted');
+    if (!board.exitReason) {
+      const up = await waitForPing(board.info.apiUrl, BOOT_MS, () => board.exitReason).then(() => true, () => false);
+      if (up) return this.afterBoot();
+    }
+    if (board.guestReset) return this.waitUp();
+    await this.powerOn();
+  }
+
+  /**
    * A reboot, from any source (login1, the API's reboot, the watchdog), ends QEMU (it runs
    * with -no-reboot, see qemu/qemu-argv.ts); the board is then powered on again here, like
    * hardware coming out of reset.
@@ -251,10 +267,7 @@ class QemuUnderTest implements DeviceUnderTest {
       off: async () => {
         await lab.quit();
       },
-      on: async () => {
-        if (lab.running) return lab.waitUp();
-        await lab.powerOn();
-      },
+      on: () => lab.switchOn(),
     };
     const requireLink = () => {
       if (!link) throw new FleetlabError('SUP_ERR_BAD_REQUEST', 'network: this device was started without a cloud (test.use({ withCloud: true }))');

@@ -134,6 +134,7 @@ class QemuLab {
     if (!board.exitReason) {
       const up = await waitForPing(board.info.apiUrl, BOOT_MS, () => board.exitReason).then(() => true, () => false);
       if (up) return this.afterBoot();
+      if (!board.exitReason) throw new FleetlabError('SUP_ERR_HOST', `power on: the board neither answered nor powered off within ${BOOT_MS / 1000} s; serial console:\n${serialTail(board.info.serialLog)}`);
     }
     if (board.guestReset) return this.waitUp();
     await this.powerOn();

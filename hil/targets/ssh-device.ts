@@ -12,7 +12,7 @@ import { Client, type ClientChannel } from 'ssh2';
 import { FleetlabError, errorText } from '../../src/errors.js';
 import { journalEntries } from '../lib/journal-json.js';
 import type { CommandProtocol, ExecResult, FilesProtocol, JournalProtocol } from './protocols.js';
-import { filesOverCommands } from './files-over-commands.js';
+import { filesOverCommands, type RawCommandResult } from './files-over-commands.js';
 
 export interface SshDeviceOptions {
   readonly host: string;
@@ -33,12 +33,6 @@ export interface RunOptions {
   readonly input?: string | Buffer;
   /** Default 60 s; the call then rejects, and the device's `timeout` ends the command just after. */
   readonly timeoutMs?: number;
-}
-
-export interface RawExecResult {
-  readonly exitCode: number;
-  readonly stdout: Buffer;
-  readonly stderr: Buffer;
 }
 
 /** A long-running command whose stdout is handed over as it arrives (see `follow`). */
@@ -131,7 +125,7 @@ export class SshDevice {
   }
 
   /** Like `run`, with stdout and stderr as bytes (file reads). */
-  async runRaw(argv: readonly string[], options: RunOptions = {}): Promise<RawExecResult> {
+  async runRaw(argv: readonly string[], options: RunOptions = {}): Promise<RawCommandResult> {
     if (argv.length === 0) throw sshError('run: empty argv');
     const timeoutMs = options.timeoutMs ?? DEFAULT_RUN_TIMEOUT_MS;
     // OpenSSH refuses signal requests on root sessions ("session signalling requires privilege
@@ -294,14 +288,14 @@ export class SshDevice {
     return attempt;
   }
 
-  #exec(client: Client, command: string, argv: readonly string[], input: string | Buffer | undefined, timeoutMs: number): Promise<RawExecResult> {
-    return new Promise<RawExecResult>((resolve, reject) => {
+  #exec(client: Client, command: string, argv: readonly string[], input: string | Buffer | undefined, timeoutMs: number): Promise<RawCommandResult> {
+    return new Promise<RawCommandResult>((resolve, reject) => {
       const stdout: Buffer[] = [];
       const stderr: Buffer[] = [];
       let exitCode: number | undefined;
       let settled = false;
       let channel: ClientChannel | undefined;
-      const finish = (err: Error | undefined, result?: RawExecResult) => {
+      const finish = (err: Error | undefined, result?: RawCommandResult) => {
         if (settled) return;
         settled = true;
         clearTimeout(timer);

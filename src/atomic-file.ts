@@ -8,8 +8,9 @@ import { open, rename, rm, mkdir } from 'node:fs/promises';
 import { dirname, basename, join } from 'node:path';
 import { randomBytes } from 'node:crypto';
 
-async function fsyncDir(dir: string): Promise<void> {
-  const handle = await open(dir, 'r');
+/** Flushes a file or a directory (a directory's flush puts its renames on disk). */
+export async function fsyncPath(path: string): Promise<void> {
+  const handle = await open(path, 'r');
   try {
     await handle.sync();
   } finally {
@@ -67,14 +68,14 @@ export async function writeFileAtomic(path: string, data: string, mode = 0o644):
     await rm(tmp, { force: true });
     throw err;
   }
-  await fsyncDir(dir);
+  await fsyncPath(dir);
 }
 
 /** Removes the file (absent is fine) and makes the removal durable. */
 export async function removeFileDurable(path: string): Promise<void> {
   await rm(path, { force: true });
   try {
-    await fsyncDir(dirname(path));
+    await fsyncPath(dirname(path));
   } catch (err) {
     // The directory itself may not exist: then there was nothing to remove.
     if ((err as NodeJS.ErrnoException).code !== 'ENOENT') throw err;

@@ -4,10 +4,10 @@
  * board the bus is the system bus; on a simulated device it is a private dbus-daemon with
  * the peer from sim/dbus; the code path is the same.
  */
-import { open, readFile } from 'node:fs/promises';
+import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { FleetlabError, badRequest, errorText } from '../../errors.js';
-import { removeFileDurable, writeFileAtomic } from '../../atomic-file.js';
+import { fsyncPath, removeFileDurable, writeFileAtomic } from '../../atomic-file.js';
 import { DbusClient, dbusErrorName } from './dbus-client.js';
 import { isValidHostname } from './hostname-rules.js';
 import type { HostPort, ProxySettings } from './ports.js';
@@ -56,12 +56,7 @@ function fileError(action: string, err: unknown): FleetlabError {
 async function syncStaticHostname(): Promise<void> {
   for (const path of ['/etc/hostname', '/etc']) {
     try {
-      const handle = await open(path, 'r');
-      try {
-        await handle.sync();
-      } finally {
-        await handle.close();
-      }
+      await fsyncPath(path);
     } catch {
       // absent or not ours to flush
     }

@@ -59,6 +59,20 @@ function descendants(pid: number): number[] {
   return found;
 }
 
+/** Processes of this machine running the sysfs LED observer's loop (its $0 is fleetlab-led). */
+function observerProcesses(): number[] {
+  return readdirSync('/proc')
+    .filter((name) => /^[0-9]+$/.test(name))
+    .filter((name) => {
+      try {
+        return readFileSync(`/proc/${name}/cmdline`, 'utf8').split('\0').includes('fleetlab-led');
+      } catch {
+        return false;
+      }
+    })
+    .map(Number);
+}
+
 /** A private sshd on 127.0.0.1:port, root login by key only. */
 class PrivateSshd {
   #child: ChildProcess | undefined;
@@ -271,9 +285,20 @@ describe('SshDevice against a real sshd', () => {
       expect(transitions.map((t) => t.value)).toEqual([0, 1, 0, 1]);
       expect(transitions.every((t, i) => i === 0 || t.at > transitions[i - 1]!.at)).toBe(true);
       expect(await led.level()).toBe(1);
+      // One process samples, and forks nothing per sample (a `sleep` child would show up).
+      const [loop, ...others] = observerProcesses();
+      expect(others).toEqual([]);
+      for (let i = 0; i < 20; i++) {
+        expect(descendants(loop!)).toEqual([]);
+        await sleep(7);
+      }
+      expect(observerProcesses()).toEqual([loop]);
     } finally {
       await led.stop();
     }
+    // Closing the channel ends the loop on the device: it reads EOF where it paused.
+    for (let i = 0; i < 40 && observerProcesses().length > 0; i++) await sleep(50);
+    expect(observerProcesses()).toEqual([]);
     await expect(observeSysfsLed(ssh, { chip: 'nope', offset: 1 }, 10, gpio)).rejects.toThrow(/chip "nope" not found in the board's \/sys\/class\/gpio; chips present: .*pinctrl-bcm2835 \(base 512\)/);
   });
 

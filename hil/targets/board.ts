@@ -111,20 +111,29 @@ export interface LedObserver extends LedProtocol {
 }
 
 /**
- * Samples the line's sysfs value on the device every `pollMs` in a shell loop streaming each
- * sample, and the harness stamps a change on arrival with its own clock (one channel, not a
- * round trip per sample). Every sample is written, changed or not, so the loop dies of
- * SIGPIPE as soon as its channel closes (no signal reaches a root session). It dies with the
- * connection at a reboot and is started again once the board answers; what the line did
- * while SSH was down is not seen. Until the supervisor exports the line there is no value
- * file and the loop prints `-`.
+ * The device side of the sysfs observer, in bash so that a sample forks nothing: `read` from
+ * the value file and `read -t` on stdin as the pause are builtins. (A `sleep` per sample is
+ * a fork and an exec, slow enough on an emulated board under TCG that the 200 ms blink lost
+ * toggles.) Only changes are written, the first sample always. The channel's stdin stays open
+ * and silent, so the pause times out (status > 128) until the harness closes the channel:
+ * then it reads EOF and the loop ends; a write into a closed channel ends it too.
+ */
+export const SYSFS_OBSERVER_LOOP = `last=; while :; do v=; read -r v 2>/dev/null < "$1"; v=\${v:--}; if [ "$v" != "$last" ]; then echo "$v" || exit 0; last=$v; fi; read -r -t "$2" _; [ $? -gt 128 ] || exit 0; done`;
+
+/**
+ * Samples the line's sysfs value on the device every `pollMs` in one bash process streaming
+ * each change (SYSFS_OBSERVER_LOOP), and the harness stamps a change on arrival with its own
+ * clock (one channel, not a round trip per sample). It dies with the connection at a reboot
+ * and is started again once the board answers; what the line did while SSH was down is not
+ * seen. Until the supervisor exports the line there is no value file and the loop prints `-`.
  */
 export async function observeSysfsLed(ssh: SshDevice, gpio: BoardLedGpio, pollMs: number, sysfsGpioDir = SYSFS_GPIO): Promise<LedObserver> {
   const number = gpioNumberOnBoard(gpio, typeof gpio === 'number' ? [] : await readGpioChips(ssh, sysfsGpioDir));
   const valueFile = `${sysfsGpioDir}/gpio${number}/value`;
+  const hasBash = await ssh.run(['bash', '-c', 'exit 0']);
+  if (hasBash.exitCode !== 0) throw boardError(`the sysfs LED observer runs bash on the board, and ${ssh.where} has none (exit ${hasBash.exitCode}); install bash there or observe the LED with a lab command ("led.observe": {"command": ...})`);
   const log = new TransitionLog();
-  const sleepArg = (pollMs / 1000).toFixed(3);
-  const loop = `while :; do v=; read -r v 2>/dev/null < "$1"; echo "\${v:--}" || exit 0; sleep ${sleepArg}; done`;
+  const pause = (pollMs / 1000).toFixed(3);
   let stopped = false;
   let current: FollowedCommand | undefined;
   let sampling: () => void = () => undefined;
@@ -133,7 +142,7 @@ export async function observeSysfsLed(ssh: SshDevice, gpio: BoardLedGpio, pollMs
   const running = (async () => {
     while (!stopped) {
       try {
-        current = await ssh.follow(['sh', '-c', loop, 'fleetlab-led', valueFile], (chunk) => {
+        current = await ssh.follow(['bash', '-c', SYSFS_OBSERVER_LOOP, 'fleetlab-led', valueFile, pause], (chunk) => {
           sampling();
           onSample(chunk);
         });

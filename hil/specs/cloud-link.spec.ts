@@ -35,10 +35,18 @@ async function deviceRow(cloud: FleetCloud, uuid: string) {
   return rows.d[0];
 }
 
+/**
+ * The device's row once it is online: each spec that needs the device registered and its
+ * tunnel up waits for that itself, so it holds when run alone (`--grep`) on a fresh device.
+ */
+function onlineRow(cloud: FleetCloud, uuid: string) {
+  return pollUntil('device online in the cloud', () => deviceRow(cloud, uuid), (r) => r?.is_online === true, { timeoutMs: 30_000 });
+}
+
 test.beforeEach(({ needs }) => needs('network'));
 
 test('the device registers to the fleet with its provisioning key and its tunnel comes up', { tag: '@smoke' }, async ({ api, device, cloud }) => {
-  const row = await pollUntil('device online in the cloud', () => deviceRow(cloud!, device.api.identity.uuid), (r) => r?.is_online === true, { timeoutMs: 30_000 });
+  const row = await onlineRow(cloud!, device.api.identity.uuid);
   expect(row!.status).toBeTruthy();
   const vpn = await api.vpn();
   expect(vpn.body).toEqual({ status: 'success', vpn: { enabled: true, connected: true } });
@@ -54,7 +62,7 @@ test('a release set on the fleet runs on the device and the cloud records it', a
 });
 
 test('tags set in the cloud are what the app reads from /v2/device/tags', async ({ api, device, cloud }) => {
-  const row = await deviceRow(cloud!, device.api.identity.uuid);
+  const row = await onlineRow(cloud!, device.api.identity.uuid);
   await cloud!.call('POST', '/v6/device_tag', { device: row!.id, tag_key: 'bench', value: 'b-7' });
   const tags = await api.tags();
   expect(tags.status).toBe(200);
@@ -63,6 +71,7 @@ test('tags set in the cloud are what the app reads from /v2/device/tags', async 
 
 test('the cloud proxy reaches the device: blink through it shows on the LED line', async ({ device, cloud, needs }) => {
   needs('led');
+  await onlineRow(cloud!, device.api.identity.uuid);
   const since = Date.now();
   const answer = await cloud!.call('POST', '/supervisor/v1/blink', { uuid: device.api.identity.uuid });
   expect(answer).toBeUndefined(); // 200 with the device's empty body, passed through

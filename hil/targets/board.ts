@@ -113,7 +113,7 @@ export interface LedObserver extends LedProtocol {
 /**
  * The device side of the sysfs observer, in bash so that a sample forks nothing: `read` from
  * the value file and `read -t` on stdin as the pause are builtins. (A `sleep` per sample is
- * a fork and an exec, slow enough on an emulated board under TCG that the 200 ms blink lost
+ * a fork and an exec: ~120 ms on the emulated Pi under TCG, and the 200 ms blink lost
  * toggles.) Only changes are written, the first sample always. The channel's stdin stays open
  * and silent, so the pause times out (status > 128) until the harness closes the channel:
  * then it reads EOF and the loop ends; a write into a closed channel ends it too.

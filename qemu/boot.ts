@@ -17,6 +17,7 @@ import { buildQemuArgv, type MachineKind } from './qemu-argv.js';
 import { QmpClient } from './qmp.js';
 import { cacheRoot, needTool, qemuTools } from './tools.js';
 import { freePort } from '../src/free-port.js';
+import { watchUsbNet } from './usb-net-watch.js';
 
 export interface BootOptions {
   readonly image: QemuImage;
@@ -52,6 +53,9 @@ export interface ReadyInfo {
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
+/** Boots in a row that may lose their USB network and be powered on again (./usb-net-watch.ts). */
+export const USB_NET_RETRIES = 2;
+
 /** In the run dir: `qemu power cycle` asks for QEMU to be started again after it quits. */
 const POWER_CYCLE_REQUEST = 'power-cycle.request';
 
@@ -86,6 +90,8 @@ export async function waitForPing(url: string, timeoutMs: number, alive: () => s
 export class QemuBoard {
   #exit: string | undefined;
   #shutdownReason: string | undefined;
+  /** Why the launcher powered the board off to power it on again, if it did. */
+  #powerAgain: string | undefined;
   readonly exited: Promise<void>;
 
   constructor(
@@ -94,6 +100,8 @@ export class QemuBoard {
     readonly qmp: QmpClient,
     /** Removes what this boot created; a relaunched board inherits it. */
     readonly cleanup: () => Promise<void>,
+    /** How many more boots in a row may be powered on again for a dead USB network. */
+    readonly usbNetRetries = 0,
   ) {
     qmp.on('event', (e) => {
       if (e.event === 'SHUTDOWN' && typeof e.data?.reason === 'string') this.#shutdownReason = e.data.reason;
@@ -104,6 +112,16 @@ export class QemuBoard {
         resolveExit();
       });
     });
+    if (info.machine === 'raspi3b' && usbNetRetries > 0) {
+      const stopWatch = watchUsbNet({ serialLog: info.serialLog, onDead: (why) => void this.#powerOffToPowerOnAgain(why) });
+      void this.exited.then(stopWatch);
+    }
+  }
+
+  async #powerOffToPowerOnAgain(why: string): Promise<void> {
+    if (this.#exit) return;
+    this.#powerAgain = why;
+    await this.quit();
   }
 
   /** Why QEMU is gone, or undefined while it runs. */
@@ -116,7 +134,22 @@ export class QemuBoard {
    * and the launcher is to power the board on again (`relaunch`).
    */
   get guestReset(): boolean {
-    return this.#shutdownReason === 'guest-reset';
+    return this.#shutdownReason === 'guest-reset' || this.#powerAgain !== undefined;
+  }
+
+  /** Set when the launcher itself powered the board off to power it on again: why. */
+  get powerAgainCause(): string | undefined {
+    return this.#powerAgain;
+  }
+
+  /** Why the board is to be powered on again, for the launcher's message. */
+  get resetCause(): string {
+    return this.#powerAgain ?? 'by the guest';
+  }
+
+  /** The dead-USB-network retries the next boot of this board gets. */
+  get nextUsbNetRetries(): number {
+    return this.#powerAgain ? this.usbNetRetries - 1 : USB_NET_RETRIES;
   }
 
   /** Power off at once (QMP quit): no shutdown in the guest, the overlay keeps what was written. */
@@ -156,6 +189,8 @@ export async function launch(o: {
   sshPort: number;
   appendExtra?: readonly string[];
   cleanup?: () => Promise<void>;
+  /** Default USB_NET_RETRIES. */
+  usbNetRetries?: number;
 }): Promise<QemuBoard> {
   const qemu = needTool(qemuTools.qemuSystem);
   const qmpSocket = join(o.runDir, 'qmp-launcher.sock');
@@ -192,6 +227,7 @@ export async function launch(o: {
     child,
     qmp,
     o.cleanup ?? (async () => undefined),
+    o.usbNetRetries ?? USB_NET_RETRIES,
   );
 }
 
@@ -211,7 +247,7 @@ export function takePowerCycleRequest(qmpSocket: string): boolean {
 /** The same board powered on again after its QEMU ended: same disk, ports and run dir. */
 export function relaunch(board: QemuBoard, image: QemuImage, runDir: string): Promise<QemuBoard> {
   const { machine, apiUrl, sshPort, overlay } = board.info;
-  return launch({ image, machine, overlay, runDir, apiPort: Number(new URL(apiUrl).port), sshPort, cleanup: board.cleanup });
+  return launch({ image, machine, overlay, runDir, apiPort: Number(new URL(apiUrl).port), sshPort, cleanup: board.cleanup, usbNetRetries: board.nextUsbNetRetries });
 }
 
 /** Boots a board and resolves once its supervisor answers `/ping`. */
@@ -227,7 +263,7 @@ export async function bootBoard(o: BootOptions): Promise<{ board: QemuBoard; rea
   }
   const [apiPort, sshPort] = [o.apiPort ?? (await freePort()), o.sshPort ?? (await freePort())];
   o.progress?.(`starting qemu-system-aarch64 -M ${machine} (overlay ${overlay}, serial log ${join(runDir, 'serial.log')})`);
-  const board = await launch({
+  const first = await launch({
     image: o.image,
     machine,
     overlay,
@@ -240,10 +276,23 @@ export async function bootBoard(o: BootOptions): Promise<{ board: QemuBoard; rea
       if (!o.runDir) await rm(runDir, { recursive: true, force: true });
     },
   });
+  const deadline = started + (o.readyTimeoutMs ?? 900_000);
+  let board = first;
   try {
-    await waitForPing(board.info.apiUrl, o.readyTimeoutMs ?? 900_000, () =>
-      board.exitReason ? `${board.exitReason} before the supervisor answered; serial console:\n${serialTail(board.info.serialLog)}` : undefined,
-    );
+    for (;;) {
+      try {
+        await waitForPing(board.info.apiUrl, Math.max(0, deadline - Date.now()), () =>
+          board.exitReason ? `${board.exitReason} before the supervisor answered; serial console:\n${serialTail(board.info.serialLog)}` : undefined,
+        );
+        break;
+      } catch (err) {
+        // A reset during the first boot (the USB network watch, the guest's own reboot) is
+        // powered on again, as after it.
+        if (!board.exitReason || !board.guestReset || Date.now() >= deadline) throw err;
+        o.progress?.(`board reset (${board.resetCause}): starting QEMU again`);
+        board = await relaunch(board, o.image, runDir);
+      }
+    }
   } catch (err) {
     await board.stop();
     throw err instanceof FleetlabError && !board.exitReason

@@ -122,10 +122,9 @@ function baseAppend(input: QemuArgvInput): string[] {
   if (input.machine === 'raspi3b') {
     // dwc_otg.fiq_fsm_enable=0: the Pi kernel's USB driver must not rely on its FIQ
     // split-transaction path, which QEMU's dwc2 model is not built for; apparmor=0: the
-    // image ships no profiles; net.ifnames=0: the usb-net NIC keeps its kernel name usb0.
-    // udev renames it to enx<MAC> while systemd-networkd brings the link up, and the one
-    // boot seen with a dead network (SSH and the API silent for 12 min, the guest otherwise
-    // up) was the one whose console had no rename line.
+    // image ships no profiles; net.ifnames=0: the usb-net NIC keeps its kernel name usb0, so
+    // no udev rename races systemd-networkd bringing the link up. (A dead network seen later
+    // had another cause, a NIC that never enumerated: see qemu/usb-net-watch.ts.)
     return ['root=/dev/mmcblk0', 'rootwait', 'rw', 'console=ttyS1,115200', 'apparmor=0', 'dwc_otg.fiq_fsm_enable=0', 'net.ifnames=0'];
   }
   return ['root=/dev/vda', 'rootwait', 'rw', 'console=ttyAMA0', 'apparmor=0'];

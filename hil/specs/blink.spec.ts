@@ -29,7 +29,7 @@ test('POST /v1/blink: ~37 on-pulses with a ~200 ms half-period, line off after 1
   const firstOn = seen.find((t) => t.value === 1);
   expect(firstOn, 'the line never went on').toBeDefined();
   const lateMs = firstOn!.at - since;
-  expect(lateMs, 'the first on-edge is this late after the call').toBeLessThan(scaled(400));
+  expect(lateMs, 'the first on-edge is this late after the call').toBeLessThan(scaled(1000));
   // One on-pulse per 400 ms from the first on-edge to the last edge (off); a loaded machine
   // may lose a toggle at either end.
   const periods = (p.last!.at - firstOn!.at) / 400;

@@ -31,7 +31,11 @@ import type {
 } from './protocols.js';
 
 export const BOARD_TARGET = 'board';
-/** A Pi 4 from power-on to the supervisor's API is 30-60 s; an SD card in a slow lab takes longer. */
+/**
+ * Deadlines for a board at timeScale 1, multiplied by the config's timeScale like the specs'
+ * own: a Pi 4 from power-on to the supervisor's API is 30-60 s, an SD card in a slow lab
+ * takes longer, and the emulated Pi (timeScale 8) takes 4-5 min.
+ */
 const READY_MS = 180_000;
 const REACH_MS = 60_000;
 /** After login1 Reboot or a cut, how long the API may keep answering before that is an error. */
@@ -334,7 +338,7 @@ class BoardUnderTest implements DeviceUnderTest {
     };
     const powerOff = off === undefined ? undefined : async () => {
       await runLabCommand('off', off);
-      await this.#waitApiDown(DOWN_MS);
+      await this.#waitApiDown(this.#scaled(DOWN_MS));
     };
     const powerOn = on === undefined ? undefined : async () => {
       await runLabCommand('on', on);
@@ -349,13 +353,13 @@ class BoardUnderTest implements DeviceUnderTest {
           // The board going down can take the SSH session with it before busctl answers.
           if (!(err instanceof FleetlabError && /connection lost/.test(err.message))) throw err;
         }
-        await this.#waitApiDown(DOWN_MS);
+        await this.#waitApiDown(this.#scaled(DOWN_MS));
         await this.#waitBack();
       },
       cycle: cycle !== undefined
         ? async () => {
             await runLabCommand('cycle', cycle);
-            await this.#waitApiDown(DOWN_MS);
+            await this.#waitApiDown(this.#scaled(DOWN_MS));
             await this.#waitBack();
           }
         : powerOff && powerOn
@@ -371,8 +375,12 @@ class BoardUnderTest implements DeviceUnderTest {
 
   /** Back means the API answers; SSH comes back first on a board, so it is awaited too for exec right after. */
   async #waitBack(): Promise<void> {
-    await this.api.waitReady(READY_MS);
-    await this.ssh.waitReachable(REACH_MS);
+    await this.api.waitReady(this.#scaled(READY_MS));
+    await this.ssh.waitReachable(this.#scaled(REACH_MS));
+  }
+
+  #scaled(ms: number): number {
+    return ms * this.config.timeScale;
   }
 
   #waitApiDown(timeoutMs: number): Promise<void> {
@@ -415,11 +423,11 @@ export async function startBoard(config: BoardConfig): Promise<DeviceUnderTest> 
   const ssh = new SshDevice({ host: config.host, port: config.sshPort, username: config.user, privateKey });
   let observer: LedObserver | undefined;
   try {
-    await ssh.waitReachable(REACH_MS);
+    await ssh.waitReachable(REACH_MS * config.timeScale);
     const stored = await storedIdentity(ssh, config.dataDir);
     observer = await startLedObserver(config, ssh);
     const dut = new BoardUnderTest(config, ssh, { uuid: stored.uuid, apiKey: config.apiKey ?? stored.deviceKey }, observer);
-    await dut.api.waitReady(READY_MS);
+    await dut.api.waitReady(READY_MS * config.timeScale);
     return dut;
   } catch (err) {
     await observer?.stop().catch(() => undefined);

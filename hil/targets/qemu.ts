@@ -148,6 +148,8 @@ class QemuLab {
   #followResets(board: QemuBoard): void {
     void board.exited.then(() => {
       if (!board.guestReset || this.board !== board || !this.runDir) return;
+      // The launcher's own power cycle (a dead USB network) is news; a reboot is not.
+      if (board.powerAgainCause) process.stderr.write(`qemu target: board reset (${board.powerAgainCause}): starting QEMU again\n`);
       this.#relaunching = (async () => {
         this.#retireProbe();
         this.board = await relaunch(board, this.image, this.runDir!);

@@ -216,7 +216,7 @@ qemu
         await current.exited;
         if (stopping) return;
         if (current.guestReset || takePowerCycleRequest(ready.qmpSocket)) {
-          console.error(`board reset (${current.guestReset ? 'by the guest' : 'power cycle'}): starting QEMU again`);
+          console.error(`board reset (${current.guestReset ? current.resetCause : 'power cycle'}): starting QEMU again`);
           current = await relaunch(current, image, dirname(ready.qmpSocket));
           return follow();
         }

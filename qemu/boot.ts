@@ -263,7 +263,7 @@ export async function bootBoard(o: BootOptions): Promise<{ board: QemuBoard; rea
   }
   const [apiPort, sshPort] = [o.apiPort ?? (await freePort()), o.sshPort ?? (await freePort())];
   o.progress?.(`starting qemu-system-aarch64 -M ${machine} (overlay ${overlay}, serial log ${join(runDir, 'serial.log')})`);
-  const first = await launch({
+  let board = await launch({
     image: o.image,
     machine,
     overlay,
@@ -277,7 +277,6 @@ export async function bootBoard(o: BootOptions): Promise<{ board: QemuBoard; rea
     },
   });
   const deadline = started + (o.readyTimeoutMs ?? 900_000);
-  let board = first;
   try {
     for (;;) {
       try {

@@ -31,9 +31,8 @@ export interface UsbNetWatchOptions {
 
 /** Watches one boot's console (QEMU truncates it at each start); returns the stop function. */
 export function watchUsbNet(o: UsbNetWatchOptions): () => void {
-  const now = Date.now;
   const graceMs = o.graceMs ?? 120_000;
-  const started = now();
+  const started = Date.now();
   let retryingSince: number | undefined;
   const timer = setInterval(() => {
     let text = '';
@@ -43,10 +42,10 @@ export function watchUsbNet(o: UsbNetWatchOptions): () => void {
       // not written yet
     }
     const state = usbNetConsole(text);
-    if (state === 'registered' || now() - started > (o.maxWatchMs ?? 900_000)) return stop();
+    if (state === 'registered' || Date.now() - started > (o.maxWatchMs ?? 900_000)) return stop();
     if (state !== 'retrying') return;
-    retryingSince ??= now();
-    if (now() - retryingSince < graceMs) return;
+    retryingSince ??= Date.now();
+    if (Date.now() - retryingSince < graceMs) return;
     stop();
     o.onDead(`the USB network adapter did not enumerate (console: "usb usb1-port1: attempt power cycle", no cdc_ether for ${Math.round(graceMs / 1000)} s)`);
   }, o.pollMs ?? 2_000);

@@ -51,6 +51,11 @@ export interface BoardTargetOptions {
   readonly config?: BoardConfig;
 }
 
+/** A deadline for this board: `ms` at timeScale 1. */
+function scaledFor(config: BoardConfig, ms: number): number {
+  return ms * config.timeScale;
+}
+
 function sleep(ms: number): Promise<void> {
   return new Promise((r) => setTimeout(r, ms));
 }
@@ -380,7 +385,7 @@ class BoardUnderTest implements DeviceUnderTest {
   }
 
   #scaled(ms: number): number {
-    return ms * this.config.timeScale;
+    return scaledFor(this.config, ms);
   }
 
   #waitApiDown(timeoutMs: number): Promise<void> {
@@ -423,11 +428,11 @@ export async function startBoard(config: BoardConfig): Promise<DeviceUnderTest> 
   const ssh = new SshDevice({ host: config.host, port: config.sshPort, username: config.user, privateKey });
   let observer: LedObserver | undefined;
   try {
-    await ssh.waitReachable(REACH_MS * config.timeScale);
+    await ssh.waitReachable(scaledFor(config, REACH_MS));
     const stored = await storedIdentity(ssh, config.dataDir);
     observer = await startLedObserver(config, ssh);
     const dut = new BoardUnderTest(config, ssh, { uuid: stored.uuid, apiKey: config.apiKey ?? stored.deviceKey }, observer);
-    await dut.api.waitReady(READY_MS * config.timeScale);
+    await dut.api.waitReady(scaledFor(config, READY_MS));
     return dut;
   } catch (err) {
     await observer?.stop().catch(() => undefined);

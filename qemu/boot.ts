@@ -101,7 +101,7 @@ export class QemuBoard {
     /** Removes what this boot created; a relaunched board inherits it. */
     readonly cleanup: () => Promise<void>,
     /** How many more boots in a row may be powered on again for a dead USB network. */
-    readonly usbNetRetries = 0,
+    readonly usbNetRetries: number,
   ) {
     qmp.on('event', (e) => {
       if (e.event === 'SHUTDOWN' && typeof e.data?.reason === 'string') this.#shutdownReason = e.data.reason;
@@ -130,8 +130,9 @@ export class QemuBoard {
   }
 
   /**
-   * The guest reset the machine (a reboot, the watchdog): with `-no-reboot` that ends QEMU,
-   * and the launcher is to power the board on again (`relaunch`).
+   * The guest reset the machine (a reboot, the watchdog), or the launcher powered it off for
+   * a dead USB network (`powerAgainCause`): with `-no-reboot` either ends QEMU, and the
+   * launcher is to power the board on again (`relaunch`).
    */
   get guestReset(): boolean {
     return this.#shutdownReason === 'guest-reset' || this.#powerAgain !== undefined;

@@ -312,6 +312,16 @@ describe('SshDevice against a real sshd', () => {
     expect((await ssh.run(['sh', '-c', 'echo $PPID'])).stdout).not.toBe(pidBefore);
   });
 
+  it('disconnect ends the connection, not the session: the next call opens a new one', async () => {
+    // Client address and port: the same for every channel of one TCP connection.
+    const connection = async () => (await ssh.run(['sh', '-c', 'echo $SSH_CONNECTION'])).stdout;
+    const before = await connection();
+    expect(before).toMatch(/^127\.0\.0\.1 \d+ /);
+    expect(await connection()).toBe(before);
+    await ssh.disconnect();
+    expect(await connection()).not.toBe(before);
+  });
+
   it('opens a new connection on the first call after a silent drop', async () => {
     await sshd.stop();
     await sshd.start();

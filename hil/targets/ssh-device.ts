@@ -219,6 +219,15 @@ export class SshDevice {
   /** Closes the connection; later calls reject. */
   async close(): Promise<void> {
     this.#closed = true;
+    await this.disconnect();
+  }
+
+  /**
+   * Ends the current connection, not the session: the next call connects again. For a device
+   * whose state is about to be rewound (a VM snapshot restore), which would leave the old
+   * connection pointing at a session the device no longer has.
+   */
+  async disconnect(): Promise<void> {
     const pending = this.#client;
     this.#client = undefined;
     this.#ready = undefined;

@@ -3,12 +3,22 @@
  * the harness at a URL. The key goes in `Authorization: Bearer`, the form DECISIONS.md 2
  * accepts next to `?apikey=` (specs that test `?apikey=` pass `key: null` and the query).
  */
+import { fetch, type Dispatcher, type RequestInit, type Response } from 'undici';
 import { scaled } from './wait.js';
 import type { ApiProtocol, DeviceIdentity, HttpResponse, HttpStream, RequestOptions } from '../targets/protocols.js';
 
 const DEFAULT_TIMEOUT_MS = 30_000;
 
-function build(base: string, method: string, path: string, options: RequestOptions, key: string, signal: AbortSignal): [URL, RequestInit] {
+export interface HttpApiOptions {
+  /**
+   * The connection pool to use instead of the process's shared one. A target whose device can
+   * be rewound (a VM snapshot restore) gives each session its own and destroys it when the
+   * session ends: a kept-alive connection from before the restore leads nowhere afterwards.
+   */
+  readonly dispatcher?: Dispatcher;
+}
+
+function build(base: string, method: string, path: string, options: RequestOptions, key: string, signal: AbortSignal, dispatcher: Dispatcher | undefined): [URL, RequestInit] {
   const url = new URL(path, `${base}/`);
   for (const [k, v] of Object.entries(options.query ?? {})) url.searchParams.set(k, String(v));
   const headers: Record<string, string> = { ...options.headers };
@@ -22,10 +32,21 @@ function build(base: string, method: string, path: string, options: RequestOptio
     headers['content-type'] = 'application/json';
     body = JSON.stringify(options.body);
   }
-  return [url, { method, headers, body, signal }];
+  return [url, { method, headers, body, signal, ...(dispatcher ? { dispatcher } : {}) }];
 }
 
-export function httpApi(identity: Omit<DeviceIdentity, 'apiKey'> & { apiKey: string }): ApiProtocol {
+/** fetch alone says only "fetch failed": this names the request and the socket's reason. */
+async function send(method: string, path: string, request: [URL, RequestInit]): Promise<Response> {
+  try {
+    return await fetch(...request);
+  } catch (err) {
+    const cause = err instanceof Error && err.cause instanceof Error ? (err.cause as Error & { code?: string }) : undefined;
+    const why = cause ? `${(err as Error).message}: ${cause.message}${cause.code ? ` (${cause.code})` : ''}` : err instanceof Error ? err.message : String(err);
+    throw new Error(`${method} ${path}: ${why}`, { cause: err });
+  }
+}
+
+export function httpApi(identity: Omit<DeviceIdentity, 'apiKey'> & { apiKey: string }, { dispatcher }: HttpApiOptions = {}): ApiProtocol {
   let key = identity.apiKey;
   const current: DeviceIdentity = {
     url: identity.url,
@@ -43,7 +64,7 @@ export function httpApi(identity: Omit<DeviceIdentity, 'apiKey'> & { apiKey: str
       key = next;
     },
     async request(method, path, options: RequestOptions = {}): Promise<HttpResponse> {
-      const res = await fetch(...build(identity.url, method, path, options, key, AbortSignal.timeout(options.timeoutMs ?? scaled(DEFAULT_TIMEOUT_MS))));
+      const res = await send(method, path, build(identity.url, method, path, options, key, AbortSignal.timeout(options.timeoutMs ?? scaled(DEFAULT_TIMEOUT_MS)), dispatcher));
       const text = await res.text();
       return {
         status: res.status,
@@ -61,7 +82,7 @@ export function httpApi(identity: Omit<DeviceIdentity, 'apiKey'> & { apiKey: str
     async stream(method, path, options: RequestOptions = {}): Promise<HttpStream> {
       const abort = new AbortController();
       const timer = setTimeout(() => abort.abort(), options.timeoutMs ?? scaled(DEFAULT_TIMEOUT_MS));
-      const res = await fetch(...build(identity.url, method, path, options, key, abort.signal));
+      const res = await send(method, path, build(identity.url, method, path, options, key, abort.signal, dispatcher));
       const reader = res.body?.getReader();
       const decoder = new TextDecoder();
       let closed = false;
@@ -94,7 +115,7 @@ export function httpApi(identity: Omit<DeviceIdentity, 'apiKey'> & { apiKey: str
       let last = 'no answer';
       while (Date.now() < deadline) {
         try {
-          const res = await fetch(new URL('/ping', `${identity.url}/`), { signal: AbortSignal.timeout(2000) });
+          const res = await fetch(new URL('/ping', `${identity.url}/`), { signal: AbortSignal.timeout(2000), ...(dispatcher ? { dispatcher } : {}) });
           if (res.ok) return;
           last = `HTTP ${res.status}`;
         } catch (err) {

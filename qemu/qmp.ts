@@ -168,8 +168,8 @@ export class QmpClient extends EventEmitter<QmpClientEvents> implements HmpRunne
   }
 
   /** Runs a human monitor command line (info, xp, savevm, ...) and returns its text output. */
-  async hmp(commandLine: string): Promise<string> {
-    const out = await this.execute<string>('human-monitor-command', { 'command-line': commandLine });
+  async hmp(commandLine: string, options?: { timeoutMs?: number }): Promise<string> {
+    const out = await this.execute<string>('human-monitor-command', { 'command-line': commandLine }, options);
     return typeof out === 'string' ? out : '';
   }
 

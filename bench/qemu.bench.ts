@@ -13,11 +13,10 @@
 import { mkdtemp, readFile, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { bootBoard, waitForPing, type QemuBoard } from '../qemu/boot.js';
+import { bootBoard } from '../qemu/boot.js';
 import { buildImage, formatBuildProgress } from '../qemu/image/build.js';
-import { GUEST } from '../qemu/image/recipe.js';
 import type { MachineKind } from '../qemu/qemu-argv.js';
-import { resetOverSsh, restoreResetSnapshot, saveResetSnapshot } from '../hil/targets/qemu.js';
+import { resetOverSsh, restoreResetSnapshot, saveResetSnapshot, startSupervisor } from '../hil/targets/qemu.js';
 import { SshDevice } from '../hil/targets/ssh-device.js';
 
 const args = process.argv.slice(2);
@@ -40,13 +39,6 @@ await buildImage({ repoRoot });
 const cached = await buildImage({ repoRoot });
 console.log(`image build, cached (unchanged inputs): ${seconds(cached.totalMs)}`);
 const image = cached.image;
-
-/** What the qemu target does after every reset: the supervisor started, until it answers. */
-async function startSupervisor(ssh: SshDevice, board: QemuBoard): Promise<void> {
-  const started = await ssh.run(['systemctl', 'start', GUEST.unit]);
-  if (started.exitCode !== 0) throw new Error(`systemctl start ${GUEST.unit}: ${started.stderr}`);
-  await waitForPing(board.info.apiUrl, 300_000, () => board.exitReason);
-}
 
 for (const machine of machines) {
   const { board, ready } = await bootBoard({ image, machine, snapshot: true, readyTimeoutMs: 600_000 });

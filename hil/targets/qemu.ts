@@ -47,7 +47,7 @@ const DOWN_MS = 60_000;
 const LED_SAMPLE_MS = 10;
 /** The machine as the first reset left it, saved in the board's overlay. */
 const RESET_SNAPSHOT = 'fleetlab-reset';
-/** savevm/loadvm of the guest's RAM: ~2 s on virt; far more on a loaded machine. */
+/** savevm/loadvm of the guest's RAM: a few seconds on virt; far more on a loaded machine. */
 const SNAPSHOT_MS = 180_000;
 const RESET_MS = 120_000;
 /** Serial console lines attached to a failed test: enough for a whole boot's tail. */
@@ -92,6 +92,13 @@ export async function setGuestClock(ssh: SshDevice): Promise<void> {
 export async function resetOverSsh(ssh: SshDevice): Promise<void> {
   const reset = await ssh.run(['sh', '-c', resetScript()], { timeoutMs: RESET_MS });
   if (reset.exitCode !== 0) throw new FleetlabError('SUP_ERR_HOST', `resetting the board failed: ${reset.stderr.trim()}`);
+}
+
+/** After a reset: the supervisor's unit started, and answering. */
+export async function startSupervisor(ssh: SshDevice, board: QemuBoard): Promise<void> {
+  const started = await ssh.run(['systemctl', 'start', GUEST.unit]);
+  if (started.exitCode !== 0) throw new FleetlabError('SUP_ERR_HOST', `starting ${GUEST.unit}: ${started.stderr.trim()}`);
+  await waitForPing(board.info.apiUrl, READY_MS, () => board.exitReason);
 }
 
 /**
@@ -397,9 +404,7 @@ export function createQemuTarget(): TargetDriver<TargetStartOptions> {
           guestUrl.hostname = HOST_FROM_GUEST;
           await ssh.files.write(GUEST.envFile, cloudEnv({ url: guestUrl.origin, provisioningKey: options.cloud.provisioningKey }));
         }
-        const started = await ssh.run(['systemctl', 'start', GUEST.unit]);
-        if (started.exitCode !== 0) throw new FleetlabError('SUP_ERR_HOST', `starting ${GUEST.unit}: ${started.stderr.trim()}`);
-        await waitForPing(lab.board!.info.apiUrl, READY_MS, () => lab?.board?.exitReason);
+        await startSupervisor(ssh, lab.board!);
         const stored = await storedIdentity(ssh, GUEST.dataDir);
         return new QemuUnderTest(lab, { uuid: stored.uuid, apiKey: stored.deviceKey }, link);
       } catch (err) {

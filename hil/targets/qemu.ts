@@ -84,7 +84,7 @@ export function resetScript(): string {
 }
 
 /** The board has no RTC: its clock is set from the harness's after every boot and restore. */
-export async function setGuestClock(ssh: SshDevice): Promise<void> {
+async function setGuestClock(ssh: SshDevice): Promise<void> {
   await ssh.run(['date', '-u', '-s', `@${(Date.now() / 1000).toFixed(3)}`]);
 }
 
@@ -102,23 +102,29 @@ export async function startSupervisor(ssh: SshDevice, board: QemuBoard): Promise
 }
 
 /**
+ * A savevm/loadvm with no SSH session across it: a saved session would come back with every
+ * restore, and a live one would lead into a guest that never had it. Resolves with QEMU's
+ * complaint, or '' once the command ran and SSH answers again.
+ */
+async function snapshotCommand(board: QemuBoard, ssh: SshDevice, command: 'savevm' | 'loadvm'): Promise<string> {
+  await ssh.disconnect();
+  const complaint = (await board.qmp.hmp(`${command} ${RESET_SNAPSHOT}`, { timeoutMs: SNAPSHOT_MS })).trim();
+  await ssh.waitReachable(READY_MS);
+  return complaint;
+}
+
+/**
  * Saves the running machine in its overlay as the state every later reset restores.
  * Resolves with why QEMU refused (raspi3b: usb-net cannot be migrated), or undefined.
  */
 export async function saveResetSnapshot(board: QemuBoard, ssh: SshDevice): Promise<string | undefined> {
-  // No SSH session in the saved machine: each restore would bring back one the harness has not got.
-  await ssh.disconnect();
-  const refused = (await board.qmp.hmp(`savevm ${RESET_SNAPSHOT}`, { timeoutMs: SNAPSHOT_MS })).trim();
-  await ssh.waitReachable(READY_MS);
-  return refused || undefined;
+  return (await snapshotCommand(board, ssh, 'savevm')) || undefined;
 }
 
 /** Restores the saved machine (`loadvm`); resolves once SSH works and the clock is now. */
 export async function restoreResetSnapshot(board: QemuBoard, ssh: SshDevice): Promise<void> {
-  await ssh.disconnect();
-  const failed = (await board.qmp.hmp(`loadvm ${RESET_SNAPSHOT}`, { timeoutMs: SNAPSHOT_MS })).trim();
+  const failed = await snapshotCommand(board, ssh, 'loadvm');
   if (failed) throw new FleetlabError('SUP_ERR_HOST', `restoring the board (loadvm ${RESET_SNAPSHOT}) failed: ${failed}`);
-  await ssh.waitReachable(READY_MS);
   // The clock came back with the machine: it says when the snapshot was saved.
   await setGuestClock(ssh);
 }

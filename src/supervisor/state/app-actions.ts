@@ -143,11 +143,11 @@ export class AppActions {
     });
   }
 
-  /** Throws 423 when any of the device's services holds its lock and force is not set. */
+  /** Throws 423 when an app holds the lock of any of the device's services and force is not set. */
   checkLocks(force: boolean): void {
     if (force) return;
     for (const app of this.deps.state.getTarget().apps) {
-      this.deps.locks.acquire(app.appId, app.services.map((s) => s.serviceName), false).release();
+      this.deps.locks.refuseIfAppLocked(app.appId, app.services.map((s) => s.serviceName));
     }
   }
 }

@@ -19,6 +19,7 @@ import { journalEntries } from '../hil/lib/journal-json.js';
 import { checkBindings } from '../hil/targets/bindings.js';
 import { boardCapabilities, loadBoardConfig, parseBoardConfig, type BoardConfig } from '../hil/targets/board-config.js';
 import { gpioNumberOnBoard, observeLedByCommand, observeSysfsLed, startBoard } from '../hil/targets/board.js';
+import { readHostBaseline, restoreHostFiles } from '../hil/targets/board-reset.js';
 import { shellQuote, SshDevice } from '../hil/targets/ssh-device.js';
 import { freePort } from '../src/free-port.js';
 
@@ -238,6 +239,26 @@ describe('SshDevice against a real sshd', () => {
     await expect(ssh.files.list(join(root, 'absent'))).rejects.toThrow(/list/);
   });
 
+  it('host baseline: read as found, then put back after the supervisor changed the files', async () => {
+    const root = join(dir, 'host');
+    const paths = { hostname: join(root, 'hostname'), proxyConfigDir: join(root, 'boot', 'system-proxy'), bootConfig: join(root, 'boot', 'config.txt') };
+    await ssh.files.write(paths.hostname, 'lab-pi-7\n');
+    await ssh.files.write(join(paths.proxyConfigDir, 'no_proxy'), '10.0.0.0/8\n');
+    const baseline = await readHostBaseline(ssh, paths);
+    expect(baseline.hostname).toBe('lab-pi-7');
+    expect([...baseline.files.keys()].sort()).toEqual([paths.bootConfig, join(paths.proxyConfigDir, 'no_proxy')].sort());
+    expect(baseline.files.get(paths.bootConfig)).toBeUndefined();
+    // What a spec file leaves: a boot config, a changed no_proxy (a new redsocks.conf is wiped with the directory).
+    await ssh.files.write(paths.bootConfig, 'dtoverlay=gpio-fan\n');
+    await ssh.files.write(join(paths.proxyConfigDir, 'no_proxy'), '192.168.0.0/16\n');
+    await restoreHostFiles(ssh, baseline);
+    expect(await ssh.files.exists(paths.bootConfig)).toBe(false);
+    expect((await ssh.files.read(join(paths.proxyConfigDir, 'no_proxy'))).toString()).toBe('10.0.0.0/8\n');
+    // Without a hostname file, the running hostname is the board's.
+    await ssh.files.remove(paths.hostname);
+    expect((await readHostBaseline(ssh, paths)).hostname).toBe((await ssh.run(['hostname'])).stdout.trim());
+  });
+
   it('journal: entries is an array (empty without journald) and the parser reads journalctl JSON', async () => {
     const entries = await ssh.journal.entries({ lines: 5 });
     expect(Array.isArray(entries)).toBe(true);
@@ -347,7 +368,8 @@ describe('SshDevice against a real sshd', () => {
     await new Promise<void>((r) => api.listen(0, '127.0.0.1', () => r()));
     const apiPort = (api.address() as { port: number }).port;
     const config = parseBoardConfig(
-      { host: '127.0.0.1', sshPort: sshd.port, privateKey: 'client_key_copy', apiUrl: `http://127.0.0.1:${apiPort}`, dataDir, led: { gpio: 529, observe: { command: "printf '0\\n1\\n'; sleep 30" } } },
+      // No reset: it would stop units and remove containers on this machine.
+      { host: '127.0.0.1', sshPort: sshd.port, privateKey: 'client_key_copy', apiUrl: `http://127.0.0.1:${apiPort}`, dataDir, reset: false, led: { gpio: 529, observe: { command: "printf '0\\n1\\n'; sleep 30" } } },
       { source: 'test', baseDir: dir },
     );
     const device = await startBoard(config);
@@ -437,6 +459,7 @@ describe('board config', () => {
       lockRoot: '/tmp/fleetlab/locks',
       supervisorUnit: 'fleetlab-supervisor.service',
       timeScale: 1,
+      reset: true,
       hostPaths: { hostname: '/etc/hostname', proxyConfigDir: '/mnt/boot/system-proxy', bootConfig: '/mnt/boot/config.txt' },
       power: {},
     } satisfies BoardConfig);
@@ -458,8 +481,9 @@ describe('board config', () => {
       hostPaths: { bootConfig: '/boot/firmware/config.txt' },
       led: { gpio: 'pinctrl-bcm2711:17', observe: 'sysfs', pollMs: 5 },
       power: { off: 'pdu off 3', on: 'pdu on 3' },
+      reset: false,
     });
-    expect(c).toMatchObject({ sshPort: 2222, user: 'pi', apiUrl: 'http://bench:9000', apiKey: 'k', vendor: 'balena', led: { gpio: { chip: 'pinctrl-bcm2711', offset: 17 }, observe: { kind: 'sysfs', pollMs: 5 } } });
+    expect(c).toMatchObject({ sshPort: 2222, user: 'pi', apiUrl: 'http://bench:9000', apiKey: 'k', vendor: 'balena', reset: false, led: { gpio: { chip: 'pinctrl-bcm2711', offset: 17 }, observe: { kind: 'sysfs', pollMs: 5 } } });
     expect(c.hostPaths).toEqual({ hostname: '/etc/hostname', proxyConfigDir: '/mnt/boot/system-proxy', bootConfig: '/boot/firmware/config.txt' });
     expect(boardCapabilities(c)).toEqual(['api', 'exec', 'files', 'files.volumes', 'journal', 'power.reboot', 'led', 'power.cycle', 'power.cut']);
     expect(boardCapabilities(parse({ ...minimal, power: { cycle: 'pdu cycle 3' } }))).toContain('power.cycle');
@@ -483,6 +507,7 @@ describe('board config', () => {
     [{ ...minimal, power: { off: 'pdu off' } }, /"power.off" and "power.on" go together/],
     [{ ...minimal, power: { reset: 'x' } }, /unknown field "power.reset"/],
     [{ ...minimal, power: { cycle: '' } }, /"power.cycle" must be a non-empty shell command/],
+    [{ ...minimal, reset: 'yes' }, /"reset" must be true or false, got "yes"/],
   ])('rejects %j', (raw, message) => {
     let caught: unknown;
     try {

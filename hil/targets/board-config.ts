@@ -41,6 +41,12 @@ export interface BoardConfig {
   readonly supervisorUnit: string;
   /** How much slower than the simulator this board is; the specs' deadlines scale by it. */
   readonly timeScale: number;
+  /**
+   * Wipe what the supervisor made and restore the host config before each spec file
+   * (./board-reset.ts), so each file gets a fresh device; false leaves the board as the last
+   * file left it.
+   */
+  readonly reset: boolean;
   readonly hostPaths: { readonly hostname: string; readonly proxyConfigDir: string; readonly bootConfig: string };
   readonly led?: {
     readonly gpio: BoardLedGpio;
@@ -83,7 +89,7 @@ export function parseBoardConfig(raw: unknown, where: { source: string; baseDir:
   };
   if (typeof raw !== 'object' || raw === null || Array.isArray(raw)) fail('must be a JSON object');
   const o = raw as Fields;
-  const known = ['host', 'sshPort', 'user', 'privateKey', 'apiUrl', 'apiKey', 'dataDir', 'vendor', 'lockRoot', 'supervisorUnit', 'hostPaths', 'led', 'power', 'timeScale'];
+  const known = ['host', 'sshPort', 'user', 'privateKey', 'apiUrl', 'apiKey', 'dataDir', 'vendor', 'lockRoot', 'supervisorUnit', 'hostPaths', 'led', 'power', 'timeScale', 'reset'];
   const unknown = Object.keys(o).filter((k) => !known.includes(k));
   if (unknown.length) fail(`unknown field${unknown.length > 1 ? 's' : ''} ${unknown.map((k) => `"${k}"`).join(', ')} (known: ${known.join(', ')})`);
 
@@ -152,6 +158,7 @@ export function parseBoardConfig(raw: unknown, where: { source: string; baseDir:
     lockRoot: path(o, 'lockRoot', '/tmp/fleetlab/locks'),
     supervisorUnit: text(o, 'supervisorUnit') ?? 'fleetlab-supervisor.service',
     timeScale: parseTimeScale(o.timeScale, fail),
+    reset: o.reset === undefined ? true : typeof o.reset === 'boolean' ? o.reset : fail(`"reset" must be true or false, got ${JSON.stringify(o.reset)}`),
     hostPaths: {
       hostname: path(hostPathsRaw, 'hostname', '/etc/hostname', 'hostPaths.hostname'),
       proxyConfigDir: path(hostPathsRaw, 'proxyConfigDir', '/mnt/boot/system-proxy', 'hostPaths.proxyConfigDir'),

@@ -5,7 +5,8 @@
  * power), is a JSON file named by FLEETLAB_BOARD_CONFIG (./board-config.ts); the driver
  * declares only what that file allows.
  *
- * The harness never starts the device: `start()` connects to a board that is already up and
+ * The harness never boots the device: `start()` connects to a board that is already up,
+ * resets it for the spec file (./board-reset.ts, unless the config says `"reset": false`) and
  * `close()` leaves it running.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
@@ -15,6 +16,7 @@ import { LABEL } from '../../src/supervisor/adapters/engine.js';
 import { gpioNumberFromChips, type GpioChip } from '../../src/supervisor/adapters/led.js';
 import { httpApi } from '../lib/http.js';
 import { boardCapabilities, loadBoardConfig, type BoardConfig, type BoardLedGpio } from './board-config.js';
+import { readHostBaseline, resetBoard, type HostBaseline } from './board-reset.js';
 import { SshDevice, type FollowedCommand } from './ssh-device.js';
 import type {
   ApiProtocol,
@@ -41,6 +43,8 @@ const REACH_MS = 60_000;
 /** After login1 Reboot or a cut, how long the API may keep answering before that is an error. */
 const DOWN_MS = 60_000;
 const LAB_COMMAND_MS = 120_000;
+/** Stopping the supervisor and removing its containers (at timeScale 1). */
+const RESET_MS = 60_000;
 const SYSFS_GPIO = '/sys/class/gpio';
 /** How long the LED observer's start waits for its first sample before going on without it. */
 const FIRST_SAMPLE_MS = 15_000;
@@ -49,6 +53,11 @@ const LOGIN1 = ['busctl', 'call', 'org.freedesktop.login1', '/org/freedesktop/lo
 export interface BoardTargetOptions {
   /** The config to use instead of reading FLEETLAB_BOARD_CONFIG. */
   readonly config?: BoardConfig;
+}
+
+/** What a worker keeps between spec files: the host config as it first found the board. */
+export interface BoardMemory {
+  baseline?: HostBaseline;
 }
 
 /** A deadline for this board: `ms` at timeScale 1. */
@@ -266,6 +275,19 @@ export async function storedIdentity(ssh: SshDevice, dataDir: string): Promise<{
   return { uuid: record.uuid, deviceKey: record.deviceKey };
 }
 
+/** The identity once the supervisor has written its store (right after a reset it has not yet). */
+async function waitStoredIdentity(ssh: SshDevice, dataDir: string, timeoutMs: number): Promise<{ uuid: string; deviceKey: string }> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    try {
+      return await storedIdentity(ssh, dataDir);
+    } catch (err) {
+      if (Date.now() >= deadline) throw err;
+    }
+    await sleep(1000);
+  }
+}
+
 /** Where the named volume of an app lives on the device, asked of the device's dockerd. */
 export async function dockerVolumePath(ssh: SshDevice, uuid: string, appId: number, volume: string): Promise<string | undefined> {
   const filters = [`${LABEL.device}=${uuid}`, `${LABEL.appId}=${appId}`, `${LABEL.volume}=${volume}`].flatMap((f) => ['--filter', `label=${f}`]);
@@ -417,8 +439,11 @@ async function startLedObserver(config: BoardConfig, ssh: SshDevice): Promise<Le
   return observeLedByCommand(led.observe.command, description);
 }
 
-/** Connects to the board the config names; nothing is started on it. */
-export async function startBoard(config: BoardConfig): Promise<DeviceUnderTest> {
+/**
+ * Connects to the board the config names and, unless the config says `"reset": false`,
+ * resets it; `memory` keeps the host baseline from the worker's first start for the next.
+ */
+export async function startBoard(config: BoardConfig, memory: BoardMemory = {}): Promise<DeviceUnderTest> {
   let privateKey: Buffer;
   try {
     privateKey = await readFile(config.privateKey);
@@ -429,7 +454,12 @@ export async function startBoard(config: BoardConfig): Promise<DeviceUnderTest> 
   let observer: LedObserver | undefined;
   try {
     await ssh.waitReachable(scaledFor(config, REACH_MS));
-    const stored = await storedIdentity(ssh, config.dataDir);
+    if (config.reset) {
+      memory.baseline ??= await readHostBaseline(ssh, config.hostPaths);
+      const supervisor = { unit: config.supervisorUnit, dataDir: config.dataDir, lockRoot: config.lockRoot, proxyConfigDir: config.hostPaths.proxyConfigDir };
+      await resetBoard(ssh, { supervisor, baseline: memory.baseline, timeoutMs: scaledFor(config, RESET_MS) });
+    }
+    const stored = config.reset ? await waitStoredIdentity(ssh, config.dataDir, scaledFor(config, READY_MS)) : await storedIdentity(ssh, config.dataDir);
     observer = await startLedObserver(config, ssh);
     const dut = new BoardUnderTest(config, ssh, { uuid: stored.uuid, apiKey: config.apiKey ?? stored.deviceKey }, observer);
     await dut.api.waitReady(scaledFor(config, READY_MS));
@@ -442,16 +472,20 @@ export async function startBoard(config: BoardConfig): Promise<DeviceUnderTest> 
 }
 
 /**
- * `provides` is read from the config each time (a getter, as sim.ts does for its engine), so
- * the capabilities a spec's needs() sees are the ones the same config gives the device.
+ * A driver per worker (the registry constructs one per load): it keeps the board's host
+ * baseline between spec files. `provides` is read from the config each time (a getter, as
+ * sim.ts does for its engine), so the capabilities a spec's needs() sees are the ones the
+ * same config gives the device.
  */
-export const boardTarget: TargetDriver<BoardTargetOptions> & { providesFor(config: BoardConfig): readonly Capability[] } = {
-  name: BOARD_TARGET,
-  get provides() {
-    return boardCapabilities(loadBoardConfig());
-  },
-  providesFor: boardCapabilities,
-  async start(options: BoardTargetOptions = {}) {
-    return startBoard(options.config ?? loadBoardConfig());
-  },
-};
+export function createBoardTarget(): TargetDriver<BoardTargetOptions> {
+  const memory: BoardMemory = {};
+  return {
+    name: BOARD_TARGET,
+    get provides() {
+      return boardCapabilities(loadBoardConfig());
+    },
+    async start(options: BoardTargetOptions = {}) {
+      return startBoard(options.config ?? loadBoardConfig(), memory);
+    },
+  };
+}

@@ -9,7 +9,7 @@ export const targetRegistry: Record<string, () => Promise<TargetDriver>> = {
   sim: async () => (await import('./sim.js')).simTarget as TargetDriver,
   container: async () => (await import('./container.js')).containerTarget as TargetDriver,
   qemu: async () => (await import('./qemu.js')).createQemuTarget() as TargetDriver,
-  board: async () => (await import('./board.js')).boardTarget as TargetDriver,
+  board: async () => (await import('./board.js')).createBoardTarget() as TargetDriver,
 };
 
 export const targetNames = Object.keys(targetRegistry);

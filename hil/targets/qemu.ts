@@ -34,6 +34,7 @@ import type { MachineKind } from '../../qemu/qemu-argv.js';
 import { startPartitionableLink, type PartitionableLink } from '../../sim/network/partitionable-link.js';
 import { httpApi } from '../lib/http.js';
 import { dockerVolumePath, storedIdentity, unitLog, waitApiDown } from './board.js';
+import { supervisorWipeLines } from './board-reset.js';
 import { SshDevice } from './ssh-device.js';
 import type { ApiProtocol, Capability, DeviceUnderTest, LedProtocol, NetworkProtocol, PowerProtocol, TargetDriver, TargetFacts, TargetStartOptions } from './protocols.js';
 
@@ -70,12 +71,8 @@ export function machineFromEnv(env: NodeJS.ProcessEnv = process.env): MachineKin
  */
 export function resetScript(): string {
   return [
-    'set -u',
-    `systemctl stop ${GUEST.unit}`,
-    'docker ps -aq | xargs -r docker rm -f >/dev/null',
-    'docker volume ls -q | xargs -r docker volume rm -f >/dev/null',
-    'docker network ls -q --filter type=custom | xargs -r docker network rm >/dev/null',
-    `rm -rf ${GUEST.dataDir} ${GUEST.lockRoot} ${GUEST.bootDir}/system-proxy/*`,
+    'set -eu',
+    ...supervisorWipeLines({ unit: GUEST.unit, dataDir: GUEST.dataDir, lockRoot: GUEST.lockRoot, proxyConfigDir: `${GUEST.bootDir}/system-proxy` }),
     `: > ${GUEST.bootDir}/config.txt`,
     `printf '# Settings for this boot (FLEETLAB_* variables); the HIL harness writes the cloud link here.\\n' > ${GUEST.envFile}`,
     'hostnamectl set-hostname fleetlab',

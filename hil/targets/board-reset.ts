@@ -89,12 +89,15 @@ export interface BoardResetOptions {
  * Stops the supervisor, wipes what it made, restores the host config and starts it again.
  * Resolves once the unit is started; the caller waits for the API.
  */
+/** Runs one step of a reset as `sh -c script` (args as $1...); rejects naming the step when it fails. */
+export async function runResetStep(ssh: SshDevice, what: string, script: string, args: readonly string[], timeoutMs: number): Promise<void> {
+  const r = await ssh.run(['sh', '-c', script, `fleetlab-${what.replace(/\s+/g, '-')}`, ...args], { timeoutMs });
+  if (r.exitCode !== 0) throw resetError(`resetting the board on ${ssh.where}: ${what} failed (exit ${r.exitCode}): ${r.stderr.trim() || r.stdout.trim() || 'no output'}`);
+}
+
 export async function resetBoard(ssh: SshDevice, options: BoardResetOptions): Promise<void> {
   const { supervisor, baseline, timeoutMs } = options;
-  const run = async (what: string, script: string, args: readonly string[] = []) => {
-    const r = await ssh.run(['sh', '-c', script, `fleetlab-${what}`, ...args], { timeoutMs });
-    if (r.exitCode !== 0) throw resetError(`resetting the board on ${ssh.where}: ${what} failed (exit ${r.exitCode}): ${r.stderr.trim() || r.stdout.trim() || 'no output'}`);
-  };
+  const run = (what: string, script: string, args: readonly string[] = []) => runResetStep(ssh, what, script, args, timeoutMs);
   await run('wipe', ['set -eu', ...supervisorWipeLines(supervisor)].join('\n'));
   await restoreHostFiles(ssh, baseline);
   // The proxy unit reads the restored files only when (re)started; a board without it is fine.

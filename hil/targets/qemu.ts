@@ -34,7 +34,7 @@ import type { MachineKind } from '../../qemu/qemu-argv.js';
 import { startPartitionableLink, type PartitionableLink } from '../../sim/network/partitionable-link.js';
 import { httpApi } from '../lib/http.js';
 import { dockerVolumePath, storedIdentity, unitLog, waitApiDown } from './board.js';
-import { supervisorWipeLines } from './board-reset.js';
+import { runResetStep, supervisorWipeLines } from './board-reset.js';
 import { SshDevice } from './ssh-device.js';
 import type { ApiProtocol, Capability, DeviceUnderTest, LedProtocol, NetworkProtocol, PowerProtocol, TargetDriver, TargetFacts, TargetStartOptions } from './protocols.js';
 
@@ -87,8 +87,7 @@ async function setGuestClock(ssh: SshDevice): Promise<void> {
 
 /** Runs `resetScript` on the board (the supervisor is left stopped). */
 export async function resetOverSsh(ssh: SshDevice): Promise<void> {
-  const reset = await ssh.run(['sh', '-c', resetScript()], { timeoutMs: RESET_MS });
-  if (reset.exitCode !== 0) throw new FleetlabError('SUP_ERR_HOST', `resetting the board failed: ${reset.stderr.trim()}`);
+  await runResetStep(ssh, 'wipe', resetScript(), [], RESET_MS);
 }
 
 /** After a reset: the supervisor's unit started, and answering. */

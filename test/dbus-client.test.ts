@@ -7,12 +7,13 @@ import { afterEach, beforeEach, expect, it } from 'vitest';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import dbus from 'dbus-next';
+import * as dbus from '@jellybrick/dbus-next';
 import { FleetlabError } from '../src/errors.js';
-import { DbusClient } from '../src/supervisor/adapters/dbus-client.js';
+import { DbusClient, onBusError } from '../src/supervisor/adapters/dbus-client.js';
 import { startPrivateBus, type PrivateBus } from '../sim/dbus/private-bus.js';
+import { ExportedInterface } from '../sim/dbus/exported-interface.js';
 
-class Silent extends dbus.interface.Interface {
+class Silent extends ExportedInterface {
   private readonly received: () => void;
   constructor(received: () => void) {
     super('org.fleetlab.test.Silent');
@@ -40,7 +41,7 @@ afterEach(async () => {
 
 it('rejects a call in flight with SUP_ERR_HOST when the bus goes away', async () => {
   const service = dbus.sessionBus({ busAddress: bus.address });
-  service.on('error', () => undefined);
+  onBusError(service, () => undefined);
   let received!: () => void;
   const callArrived = new Promise<void>((resolve) => (received = resolve));
   await service.requestName('org.fleetlab.test', 4);

@@ -9,7 +9,7 @@ import { mkdtemp, rm, stat } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { execa } from 'execa';
-import dbus from 'dbus-next';
+import * as dbus from '@jellybrick/dbus-next';
 import { FleetlabError } from '../src/errors.js';
 import { startPrivateBus, type PrivateBus } from '../sim/dbus/private-bus.js';
 import { startHostPeer, type HostPeer } from '../sim/dbus/host-peer.js';

@@ -124,7 +124,7 @@ export async function bundleSupervisor(repoRoot: string, outFile: string): Promi
       keepNames: true,
       legalComments: 'none',
       define: { __FLEETLAB_VERSION__: JSON.stringify(packageJson(repoRoot).version) },
-      external: ['onoff', 'cpu-features', 'x11', 'usocket', '*.node'],
+      external: ['onoff', 'cpu-features', '*.node'],
       // CommonJS dependencies use require() and __dirname; an ES module has neither of its own.
       banner: {
         js: [

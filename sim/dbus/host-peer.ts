@@ -12,10 +12,11 @@
 import { EventEmitter } from 'node:events';
 import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
-import dbus from 'dbus-next';
+import * as dbus from '@jellybrick/dbus-next';
 import { FleetlabError, errorText } from '../../src/errors.js';
 import { removeFileDurable, writeFileAtomic } from '../../src/atomic-file.js';
 import { isValidHostname } from '../../src/supervisor/adapters/hostname-rules.js';
+import { offBusError, onBusError } from '../../src/supervisor/adapters/dbus-client.js';
 import { HOSTNAME1_NAME, HOSTNAME1_PATH, Hostname1 } from './hostnamed.js';
 import { LOGIN1_NAME, LOGIN1_PATH, Login1Manager, type PowerAction } from './logind-manager.js';
 import { SYSTEMD1_NAME, SYSTEMD1_PATH, Systemd1Manager, type UnitJob } from './systemd-manager.js';
@@ -71,9 +72,9 @@ async function readStaticHostname(path: string): Promise<string> {
   return isValidHostname(line) ? line : '';
 }
 
-/** An error reply to a method call. dbus-next's types declare the call as a string; it is the Message. */
+/** An error reply to a method call. */
 function errorReply(call: dbus.Message, name: string, text: string): dbus.Message {
-  return dbus.Message.newError(call as unknown as string, name, text);
+  return dbus.Message.newError(call, name, text);
 }
 
 /** Connects and resolves once the bus has answered Hello. */
@@ -91,10 +92,10 @@ function connect(busAddress: string): Promise<dbus.MessageBus> {
       reject(err);
     };
     const onConnect = () => {
-      bus.off('error', onError);
+      offBusError(bus, onError);
       resolve(bus);
     };
-    bus.once('error', onError);
+    onBusError(bus, onError, true);
     bus.once('connect', onConnect);
   });
 }
@@ -111,7 +112,7 @@ export class HostPeer extends EventEmitter<HostPeerEvents> {
   private constructor(
     private readonly bus: dbus.MessageBus,
     private readonly hostname1: Hostname1,
-    private readonly exported: ReadonlyArray<{ name: string; path: string; iface: dbus.interface.Interface }>,
+    private readonly exported: ReadonlyArray<{ name: string; path: string; iface: dbus.Interface }>,
   ) {
     super();
     this.broken = new Promise<never>((_, reject) => {
@@ -119,7 +120,7 @@ export class HostPeer extends EventEmitter<HostPeerEvents> {
         this.brokenBy ??= err;
         reject(err);
       };
-      bus.on('error', (err: unknown) => fail(err instanceof Error ? err : new Error(String(err))));
+      onBusError(bus, (err) => fail(err instanceof Error ? err : new Error(String(err))));
       const internal = (bus as unknown as { _connection?: { on?: (event: string, cb: () => void) => void } })._connection;
       internal?.on?.('end', () => fail(new Error('the bus closed the connection')));
     });

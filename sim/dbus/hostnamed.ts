@@ -4,7 +4,8 @@
  * removes the configured name (Hostname then falls back to the transient name or the OS
  * default), and changes are announced with PropertiesChanged.
  */
-import dbus from 'dbus-next';
+import * as dbus from '@jellybrick/dbus-next';
+import { ExportedInterface } from './exported-interface.js';
 import { errorText } from '../../src/errors.js';
 import { isValidHostname } from '../../src/supervisor/adapters/hostname-rules.js';
 
@@ -23,7 +24,7 @@ export interface Hostname1Options {
   onChange(hostname: string): void;
 }
 
-export class Hostname1 extends dbus.interface.Interface {
+export class Hostname1 extends ExportedInterface {
   static readonly readOnlyProperties: readonly string[] = ['Hostname', 'StaticHostname'];
 
   private staticName: string;
@@ -83,7 +84,7 @@ export class Hostname1 extends dbus.interface.Interface {
   }
 
   private announce(changed: Record<string, string>): void {
-    dbus.interface.Interface.emitPropertiesChanged(this, changed, []);
+    ExportedInterface.emitPropertiesChanged(this, changed, []);
     this.options.onChange(this.Hostname);
   }
 }

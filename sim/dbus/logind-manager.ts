@@ -4,7 +4,7 @@
  * (so it is recorded before the caller sees the reply); acting on it is the simulated
  * device's job.
  */
-import dbus from 'dbus-next';
+import { ExportedInterface } from './exported-interface.js';
 
 export const LOGIN1_NAME = 'org.freedesktop.login1';
 export const LOGIN1_PATH = '/org/freedesktop/login1';
@@ -15,7 +15,7 @@ export interface Login1ManagerOptions {
   onPower(action: PowerAction): void;
 }
 
-export class Login1Manager extends dbus.interface.Interface {
+export class Login1Manager extends ExportedInterface {
   constructor(private readonly options: Login1ManagerOptions) {
     super('org.freedesktop.login1.Manager');
   }

@@ -5,7 +5,8 @@
  * Errors follow PID 1: a malformed unit name or an unknown job mode is InvalidArgs, a unit
  * outside the configured set is org.freedesktop.systemd1.NoSuchUnit.
  */
-import dbus from 'dbus-next';
+import * as dbus from '@jellybrick/dbus-next';
+import { ExportedInterface } from './exported-interface.js';
 
 export const SYSTEMD1_NAME = 'org.freedesktop.systemd1';
 export const SYSTEMD1_PATH = '/org/freedesktop/systemd1';
@@ -48,7 +49,7 @@ export interface Systemd1ManagerOptions {
   onJob(job: UnitJob): void;
 }
 
-export class Systemd1Manager extends dbus.interface.Interface {
+export class Systemd1Manager extends ExportedInterface {
   private nextJobId = 1;
 
   constructor(private readonly options: Systemd1ManagerOptions) {

@@ -6,7 +6,7 @@
  * (SUP_ERR_HOST) that names the interface and method. Everything dbus-next specific for
  * callers stays in this file.
  */
-import dbus from 'dbus-next';
+import * as dbus from '@jellybrick/dbus-next';
 import { FleetlabError, errorText } from '../../errors.js';
 
 export interface DbusClientOptions {
@@ -34,6 +34,21 @@ interface Connection {
   /** Rejecters of everything in flight on this connection. */
   pending: Set<(err: Error) => void>;
   broken?: Error;
+}
+
+/**
+ * Listens for a bus connection's 'error' event. The bus emits it (socket errors, a failed
+ * handshake), but the library's typings leave it out of the bus's event map.
+ */
+export function onBusError(bus: dbus.MessageBus, listener: (err: unknown) => void, once = false): void {
+  const emitter = bus as unknown as NodeJS.EventEmitter;
+  if (once) emitter.once('error', listener);
+  else emitter.on('error', listener);
+}
+
+/** Stops listening for a bus connection's 'error' event (see onBusError). */
+export function offBusError(bus: dbus.MessageBus, listener: (err: unknown) => void): void {
+  (bus as unknown as NodeJS.EventEmitter).off('error', listener);
 }
 
 /** The D-Bus error name (e.g. org.freedesktop.DBus.Error.InvalidArgs) behind a failure, if any. */
@@ -123,7 +138,7 @@ export class DbusClient {
       ready: new Promise<void>((resolve) => bus.once('connect', () => resolve())),
     };
     // Without an 'error' listener dbus-next's EventEmitter would throw and crash the process.
-    bus.on('error', (err: unknown) => this.breakConnection(conn, toError(err)));
+    onBusError(bus, (err) => this.breakConnection(conn, toError(err)));
     // A closed socket is not an error to dbus-next: it only stops answering. Its internal
     // connection emits 'end'; listen there so calls in flight fail now.
     const internal = (bus as unknown as { _connection?: { on?: (event: string, cb: () => void) => void } })._connection;

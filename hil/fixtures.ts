@@ -23,6 +23,7 @@ import { checkBindings } from './targets/bindings.js';
 import { loadTarget } from './targets/index.js';
 import type { Capability, DeviceUnderTest, TargetDriver, TargetStartOptions } from './targets/protocols.js';
 import { startFleetCloud, type FleetCloud } from '../sim/stack.js';
+import { Device } from './harness/device.js';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -104,7 +105,9 @@ export interface HilTestFixtures {
   deviceScope: 'file' | 'test';
   /** Register the file's device to a fresh lab cloud (fleet `hil`) instead of local mode. */
   withCloud: boolean;
-  device: DeviceUnderTest;
+  /** The compose file or directory `device.deploy()` builds when it is given none. */
+  app: string | undefined;
+  device: Device;
   /** The lab cloud of a `withCloud` file; undefined when the target cannot take part. */
   cloud: FleetCloud | undefined;
   api: DeviceApi;
@@ -128,15 +131,16 @@ export const test = base.extend<HilTestFixtures, HilWorkerFixtures>({
   ],
   deviceScope: ['file', { option: true }],
   withCloud: [false, { option: true }],
+  app: [undefined, { option: true }],
 
-  device: async ({ devicePool, deviceScope, withCloud }, use, testInfo) => {
+  device: async ({ devicePool, deviceScope, withCloud, app }, use, testInfo) => {
     const recorder = new StepRecorder(devicePool.steps);
     const origin = Date.now();
     let held: Awaited<ReturnType<DevicePool['forFile']>> | undefined;
     try {
       // A repeat (--repeat-each) of a file is a new run of it: it gets its own device.
       held = await devicePool.forFile(`${testInfo.file}#${testInfo.repeatEachIndex}`, withCloud);
-      await use(held.device);
+      await use(new Device(held.device, { ...(app ? { app } : {}), startedAt: origin, log: (line) => console.log(`fleetlab: ${line}`) }));
     } finally {
       const failed = !held || testInfo.status !== testInfo.expectedStatus;
       if (failed && held) await attachEvidence(held.raw, testInfo, origin);

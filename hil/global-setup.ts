@@ -27,10 +27,18 @@ export function selectedTargets(config: FullConfig, argv: readonly string[] = pr
 }
 
 export default async function globalSetup(config: FullConfig): Promise<void> {
+  await prepareTargets(config, { testImages: true });
+}
+
+/**
+ * What the selected targets need before any worker starts. `testImages`: fleetlab's own
+ * test-app images, which our specs deploy on the sim target; a team's run builds its own.
+ */
+export async function prepareTargets(config: FullConfig, options: { testImages: boolean }): Promise<void> {
   process.env.TESTCONTAINERS_RYUK_DISABLED ??= 'true';
   const targets = selectedTargets(config);
   const dockerSocket = process.env.FLEETLAB_DOCKER_SOCKET ?? '/var/run/docker.sock';
-  if (targets.includes('sim') && defaultEngine() === 'docker') await buildTestImages(dockerSocket);
+  if (targets.includes('sim') && defaultEngine() === 'docker' && options.testImages) await buildTestImages(dockerSocket);
   if (targets.includes('qemu') && !process.env.FLEETLAB_QEMU_IMAGE_DIR) {
     // Built (or found cached) once here, not in a worker's first test: a cold build takes minutes.
     const { buildImage, formatBuildProgress } = await import('../qemu/image/build.js');

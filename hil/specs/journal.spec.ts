@@ -140,7 +140,7 @@ test('the journal protocol and the API read the same journal', { tag: '@smoke' }
   needs('journal');
   const unit = await supervisorUnit(api);
   const viaApi = jsonLines((await api.journalLogs({ unit, format: 'json', count: 5 })).text).map((e) => String(e.MESSAGE));
-  const viaProtocol = (await device.journal!.entries({ unit, lines: 5 })).map((e) => e.message);
+  const viaProtocol = (await device.journal({ unit, lines: 5 })).map((e) => e.message);
   expect(viaProtocol).toEqual(viaApi);
 });
 

@@ -7,12 +7,12 @@
 import { APP_ID, containerOf, twoServiceRelease, waitRebooted, waitRunning } from '../lib/apps.js';
 import type { DeviceApi } from '../lib/device-api.js';
 import { expect, test } from '../fixtures.js';
-import type { DeviceUnderTest } from '../targets/protocols.js';
+import type { Device } from '../harness/device.js';
 import { pollUntil } from '../lib/wait.js';
 
-const lockPath = (device: DeviceUnderTest, service: string) => `${device.api.identity.lockRoot}/${APP_ID}/${service}/updates.lock`;
+const lockPath = (device: Device, service: string) => `${device.api.identity.lockRoot}/${APP_ID}/${service}/updates.lock`;
 
-async function deploy(api: DeviceApi, device: DeviceUnderTest) {
+async function deploy(api: DeviceApi, device: Device) {
   expect((await api.setLocalTargetState(twoServiceRelease(device.api.identity.vendor))).status).toBe(200);
   await waitRunning(api, '1', ['main', 'worker']);
 }

@@ -44,6 +44,7 @@ import type {
   CommandProtocol,
   DeviceUnderTest,
   FilesProtocol,
+  ImagesProtocol,
   JournalProtocol,
   LedProtocol,
   LedTransition,
@@ -67,7 +68,7 @@ const STOP_GRACE_MS = 20_000;
 const LED_OFFSET = 17;
 const LED_GPIO = 512 + LED_OFFSET;
 const LOGIN1 = { dest: 'org.freedesktop.login1', path: '/org/freedesktop/login1', method: 'org.freedesktop.login1.Manager.Reboot' };
-export const CONTAINER_CAPABILITIES: readonly Capability[] = ['api', 'exec', 'led', 'power.reboot', 'power.cycle', 'power.cut', 'journal', 'files', 'files.volumes'];
+export const CONTAINER_CAPABILITIES: readonly Capability[] = ['api', 'exec', 'led', 'power.reboot', 'power.cycle', 'power.cut', 'journal', 'files', 'files.volumes', 'images'];
 
 
 function sleep(ms: number): Promise<void> {
@@ -125,6 +126,7 @@ class ContainerUnderTest implements DeviceUnderTest {
   readonly power: PowerProtocol;
   readonly journal: JournalProtocol;
   readonly files: FilesProtocol;
+  readonly images: ImagesProtocol;
   readonly #supervisorLogPath: string;
   readonly #uuid: string;
   #readyCount: number;
@@ -140,6 +142,8 @@ class ContainerUnderTest implements DeviceUnderTest {
     vendor: string,
   ) {
     this.#readyCount = ready.count;
+    // The device's supervisor drives the host's dockerd through the mounted socket.
+    this.images = { engineSocket: dockerSocket };
     const dataDir = ready.dataDir;
     const uuid = ready.uuid;
     const id = container.getId();

@@ -17,6 +17,7 @@ export const CAPABILITIES = [
   'journal', // the device's journal
   'files', // read and write files on the device
   'files.volumes', // FilesProtocol.volumePath: where an app's named volume lives on the device
+  'images', // ImagesProtocol: a release's images reach the device's engine (device.deploy)
 ] as const;
 export type Capability = (typeof CAPABILITIES)[number];
 
@@ -184,11 +185,21 @@ export interface DeviceUnderTest extends AsyncDisposable {
   readonly network?: NetworkProtocol;
   readonly journal?: JournalProtocol;
   readonly files?: FilesProtocol;
+  readonly images?: ImagesProtocol;
   /** The supervisor's own log so far (attached to failed tests). */
   supervisorLog(): Promise<string>;
   /** The board's serial console (emulated boards): what the guest said when SSH cannot reach it. */
   consoleLog?(): Promise<string>;
   close(): Promise<void>;
+}
+
+/**
+ * How a release's images reach the device's engine. The sim and container targets share an
+ * engine with the harness, so an image built there is one the supervisor finds without a pull.
+ */
+export interface ImagesProtocol {
+  /** Unix socket of the Engine API to build a release's images in. */
+  readonly engineSocket: string;
 }
 
 /** What every driver's `start` accepts, whatever its own options add. */

@@ -19,7 +19,7 @@ import { SIM_LED_CHIP, SimDevice } from '../../sim/device.js';
 import { LABEL } from '../../src/supervisor/adapters/engine.js';
 import { httpApi } from '../lib/http.js';
 import { journalEntries } from '../lib/journal-json.js';
-import type { ApiProtocol, Capability, CommandProtocol, DeviceUnderTest, ExecResult, FilesProtocol, JournalProtocol, LedProtocol, NetworkProtocol, PowerProtocol, TargetDriver, TargetFacts, TargetStartOptions } from './protocols.js';
+import type { ApiProtocol, Capability, CommandProtocol, DeviceUnderTest, ExecResult, FilesProtocol, ImagesProtocol, JournalProtocol, LedProtocol, NetworkProtocol, PowerProtocol, TargetDriver, TargetFacts, TargetStartOptions } from './protocols.js';
 
 export type SimEngine = 'sim' | 'docker';
 
@@ -66,6 +66,7 @@ class SimUnderTest implements DeviceUnderTest {
   readonly journal: JournalProtocol;
   readonly files: FilesProtocol;
   readonly network: NetworkProtocol;
+  readonly images?: ImagesProtocol;
   readonly facts: TargetFacts;
   #closed = false;
 
@@ -82,6 +83,8 @@ class SimUnderTest implements DeviceUnderTest {
     // With dockerd the test images are built locally and never pulled; the simulated engine
     // pulls from its simulated registry with progress.
     this.facts = { engine, imagesArePulled: engine === 'sim' };
+    // On dockerd the device's engine is the harness's: a release built there is found as is.
+    if (engine === 'docker') this.images = { engineSocket: sim.options.dockerSocket };
     this.exec = { run: (argv, options) => (argv.length ? run(argv[0]!, argv.slice(1), options) : Promise.reject(new Error('exec: empty argv'))) };
     const gpio = sim.ledGpio;
     this.led = {
@@ -197,11 +200,13 @@ class SimUnderTest implements DeviceUnderTest {
 }
 
 /**
- * Capabilities of the sim target: the same set with either engine (both keep volumes in host
- * directories). `network` cuts the loopback link to the cloud of a `withCloud` device.
+ * Capabilities of the sim target. Both engines keep volumes in host directories; only
+ * dockerd runs a release's own images (`images`), as the simulated engine plays containers
+ * rather than running them. `network` cuts the loopback link to the cloud of a `withCloud` device.
  */
-function simCapabilities(_engine: SimEngine): Capability[] {
-  return ['api', 'exec', 'led', 'power.reboot', 'power.cycle', 'power.cut', 'network', 'journal', 'files', 'files.volumes'];
+function simCapabilities(engine: SimEngine): Capability[] {
+  const always: Capability[] = ['api', 'exec', 'led', 'power.reboot', 'power.cycle', 'power.cut', 'network', 'journal', 'files', 'files.volumes'];
+  return engine === 'docker' ? [...always, 'images'] : always;
 }
 
 export const simTarget: TargetDriver<SimTargetOptions> & { providesFor(engine: SimEngine): readonly Capability[] } = {

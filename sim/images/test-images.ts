@@ -66,21 +66,47 @@ export interface BuildProgress {
 
 /** Builds (or rebuilds) every test image in the engine at socketPath; returns their refs. */
 export async function buildTestImages(socketPath: string, progress: BuildProgress = () => undefined): Promise<string[]> {
+  await importBusyboxImages(socketPath, testImages.map((i) => ({ ref: i.ref, cmd: defaultCommand(i.banner) })), progress);
+  return testImages.map((i) => i.ref);
+}
+
+/**
+ * A base image for a team's own Dockerfiles where no registry is reachable: Debian's static
+ * busybox and its applets (sh, wget, flock, ...), default command `sh`.
+ */
+export const BASE_IMAGE = 'fleetlab/busybox:latest';
+
+/** Imports BASE_IMAGE into the engine unless it is there; returns whether it imported it. */
+export async function ensureBaseImage(socketPath: string, progress: BuildProgress = () => undefined): Promise<boolean> {
+  const docker = await engineAt(socketPath);
+  const present = await docker.getImage(BASE_IMAGE).inspect().then(() => true, () => false);
+  if (present) return false;
+  await importBusyboxImages(socketPath, [{ ref: BASE_IMAGE, cmd: ['/bin/sh'] }], progress);
+  return true;
+}
+
+async function engineAt(socketPath: string): Promise<Docker> {
   const docker = new Docker({ socketPath });
   try {
     await docker.ping();
   } catch (err) {
     throw new FleetlabError('SUP_ERR_ENGINE', `no container engine at ${socketPath} (${errorText(err)}): start dockerd (scripts/provision does) or pass --docker-socket`);
   }
+  return docker;
+}
+
+/** Imports the busybox root filesystem once per image, each with its own default command. */
+async function importBusyboxImages(socketPath: string, images: ReadonlyArray<{ ref: string; cmd: readonly string[] }>, progress: BuildProgress): Promise<void> {
+  const docker = await engineAt(socketPath);
   const { tarPath, cleanup } = await rootfsTar();
   try {
-    for (const image of testImages) {
+    for (const image of images) {
       const [repo, tag] = image.ref.split(':') as [string, string];
       progress({ image: image.ref, step: 'importing' });
       const stream = await docker.importImage(createReadStream(tarPath), {
         repo,
         tag,
-        changes: [`CMD ${JSON.stringify(defaultCommand(image.banner))}`, 'WORKDIR /'],
+        changes: [`CMD ${JSON.stringify(image.cmd)}`, 'WORKDIR /'],
       });
       await new Promise<void>((resolve, reject) =>
         docker.modem.followProgress(stream, (err: Error | null, events: Array<{ error?: string }>) => {
@@ -94,5 +120,4 @@ export async function buildTestImages(socketPath: string, progress: BuildProgres
   } finally {
     await cleanup();
   }
-  return testImages.map((i) => i.ref);
 }

@@ -109,6 +109,39 @@ program
     }),
   );
 
+program
+  .command('init')
+  .description('Set up this directory for fleetlab test: a config for your compose file, an example spec (and an example app when there is no compose file), and the install-script approvals fleetlab needs in package.json')
+  .option('--force', 'overwrite files fleetlab init wrote before', false)
+  .action(
+    action(async (opts: { force: boolean }) => {
+      const { initProject } = await import('../../hil/harness/init.js');
+      await initProject({ dir: process.cwd(), force: opts.force, log: (line) => console.log(`fleetlab init: ${line}`) });
+    }),
+  );
+
+program
+  .command('test')
+  .description('Run your specs (./fleetlab, see fleetlab.config.ts) on a device of a target with Playwright Test; other arguments go to Playwright')
+  .addOption(new Option('--target <name>', 'where the device under test runs').choices(['sim', 'container', 'qemu', 'board']).default('sim'))
+  .option('--repeat <n>', 'run every test n times (flakes show in the report)')
+  .option('--shard <i/n>', "run this machine's share i of n (CI machines split a suite)")
+  .argument('[playwright-args...]', 'passed to Playwright Test (a spec file, --grep, --reporter, ...)')
+  .allowUnknownOption()
+  .action(
+    action(async (playwrightArgs: string[], opts: { target: string; repeat?: string; shard?: string }) => {
+      const { runTests } = await import('../../hil/harness/run.js');
+      const code = await runTests({
+        cwd: process.cwd(),
+        target: opts.target,
+        ...(opts.repeat !== undefined ? { repeat: Number(opts.repeat) } : {}),
+        ...(opts.shard !== undefined ? { shard: opts.shard } : {}),
+        playwrightArgs,
+      });
+      process.exitCode = code;
+    }),
+  );
+
 const images = program.command('images').description('Local container images for tests (no registry needed)');
 images
   .command('build')
@@ -119,6 +152,18 @@ images
       const { buildTestImages } = await import('../../sim/images/test-images.js');
       const refs = await buildTestImages(opts.dockerSocket, (e) => console.error(`${e.image}: ${e.step}`));
       for (const ref of refs) console.log(ref);
+    }),
+  );
+
+images
+  .command('base')
+  .description('Import fleetlab/busybox:latest (Debian busybox-static, CMD sh), a base image for your Dockerfiles where no registry is reachable')
+  .option('--docker-socket <path>', 'engine API socket', '/var/run/docker.sock')
+  .action(
+    action(async (opts: { dockerSocket: string }) => {
+      const { BASE_IMAGE, ensureBaseImage } = await import('../../sim/images/test-images.js');
+      const imported = await ensureBaseImage(opts.dockerSocket, (e) => console.error(`${e.image}: ${e.step}`));
+      console.log(imported ? BASE_IMAGE : `${BASE_IMAGE} (already there)`);
     }),
   );
 

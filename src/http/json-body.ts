@@ -2,6 +2,9 @@
  * The JSON body parser both servers (device API, cloud API) use. An empty body reads as
  * absent, since many calls take an optional body (`{force}`, a bare POST); malformed JSON is
  * a 400 that names the parse error, so it reaches each server's one error mapper as such.
+ * A bare POST from a client that labels even an empty body (busybox `wget --post-data=''`
+ * sends application/x-www-form-urlencoded) is a bare POST too; a non-empty body of another
+ * type is a 400 that says to send JSON.
  */
 import type { FastifyInstance } from 'fastify';
 
@@ -17,5 +20,11 @@ export function installJsonBodyParser(app: FastifyInstance): void {
       error.statusCode = 400;
       done(error, undefined);
     }
+  });
+  app.addContentTypeParser('*', { parseAs: 'string' }, (req, body, done) => {
+    if (String(body).trim() === '') return done(null, undefined);
+    const error = new Error(`Unsupported body type ${req.headers['content-type'] ?? '(none)'}: send JSON with Content-Type: application/json`) as Error & { statusCode: number };
+    error.statusCode = 400;
+    done(error, undefined);
   });
 }

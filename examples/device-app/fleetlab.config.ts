@@ -1,0 +1,5 @@
+import { defineConfig } from 'fleetlab/test';
+
+export default defineConfig({
+  app: './compose.yaml',
+});

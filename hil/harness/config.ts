@@ -1,0 +1,64 @@
+/**
+ * `defineConfig` for a device team's `fleetlab.config.ts`: a Playwright Test config with one
+ * project per target (`sim`, `container`, `qemu`, `board`), the HTML and JUnit reports in the
+ * team's own directory, and the harness's global setup (images the targets need).
+ */
+import { resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { defineConfig as playwrightConfig, type PlaywrightTestConfig } from '@playwright/test';
+import type { HilTestFixtures, HilWorkerFixtures } from '../fixtures.js';
+import { targetNames } from '../targets/index.js';
+
+export interface FleetlabConfig {
+  /** Your compose file or the directory holding it, relative to where you run fleetlab; `device.deploy()` builds it. */
+  app?: string;
+  /** Where your specs are (default `fleetlab`). */
+  testDir?: string;
+  /** Where reports go: `html/`, `junit.xml`, `artifacts/` (default `fleetlab-report`). */
+  reportDir?: string;
+  /** Per-test timeout in ms (default 180 s; qemu and board get 900 s). */
+  timeout?: number;
+  /** Parallel devices (default 2; qemu and board run one at a time). */
+  workers?: number;
+  retries?: number;
+  /**
+   * `test` (default): every test gets a fresh device, so no test sees what another left.
+   * `file`: one device per spec file, cheaper on slow targets (an emulated board resets in
+   * tens of seconds); a failed test still gets the next one a fresh device.
+   */
+  deviceScope?: 'test' | 'file';
+}
+
+const SLOW_TARGETS = new Set(['qemu', 'board']);
+const sibling = (name: string) => fileURLToPath(new URL(`./${name}${import.meta.url.endsWith('.ts') ? '.ts' : '.js'}`, import.meta.url));
+
+export function defineConfig(options: FleetlabConfig = {}): PlaywrightTestConfig<HilTestFixtures, HilWorkerFixtures> {
+  // A team's app has to run for real, so the sim target uses dockerd unless told otherwise:
+  // the simulated engine plays containers without running their code. Set here because the
+  // config is what every worker loads.
+  process.env.FLEETLAB_HIL_ENGINE ??= 'docker';
+  const reportDir = resolve(options.reportDir ?? 'fleetlab-report');
+  const app = options.app === undefined ? undefined : resolve(options.app);
+  return playwrightConfig<HilTestFixtures, HilWorkerFixtures>({
+    testDir: resolve(options.testDir ?? 'fleetlab'),
+    outputDir: resolve(reportDir, 'artifacts'),
+    timeout: options.timeout ?? 180_000,
+    expect: { timeout: 10_000 },
+    retries: options.retries ?? 0,
+    workers: options.workers ?? 2,
+    fullyParallel: false,
+    forbidOnly: Boolean(process.env.CI),
+    globalSetup: sibling('global-setup'),
+    globalTeardown: fileURLToPath(new URL(`../global-teardown${import.meta.url.endsWith('.ts') ? '.ts' : '.js'}`, import.meta.url)),
+    reporter: [
+      ['list'],
+      ['html', { open: 'never', outputFolder: resolve(reportDir, 'html') }],
+      ['junit', { outputFile: resolve(reportDir, 'junit.xml') }],
+    ],
+    projects: targetNames.map((name) => ({
+      name,
+      use: { target: name, app, deviceScope: options.deviceScope ?? 'test' },
+      ...(SLOW_TARGETS.has(name) ? { timeout: Math.max(options.timeout ?? 0, 900_000) } : {}),
+    })),
+  });
+}

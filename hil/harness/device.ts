@@ -1,0 +1,240 @@
+/**
+ * `device`, the fixture a user's spec gets from `fleetlab/test`: the device under test of the
+ * run's target, with the release path on top (`deploy` a compose project) and short names for
+ * what specs do most (`journal`, `powerCycle`, `faults`). The protocols stay reachable under
+ * their own names (`api`, `exec`, `led`, `power`, `network`, `files`), so a spec written for
+ * one target runs on every target that has the capabilities it uses.
+ */
+import { resolve } from 'node:path';
+import Docker from 'dockerode';
+import { FleetlabError, errorText } from '../../src/errors.js';
+import { DeviceApi, type StateStatus } from '../lib/device-api.js';
+import { scaled, sleep } from '../lib/wait.js';
+import { loadCompose } from '../release/compose.js';
+import { buildRelease, localTargetState } from '../release/release.js';
+import type {
+  ApiProtocol,
+  Capability,
+  CommandProtocol,
+  DeviceUnderTest,
+  FilesProtocol,
+  JournalEntryText,
+  LedProtocol,
+  LedTransition,
+  NetworkProtocol,
+  PowerProtocol,
+  TargetFacts,
+} from '../targets/protocols.js';
+
+export interface DeployOptions {
+  /** Environment added to every service, over the compose file's. */
+  env?: Record<string, string>;
+  /** The app id on the device (default 1). */
+  appId?: number;
+  /** Resolve once the device has taken the target state, without waiting for it to run (default: wait). */
+  wait?: boolean;
+  /** How long to wait for every service to run (default 120 s, scaled to the target's speed). */
+  timeoutMs?: number;
+}
+
+export interface DeployedRelease {
+  appId: number;
+  /** What `/v2/state/status` reports as `release` once this release runs. */
+  releaseId: number;
+  /** A hash of the services, their settings and their image ids. */
+  commit: string;
+  /** Image reference per service. */
+  images: Record<string, string>;
+  /** The services, in compose order. */
+  services: string[];
+}
+
+export interface JournalOptions {
+  /** A systemd unit, e.g. the supervisor's `fleetlab-supervisor.service`. */
+  unit?: string;
+  /** Keep the last N entries (default 500). */
+  lines?: number;
+  /** Keep entries whose message contains this text, or matches this expression. */
+  grep?: string | RegExp;
+}
+
+/** The LED line as the target observes it, with the transitions since the test started. */
+export interface LedView extends LedProtocol {
+  /** Transitions since the start of this test, oldest first, with `at` in ms from that start. */
+  timeline(): Promise<readonly LedTransition[]>;
+}
+
+/** Faults by name, each undone by its pair. */
+export interface Faults {
+  /** Cut the device off from its cloud (the device API stays reachable). Needs `network`. */
+  partition(): Promise<void>;
+  heal(): Promise<void>;
+  /** Cut power, no clean shutdown; the device stays off until powerRestore(). Needs `power.cut`. */
+  powerCut(): Promise<void>;
+  powerRestore(): Promise<void>;
+}
+
+export interface DeviceContext {
+  /** The compose file or directory of the run's app (`app` in fleetlab.config), for `deploy()` without one. */
+  app?: string;
+  /** Epoch ms the test started: `led.timeline()` counts from it. */
+  startedAt: number;
+  /** Build output and deploy progress, a line at a time. */
+  log?: (line: string) => void;
+}
+
+const DEFAULT_APP_ID = 1;
+const DEPLOY_TIMEOUT_MS = 120_000;
+
+function lacks(target: string, what: string, capability: Capability): FleetlabError {
+  return new FleetlabError('HIL_ERR_DEPLOY', `${what}: target ${target} lacks capability ${capability}; guard the spec with needs('${capability}')`);
+}
+
+export class Device {
+  readonly target: string;
+  readonly capabilities: ReadonlySet<Capability>;
+  readonly facts: TargetFacts | undefined;
+  /** The device API, sending the device's key unless a request says otherwise. */
+  readonly api: ApiProtocol;
+  readonly exec: CommandProtocol | undefined;
+  readonly led: LedView | undefined;
+  readonly power: PowerProtocol | undefined;
+  readonly network: NetworkProtocol | undefined;
+  readonly files: FilesProtocol | undefined;
+  readonly faults: Faults;
+  readonly #dut: DeviceUnderTest;
+  readonly #context: DeviceContext;
+
+  constructor(dut: DeviceUnderTest, context: DeviceContext) {
+    this.#dut = dut;
+    this.#context = context;
+    this.target = dut.target;
+    this.capabilities = dut.capabilities;
+    this.facts = dut.facts;
+    this.api = dut.api;
+    this.exec = dut.exec;
+    this.power = dut.power;
+    this.network = dut.network;
+    this.files = dut.files;
+    const led = dut.led;
+    this.led = led && {
+      line: led.line,
+      level: () => led.level(),
+      transitions: (sinceMs) => led.transitions(sinceMs),
+      timeline: async () => (await led.transitions(context.startedAt)).map((t) => ({ at: t.at - context.startedAt, value: t.value })),
+    };
+    const need = <T>(value: T | undefined, what: string, capability: Capability): T => {
+      if (!value || !dut.capabilities.has(capability)) throw lacks(dut.target, what, capability);
+      return value;
+    };
+    this.faults = {
+      partition: () => need(dut.network, 'faults.partition()', 'network').partition(),
+      heal: () => need(dut.network, 'faults.heal()', 'network').heal(),
+      powerCut: () => need(dut.power, 'faults.powerCut()', 'power.cut').off(),
+      powerRestore: () => need(dut.power, 'faults.powerRestore()', 'power.cut').on(),
+    };
+  }
+
+  /** The typed client of the device API (every endpoint as a method). */
+  get client(): DeviceApi {
+    return new DeviceApi(this.#dut.api);
+  }
+
+  /** `/v2/state/status`: the release, each container's status, download progress. */
+  async status(): Promise<StateStatus> {
+    return (await this.client.stateStatus()).body;
+  }
+
+  /** Journal entries, newest last. */
+  async journal(options: JournalOptions = {}): Promise<readonly JournalEntryText[]> {
+    if (!this.#dut.journal || !this.capabilities.has('journal')) throw lacks(this.target, 'journal()', 'journal');
+    const entries = await this.#dut.journal.entries({ lines: options.lines ?? 500, ...(options.unit ? { unit: options.unit } : {}) });
+    const { grep } = options;
+    if (grep === undefined) return entries;
+    return entries.filter((e) => (typeof grep === 'string' ? e.message.includes(grep) : grep.test(e.message)));
+  }
+
+  /** Hard power cycle (no clean shutdown, disk kept); resolves when the API answers again. */
+  async powerCycle(): Promise<void> {
+    if (!this.#dut.power || !this.capabilities.has('power.cycle')) throw lacks(this.target, 'powerCycle()', 'power.cycle');
+    await this.#dut.power.cycle();
+  }
+
+  /** Reboot through the OS; resolves when the API answers again. */
+  async reboot(): Promise<void> {
+    if (!this.#dut.power || !this.capabilities.has('power.reboot')) throw lacks(this.target, 'reboot()', 'power.reboot');
+    await this.#dut.power.reboot();
+  }
+
+  /**
+   * Builds the release of a compose project (file or directory; default the config's `app`),
+   * hands it to the device as its local target state, and resolves once every service runs.
+   * A device that holds an update lock takes the release and installs it when the lock goes:
+   * start the deploy, release the lock, then await it.
+   */
+  async deploy(composeFileOrDir?: string, options: DeployOptions = {}): Promise<DeployedRelease> {
+    const path = composeFileOrDir ?? this.#context.app;
+    if (!path) throw new FleetlabError('HIL_ERR_COMPOSE', 'device.deploy(): name a compose file or directory, or set `app` in fleetlab.config');
+    if (!this.#dut.images || !this.capabilities.has('images')) {
+      throw lacks(this.target, 'deploy()', 'images');
+    }
+    const log = this.#context.log ?? (() => undefined);
+    const project = loadCompose(resolve(path));
+    const docker = new Docker({ socketPath: this.#dut.images.engineSocket });
+    // Step output only shows again in a failure's message (its last lines); starts and ends are printed.
+    const release = await buildRelease(project, { docker, progress: (e) => e.summary && log(`[${e.service}] ${e.line}`) });
+    const appId = options.appId ?? DEFAULT_APP_ID;
+    const current = Number((await this.status()).release);
+    const releaseId = (Number.isInteger(current) && current > 0 ? current : 0) + 1;
+    const state = localTargetState(release, { appId, releaseId, ...(options.env ? { env: options.env } : {}) });
+    const reply = await this.client.setLocalTargetState(state);
+    if (reply.status !== 200) {
+      throw new FleetlabError('HIL_ERR_DEPLOY', `the device refused the release of ${project.file} (${reply.status}): ${JSON.stringify(reply.body)}`);
+    }
+    log(`release ${releaseId} (${release.commit.slice(0, 8)}) of ${project.name} sent to the device`);
+    const services = project.services.map((s) => s.name);
+    const deployed: DeployedRelease = { appId, releaseId, commit: release.commit, images: release.images, services };
+    if (options.wait === false) return deployed;
+    await this.waitForRelease(deployed, options.timeoutMs === undefined ? {} : { timeoutMs: options.timeoutMs });
+    log(`release ${releaseId} runs: ${services.join(', ')}`);
+    return deployed;
+  }
+
+  /** Where the update lock of `service` lives on the device: an app holds the lock while this file exists. */
+  updateLockPath(service: string, appId = DEFAULT_APP_ID): string {
+    return `${this.api.identity.lockRoot}/${appId}/${service}/updates.lock`;
+  }
+
+  /**
+   * Waits until `release` (from `deploy(..., { wait: false })`) is applied with every service
+   * Running; a timeout names each service's status.
+   */
+  async waitForRelease(release: Pick<DeployedRelease, 'releaseId' | 'services'>, options: { timeoutMs?: number } = {}): Promise<void> {
+    const { releaseId, services } = release;
+    const timeoutMs = options.timeoutMs ?? DEPLOY_TIMEOUT_MS;
+    const deadline = Date.now() + scaled(timeoutMs);
+    let last: StateStatus | string = '(no status read)';
+    while (Date.now() < deadline) {
+      try {
+        const s = await this.status();
+        last = s;
+        const running = (name: string) => s.containers.some((c) => c.serviceName === name && c.status === 'Running');
+        if (s.appState === 'applied' && s.release === String(releaseId) && services.every(running)) return;
+      } catch (err) {
+        last = `error: ${errorText(err)}`;
+      }
+      await sleep(250);
+    }
+    const seen =
+      typeof last === 'string'
+        ? last
+        : `release ${last.release || '(none)'} ${last.appState}; ${services
+            .map((name) => {
+              const c = last.containers.find((x) => x.serviceName === name && x.status !== 'Dead');
+              const image = last.images.find((i) => i.serviceName === name);
+              return `${name}: ${c?.status ?? (image ? `image ${image.status}` : 'no container')}`;
+            })
+            .join(', ')}`;
+    throw new FleetlabError('HIL_ERR_DEPLOY', `release ${releaseId} did not run within ${scaled(timeoutMs)} ms; last seen: ${seen}. The supervisor log is attached to the failed test.`);
+  }
+}

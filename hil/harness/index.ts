@@ -1,0 +1,12 @@
+/**
+ * `fleetlab/test`: what a device team's specs import. Documented in docs/spec-api.md; a name
+ * not exported here is not part of the API.
+ */
+export { test, expect } from '../fixtures.js';
+export type { HilTestFixtures as Fixtures, HilWorkerFixtures as WorkerFixtures } from '../fixtures.js';
+export { defineConfig, type FleetlabConfig } from './config.js';
+export { Device, type DeployOptions, type DeployedRelease, type Faults, type JournalOptions, type LedView } from './device.js';
+export type { DeviceApi, StateStatus, StatusContainer } from '../lib/device-api.js';
+export type { ApiProtocol, Capability, CommandProtocol, FilesProtocol, HttpResponse, JournalEntryText, LedTransition, NetworkProtocol, PowerProtocol, RequestOptions } from '../targets/protocols.js';
+export { pollUntil, sleep } from '../lib/wait.js';
+export { loadCompose, parseCompose, type ComposeProject, type ComposeService } from '../release/compose.js';

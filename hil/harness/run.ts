@@ -1,0 +1,114 @@
+/**
+ * `fleetlab test`: runs a device team's specs with Playwright Test (the runner fleetlab
+ * brings) on one target, with the team's fleetlab.config. Checks what the target needs
+ * first, so a missing piece is one sentence rather than a failed worker.
+ */
+import { spawn } from 'node:child_process';
+import { existsSync } from 'node:fs';
+import { createRequire } from 'node:module';
+import { join } from 'node:path';
+import Docker from 'dockerode';
+import { FleetlabError, errorText } from '../../src/errors.js';
+import { requireNativeModules, type NativeModule } from '../../src/native-modules.js';
+import { targetNames } from '../targets/index.js';
+
+export const CONFIG_NAMES = ['fleetlab.config.ts', 'fleetlab.config.mts', 'fleetlab.config.js', 'fleetlab.config.mjs'] as const;
+
+export interface RunOptions {
+  cwd: string;
+  target: string;
+  /** Run every test N times (Playwright's --repeat-each). */
+  repeat?: number;
+  /** `i/n`: this machine's share of the suite. */
+  shard?: string;
+  /** Passed to Playwright Test as they are (a grep, a spec file, --reporter, ...). */
+  playwrightArgs: readonly string[];
+  dockerSocket?: string;
+}
+
+/** Playwright's arguments for the run; pure, so the flag mapping is tested without a run. */
+export function playwrightArgv(config: string, o: Pick<RunOptions, 'target' | 'repeat' | 'shard' | 'playwrightArgs'>): string[] {
+  if (!targetNames.includes(o.target)) throw new FleetlabError('HIL_ERR_COMPOSE', `--target must be one of ${targetNames.join(', ')}, not ${JSON.stringify(o.target)}`);
+  const argv = ['test', '-c', config, `--project=${o.target}`];
+  if (o.repeat !== undefined) {
+    if (!Number.isInteger(o.repeat) || o.repeat < 1) throw new FleetlabError('HIL_ERR_COMPOSE', `--repeat must be a positive integer, not ${o.repeat}`);
+    argv.push(`--repeat-each=${o.repeat}`);
+  }
+  if (o.shard !== undefined) {
+    const m = /^(\d+)\/(\d+)$/.exec(o.shard);
+    if (!m || Number(m[1]) < 1 || Number(m[1]) > Number(m[2])) throw new FleetlabError('HIL_ERR_COMPOSE', `--shard must be i/n with 1 <= i <= n (e.g. 2/4), not ${JSON.stringify(o.shard)}`);
+    argv.push(`--shard=${o.shard}`);
+  }
+  // A board is one device and an emulated one takes both cores: one worker, unless told.
+  const oneDevice = o.target === 'qemu' || o.target === 'board';
+  if (oneDevice && !o.playwrightArgs.some((a) => a.startsWith('--workers') || a === '-j')) argv.push('--workers=1');
+  return [...argv, ...o.playwrightArgs];
+}
+
+function findConfig(cwd: string): string {
+  const found = CONFIG_NAMES.map((n) => join(cwd, n)).find((p) => existsSync(p));
+  if (!found) throw new FleetlabError('HIL_ERR_COMPOSE', `no ${CONFIG_NAMES[0]} in ${cwd}: run npx fleetlab init here first (it writes one for your compose file)`);
+  return found;
+}
+
+async function requireEngine(socketPath: string, target: string): Promise<void> {
+  try {
+    await new Docker({ socketPath }).ping();
+  } catch (err) {
+    throw new FleetlabError(
+      'SUP_ERR_ENGINE',
+      `fleetlab test --target ${target} runs your app's containers on dockerd, and none answers at ${socketPath} (${errorText(err)}): ` +
+        'install and start it (apt-get install docker.io; systemctl start docker), or set FLEETLAB_DOCKER_SOCKET',
+    );
+  }
+}
+
+/**
+ * The container and qemu targets build their device images from fleetlab's TypeScript
+ * sources, which a checkout has and the installed package does not (yet).
+ */
+function requireSourcesFor(target: string): void {
+  if (target !== 'container' && target !== 'qemu') return;
+  const sources = new URL(import.meta.url.endsWith('.ts') ? '../../src/cli/main.ts' : '../../../src/cli/main.ts', import.meta.url);
+  if (!existsSync(sources)) {
+    throw new FleetlabError(
+      'HIL_ERR_DEPLOY',
+      `--target ${target} does not run from the installed package yet: its device image is built from fleetlab's sources. ` +
+        'Use --target sim (or board, for a board that runs the fleetlab supervisor), or run from a fleetlab checkout',
+    );
+  }
+}
+
+/** Runs the specs; resolves with Playwright's exit code. */
+export async function runTests(options: RunOptions): Promise<number> {
+  requireSourcesFor(options.target);
+  const config = findConfig(options.cwd);
+  const argv = playwrightArgv(config, options);
+  const dockerSocket = options.dockerSocket ?? process.env.FLEETLAB_DOCKER_SOCKET ?? '/var/run/docker.sock';
+  // The supervisor of a sim device loads epoll here; a spec with a cloud loads better-sqlite3.
+  const native: NativeModule[] = options.target === 'sim' ? ['epoll', 'better-sqlite3'] : ['better-sqlite3'];
+  requireNativeModules(native);
+  if (options.target === 'sim' || options.target === 'container') await requireEngine(dockerSocket, options.target);
+
+  const cli = createRequire(import.meta.url).resolve('@playwright/test/cli');
+  const child = spawn(process.execPath, [cli, ...argv], {
+    cwd: options.cwd,
+    stdio: 'inherit',
+    env: { ...process.env, FLEETLAB_HIL_ENGINE: process.env.FLEETLAB_HIL_ENGINE ?? 'docker', TESTCONTAINERS_RYUK_DISABLED: 'true', FLEETLAB_DOCKER_SOCKET: dockerSocket },
+  });
+  // Ctrl-C reaches Playwright from the terminal itself (same process group), and a second
+  // one would force it: this process only stays alive for it. SIGTERM is passed on.
+  const ignore = () => undefined;
+  const forward = (signal: NodeJS.Signals) => child.kill(signal);
+  process.on('SIGINT', ignore);
+  process.on('SIGTERM', forward);
+  try {
+    return await new Promise<number>((resolve, reject) => {
+      child.once('error', reject);
+      child.once('exit', (code, signal) => resolve(code ?? (signal ? 1 : 0)));
+    });
+  } finally {
+    process.off('SIGINT', ignore);
+    process.off('SIGTERM', forward);
+  }
+}

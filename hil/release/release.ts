@@ -1,0 +1,105 @@
+/**
+ * A release is a value: a compose project whose images exist in an engine, named by a commit
+ * that changes when anything the device would run changes. `buildRelease` is the side-effect
+ * half (images built through the Engine API); `localTargetState` is pure and turns the value
+ * into what `POST /v2/local/target-state` takes.
+ */
+import { createHash } from 'node:crypto';
+import type Docker from 'dockerode';
+import { FleetlabError, errorText } from '../../src/errors.js';
+import type { WireLocalState, WireService } from '../../src/protocol/target-state.js';
+import { buildServiceImage, type BuildProgress } from './image-build.js';
+import type { ComposeProject, ComposeService } from './compose.js';
+
+export interface Release {
+  project: ComposeProject;
+  /** Image reference per service name, present in the engine the release was built for. */
+  images: Record<string, string>;
+  /** Engine image ids per service, part of the commit: a rebuilt image is a new release. */
+  imageIds: Record<string, string>;
+  /** 32 hex digits over services, settings and image ids. */
+  commit: string;
+}
+
+export interface BuildReleaseOptions {
+  /** The engine the device's supervisor uses (or shares with the harness). */
+  docker: Docker;
+  progress?: BuildProgress;
+}
+
+/** Builds every `build:` service and checks every `image:` service's image is in the engine. */
+export async function buildRelease(project: ComposeProject, options: BuildReleaseOptions): Promise<Release> {
+  const images: Record<string, string> = {};
+  const imageIds: Record<string, string> = {};
+  for (const service of project.services) {
+    const ref = service.build ? await buildServiceImage(project, service, options) : service.image!;
+    images[service.name] = ref;
+    imageIds[service.name] = await imageId(options.docker, project, service, ref);
+  }
+  return { project, images, imageIds, commit: commitOf(project, imageIds) };
+}
+
+async function imageId(docker: Docker, project: ComposeProject, service: ComposeService, ref: string): Promise<string> {
+  try {
+    return (await docker.getImage(ref).inspect()).Id;
+  } catch (err) {
+    if ((err as { statusCode?: number }).statusCode === 404) {
+      throw new FleetlabError(
+        'HIL_ERR_BUILD',
+        `${project.file}: services.${service.name}.image: "${ref}" is not in the device's engine, and fleetlab reaches no outside registry: ` +
+          'build it (add a build: section), or load it with docker load / docker import first',
+      );
+    }
+    throw new FleetlabError('HIL_ERR_BUILD', `${project.file}: services.${service.name}: cannot inspect image "${ref}": ${errorText(err)}`);
+  }
+}
+
+function commitOf(project: ComposeProject, imageIds: Record<string, string>): string {
+  const services = project.services.map((s) => ({ ...s, build: undefined, imageId: imageIds[s.name] }));
+  return createHash('sha256').update(JSON.stringify({ name: project.name, volumes: project.volumes, services })).digest('hex').slice(0, 32);
+}
+
+export interface TargetStateOptions {
+  appId: number;
+  /** The release id the device reports (`/v2/state/status` `release`); a new one per deploy. */
+  releaseId: number;
+  /** Environment added to every service, over the compose file's. */
+  env?: Record<string, string>;
+  deviceName?: string;
+  config?: Record<string, string>;
+}
+
+/** The local-mode target state that runs `release` as app `appId`. Service and image ids follow compose order. */
+export function localTargetState(release: Release, o: TargetStateOptions): WireLocalState {
+  const services: Record<string, WireService> = {};
+  release.project.services.forEach((s, i) => {
+    const id = i + 1;
+    const service: WireService = {
+      serviceName: s.name,
+      serviceId: id,
+      imageId: id,
+      image: release.images[s.name]!,
+      environment: { ...s.environment, ...o.env },
+      labels: s.labels,
+    };
+    if (s.volumes.length) service.volumes = s.volumes;
+    if (s.command) service.command = s.command;
+    if (s.restart) service.restart = s.restart;
+    if (s.networkMode) service.network_mode = s.networkMode;
+    services[String(id)] = service;
+  });
+  return {
+    name: o.deviceName ?? release.project.name,
+    config: { SUPERVISOR_LOCAL_MODE: '1', ...o.config },
+    apps: {
+      [String(o.appId)]: {
+        name: release.project.name,
+        commit: release.commit,
+        releaseId: o.releaseId,
+        services,
+        volumes: Object.fromEntries(release.project.volumes.map((v) => [v, {}])),
+        networks: {},
+      },
+    },
+  };
+}

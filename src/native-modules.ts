@@ -1,0 +1,59 @@
+/**
+ * The native addons fleetlab loads, checked before a command needs them. npm 12 skips a
+ * dependency's install script unless the project's `allowScripts` allows it, which leaves
+ * the addon unbuilt; loading it then fails with a list of binding paths. This says instead
+ * which module is missing and the one command that builds it.
+ */
+import { createRequire } from 'node:module';
+import { FleetlabError, errorText } from './errors.js';
+
+export type NativeModule = 'better-sqlite3' | 'epoll';
+
+/** What each addon is for, said in the error. */
+const PURPOSE: Record<NativeModule, string> = {
+  'better-sqlite3': 'the cloud API (SQLite)',
+  epoll: "the supervisor's LED line (onoff)",
+};
+
+/** Loads the addon's binary; throws what the loader said. */
+function load(name: NativeModule): void {
+  const require = createRequire(import.meta.url);
+  if (name === 'epoll') {
+    require('epoll');
+    return;
+  }
+  // better-sqlite3 loads its binary on the first Database, not on require.
+  const Database = require('better-sqlite3') as new (path: string) => { close(): void };
+  new Database(':memory:').close();
+}
+
+/** Names of the addons in `names` that do not load here. */
+export function unbuiltNativeModules(names: readonly NativeModule[]): Array<{ name: NativeModule; reason: string }> {
+  const missing: Array<{ name: NativeModule; reason: string }> = [];
+  for (const name of names) {
+    try {
+      load(name);
+    } catch (err) {
+      missing.push({ name, reason: errorText(err).split('\n')[0]! });
+    }
+  }
+  return missing;
+}
+
+/** The command that allows and builds the addons in a user's project. */
+export function buildCommand(names: readonly string[]): string {
+  return `npm install-scripts approve ${names.join(' ')} && npm rebuild ${names.join(' ')}`;
+}
+
+/** Throws one HIL_ERR_NATIVE_MODULE naming every addon in `names` that does not load. */
+export function requireNativeModules(names: readonly NativeModule[]): void {
+  const missing = unbuiltNativeModules(names);
+  if (missing.length === 0) return;
+  const list = missing.map((m) => `${m.name} (for ${PURPOSE[m.name]})`).join(' and ');
+  throw new FleetlabError(
+    'HIL_ERR_NATIVE_MODULE',
+    `the native module${missing.length > 1 ? 's' : ''} ${list} ${missing.length > 1 ? 'are' : 'is'} not built in this installation ` +
+      `(npm 12 skips install scripts that package.json's "allowScripts" does not allow; \`npx fleetlab init\` adds them). ` +
+      `Fix: ${buildCommand(missing.map((m) => m.name))}`,
+  );
+}

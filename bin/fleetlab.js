@@ -3,7 +3,7 @@
 import { existsSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 
-const compiled = fileURLToPath(new URL('../dist/src/cli/main.js', import.meta.url));
+const compiled = fileURLToPath(new URL('../dist/cli/main.js', import.meta.url));
 if (!existsSync(compiled)) {
   console.error('fleetlab: not built yet. Run `npm install` (or `npm run build`) in the fleetlab checkout first.');
   process.exit(1);

@@ -2,7 +2,7 @@
  * A board target config (hil/targets/board-config.ts) for a running QEMU board: the proof that
  * the `board` target works is the same specs passing against the emulated Pi over SSH.
  */
-import { shellQuote } from '../hil/targets/ssh-device.js';
+import { shellQuote } from '../src/shell-quote.js';
 import type { ReadyInfo } from './boot.js';
 import { LED_LINES } from './image/recipe.js';
 

@@ -8,6 +8,6 @@ const fromSource = import.meta.url.endsWith('.ts');
 
 /** node arguments that run the `fleetlab` CLI with `args`. */
 export function cliCommand(args: string[]): { file: string; args: string[] } {
-  const main = fileURLToPath(new URL(fromSource ? '../src/cli/main.ts' : '../src/cli/main.js', import.meta.url));
+  const main = fileURLToPath(new URL(fromSource ? '../cli/main.ts' : '../cli/main.js', import.meta.url));
   return { file: process.execPath, args: [...(fromSource ? ['--import', 'tsx'] : []), main, ...args] };
 }

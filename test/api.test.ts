@@ -117,6 +117,15 @@ describe('local target state', () => {
     expect(res.json().message).toMatch(/JSON/);
   });
 
+  it('takes an empty body of any type as no body, and refuses a non-JSON one with 400', async () => {
+    // busybox wget --post-data='' labels its empty body as a form, as apps in containers send it.
+    const form = await f.sup.api.inject({ method: 'POST', url: `/v1/blink?apikey=${f.key()}`, payload: '', headers: { 'content-type': 'application/x-www-form-urlencoded' } });
+    expect(form.statusCode).toBe(200);
+    const filled = await f.sup.api.inject({ method: 'POST', url: `/v1/update?apikey=${f.key()}`, payload: 'force=1', headers: { 'content-type': 'application/x-www-form-urlencoded' } });
+    expect(filled.statusCode).toBe(400);
+    expect(filled.json()).toEqual({ status: 'failed', message: 'Unsupported body type application/x-www-form-urlencoded: send JSON with Content-Type: application/json' });
+  });
+
   it('applies a two-service app: containers, network, volume, env', async () => {
     const res = await call('POST', '/v2/local/target-state', { local: twoServiceState() });
     expect(res.status).toBe(200);

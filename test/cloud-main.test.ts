@@ -25,7 +25,7 @@ interface Ready {
 
 /** Starts the CLI, returns its first stdout line and a stop function. */
 async function start(args: string[]): Promise<{ ready: Ready; lines: string[]; stop: () => Promise<number | null> }> {
-  const child = spawn(process.execPath, ['--import', 'tsx', join(root, 'src/cli/main.ts'), 'cloud', '--port', '0', ...args], {
+  const child = spawn(process.execPath, ['--import', 'tsx', join(root, 'cli/main.ts'), 'cloud', '--port', '0', ...args], {
     cwd: root,
     stdio: ['ignore', 'pipe', 'pipe'],
   });

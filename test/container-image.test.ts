@@ -26,11 +26,13 @@ describe('productionPackageDirs', () => {
     expect(dirs).toEqual(['node_modules/@scope/lib', 'node_modules/fastify']);
   });
 
-  it("on this checkout's lockfile: the runtime dependencies are in, the test tools are out", () => {
+  it("on this checkout's lockfile: the runtime dependencies are in, the dev tools are out", () => {
     const lock = JSON.parse(readFileSync(join(root, 'package-lock.json'), 'utf8'));
     const dirs = productionPackageDirs(lock, (d) => existsSync(join(root, d)));
     for (const dep of Object.keys(JSON.parse(readFileSync(join(root, 'package.json'), 'utf8')).dependencies)) expect(dirs).toContain(`node_modules/${dep}`);
-    for (const dev of ['node_modules/vitest', 'node_modules/typescript', 'node_modules/@playwright/test', 'node_modules/testcontainers']) expect(dirs).not.toContain(dev);
+    // The harness's runner (@playwright/test) and testcontainers are runtime dependencies of the
+    // package a team installs, so they are in; fleetlab's own dev tools are not.
+    for (const dev of ['node_modules/vitest', 'node_modules/typescript', 'node_modules/tsx', 'node_modules/pinejs-client-core']) expect(dirs).not.toContain(dev);
   });
 
   it('refuses a lockfile without a packages map', () => {
@@ -65,8 +67,8 @@ describe('Dockerfiles', () => {
 describe('deviceSources', () => {
   it('lists the CLI and the sim sources, no tests or declarations', () => {
     const sources = deviceSources(root);
-    expect(sources).toContain('src/cli/main.ts');
+    expect(sources).toContain('cli/main.ts');
     expect(sources).toContain('sim/device.ts');
-    expect(sources.every((f) => /^(src|sim)\//.test(f) && f.endsWith('.ts') && !f.endsWith('.d.ts'))).toBe(true);
+    expect(sources.every((f) => /^(cli|src|sim)\//.test(f) && f.endsWith('.ts') && !f.endsWith('.d.ts'))).toBe(true);
   });
 });

@@ -20,7 +20,8 @@ import { checkBindings } from '../hil/targets/bindings.js';
 import { boardCapabilities, loadBoardConfig, parseBoardConfig, type BoardConfig } from '../hil/targets/board-config.js';
 import { gpioNumberOnBoard, observeLedByCommand, observeSysfsLed, startBoard } from '../hil/targets/board.js';
 import { readHostBaseline, restoreHostFiles } from '../hil/targets/board-reset.js';
-import { shellQuote, SshDevice } from '../hil/targets/ssh-device.js';
+import { SshDevice } from '../hil/targets/ssh-device.js';
+import { shellQuote } from '../src/shell-quote.js';
 import { freePort } from '../src/free-port.js';
 
 const sshdTool: ToolSpec = { candidates: ['/usr/sbin/sshd'], debianPackage: 'openssh-server' };

@@ -64,17 +64,18 @@ async function requireEngine(socketPath: string, target: string): Promise<void> 
 }
 
 /**
- * The container and qemu targets build their device images from fleetlab's TypeScript
- * sources, which a checkout has and the installed package does not (yet).
+ * The qemu target builds its board image from fleetlab's TypeScript sources, which a
+ * checkout has and the installed package does not (yet). The container target builds from
+ * either (hil/targets/container-image.ts).
  */
 function requireSourcesFor(target: string): void {
-  if (target !== 'container' && target !== 'qemu') return;
-  const sources = new URL(import.meta.url.endsWith('.ts') ? '../../src/cli/main.ts' : '../../../src/cli/main.ts', import.meta.url);
+  if (target !== 'qemu') return;
+  const sources = new URL(import.meta.url.endsWith('.ts') ? '../../cli/main.ts' : '../../../cli/main.ts', import.meta.url);
   if (!existsSync(sources)) {
     throw new FleetlabError(
       'HIL_ERR_DEPLOY',
-      `--target ${target} does not run from the installed package yet: its device image is built from fleetlab's sources. ` +
-        'Use --target sim (or board, for a board that runs the fleetlab supervisor), or run from a fleetlab checkout',
+      `--target ${target} does not run from the installed package yet: its board image is built from fleetlab's sources. ` +
+        'Use --target container or sim (or board, for a board that runs the fleetlab supervisor), or run from a fleetlab checkout',
     );
   }
 }

@@ -6,8 +6,10 @@
  */
 import { existsSync, readFileSync, statSync } from 'node:fs';
 import { basename, dirname, isAbsolute, join, resolve } from 'node:path';
+import { Value } from '@sinclair/typebox/value';
 import { parse as parseYaml } from 'yaml';
 import { FleetlabError, errorText } from '../../src/errors.js';
+import { WireService } from '../../src/protocol/target-state.js';
 
 /** The names compose looks for in a directory, in its order of preference. */
 export const COMPOSE_FILE_NAMES = ['compose.yaml', 'compose.yml', 'docker-compose.yml', 'docker-compose.yaml'] as const;
@@ -34,6 +36,15 @@ export interface ComposeService {
   command?: string[];
   restart?: RestartPolicy;
   networkMode?: string;
+  privileged?: boolean;
+  capAdd?: string[];
+  capDrop?: string[];
+  /** `/dev/host[:/dev/container[:rwm]]` */
+  devices?: string[];
+  /** `/path[:options]` */
+  tmpfs?: string[];
+  /** `[ip:]hostPort:containerPort[/tcp|/udp]` */
+  ports?: string[];
 }
 
 export interface ComposeProject {
@@ -46,14 +57,14 @@ export interface ComposeProject {
 }
 
 /** Service keys the target state carries, and what each becomes there. */
-const SERVICE_KEYS = ['build', 'command', 'environment', 'image', 'labels', 'network_mode', 'restart', 'volumes'] as const;
+const SERVICE_KEYS = ['build', 'cap_add', 'cap_drop', 'command', 'devices', 'environment', 'image', 'labels', 'network_mode', 'ports', 'privileged', 'restart', 'tmpfs', 'volumes'] as const;
 
 /**
  * Common compose keys the device's target state has no place for yet. Named apart from
  * unknown keys so the message can say they are known and not yet carried, not misspelt.
  */
 const NOT_YET_CARRIED = new Set([
-  'ports', 'depends_on', 'privileged', 'devices', 'cap_add', 'cap_drop', 'tmpfs', 'networks', 'expose', 'healthcheck',
+  'depends_on', 'networks', 'expose', 'healthcheck',
   'entrypoint', 'working_dir', 'user', 'hostname', 'env_file', 'container_name', 'stop_signal', 'stop_grace_period',
   'sysctls', 'ulimits', 'security_opt', 'extra_hosts', 'dns', 'logging', 'shm_size', 'mem_limit', 'cpus', 'deploy',
   'profiles', 'secrets', 'configs', 'init', 'read_only', 'tty', 'stdin_open', 'pid', 'ipc', 'group_add', 'volumes_from',
@@ -78,8 +89,22 @@ export function findComposeFile(fileOrDir: string): string {
   throw new FleetlabError('HIL_ERR_COMPOSE', `${path}: no compose file here (looked for ${COMPOSE_FILE_NAMES.join(', ')})`);
 }
 
-/** Reads and checks the compose project at a file or directory. */
-export function loadCompose(fileOrDir: string): ComposeProject {
+/** `KEY=VALUE` lines of a `.env` file (comments, blank lines and optional quotes as compose reads them). */
+export function parseDotEnv(text: string): Record<string, string> {
+  const out: Record<string, string> = {};
+  for (const raw of text.split('\n')) {
+    const line = raw.trim();
+    if (!line || line.startsWith('#')) continue;
+    const eq = line.indexOf('=');
+    if (eq <= 0) continue;
+    const value = line.slice(eq + 1).trim();
+    out[line.slice(0, eq).trim()] = /^(['"]).*\1$/.test(value) ? value.slice(1, -1) : value;
+  }
+  return out;
+}
+
+/** Reads and checks the compose project at a file or directory; variables come from its `.env` and this process's environment, as compose takes them. */
+export function loadCompose(fileOrDir: string, env: Record<string, string | undefined> = process.env): ComposeProject {
   const file = findComposeFile(fileOrDir);
   let text: string;
   try {
@@ -87,25 +112,60 @@ export function loadCompose(fileOrDir: string): ComposeProject {
   } catch (err) {
     throw new FleetlabError('HIL_ERR_COMPOSE', `${file}: cannot read it: ${errorText(err)}`);
   }
-  return parseCompose(text, file);
+  const dotEnv = join(dirname(file), '.env');
+  const variables = { ...(existsSync(dotEnv) ? parseDotEnv(readFileSync(dotEnv, 'utf8')) : {}), ...env };
+  return parseCompose(text, file, variables);
 }
 
 const isObject = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v);
 
-/** Parses compose text read from `file` (absolute; relative build contexts resolve against its directory). */
-export function parseCompose(text: string, file: string): ComposeProject {
-  let doc: unknown;
+/**
+ * Compose's variable syntax in one string: `$$` is a dollar; `${VAR}`, `$VAR`, `${VAR:-default}`
+ * (unset or empty), `${VAR-default}` (unset), `${VAR:?message}` / `${VAR?message}` (required).
+ */
+export function interpolate(value: string, variables: Record<string, string | undefined>, where: () => string): string {
+  return value.replace(/\$(?:(\$)|\{([A-Za-z_][A-Za-z0-9_]*)(?:(:?)([-?])((?:[^}])*))?\}|([A-Za-z_][A-Za-z0-9_]*)|(\{[^}]*\}?))/g, (_m, dollar, braced, colon, op, arg, bare, bad) => {
+    if (dollar) return '$';
+    if (bad !== undefined) throw new FleetlabError('HIL_ERR_COMPOSE', `${where()}: "$${bad}" is not a variable compose understands (write $$ for a literal dollar)`);
+    const name = (braced ?? bare) as string;
+    const current = variables[name];
+    const missing = current === undefined || (colon === ':' && current === '');
+    if (op === '-') return missing ? (arg as string) : current!;
+    if (op === '?') {
+      if (missing) throw new FleetlabError('HIL_ERR_COMPOSE', `${where()}: variable ${name} is required${arg ? ` (${arg})` : ''}: set it in the .env file next to the compose file or in your environment`);
+      return current!;
+    }
+    if (current === undefined) throw new FleetlabError('HIL_ERR_COMPOSE', `${where()}: variable ${name} is not set: set it in the .env file next to the compose file or in your environment, or write \${${name}:-default}`);
+    return current;
+  });
+}
+
+function interpolateAll(node: unknown, variables: Record<string, string | undefined>, file: string, path: string): unknown {
+  if (typeof node === 'string') return interpolate(node, variables, () => `${file}: ${path}`);
+  if (Array.isArray(node)) return node.map((item, i) => interpolateAll(item, variables, file, `${path}[${i}]`));
+  if (isObject(node)) return Object.fromEntries(Object.entries(node).map(([k, v]) => [k, interpolateAll(v, variables, file, path ? `${path}.${k}` : k)]));
+  return node;
+}
+
+/**
+ * Parses compose text read from `file` (absolute; relative build contexts resolve against its
+ * directory), with `variables` for compose's `${VAR}` syntax.
+ */
+export function parseCompose(text: string, file: string, variables: Record<string, string | undefined> = {}): ComposeProject {
+  let parsed: unknown;
   try {
-    doc = parseYaml(text);
+    parsed = parseYaml(text, { merge: true });
   } catch (err) {
     throw new FleetlabError('HIL_ERR_COMPOSE', `${file}: not valid YAML: ${errorText(err).split('\n')[0]}`);
   }
+  // x-* blocks are anchors for the rest, never read: their variables need not be set.
+  const doc = isObject(parsed) ? Object.fromEntries(Object.entries(parsed).map(([k, v]) => [k, k.startsWith('x-') ? v : interpolateAll(v, variables, file, k)])) : parsed;
   if (!isObject(doc)) throw problem(file, '(top level)', 'expected a mapping with a `services:` key');
   for (const key of Object.keys(doc)) {
     if (key.startsWith('x-')) continue; // compose extension fields: for anchors, never read
     if (!TOP_LEVEL_KEYS.has(key)) throw problem(file, key, `not supported by fleetlab (supported top-level keys: ${[...TOP_LEVEL_KEYS].join(', ')}, x-*)`);
   }
-  const name = doc.name === undefined ? basename(dirname(file)) : doc.name;
+  const name = doc.name === undefined ? basename(dirname(file)) || 'app' : doc.name;
   if (typeof name !== 'string' || name === '') throw problem(file, 'name', 'must be a non-empty string');
 
   const volumes = declaredVolumes(file, doc.volumes);
@@ -157,6 +217,27 @@ function parseService(file: string, name: string, raw: unknown, volumes: readonl
     if (typeof raw.network_mode !== 'string' || raw.network_mode === '') throw problem(file, `${at}.network_mode`, 'must be a string such as `host`');
     service.networkMode = raw.network_mode;
   }
+  if (raw.privileged !== undefined) {
+    if (typeof raw.privileged !== 'boolean') throw problem(file, `${at}.privileged`, 'must be true or false');
+    service.privileged = raw.privileged;
+  }
+  const lists = [
+    ['cap_add', 'capAdd', 'capability names such as NET_ADMIN'],
+    ['cap_drop', 'capDrop', 'capability names such as NET_ADMIN'],
+    ['devices', 'devices', '`/dev/host[:/dev/container[:rwm]]` entries'],
+    ['tmpfs', 'tmpfs', 'absolute paths, each optionally `:options` (e.g. /run:size=64m)'],
+    ['ports', 'ports', '`[ip:]hostPort:containerPort[/tcp|/udp]` entries (a device has no random host port to report back: name the host port)'],
+  ] as const;
+  for (const [key, field, what] of lists) {
+    if (raw[key] === undefined) continue;
+    const value = key === 'tmpfs' && typeof raw[key] === 'string' ? [raw[key]] : raw[key];
+    const entries = Array.isArray(value) ? value.map((v) => (typeof v === 'number' ? String(v) : v)) : value;
+    if (!Value.Check(WireService.properties[key], entries)) {
+      const bad = Array.isArray(entries) ? entries.find((e) => !Value.Check(WireService.properties[key], [e])) : undefined;
+      throw problem(file, `${at}.${key}`, `${bad !== undefined ? `${JSON.stringify(bad)}: ` : ''}must be a list of ${what}`);
+    }
+    service[field] = entries as string[];
+  }
   return service;
 }
 
@@ -204,18 +285,20 @@ function mounts(file: string, at: string, raw: unknown, declared: readonly strin
 
 function build(file: string, at: string, raw: unknown): ComposeBuild {
   const base = dirname(file);
-  const contextOf = (c: string) => (isAbsolute(c) ? c : resolve(base, c));
-  if (typeof raw === 'string') return { context: contextOf(raw), dockerfile: 'Dockerfile', args: {} };
+  const contextOf = (c: string, key: string) => {
+    if (/^[a-z][a-z0-9+.-]*:\/\//i.test(c) || c.startsWith('git@')) throw problem(file, key, 'a remote build context is not supported: use a directory');
+    return isAbsolute(c) ? c : resolve(base, c);
+  };
+  if (typeof raw === 'string') return { context: contextOf(raw, at), dockerfile: 'Dockerfile', args: {} };
   if (!isObject(raw)) throw problem(file, at, 'must be a context path or a mapping with context:');
   for (const key of Object.keys(raw)) {
     if (!['context', 'dockerfile', 'args'].includes(key)) throw problem(file, `${at}.${key}`, 'is not supported by fleetlab (supported: context, dockerfile, args)');
   }
   const context = raw.context ?? '.';
   if (typeof context !== 'string') throw problem(file, `${at}.context`, 'must be a path');
-  if (/^[a-z]+:\/\//.test(context)) throw problem(file, `${at}.context`, 'a remote build context is not supported: use a directory');
   const dockerfile = raw.dockerfile ?? 'Dockerfile';
   if (typeof dockerfile !== 'string' || dockerfile === '') throw problem(file, `${at}.dockerfile`, 'must be a path relative to the context');
-  return { context: contextOf(context), dockerfile, args: stringMap(file, `${at}.args`, raw.args) };
+  return { context: contextOf(context, `${at}.context`), dockerfile, args: stringMap(file, `${at}.args`, raw.args) };
 }
 
 /** `command:` as a list, or a string split as compose splits it (shell-like words, no shell). */

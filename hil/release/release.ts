@@ -86,6 +86,12 @@ export function localTargetState(release: Release, o: TargetStateOptions): WireL
     if (s.command) service.command = s.command;
     if (s.restart) service.restart = s.restart;
     if (s.networkMode) service.network_mode = s.networkMode;
+    if (s.privileged !== undefined) service.privileged = s.privileged;
+    if (s.capAdd) service.cap_add = s.capAdd;
+    if (s.capDrop) service.cap_drop = s.capDrop;
+    if (s.devices) service.devices = s.devices;
+    if (s.tmpfs) service.tmpfs = s.tmpfs;
+    if (s.ports) service.ports = s.ports;
     services[String(id)] = service;
   });
   return {

@@ -4,9 +4,7 @@
  * through the cloud's proxy, and catches up after a network partition. Needs `network`: the
  * harness must be able to cut the device's path to the cloud.
  */
-import { expect, test } from '../fixtures.js';
-import { pollUntil } from '../lib/wait.js';
-import type { FleetCloud } from '../../sim/stack.js';
+import { expect, pollUntil, test, type FleetCloud } from '../harness/index.js';
 
 test.use({ withCloud: true });
 

@@ -4,10 +4,7 @@
  * and 400s for bad fields.
  */
 import { singleServiceRelease, waitRunning, containerOf } from '../lib/apps.js';
-import type { DeviceApi } from '../lib/device-api.js';
-import type { HttpStream } from '../targets/protocols.js';
-import { expect, test } from '../fixtures.js';
-import { pollUntil, scaled } from '../lib/wait.js';
+import { expect, pollUntil, scaled, test, type DeviceApi, type HttpStream } from '../harness/index.js';
 
 type Entry = Record<string, unknown> & { MESSAGE?: unknown; _SYSTEMD_UNIT?: string; __REALTIME_TIMESTAMP: string };
 

@@ -4,8 +4,7 @@
  * and purge remove and recreate containers, purge clears the app's volumes.
  */
 import { APP_ID, containerOf, twoServiceRelease, waitRebooted, waitRunning } from '../lib/apps.js';
-import { expect, test } from '../fixtures.js';
-import { pollUntil } from '../lib/wait.js';
+import { expect, pollUntil, test } from '../harness/index.js';
 
 test.beforeEach(async ({ api, device }) => {
   expect((await api.setLocalTargetState(twoServiceRelease(device.api.identity.vendor))).status).toBe(200);

@@ -4,9 +4,7 @@
  * sees it: `appState` going applying -> applied, recorded by polling.
  */
 import { twoServiceRelease, waitRunning } from '../lib/apps.js';
-import type { StateStatus } from '../lib/device-api.js';
-import { expect, test } from '../fixtures.js';
-import { pollUntil, scaled } from '../lib/wait.js';
+import { expect, pollUntil, scaled, test, type StateStatus } from '../harness/index.js';
 
 test('GET /v2/local/target-state before any set: apps empty', async ({ api }) => {
   const res = await api.localTargetState();

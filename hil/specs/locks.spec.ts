@@ -5,10 +5,7 @@
  * lock, and a released lock lets the action through. `start` ignores locks.
  */
 import { APP_ID, containerOf, twoServiceRelease, waitRebooted, waitRunning } from '../lib/apps.js';
-import type { DeviceApi } from '../lib/device-api.js';
-import { expect, test } from '../fixtures.js';
-import type { Device } from '../harness/device.js';
-import { pollUntil } from '../lib/wait.js';
+import { expect, pollUntil, test, type Device, type DeviceApi } from '../harness/index.js';
 
 const lockPath = (device: Device, service: string) => `${device.api.identity.lockRoot}/${APP_ID}/${service}/updates.lock`;
 

@@ -7,7 +7,8 @@
  */
 import { FleetlabError } from '../../src/errors.js';
 import { LABEL } from '../../src/supervisor/adapters/engine.js';
-import { shellQuote, type SshDevice } from './ssh-device.js';
+import { shellQuote } from '../../src/shell-quote.js';
+import type { SshDevice } from './ssh-device.js';
 
 export interface SupervisorPaths {
   readonly unit: string;

@@ -7,15 +7,16 @@
  */
 import Docker from 'dockerode';
 import { buildDeviceImage, type DeviceImage } from './container-image.js';
-import { ensureTestImages, repoRootOf } from './container-docker.js';
+import { ensureTestImages } from './container-docker.js';
 
 export async function prepareContainerTarget(options: { dockerSocket?: string; log?: (line: string) => void } = {}): Promise<DeviceImage> {
   process.env.TESTCONTAINERS_RYUK_DISABLED ??= 'true';
   process.env.TESTCONTAINERS_HOST_OVERRIDE ??= 'localhost';
   const dockerSocket = options.dockerSocket ?? process.env.FLEETLAB_DOCKER_SOCKET ?? '/var/run/docker.sock';
   const log = options.log ?? ((line: string) => process.stderr.write(`${line}\n`));
+  // No repoRoot: the builder finds its own fleetlab, a checkout or the installed package
+  // (a lockfile above an installed one is the team's, not fleetlab's).
   const image = await buildDeviceImage({
-    repoRoot: repoRootOf(import.meta.url),
     dockerSocket,
     progress: (e) => log(`container target image [${(e.elapsedMs / 1000).toFixed(1)} s] ${e.stage}: ${e.detail}`),
   });

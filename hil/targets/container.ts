@@ -31,7 +31,6 @@ import {
   dockerExec,
   ensureTestImages,
   removeDeviceLeftovers,
-  repoRootOf,
   stopDeviceContainers,
   storedUuid,
   waitReadyLine,
@@ -61,8 +60,6 @@ export interface ContainerTargetOptions {
   vendor?: string;
 }
 
-/** The port the sim's device API listens on inside the container. */
-const DEVICE_PORT = 48484;
 const READY_MS = 90_000;
 const STOP_GRACE_MS = 20_000;
 const LED_OFFSET = 17;
@@ -85,8 +82,9 @@ async function resolveImage(options: ContainerTargetOptions, dockerSocket: strin
   const given = options.image ?? process.env.FLEETLAB_DEVICE_IMAGE;
   if (given) return given;
   // Normally the global setup built it and set FLEETLAB_DEVICE_IMAGE; a cached rebuild only hashes inputs.
+  // No repoRoot: the builder finds its own fleetlab, a checkout or the installed package
+  // (a lockfile above an installed one is the team's, not fleetlab's).
   const image = await buildDeviceImage({
-    repoRoot: repoRootOf(import.meta.url),
     dockerSocket,
     prune: false,
     progress: (e) => process.stderr.write(`container target image [${(e.elapsedMs / 1000).toFixed(1)} s] ${e.stage}: ${e.detail}\n`),
@@ -308,7 +306,11 @@ export const containerTarget: TargetDriver<ContainerTargetOptions> = {
           'sim', 'device',
           '--engine', 'docker',
           '--docker-socket', '/var/run/docker.sock',
-          '--port', String(DEVICE_PORT),
+          // The host's port inside too: the supervisor hands its services
+          // http://127.0.0.1:<port> as PLATFORM_SUPERVISOR_ADDRESS, and a service with
+          // network_mode: host runs in the host's network namespace (the host's dockerd
+          // starts it), where the API is the published port, not the container's.
+          '--port', String(hostPort),
           '--listen-address', '0.0.0.0',
           '--local-mode',
           '--vendor', vendor,
@@ -316,7 +318,7 @@ export const containerTarget: TargetDriver<ContainerTargetOptions> = {
         ])
         // A fixed host port: dockerd picks a new ephemeral one at every container start, and
         // the device keeps its address across power cycles.
-        .withExposedPorts({ container: DEVICE_PORT, host: hostPort })
+        .withExposedPorts({ container: hostPort, host: hostPort })
         .withBindMounts([
           { source: dockerSocket, target: '/var/run/docker.sock' },
           { source: hostDir, target: hostDir },

@@ -10,6 +10,7 @@
 import { constants } from 'node:os';
 import { Client, type ClientChannel } from 'ssh2';
 import { FleetlabError, errorText } from '../../src/errors.js';
+import { shellQuote } from '../../src/shell-quote.js';
 import { journalEntries } from '../lib/journal-json.js';
 import type { CommandProtocol, ExecResult, FilesProtocol, JournalProtocol } from './protocols.js';
 import { filesOverCommands, type RawCommandResult } from './files-over-commands.js';
@@ -50,11 +51,6 @@ const REMOTE_TIMEOUT_GRACE_MS = 1_000;
 const STOP_WAIT_MS = 2_000;
 // OpenSSH's default MaxSessions is 10; stay under it so a burst of calls never sees "open failed".
 const MAX_CHANNELS = 8;
-
-/** argv as one POSIX shell word list: each word single-quoted, so nothing in it is expanded. */
-export function shellQuote(argv: readonly string[]): string {
-  return argv.map((word) => `'${word.replace(/'/g, `'\\''`)}'`).join(' ');
-}
 
 function sshError(message: string, cause?: unknown): FleetlabError {
   return new FleetlabError('SUP_ERR_HOST', message, cause === undefined ? undefined : { cause });

@@ -23,7 +23,7 @@ export const testImages: readonly TestImage[] = [
   { ref: 'fleetlab/test-app:2', banner: 'test-app v2' },
 ];
 
-const applets = ['sh', 'sleep', 'echo', 'cat', 'ls', 'date', 'touch', 'rm', 'mkdir', 'env', 'wget', 'flock', 'true', 'false', 'grep', 'printenv', 'kill'];
+const TEST_APPLETS = ['sh', 'sleep', 'echo', 'cat', 'ls', 'date', 'touch', 'rm', 'mkdir', 'env', 'wget', 'flock', 'true', 'false', 'grep', 'printenv', 'kill'];
 
 /**
  * The default command: runs until stopped, logs a line every 2 s, and exits at once on
@@ -37,7 +37,7 @@ export function defaultCommand(banner: string): string[] {
  * Writes the test images' root filesystem as a tar: `busybox` (a static build, for the
  * engine's architecture) plus its applets. The QEMU image passes an arm64 busybox.
  */
-export async function writeTestRootfsTar(busybox: string, tarPath: string): Promise<void> {
+export async function writeTestRootfsTar(busybox: string, tarPath: string, applets: readonly string[] = TEST_APPLETS): Promise<void> {
   const dir = await mkdtemp(join(tmpdir(), 'fleetlab-rootfs-'));
   try {
     const root = join(dir, 'rootfs');
@@ -52,11 +52,13 @@ export async function writeTestRootfsTar(busybox: string, tarPath: string): Prom
   }
 }
 
-async function rootfsTar(): Promise<{ tarPath: string; cleanup: () => Promise<void> }> {
+/** `all`: every applet this busybox has (`busybox --list`), for the base image a team builds on. */
+async function rootfsTar(applets: 'test' | 'all' = 'test'): Promise<{ tarPath: string; cleanup: () => Promise<void> }> {
   const busybox = requireTool(tools.busybox);
   const dir = await mkdtemp(join(tmpdir(), 'fleetlab-rootfs-tar-'));
   const tarPath = join(dir, 'rootfs.tar');
-  await writeTestRootfsTar(busybox, tarPath);
+  const list = applets === 'all' ? (await execa(busybox, ['--list'])).stdout.split('\n').filter((a) => /^[a-z0-9_.[-]+$/.test(a) && a !== 'busybox') : TEST_APPLETS;
+  await writeTestRootfsTar(busybox, tarPath, list);
   return { tarPath, cleanup: () => rm(dir, { recursive: true, force: true }) };
 }
 
@@ -72,7 +74,8 @@ export async function buildTestImages(socketPath: string, progress: BuildProgres
 
 /**
  * A base image for a team's own Dockerfiles where no registry is reachable: Debian's static
- * busybox and its applets (sh, wget, flock, ...), default command `sh`.
+ * busybox with every applet it has (sh, wget, sed, awk, ...; Debian's build has no flock),
+ * default command `sh`.
  */
 export const BASE_IMAGE = 'fleetlab/busybox:latest';
 
@@ -81,7 +84,7 @@ export async function ensureBaseImage(socketPath: string, progress: BuildProgres
   const docker = await engineAt(socketPath);
   const present = await docker.getImage(BASE_IMAGE).inspect().then(() => true, () => false);
   if (present) return false;
-  await importBusyboxImages(socketPath, [{ ref: BASE_IMAGE, cmd: ['/bin/sh'] }], progress);
+  await importBusyboxImages(socketPath, [{ ref: BASE_IMAGE, cmd: ['/bin/sh'] }], progress, 'all');
   return true;
 }
 
@@ -96,9 +99,9 @@ async function engineAt(socketPath: string): Promise<Docker> {
 }
 
 /** Imports the busybox root filesystem once per image, each with its own default command. */
-async function importBusyboxImages(socketPath: string, images: ReadonlyArray<{ ref: string; cmd: readonly string[] }>, progress: BuildProgress): Promise<void> {
+async function importBusyboxImages(socketPath: string, images: ReadonlyArray<{ ref: string; cmd: readonly string[] }>, progress: BuildProgress, applets: 'test' | 'all' = 'test'): Promise<void> {
   const docker = await engineAt(socketPath);
-  const { tarPath, cleanup } = await rootfsTar();
+  const { tarPath, cleanup } = await rootfsTar(applets);
   try {
     for (const image of images) {
       const [repo, tag] = image.ref.split(':') as [string, string];

@@ -28,6 +28,16 @@ export const WireService = Type.Object({
   /** `<volume>:<path>` with a volume declared by the app. */
   volumes: Type.Optional(Type.Array(Type.String({ pattern: '^[a-zA-Z0-9][a-zA-Z0-9_.-]*:/[^:]*(:ro|:rw)?$' }))),
   restart: Type.Optional(Type.Union([Type.Literal('no'), Type.Literal('always'), Type.Literal('on-failure'), Type.Literal('unless-stopped')])),
+  /** Compose-style host settings; absent means the engine's default. */
+  privileged: Type.Optional(Type.Boolean()),
+  cap_add: Type.Optional(Type.Array(Type.String({ pattern: '^[A-Z_]+$' }))),
+  cap_drop: Type.Optional(Type.Array(Type.String({ pattern: '^[A-Z_]+$' }))),
+  /** `/dev/host[:/dev/container[:rwm]]` */
+  devices: Type.Optional(Type.Array(Type.String({ pattern: '^/dev/[^:\\s]*(:/dev/[^:\\s]*)?(:[rwm]{1,3})?$' }))),
+  /** `/path[:options]`, a tmpfs mounted in the container */
+  tmpfs: Type.Optional(Type.Array(Type.String({ pattern: '^/[^:\\s]*(:[^\\s]+)?$' }))),
+  /** `[ip:]hostPort:containerPort[/tcp|/udp]` */
+  ports: Type.Optional(Type.Array(Type.String({ pattern: '^(([0-9.]+|\\[[0-9a-fA-F:]+\\]):)?[0-9]{1,5}:[0-9]{1,5}(/(tcp|udp))?$' }))),
 });
 
 export const WireApp = Type.Object({
@@ -69,6 +79,13 @@ export interface TargetService {
   command?: string[];
   volumes: VolumeMount[];
   restart: 'no' | 'always' | 'on-failure' | 'unless-stopped';
+  /** Host settings as the wire gives them; each absent when not set. */
+  privileged?: boolean;
+  capAdd?: string[];
+  capDrop?: string[];
+  devices?: string[];
+  tmpfs?: string[];
+  ports?: string[];
 }
 
 export interface TargetApp {
@@ -127,6 +144,12 @@ export function normaliseService(service: WireService): TargetService {
     command: service.command,
     volumes: (service.volumes ?? []).map(parseMount),
     restart: service.restart ?? 'always',
+    ...(service.privileged !== undefined ? { privileged: service.privileged } : {}),
+    ...(service.cap_add?.length ? { capAdd: service.cap_add } : {}),
+    ...(service.cap_drop?.length ? { capDrop: service.cap_drop } : {}),
+    ...(service.devices?.length ? { devices: service.devices } : {}),
+    ...(service.tmpfs?.length ? { tmpfs: service.tmpfs } : {}),
+    ...(service.ports?.length ? { ports: service.ports } : {}),
   };
 }
 
@@ -166,6 +189,12 @@ export function toWireState(state: TargetState): WireLocalState {
         ...(s.command ? { command: s.command } : {}),
         ...(s.volumes.length ? { volumes: s.volumes.map((v) => `${v.volume}:${v.path}${v.readOnly ? ':ro' : ''}`) } : {}),
         restart: s.restart,
+        ...(s.privileged !== undefined ? { privileged: s.privileged } : {}),
+        ...(s.capAdd ? { cap_add: s.capAdd } : {}),
+        ...(s.capDrop ? { cap_drop: s.capDrop } : {}),
+        ...(s.devices ? { devices: s.devices } : {}),
+        ...(s.tmpfs ? { tmpfs: s.tmpfs } : {}),
+        ...(s.ports ? { ports: s.ports } : {}),
       };
     }
     apps[String(app.appId)] = {

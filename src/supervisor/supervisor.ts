@@ -5,7 +5,7 @@
  */
 import { randomUUID } from 'node:crypto';
 import { readFileSync } from 'node:fs';
-import { arch as osArch, networkInterfaces } from 'node:os';
+import { arch as osArch } from 'node:os';
 import type { FastifyInstance } from 'fastify';
 import { badRequest } from '../errors.js';
 import { checkWireState, emptyTarget, normaliseState, type TargetState, type WireLocalState } from '../protocol/target-state.js';
@@ -18,7 +18,9 @@ import { CloudLink } from './adapters/cloud/cloud-link.js';
 import { currentReport } from './adapters/cloud/report.js';
 import { Engine } from './adapters/engine.js';
 import type { HostPort, JournalPort, LedPort } from './adapters/ports.js';
+import type { SupervisorContext } from './api/context.js';
 import { buildApi } from './api/server.js';
+import { hostAddresses } from './host-addresses.js';
 import { Blinker } from './blink.js';
 import { LogBus } from './log-bus.js';
 import { AppActions } from './state/app-actions.js';
@@ -57,23 +59,9 @@ function readOsVersion(): string {
 }
 
 const engineArch = (a: string) => ({ arm64: 'aarch64', x64: 'amd64', arm: 'armv7hf', ia32: 'i386' })[a] ?? a;
-const ignoredInterface = /^(lo|docker|veth|br-|supervisor0|balena|resin-vpn|tun|flvpn)/;
 
-export function hostAddresses(): { ip: string; mac: string } {
-  const ips: string[] = [];
-  const macs = new Set<string>();
-  for (const [name, entries] of Object.entries(networkInterfaces())) {
-    if (ignoredInterface.test(name)) continue;
-    for (const e of entries ?? []) {
-      if (e.internal) continue;
-      if (e.family === 'IPv4') ips.push(e.address);
-      if (e.mac && e.mac !== '00:00:00:00:00:00') macs.add(e.mac.toUpperCase());
-    }
-  }
-  return { ip: ips.join(' '), mac: [...macs].join(' ') };
-}
 
-export class Supervisor {
+export class Supervisor implements SupervisorContext {
   readonly config: SupervisorConfig;
   readonly store: DeviceStore;
   readonly keys: ApiKeys;

@@ -2,7 +2,7 @@
  * The only place SQLite and PostgreSQL differ for the cloud: placeholders, parameter
  * casts, a few string functions, DDL tokens and how constraint errors look.
  */
-import type { ConstraintViolation, SqlValue } from './port.js';
+import type { ConstraintViolation, SqlValue } from './values.js';
 
 export type DialectName = 'sqlite' | 'postgres';
 

@@ -4,8 +4,9 @@
  * the Dialect; the planner and executor only ever see this interface.
  */
 import type { Dialect } from './dialect.js';
+import type { SqlValue } from './values.js';
 
-export type SqlValue = string | number | boolean | null;
+export type { ConstraintViolation, SqlValue } from './values.js';
 export type Row = Record<string, unknown>;
 
 export interface Db {
@@ -16,11 +17,4 @@ export interface Db {
   /** Runs fn in one transaction; a throw rolls it back. Nested calls join the outer one. */
   transaction<T>(fn: (tx: Db) => Promise<T>): Promise<T>;
   close(): Promise<void>;
-}
-
-/** A constraint violation, already told apart from other database failures. */
-export interface ConstraintViolation {
-  kind: 'unique' | 'foreign-key';
-  /** Columns of a unique constraint, when the database names them. */
-  columns: string[];
 }

@@ -19,7 +19,15 @@ const ComposedService = Type.Object({
   volumes: Type.Optional(WireService.properties.volumes),
   restart: Type.Optional(WireService.properties.restart),
   network_mode: Type.Optional(WireService.properties.network_mode),
+  privileged: Type.Optional(WireService.properties.privileged),
+  cap_add: Type.Optional(WireService.properties.cap_add),
+  cap_drop: Type.Optional(WireService.properties.cap_drop),
+  devices: Type.Optional(WireService.properties.devices),
+  tmpfs: Type.Optional(WireService.properties.tmpfs),
+  ports: Type.Optional(WireService.properties.ports),
 });
+/** Host settings a composition carries to the device as they are. */
+const HOST_SETTINGS = ['privileged', 'cap_add', 'cap_drop', 'devices', 'tmpfs', 'ports'] as const;
 export const Composition = Type.Object({
   services: Type.Optional(Type.Record(Type.String(), ComposedService)),
   volumes: Type.Optional(Type.Record(Type.String(), Type.Object({}))),
@@ -71,6 +79,7 @@ export function composeTarget(rows: TargetRows): WireLocalState {
       ...(composed.volumes ? { volumes: composed.volumes } : {}),
       ...(composed.restart ? { restart: composed.restart } : {}),
       ...(composed.network_mode ? { network_mode: composed.network_mode } : {}),
+      ...Object.fromEntries(HOST_SETTINGS.filter((k) => composed[k] !== undefined).map((k) => [k, composed[k]])),
     };
   }
   const app: WireApp = {

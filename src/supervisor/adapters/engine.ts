@@ -72,6 +72,52 @@ export interface ContainerSpec {
   /** Network to attach with the service name as alias (app networks only). */
   aliases: string[];
   restart: 'no' | 'always' | 'on-failure' | 'unless-stopped';
+  privileged?: boolean;
+  capAdd?: string[];
+  capDrop?: string[];
+  /** `/dev/host[:/dev/container[:rwm]]` */
+  devices?: string[];
+  /** `/path[:options]` */
+  tmpfs?: string[];
+  /** `[ip:]hostPort:containerPort[/proto]` */
+  ports?: string[];
+}
+
+/** The Engine API's HostConfig and ExposedPorts for a spec's host settings (compose's mapping). */
+export function hostSettings(spec: Pick<ContainerSpec, 'privileged' | 'capAdd' | 'capDrop' | 'devices' | 'tmpfs' | 'ports'>): {
+  hostConfig: Record<string, unknown>;
+  exposedPorts?: Record<string, Record<string, never>>;
+} {
+  const hostConfig: Record<string, unknown> = {};
+  if (spec.privileged !== undefined) hostConfig.Privileged = spec.privileged;
+  if (spec.capAdd) hostConfig.CapAdd = spec.capAdd;
+  if (spec.capDrop) hostConfig.CapDrop = spec.capDrop;
+  if (spec.devices) {
+    hostConfig.Devices = spec.devices.map((d) => {
+      const [host, container, permissions] = d.split(':') as [string, string | undefined, string | undefined];
+      return { PathOnHost: host, PathInContainer: container ?? host, CgroupPermissions: permissions ?? 'rwm' };
+    });
+  }
+  if (spec.tmpfs) {
+    hostConfig.Tmpfs = Object.fromEntries(spec.tmpfs.map((t) => {
+      const colon = t.indexOf(':');
+      return colon < 0 ? [t, ''] : [t.slice(0, colon), t.slice(colon + 1)];
+    }));
+  }
+  if (!spec.ports) return { hostConfig };
+  const bindings: Record<string, Array<{ HostIp: string; HostPort: string }>> = {};
+  for (const p of spec.ports) {
+    const [mapping, proto = 'tcp'] = p.split('/') as [string, string | undefined];
+    const last = mapping.lastIndexOf(':');
+    const containerPort = mapping.slice(last + 1);
+    const hostPart = mapping.slice(0, last);
+    const hostColon = hostPart.lastIndexOf(':');
+    const hostIp = hostColon < 0 ? '' : hostPart.slice(0, hostColon).replace(/^\[|\]$/g, '');
+    const hostPort = hostColon < 0 ? hostPart : hostPart.slice(hostColon + 1);
+    (bindings[`${containerPort}/${proto}`] ??= []).push({ HostIp: hostIp, HostPort: hostPort });
+  }
+  hostConfig.PortBindings = bindings;
+  return { hostConfig, exposedPorts: Object.fromEntries(Object.keys(bindings).map((k) => [k, {}])) };
 }
 
 export interface PullProgress {
@@ -262,6 +308,7 @@ export class Engine {
 
   async createContainer(spec: ContainerSpec): Promise<string> {
     const appNetwork = !['host', 'none', 'bridge'].includes(spec.networkMode);
+    const host = hostSettings(spec);
     try {
       const container = await this.docker.createContainer({
         name: spec.name,
@@ -269,10 +316,12 @@ export class Engine {
         ...(spec.command ? { Cmd: spec.command } : {}),
         Env: spec.env,
         Labels: { ...spec.labels, [LABEL.supervised]: 'true', [LABEL.device]: this.options.device },
+        ...(host.exposedPorts ? { ExposedPorts: host.exposedPorts } : {}),
         HostConfig: {
           Binds: spec.binds,
           NetworkMode: spec.networkMode,
           RestartPolicy: { Name: spec.restart === 'no' ? '' : spec.restart },
+          ...host.hostConfig,
         },
         ...(appNetwork
           ? { NetworkingConfig: { EndpointsConfig: { [spec.networkMode]: { Aliases: spec.aliases } } } }

@@ -8,7 +8,7 @@ import type { FastifyInstance, FastifyPluginAsync } from 'fastify';
 import { badRequest } from '../../errors.js';
 import { isValidHostname } from '../adapters/hostname-rules.js';
 import type { ProxySettings } from '../adapters/ports.js';
-import type { Supervisor } from '../supervisor.js';
+import type { SupervisorContext } from './context.js';
 
 const Proxy = Type.Object(
   {
@@ -42,7 +42,7 @@ function proxyFrom(p: Static<typeof Proxy>): ProxySettings | undefined {
   return { type: p.type!, ip: p.ip!, port: p.port!, login: p.login, password: p.password, noProxy: p.noProxy };
 }
 
-export function hostConfigRoutes(sup: Supervisor): FastifyPluginAsync {
+export function hostConfigRoutes(sup: SupervisorContext): FastifyPluginAsync {
   return async (app: FastifyInstance) => {
     app.get('/v1/device/host-config', async () => {
       const [hostname, proxy] = await Promise.all([sup.host.getHostname(), sup.host.getProxy()]);

@@ -8,12 +8,12 @@ import type { FastifyInstance, FastifyPluginAsync } from 'fastify';
 import { FleetlabError } from '../../errors.js';
 import { LocalTargetStateBody, toWireState, type WireLocalState } from '../../protocol/target-state.js';
 import type { LogLine } from '../log-bus.js';
-import type { Supervisor } from '../supervisor.js';
+import type { SupervisorContext } from './context.js';
 
 /** How often the log stream looks for containers created after it opened. */
 const RESCAN_MS = 1000;
 
-function requireLocalMode(sup: Supervisor): void {
+function requireLocalMode(sup: SupervisorContext): void {
   if (!sup.localMode()) {
     throw new FleetlabError('SUP_ERR_NOT_LOCAL_MODE', 'Device is not in local mode: set SUPERVISOR_LOCAL_MODE=1 or start the supervisor with --local-mode');
   }
@@ -26,7 +26,7 @@ function parseEngineLine(line: string): { timestamp: number; message: string } {
   return Number.isNaN(ts) ? { timestamp: Date.now(), message: line } : { timestamp: ts, message: line.slice(space + 1) };
 }
 
-function serviceLogStream(sup: Supervisor, signal: AbortSignal): Readable {
+function serviceLogStream(sup: SupervisorContext, signal: AbortSignal): Readable {
   const out = new PassThrough();
   const write = (line: LogLine) => {
     if (!out.writableEnded) out.write(`${JSON.stringify(line)}\n`);
@@ -56,7 +56,7 @@ function serviceLogStream(sup: Supervisor, signal: AbortSignal): Readable {
   return out;
 }
 
-export function localRoutes(sup: Supervisor): FastifyPluginAsync {
+export function localRoutes(sup: SupervisorContext): FastifyPluginAsync {
   return async (app: FastifyInstance) => {
     app.get('/v2/local/target-state', { config: { auth: 'local' } }, async () => {
       const target = sup.store.get().localTarget;

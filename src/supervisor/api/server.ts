@@ -4,7 +4,7 @@
  */
 import { installJsonBodyParser } from '../../http/json-body.js';
 import Fastify, { type FastifyInstance } from 'fastify';
-import type { Supervisor } from '../supervisor.js';
+import type { SupervisorContext } from './context.js';
 import { installAuth } from './auth.js';
 import { installErrorHandling } from './errors.js';
 import { hostConfigRoutes } from './host-config.js';
@@ -12,7 +12,7 @@ import { localRoutes } from './local.js';
 import { v1Routes } from './v1.js';
 import { v2Routes } from './v2.js';
 
-export function buildApi(sup: Supervisor): FastifyInstance {
+export function buildApi(sup: SupervisorContext): FastifyInstance {
   const app = Fastify({
     logger: false,
     ajv: { customOptions: { removeAdditional: false, coerceTypes: false, allErrors: false } },

@@ -6,7 +6,8 @@ import { Type } from '@sinclair/typebox';
 import type { FastifyInstance, FastifyPluginAsync } from 'fastify';
 import { FleetlabError, notFound } from '../../errors.js';
 import type { TargetApp } from '../../protocol/target-state.js';
-import { hostAddresses, type Supervisor } from '../supervisor.js';
+import { hostAddresses } from '../host-addresses.js';
+import type { SupervisorContext } from './context.js';
 
 export const ForceBody = Type.Object({ force: Type.Optional(Type.Boolean()) });
 export const AppIdBody = Type.Object({ appId: Type.Integer({ minimum: 1 }), force: Type.Optional(Type.Boolean()) });
@@ -22,7 +23,7 @@ function singleService(app: TargetApp) {
   return app.services[0]!;
 }
 
-export function v1Routes(sup: Supervisor): FastifyPluginAsync {
+export function v1Routes(sup: SupervisorContext): FastifyPluginAsync {
   return async (app: FastifyInstance) => {
     app.post('/v1/blink', async (_req, reply) => {
       sup.blinker.blink();

@@ -7,7 +7,7 @@ import type { FastifyInstance, FastifyPluginAsync, FastifyRequest } from 'fastif
 import { FleetlabError, notFound } from '../../errors.js';
 import type { JournalQuery } from '../adapters/ports.js';
 import { readDeviceConfig } from '../state/device-config.js';
-import type { Supervisor } from '../supervisor.js';
+import type { SupervisorContext } from './context.js';
 import { AppIdParams, ForceBody } from './v1.js';
 
 const ServiceBody = Type.Object({
@@ -31,7 +31,7 @@ const JournalBody = Type.Object({
 
 const appIdOf = (req: FastifyRequest) => Number((req.params as { appId: string }).appId);
 
-export function v2Routes(sup: Supervisor): FastifyPluginAsync {
+export function v2Routes(sup: SupervisorContext): FastifyPluginAsync {
   return async (app: FastifyInstance) => {
     app.get('/v2/applications/state', async (req) => {
       const view = await sup.state.view();

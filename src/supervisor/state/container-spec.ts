@@ -92,6 +92,8 @@ export function desiredContainer(app: TargetApp, service: TargetService, ctx: Sp
     binds,
     networkMode,
     restart: service.restart,
+    // Only when set, so a container made before these settings existed keeps its hash.
+    ...hostSettingsOf(service),
   };
   const configHash = createHash('sha256').update(JSON.stringify(hashed)).digest('hex').slice(0, 32);
   return {
@@ -119,6 +121,19 @@ export function desiredContainer(app: TargetApp, service: TargetService, ctx: Sp
       networkMode,
       aliases: [service.serviceName],
       restart: service.restart,
+      ...hostSettingsOf(service),
     },
+  };
+}
+
+/** The service's host settings that are set (privileged, capabilities, devices, tmpfs, ports). */
+function hostSettingsOf(service: TargetService): Pick<ContainerSpec, 'privileged' | 'capAdd' | 'capDrop' | 'devices' | 'tmpfs' | 'ports'> {
+  return {
+    ...(service.privileged !== undefined ? { privileged: service.privileged } : {}),
+    ...(service.capAdd ? { capAdd: service.capAdd } : {}),
+    ...(service.capDrop ? { capDrop: service.capDrop } : {}),
+    ...(service.devices ? { devices: service.devices } : {}),
+    ...(service.tmpfs ? { tmpfs: service.tmpfs } : {}),
+    ...(service.ports ? { ports: service.ports } : {}),
   };
 }

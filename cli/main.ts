@@ -1,12 +1,38 @@
 /**
- * The `fleetlab` command. Each subcommand parses its flags and hands a plain options object
+ * The `fleetlab` command: the top floor, which may import every room below it (src, sim,
+ * hil, qemu) and which nothing imports; bin/fleetlab.js only starts it. Each subcommand parses its flags and hands a plain options object
  * to a library function; nothing here holds state.
  */
 import { Command, Option } from 'commander';
-import { action } from './action.js';
-import { addSupervisorCommand } from './supervisor-command.js';
+import { action } from '../src/cli/action.js';
+import { addSupervisorCommand } from '../src/cli/supervisor-command.js';
+import { errorText } from '../src/errors.js';
+import { requireNativeModules, type NativeModule } from '../src/native-modules.js';
 
 const program = new Command('fleetlab').description('Device supervisor, cloud API and HIL harness for Linux boards');
+
+/**
+ * The native addons each command loads, checked before it runs: an addon npm left unbuilt is
+ * one sentence naming it and the fix, not a loader's list of binding paths. (`test` checks
+ * what its target needs itself.)
+ */
+const NATIVE_NEEDS: Record<string, NativeModule[]> = {
+  supervisor: ['epoll'],
+  'sim device': ['epoll'],
+  'sim stack': ['epoll', 'better-sqlite3'],
+  cloud: ['better-sqlite3'],
+};
+program.hook('preAction', (_root, command) => {
+  const name = [command.parent?.parent ? command.parent.name() : '', command.name()].filter(Boolean).join(' ');
+  const needs = NATIVE_NEEDS[name];
+  if (!needs) return;
+  try {
+    requireNativeModules(needs);
+  } catch (err) {
+    console.error(`fleetlab: ${errorText(err)}`);
+    process.exit(1);
+  }
+});
 
 addSupervisorCommand(program);
 
@@ -34,7 +60,7 @@ sim
       const { existsSync } = await import('node:fs');
       const engine = opts.engine ?? (existsSync(opts.dockerSocket) ? 'docker' : 'sim');
       const bandwidth = parseBandwidth(opts.bandwidth);
-      const { runSimDevice } = await import('../../sim/device.js');
+      const { runSimDevice } = await import('../sim/device.js');
       const { bandwidth: _b, scenario, cloudUrl, provisioningKey, pollIntervalMs, ...rest } = opts;
       if (cloudUrl && !provisioningKey) throw new Error('--cloud-url needs --provisioning-key (create one with POST /api-key/application/<fleet id>/provisioning)');
       const poll = pollIntervalMs === undefined ? undefined : Number(pollIntervalMs);
@@ -63,7 +89,7 @@ sim
       if (!Number.isInteger(poll) || poll < 1000) throw new Error(`--poll-interval-ms must be an integer of at least 1000, got ${opts.pollIntervalMs}`);
       const { existsSync } = await import('node:fs');
       const engine = opts.engine ?? (existsSync(opts.dockerSocket) ? 'docker' : 'sim');
-      const { runStack } = await import('../../sim/stack.js');
+      const { runStack } = await import('../sim/stack.js');
       await runStack({ devicePort: port('--port', opts.port), cloudPort: port('--cloud-port', opts.cloudPort), engine, dockerSocket: opts.dockerSocket, pollIntervalMs: poll });
     }),
   );
@@ -86,7 +112,7 @@ sim
   .action(
     action(async (opts: { socket: string; dataDir?: string; bandwidth?: string; scenario?: string }) => {
       const bandwidth = parseBandwidth(opts.bandwidth);
-      const { runSimEngine } = await import('../../sim/engine/run.js');
+      const { runSimEngine } = await import('../sim/engine/run.js');
       await runSimEngine({ socket: opts.socket, ...(opts.dataDir ? { dataDir: opts.dataDir } : {}), ...(bandwidth ? { bandwidth } : {}), ...(opts.scenario ? { scenario: opts.scenario } : {}) });
     }),
   );
@@ -103,7 +129,7 @@ program
     action(async (opts: { port: string; host: string; dataDir?: string; database?: string; adminKey?: string }) => {
       const port = Number(opts.port);
       if (!Number.isInteger(port) || port < 0 || port > 65535) throw new Error(`--port must be 0..65535, got ${opts.port}`);
-      const { runCloud } = await import('../cloud/main.js');
+      const { runCloud } = await import('../src/cloud/main.js');
       const { stopped } = await runCloud({ ...opts, port });
       await stopped;
     }),
@@ -115,7 +141,7 @@ program
   .option('--force', 'overwrite files fleetlab init wrote before', false)
   .action(
     action(async (opts: { force: boolean }) => {
-      const { initProject } = await import('../../hil/harness/init.js');
+      const { initProject } = await import('../hil/harness/init.js');
       await initProject({ dir: process.cwd(), force: opts.force, log: (line) => console.log(`fleetlab init: ${line}`) });
     }),
   );
@@ -130,7 +156,7 @@ program
   .allowUnknownOption()
   .action(
     action(async (playwrightArgs: string[], opts: { target: string; repeat?: string; shard?: string }) => {
-      const { runTests } = await import('../../hil/harness/run.js');
+      const { runTests } = await import('../hil/harness/run.js');
       const code = await runTests({
         cwd: process.cwd(),
         target: opts.target,
@@ -149,7 +175,7 @@ images
   .option('--docker-socket <path>', 'engine API socket', '/var/run/docker.sock')
   .action(
     action(async (opts: { dockerSocket: string }) => {
-      const { buildTestImages } = await import('../../sim/images/test-images.js');
+      const { buildTestImages } = await import('../sim/images/test-images.js');
       const refs = await buildTestImages(opts.dockerSocket, (e) => console.error(`${e.image}: ${e.step}`));
       for (const ref of refs) console.log(ref);
     }),
@@ -161,7 +187,7 @@ images
   .option('--docker-socket <path>', 'engine API socket', '/var/run/docker.sock')
   .action(
     action(async (opts: { dockerSocket: string }) => {
-      const { BASE_IMAGE, ensureBaseImage } = await import('../../sim/images/test-images.js');
+      const { BASE_IMAGE, ensureBaseImage } = await import('../sim/images/test-images.js');
       const imported = await ensureBaseImage(opts.dockerSocket, (e) => console.error(`${e.image}: ${e.step}`));
       console.log(imported ? BASE_IMAGE : `${BASE_IMAGE} (already there)`);
     }),
@@ -174,9 +200,9 @@ images
   .option('--force', 'rebuild even when the tags exist', false)
   .action(
     action(async (opts: { dockerSocket: string; force: boolean }) => {
-      const { buildDeviceImage } = await import('../../hil/targets/container-image.js');
+      const { buildDeviceImage } = await import('../hil/targets/container-image.js');
       const { fileURLToPath } = await import('node:url');
-      const repoRoot = fileURLToPath(new URL(import.meta.url.endsWith('.ts') ? '../..' : '../../..', import.meta.url));
+      const repoRoot = fileURLToPath(new URL(import.meta.url.endsWith('.ts') ? '..' : '../..', import.meta.url));
       const image = await buildDeviceImage({
         repoRoot,
         dockerSocket: opts.dockerSocket,
@@ -190,7 +216,7 @@ images
 const qemu = program.command('qemu').description('The emulated Raspberry Pi: build its image, boot it');
 const repoRootOfCli = async () => {
   const { fileURLToPath } = await import('node:url');
-  return fileURLToPath(new URL(import.meta.url.endsWith('.ts') ? '../..' : '../../..', import.meta.url));
+  return fileURLToPath(new URL(import.meta.url.endsWith('.ts') ? '..' : '../..', import.meta.url));
 };
 qemu
   .command('build')
@@ -200,7 +226,7 @@ qemu
   .option('--force', 'rebuild even when cached', false)
   .action(
     action(async (opts: { suite: string; mirror: string; force: boolean }) => {
-      const { buildImage, formatBuildProgress } = await import('../../qemu/image/build.js');
+      const { buildImage, formatBuildProgress } = await import('../qemu/image/build.js');
       const result = await buildImage({
         repoRoot: await repoRootOfCli(),
         suite: opts.suite,
@@ -221,9 +247,9 @@ qemu
   .option('--board-config <file>', 'also write a board target config for this board (FLEETLAB_BOARD_CONFIG=<file> npm run hil -- --project=board)')
   .action(
     action(async (opts: { machine: 'raspi3b' | 'virt'; snapshot: boolean; apiPort?: string; sshPort?: string; boardConfig?: string }) => {
-      const { buildImage, formatBuildProgress } = await import('../../qemu/image/build.js');
-      const { bootBoard } = await import('../../qemu/boot.js');
-      const { untilStopped } = await import('../stop-signals.js');
+      const { buildImage, formatBuildProgress } = await import('../qemu/image/build.js');
+      const { bootBoard } = await import('../qemu/boot.js');
+      const { untilStopped } = await import('../src/stop-signals.js');
       const { image } = await buildImage({
         repoRoot: await repoRootOfCli(),
         progress: (e) => console.error(formatBuildProgress(e)),
@@ -240,7 +266,7 @@ qemu
       });
       if (opts.boardConfig) {
         const { writeFileSync } = await import('node:fs');
-        const { boardConfigFor } = await import('../../qemu/board-config.js');
+        const { boardConfigFor } = await import('../qemu/board-config.js');
         // The lab's power switch for this board is QMP, driven by this same CLI.
         const self = [process.execPath, ...process.execArgv, process.argv[1]!];
         writeFileSync(opts.boardConfig, `${JSON.stringify(boardConfigFor(ready, self), null, 2)}\n`);
@@ -250,7 +276,7 @@ qemu
       console.error(`ssh -i ${ready.sshKey} -p ${ready.sshPort} root@127.0.0.1    # Ctrl-C here powers the board off`);
       // QEMU runs with -no-reboot: a reboot of the guest, or `qemu power cycle`, ends the
       // process and the board is powered on again here; anything else ends the command.
-      const { relaunch, takePowerCycleRequest } = await import('../../qemu/boot.js');
+      const { relaunch, takePowerCycleRequest } = await import('../qemu/boot.js');
       let current = board;
       let stopping = false;
       const { done, trigger } = untilStopped(async () => {
@@ -280,9 +306,9 @@ qemu
   .action(
     action(async (what: string, opts: { qmp: string }) => {
       if (what !== 'cycle' && what !== 'off') throw new Error(`power action must be cycle or off, not ${JSON.stringify(what)}`);
-      const { QmpClient } = await import('../../qemu/qmp.js');
+      const { QmpClient } = await import('../qemu/qmp.js');
       // A cycle is off, then on: `qemu boot` starts QEMU again when it sees the request.
-      if (what === 'cycle') (await import('../../qemu/boot.js')).requestPowerCycle(opts.qmp);
+      if (what === 'cycle') (await import('../qemu/boot.js')).requestPowerCycle(opts.qmp);
       const qmp = await QmpClient.connect({ socketPath: opts.qmp });
       try {
         await qmp.execute('quit');

@@ -1,0 +1,106 @@
+/**
+ * `fleetlab init` on real directories, and how `fleetlab test` turns its flags into
+ * Playwright's: what a team's first two commands do before any device starts.
+ */
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { CONFIG_FILE, EXAMPLE_APP, NEEDED_ALLOW_SCRIPTS, SPEC_FILE, initProject } from '../hil/harness/init.js';
+import { playwrightArgv } from '../hil/harness/run.js';
+import { loadCompose } from '../hil/release/compose.js';
+import { buildCommand, requireNativeModules } from '../src/native-modules.js';
+
+let dir: string;
+let lines: string[];
+const init = (force = false) => initProject({ dir, force, log: (l) => lines.push(l), rebuild: false });
+
+beforeEach(() => {
+  dir = mkdtempSync(join(tmpdir(), 'fleetlab-init-'));
+  lines = [];
+});
+afterEach(() => rmSync(dir, { recursive: true, force: true }));
+
+describe('fleetlab init', () => {
+  it('with a compose file: a config naming it, a spec for its services, the approvals in package.json', async () => {
+    writeFileSync(join(dir, 'docker-compose.yml'), 'services:\n  api: { image: a }\n  db: { image: b }\n');
+    writeFileSync(join(dir, 'package.json'), JSON.stringify({ name: 'team-app', allowScripts: { ssh2: true } }, null, 2));
+    await init();
+    expect(readFileSync(join(dir, CONFIG_FILE), 'utf8')).toContain(`app: "./docker-compose.yml"`);
+    const spec = readFileSync(join(dir, SPEC_FILE), 'utf8');
+    expect(spec).toContain(`from 'fleetlab/test'`);
+    expect(spec).toContain('["api","db"]');
+    const pkg = JSON.parse(readFileSync(join(dir, 'package.json'), 'utf8')) as { allowScripts: Record<string, boolean> };
+    // The team's own decision on ssh2 stands; the rest is added.
+    expect(pkg.allowScripts).toEqual({ ...NEEDED_ALLOW_SCRIPTS, ssh2: true });
+    expect(lines).toEqual([
+      'found docker-compose.yml',
+      `wrote ${CONFIG_FILE}`,
+      `wrote ${SPEC_FILE}`,
+      'package.json: allowScripts += "better-sqlite3": true, "epoll": true, "cpu-features": false, "protobufjs": false (npm 12 runs only the install scripts listed there)',
+      'native modules: built',
+      'next: npx fleetlab test            (your specs in ./fleetlab, on a simulated device; --target container|qemu|board)',
+    ]);
+    expect(existsSync(join(dir, 'compose.yaml'))).toBe(false);
+  });
+
+  it('without one: says so and writes a two-service example app that fleetlab can carry', async () => {
+    writeFileSync(join(dir, 'package.json'), '{"name":"empty"}');
+    await init();
+    expect(lines[0]).toContain('no compose file here');
+    for (const file of Object.keys(EXAMPLE_APP)) expect(existsSync(join(dir, file))).toBe(true);
+    const project = loadCompose(dir);
+    expect(project.services.map((s) => s.name)).toEqual(['web', 'worker']);
+    expect(project.volumes).toEqual(['data']);
+  });
+
+  it('refuses to overwrite without --force, and writes nothing then', async () => {
+    writeFileSync(join(dir, 'compose.yaml'), 'services:\n  api: { image: a }\n');
+    writeFileSync(join(dir, CONFIG_FILE), '// mine\n');
+    await expect(init()).rejects.toThrow(`${CONFIG_FILE} already exists in ${dir}; nothing was written (run fleetlab init --force to overwrite)`);
+    expect(readFileSync(join(dir, CONFIG_FILE), 'utf8')).toBe('// mine\n');
+    expect(existsSync(join(dir, SPEC_FILE))).toBe(false);
+    await init(true);
+    expect(readFileSync(join(dir, CONFIG_FILE), 'utf8')).toContain('defineConfig');
+  });
+
+  it('says at once when the compose file is one fleetlab cannot carry', async () => {
+    writeFileSync(join(dir, 'compose.yaml'), 'services:\n  api: { image: a, ports: ["80:80"] }\n');
+    await expect(init()).rejects.toThrow(`${join(dir, 'compose.yaml')}: services.api.ports: is not supported by fleetlab yet`);
+  });
+
+  it('without package.json: says how to install first', async () => {
+    writeFileSync(join(dir, 'compose.yaml'), 'services:\n  api: { image: a }\n');
+    await init();
+    expect(lines).toContain('no package.json here: install fleetlab with npm in this directory first (npm install fleetlab)');
+  });
+});
+
+describe('fleetlab test flags', () => {
+  const base = { target: 'sim', playwrightArgs: [] as string[] };
+  it('maps target, repeat and shard, and passes the rest through', () => {
+    expect(playwrightArgv('/p/fleetlab.config.ts', { ...base, repeat: 3, shard: '2/4', playwrightArgs: ['--grep', 'update'] })).toEqual([
+      'test', '-c', '/p/fleetlab.config.ts', '--project=sim', '--repeat-each=3', '--shard=2/4', '--grep', 'update',
+    ]);
+  });
+  it('runs one device at a time on qemu and board unless told', () => {
+    expect(playwrightArgv('c', { ...base, target: 'qemu' })).toContain('--workers=1');
+    expect(playwrightArgv('c', { ...base, target: 'board', playwrightArgs: ['--workers=2'] })).not.toContain('--workers=1');
+    expect(playwrightArgv('c', { ...base, target: 'container' })).not.toContain('--workers=1');
+  });
+  it('refuses bad values with what would be right', () => {
+    expect(() => playwrightArgv('c', { ...base, target: 'pi' })).toThrow('--target must be one of sim, container, qemu, board, not "pi"');
+    expect(() => playwrightArgv('c', { ...base, repeat: 0 })).toThrow('--repeat must be a positive integer, not 0');
+    expect(() => playwrightArgv('c', { ...base, shard: '5/4' })).toThrow('--shard must be i/n with 1 <= i <= n (e.g. 2/4), not "5/4"');
+    expect(() => playwrightArgv('c', { ...base, shard: 'half' })).toThrow('--shard must be i/n');
+  });
+});
+
+describe('native modules', () => {
+  it('load here, so nothing is said', () => {
+    expect(() => requireNativeModules(['better-sqlite3', 'epoll'])).not.toThrow();
+  });
+  it('the fix approves and builds exactly the missing ones', () => {
+    expect(buildCommand(['epoll'])).toBe('npm install-scripts approve epoll && npm rebuild epoll');
+  });
+});

@@ -1,0 +1,149 @@
+/**
+ * fleetlab as a device team gets it: the packed tarball installed in empty directories outside
+ * the repository, then `fleetlab init` and `fleetlab test` as the README shows them.
+ *
+ * - a team app the harness was never written for (test/package/team-app), installed with
+ *   npm 12, which blocks install scripts until `init` approves them;
+ * - the example app (examples/device-app), installed with this machine's npm, on sim and on
+ *   container.
+ *
+ * Each inner run's JUnit report is copied to test-results/package-<name>-junit.xml, so .ci/run
+ * counts its tests too. `npm run test:package` runs this file (a few minutes: two installs).
+ */
+import { execFile } from 'node:child_process';
+import { cpSync, existsSync, mkdirSync, mkdtempSync, readdirSync, renameSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join, relative, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+
+const REPO = resolve(fileURLToPath(new URL('../..', import.meta.url)));
+const RESULTS = join(REPO, 'test-results');
+const NPM12 = '12.2.0';
+
+interface Run {
+  code: number;
+  out: string;
+}
+
+/** Runs a command to its end (bounded), stdout and stderr together, never rejecting on exit code. */
+function run(file: string, args: readonly string[], cwd: string, timeoutMs = 600_000, env: NodeJS.ProcessEnv = {}): Promise<Run> {
+  return new Promise((done) => {
+    execFile(file, [...args], { cwd, timeout: timeoutMs, maxBuffer: 256 * 1024 * 1024, env: { ...process.env, CI: '', ...env } }, (err, stdout, stderr) => {
+      const code = err ? (typeof (err as { code?: unknown }).code === 'number' ? (err as { code: number }).code : 1) : 0;
+      done({ code, out: `${stdout}${stderr}` });
+    });
+  });
+}
+
+/** Keeps a run's JUnit report where .ci/run sums the reports. */
+function keepReport(dir: string, name: string): void {
+  const junit = join(dir, 'fleetlab-report', 'junit.xml');
+  mkdirSync(RESULTS, { recursive: true });
+  if (existsSync(junit)) cpSync(junit, join(RESULTS, `package-${name}-junit.xml`));
+}
+
+let work: string;
+let tarball: string;
+let npm12: string;
+
+beforeAll(async () => {
+  work = mkdtempSync(join(tmpdir(), 'fleetlab-package-'));
+  const packed = await run('npm', ['pack', '--pack-destination', work], REPO);
+  expect(packed.code, packed.out).toBe(0);
+  const name = readdirSync(work).find((f) => f.endsWith('.tgz'));
+  expect(name, packed.out).toBeDefined();
+  tarball = join(work, name!);
+  const npm = await run('npm', ['install', '--prefix', join(work, 'npm12'), '--no-audit', '--no-fund', `npm@${NPM12}`], work);
+  expect(npm.code, npm.out).toBe(0);
+  npm12 = join(work, 'npm12', 'node_modules', '.bin', 'npm');
+}, 600_000);
+
+afterAll(() => {
+  if (work) rmSync(work, { recursive: true, force: true });
+});
+
+describe('a team app, installed with npm 12', () => {
+  let dir: string;
+
+  beforeAll(async () => {
+    dir = join(work, 'greenhouse');
+    // Its specs come after init, which writes a spec of its own into fleetlab/.
+    const template = join(REPO, 'test/package/team-app');
+    cpSync(template, dir, { recursive: true, filter: (src) => !relative(template, src).startsWith('fleetlab') });
+    writeFileSync(join(dir, 'package.json'), JSON.stringify({ name: 'greenhouse', private: true }, null, 2));
+  });
+
+  it('installs from the tarball; npm 12 holds back the native builds until init approves them', async () => {
+    const installed = await run(npm12, ['install', '--no-audit', '--no-fund', tarball], dir);
+    expect(installed.code, installed.out).toBe(0);
+    expect(installed.out).toMatch(/better-sqlite3@[\d.]+ \(install:/);
+    expect(installed.out).toMatch(/epoll@[\d.]+ \(install:/);
+
+    const init = await run('npx', ['fleetlab', 'init'], dir);
+    expect(init.code, init.out).toBe(0);
+    expect(init.out).toContain('fleetlab init: found compose.yaml');
+    expect(init.out).toContain('fleetlab init: package.json: allowScripts += "better-sqlite3": true, "epoll": true');
+    expect(init.out).toContain('fleetlab init: building the native modules npm skipped');
+    expect(init.out).toContain('fleetlab init: native modules: built');
+    expect(existsSync(join(dir, 'fleetlab.config.ts'))).toBe(true);
+  }, 900_000);
+
+  it('runs the generated spec and the team\'s own (a volume across an update, an update waiting for a lock) on sim', async () => {
+    cpSync(join(REPO, 'test/package/team-app/fleetlab'), join(dir, 'fleetlab'), { recursive: true });
+    const tested = await run('npx', ['fleetlab', 'test', '--grep-invert', '@expected-failure'], dir);
+    keepReport(dir, 'team-sim');
+    expect(tested.code, tested.out).toBe(0);
+    expect(tested.out).toMatch(/3 passed/);
+    expect(existsSync(join(dir, 'fleetlab-report', 'html', 'index.html'))).toBe(true);
+  }, 600_000);
+
+  it('a spec that expects a wrong value fails with a readable message and the journal attached', async () => {
+    const failed = await run('npx', ['fleetlab', 'test', '--grep', '@expected-failure'], dir);
+    expect(failed.code).not.toBe(0);
+    expect(failed.out).toContain('1 failed');
+    expect(failed.out).toContain('from release 9');
+    expect(failed.out).toMatch(/attachment #\d+: journal/);
+    expect(failed.out).toMatch(/attachment #\d+: supervisor log/);
+  }, 300_000);
+
+  it('an addon left unbuilt is one sentence with the fix, and exit 1', async () => {
+    const build = join(dir, 'node_modules', 'epoll', 'build');
+    renameSync(build, `${build}.off`);
+    try {
+      const res = await run('npx', ['fleetlab', 'test'], dir);
+      expect(res.code).toBe(1);
+      expect(res.out).toContain("fleetlab: the native module epoll (for the supervisor's LED line (onoff)) is not built in this installation");
+      expect(res.out).toContain('Fix: npm install-scripts approve epoll && npm rebuild epoll');
+      expect(res.out).not.toContain('bindings');
+      expect(res.out).not.toMatch(/\n\s+at /); // no stack trace
+    } finally {
+      renameSync(`${build}.off`, build);
+    }
+  }, 120_000);
+});
+
+describe('the example app, installed with this machine\'s npm', () => {
+  let dir: string;
+
+  beforeAll(async () => {
+    dir = join(work, 'device-app');
+    cpSync(join(REPO, 'examples/device-app'), dir, { recursive: true });
+    writeFileSync(join(dir, 'package.json'), JSON.stringify({ name: 'device-app', private: true }, null, 2));
+    const installed = await run('npm', ['install', '--no-audit', '--no-fund', tarball], dir);
+    expect(installed.code, installed.out).toBe(0);
+  }, 900_000);
+
+  it('passes its specs on sim', async () => {
+    const tested = await run('npx', ['fleetlab', 'test'], dir);
+    keepReport(dir, 'example-sim');
+    expect(tested.code, tested.out).toBe(0);
+    expect(tested.out).toMatch(/5 passed/);
+  }, 600_000);
+
+  it('passes its specs on container', async () => {
+    const tested = await run('npx', ['fleetlab', 'test', '--target', 'container'], dir, 1_200_000, { TESTCONTAINERS_RYUK_DISABLED: 'true' });
+    keepReport(dir, 'example-container');
+    expect(tested.code, tested.out).toBe(0);
+  }, 1_200_000);
+});

@@ -1,0 +1,15 @@
+import { defineConfig } from 'vitest/config';
+
+// `npm run test:package`: the packed tarball installed as a device team installs it
+// (test/package/). Minutes, not seconds: two npm installs and four harness runs.
+export default defineConfig({
+  test: {
+    include: ['test/package/**/*.test.ts'],
+    testTimeout: 600_000,
+    hookTimeout: 900_000,
+    pool: 'forks',
+    maxWorkers: 1,
+    reporters: ['default', 'junit'],
+    outputFile: { junit: 'test-results/package-vitest-junit.xml' },
+  },
+});

@@ -168,6 +168,37 @@ program
     }),
   );
 
+program
+  .command('deploy <compose>')
+  .description('Build a compose project as a release and put it on a device in local mode (--device) or on a fleet of a fleetlab cloud (--fleet)')
+  .option('--device <url>', 'a device API in local mode, e.g. http://127.0.0.1:48484')
+  .option('--fleet <name>', 'a fleet (name or id) of the cloud at --cloud')
+  .option('--cloud <url>', 'the fleetlab cloud (with --fleet)')
+  .option('--api-key <key>', "the device's key (--device) or a cloud key that may write the fleet (--fleet)")
+  .option('--env <KEY=VALUE...>', 'environment for every service (--device)', [])
+  .option('--docker-socket <path>', 'the engine to build in: the one the devices use', '/var/run/docker.sock')
+  .option('--no-wait', 'return once the release is handed over')
+  .option('--timeout <s>', 'how long to wait for the release to run', '180')
+  .action(
+    action(async (compose: string, opts: { device?: string; fleet?: string; cloud?: string; apiKey?: string; env: string[]; dockerSocket: string; wait: boolean; timeout: string }) => {
+      const timeout = Number(opts.timeout);
+      if (!Number.isFinite(timeout) || timeout <= 0) throw new Error(`--timeout must be a positive number of seconds, got ${opts.timeout}`);
+      const { parseEnvFlags, runDeploy } = await import('../hil/harness/deploy-command.js');
+      await runDeploy({
+        compose,
+        ...(opts.device ? { device: opts.device } : {}),
+        ...(opts.fleet ? { fleet: opts.fleet } : {}),
+        ...(opts.cloud ? { cloud: opts.cloud } : {}),
+        ...(opts.apiKey ? { apiKey: opts.apiKey } : {}),
+        dockerSocket: opts.dockerSocket,
+        env: parseEnvFlags(opts.env),
+        wait: opts.wait,
+        timeoutMs: timeout * 1000,
+        log: (line) => console.error(`fleetlab deploy: ${line}`),
+      });
+    }),
+  );
+
 const images = program.command('images').description('Local container images for tests (no registry needed)');
 images
   .command('build')

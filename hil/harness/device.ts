@@ -7,11 +7,10 @@
  */
 import { resolve } from 'node:path';
 import Docker from 'dockerode';
-import { FleetlabError, errorText } from '../../src/errors.js';
+import { FleetlabError } from '../../src/errors.js';
 import { DeviceApi, type StateStatus } from '../lib/device-api.js';
-import { scaled, sleep } from '../lib/wait.js';
 import { loadCompose } from '../release/compose.js';
-import { buildRelease, localTargetState } from '../release/release.js';
+import { deployLocal, waitForLocalRelease, type DeployedRelease, type DeployOptions } from '../release/local-deploy.js';
 import type {
   ApiProtocol,
   Capability,
@@ -26,28 +25,7 @@ import type {
   TargetFacts,
 } from '../targets/protocols.js';
 
-export interface DeployOptions {
-  /** Environment added to every service, over the compose file's. */
-  env?: Record<string, string>;
-  /** The app id on the device (default 1). */
-  appId?: number;
-  /** Resolve once the device has taken the target state, without waiting for it to run (default: wait). */
-  wait?: boolean;
-  /** How long to wait for every service to run (default 120 s, scaled to the target's speed). */
-  timeoutMs?: number;
-}
-
-export interface DeployedRelease {
-  appId: number;
-  /** What `/v2/state/status` reports as `release` once this release runs. */
-  releaseId: number;
-  /** A hash of the services, their settings and their image ids. */
-  commit: string;
-  /** Image reference per service. */
-  images: Record<string, string>;
-  /** The services, in compose order. */
-  services: string[];
-}
+export type { DeployedRelease, DeployOptions } from '../release/local-deploy.js';
 
 export interface JournalOptions {
   /** A systemd unit, e.g. the supervisor's `fleetlab-supervisor.service`. */
@@ -84,7 +62,6 @@ export interface DeviceContext {
 }
 
 const DEFAULT_APP_ID = 1;
-const DEPLOY_TIMEOUT_MS = 120_000;
 
 function lacks(target: string, what: string, capability: Capability): FleetlabError {
   return new FleetlabError('HIL_ERR_DEPLOY', `${what}: target ${target} lacks capability ${capability}; guard the spec with needs('${capability}')`);
@@ -178,26 +155,13 @@ export class Device {
     if (!this.#dut.images || !this.capabilities.has('images')) {
       throw lacks(this.target, 'deploy()', 'images');
     }
-    const log = this.#context.log ?? (() => undefined);
-    const project = loadCompose(resolve(path));
-    const docker = new Docker({ socketPath: this.#dut.images.engineSocket });
-    // Step output only shows again in a failure's message (its last lines); starts and ends are printed.
-    const release = await buildRelease(project, { docker, progress: (e) => e.summary && log(`[${e.service}] ${e.line}`) });
-    const appId = options.appId ?? DEFAULT_APP_ID;
-    const current = Number((await this.status()).release);
-    const releaseId = (Number.isInteger(current) && current > 0 ? current : 0) + 1;
-    const state = localTargetState(release, { appId, releaseId, ...(options.env ? { env: options.env } : {}) });
-    const reply = await this.client.setLocalTargetState(state);
-    if (reply.status !== 200) {
-      throw new FleetlabError('HIL_ERR_DEPLOY', `the device refused the release of ${project.file} (${reply.status}): ${JSON.stringify(reply.body)}`);
-    }
-    log(`release ${releaseId} (${release.commit.slice(0, 8)}) of ${project.name} sent to the device`);
-    const services = project.services.map((s) => s.name);
-    const deployed: DeployedRelease = { appId, releaseId, commit: release.commit, images: release.images, services };
-    if (options.wait === false) return deployed;
-    await this.waitForRelease(deployed, options.timeoutMs === undefined ? {} : { timeoutMs: options.timeoutMs });
-    log(`release ${releaseId} runs: ${services.join(', ')}`);
-    return deployed;
+    return deployLocal({
+      api: this.client,
+      project: loadCompose(resolve(path)),
+      docker: new Docker({ socketPath: this.#dut.images.engineSocket }),
+      log: this.#context.log ?? (() => undefined),
+      ...options,
+    });
   }
 
   /** Where the update lock of `service` lives on the device: an app holds the lock while this file exists. */
@@ -210,31 +174,6 @@ export class Device {
    * Running; a timeout names each service's status.
    */
   async waitForRelease(release: Pick<DeployedRelease, 'releaseId' | 'services'>, options: { timeoutMs?: number } = {}): Promise<void> {
-    const { releaseId, services } = release;
-    const timeoutMs = options.timeoutMs ?? DEPLOY_TIMEOUT_MS;
-    const deadline = Date.now() + scaled(timeoutMs);
-    let last: StateStatus | string = '(no status read)';
-    while (Date.now() < deadline) {
-      try {
-        const s = await this.status();
-        last = s;
-        const running = (name: string) => s.containers.some((c) => c.serviceName === name && c.status === 'Running');
-        if (s.appState === 'applied' && s.release === String(releaseId) && services.every(running)) return;
-      } catch (err) {
-        last = `error: ${errorText(err)}`;
-      }
-      await sleep(250);
-    }
-    const seen =
-      typeof last === 'string'
-        ? last
-        : `release ${last.release || '(none)'} ${last.appState}; ${services
-            .map((name) => {
-              const c = last.containers.find((x) => x.serviceName === name && x.status !== 'Dead');
-              const image = last.images.find((i) => i.serviceName === name);
-              return `${name}: ${c?.status ?? (image ? `image ${image.status}` : 'no container')}`;
-            })
-            .join(', ')}`;
-    throw new FleetlabError('HIL_ERR_DEPLOY', `release ${releaseId} did not run within ${scaled(timeoutMs)} ms; last seen: ${seen}. The supervisor log is attached to the failed test.`);
+    await waitForLocalRelease(this.client, release, options.timeoutMs);
   }
 }

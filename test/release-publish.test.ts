@@ -1,0 +1,81 @@
+/**
+ * `fleetlab deploy --fleet`: a release published to a real fleetlab cloud (SQLite, in this
+ * process) through its data API, and what a device of the fleet is then told to run.
+ */
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { parseEnvFlags, runDeploy } from '../hil/harness/deploy-command.js';
+import { parseCompose } from '../hil/release/compose.js';
+import { compositionOf, fleetProgress, publishRelease } from '../hil/release/publish.js';
+import type { Release } from '../hil/release/release.js';
+import { startFleetCloud, type FleetCloud } from '../sim/stack.js';
+
+let dir: string;
+let cloud: FleetCloud;
+
+beforeAll(async () => {
+  dir = mkdtempSync(join(tmpdir(), 'fleetlab-publish-'));
+  cloud = await startFleetCloud({ port: 0, dataDir: dir, fleetName: 'greenhouse' });
+});
+afterAll(async () => {
+  await cloud?.close();
+  rmSync(dir, { recursive: true, force: true });
+});
+
+const project = parseCompose(
+  'services:\n  sensor:\n    build: ./sensor\n    environment: { RELEASE: "1" }\n    volumes: [readings:/data]\n    privileged: true\n    ports: ["8080:80"]\n  uploader:\n    image: fleetlab/busybox:latest\n    command: [sleep, "9"]\nvolumes: { readings: {} }\n',
+  '/t/greenhouse/compose.yaml',
+);
+const release = (commit: string): Release => ({ project, images: { sensor: 'greenhouse-sensor:abc', uploader: 'fleetlab/busybox:latest' }, imageIds: {}, commit });
+
+describe('publishRelease', () => {
+  it('creates the rows, pins the fleet, and says so', async () => {
+    const lines: string[] = [];
+    const published = await publishRelease(release('c0ffee01'), { url: cloud.url, apiKey: cloud.adminKey, fleet: 'greenhouse' }, (l) => lines.push(l));
+    expect(published).toEqual({ fleetId: cloud.fleet.id, releaseId: expect.any(Number), commit: 'c0ffee01' });
+    expect(lines).toEqual([`release ${published.releaseId} (c0ffee01) created on fleet greenhouse: sensor, uploader`, `fleet greenhouse (id ${cloud.fleet.id}) now runs release ${published.releaseId}`]);
+
+    const fleet = (await cloud.call('GET', `/v6/application(${cloud.fleet.id})?$select=should_be_running__release`)) as { d: Array<{ should_be_running__release: { __id: number } }> };
+    expect(fleet.d[0]!.should_be_running__release.__id).toBe(published.releaseId);
+    const rel = (await cloud.call('GET', `/v6/release(${published.releaseId})?$select=commit,composition&$expand=release_image($expand=image($select=is_stored_at__image_location))`)) as {
+      d: Array<{ composition: unknown; release_image: Array<{ image: Array<{ is_stored_at__image_location: string }> }> }>;
+    };
+    expect(rel.d[0]!.composition).toEqual(compositionOf(release('c0ffee01')));
+    expect(rel.d[0]!.release_image.map((ri) => ri.image[0]!.is_stored_at__image_location).sort()).toEqual(['fleetlab/busybox:latest', 'greenhouse-sensor:abc']);
+  });
+
+  it('reuses a release already published, and the services of the fleet', async () => {
+    const lines: string[] = [];
+    const again = await publishRelease(release('c0ffee01'), { url: cloud.url, apiKey: cloud.adminKey, fleet: String(cloud.fleet.id) }, (l) => lines.push(l));
+    expect(lines[0]).toBe(`release c0ffee01 is already on the cloud (release ${again.releaseId})`);
+    const second = await publishRelease(release('c0ffee02'), { url: cloud.url, apiKey: cloud.adminKey, fleet: 'greenhouse' });
+    expect(second.releaseId).not.toBe(again.releaseId);
+    const services = (await cloud.call('GET', `/v6/service?$filter=application eq ${cloud.fleet.id}`)) as { d: unknown[] };
+    expect(services.d).toHaveLength(2);
+  });
+
+  it('counts the fleet: no devices yet', async () => {
+    expect(await fleetProgress({ url: cloud.url, apiKey: cloud.adminKey, fleet: 'greenhouse' }, cloud.fleet.id, 1)).toEqual({ devices: 0, online: 0, running: 0 });
+  });
+
+  it('names what is wrong: fleet, key, cloud', async () => {
+    await expect(publishRelease(release('x'), { url: cloud.url, apiKey: cloud.adminKey, fleet: 'nope' })).rejects.toThrow(`no fleet "nope" on ${cloud.url} that this key may see`);
+    await expect(publishRelease(release('x'), { url: cloud.url, apiKey: 'wrong', fleet: 'greenhouse' })).rejects.toThrow('the cloud refused the key (401)');
+    await expect(publishRelease(release('x'), { url: 'http://127.0.0.1:9', apiKey: 'k', fleet: 'greenhouse' })).rejects.toThrow('the cloud at http://127.0.0.1:9 does not answer');
+  });
+});
+
+describe('fleetlab deploy arguments', () => {
+  const base = { compose: '/nowhere', dockerSocket: '/var/run/docker.sock', env: {}, wait: false, timeoutMs: 1000, log: () => undefined };
+  it('wants exactly one destination and a key', async () => {
+    await expect(runDeploy(base)).rejects.toThrow('name one destination: --device URL (a device in local mode) or --fleet NAME --cloud URL');
+    await expect(runDeploy({ ...base, device: 'http://x', fleet: 'f' })).rejects.toThrow('name one destination');
+    await expect(runDeploy({ ...base, device: 'http://x' })).rejects.toThrow("--api-key: the device's API key is needed");
+  });
+  it('reads --env as KEY=VALUE', () => {
+    expect(parseEnvFlags(['A=1', 'B=x=y', 'C='])).toEqual({ A: '1', B: 'x=y', C: '' });
+    expect(() => parseEnvFlags(['NOEQ'])).toThrow('--env "NOEQ": write KEY=VALUE');
+  });
+});

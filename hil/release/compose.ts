@@ -9,7 +9,7 @@ import { basename, dirname, isAbsolute, join, resolve } from 'node:path';
 import { Value } from '@sinclair/typebox/value';
 import { parse as parseYaml } from 'yaml';
 import { FleetlabError, errorText } from '../../src/errors.js';
-import { WireService } from '../../src/protocol/target-state.js';
+import { WireService, type HostSettings } from '../../src/protocol/target-state.js';
 
 /** The names compose looks for in a directory, in its order of preference. */
 export const COMPOSE_FILE_NAMES = ['compose.yaml', 'compose.yml', 'docker-compose.yml', 'docker-compose.yaml'] as const;
@@ -24,7 +24,7 @@ export interface ComposeBuild {
   args: Record<string, string>;
 }
 
-export interface ComposeService {
+export interface ComposeService extends HostSettings {
   name: string;
   /** `image:` as written; with `build:` it names the image the build produces. */
   image?: string;
@@ -36,15 +36,6 @@ export interface ComposeService {
   command?: string[];
   restart?: RestartPolicy;
   networkMode?: string;
-  privileged?: boolean;
-  capAdd?: string[];
-  capDrop?: string[];
-  /** `/dev/host[:/dev/container[:rwm]]` */
-  devices?: string[];
-  /** `/path[:options]` */
-  tmpfs?: string[];
-  /** `[ip:]hostPort:containerPort[/tcp|/udp]` */
-  ports?: string[];
 }
 
 export interface ComposeProject {

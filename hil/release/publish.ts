@@ -6,6 +6,7 @@
  * new target state and apply it as they would any release.
  */
 import { FleetlabError, errorText } from '../../src/errors.js';
+import { hostSettingsToWire } from '../../src/protocol/target-state.js';
 import type { Release } from './release.js';
 
 export interface CloudTarget {
@@ -58,12 +59,7 @@ export function compositionOf(release: Release): Record<string, unknown> {
       ...(s.volumes.length ? { volumes: s.volumes } : {}),
       ...(s.restart ? { restart: s.restart } : {}),
       ...(s.networkMode ? { network_mode: s.networkMode } : {}),
-      ...(s.privileged !== undefined ? { privileged: s.privileged } : {}),
-      ...(s.capAdd ? { cap_add: s.capAdd } : {}),
-      ...(s.capDrop ? { cap_drop: s.capDrop } : {}),
-      ...(s.devices ? { devices: s.devices } : {}),
-      ...(s.tmpfs ? { tmpfs: s.tmpfs } : {}),
-      ...(s.ports ? { ports: s.ports } : {}),
+      ...hostSettingsToWire(s),
     };
   }
   return { services, volumes: Object.fromEntries(release.project.volumes.map((v) => [v, {}])) };

@@ -7,7 +7,7 @@
 import { createHash } from 'node:crypto';
 import type Docker from 'dockerode';
 import { FleetlabError, errorText } from '../../src/errors.js';
-import type { WireLocalState, WireService } from '../../src/protocol/target-state.js';
+import { hostSettingsToWire, type WireLocalState, type WireService } from '../../src/protocol/target-state.js';
 import { buildServiceImage, type BuildProgress } from './image-build.js';
 import type { ComposeProject, ComposeService } from './compose.js';
 
@@ -86,12 +86,7 @@ export function localTargetState(release: Release, o: TargetStateOptions): WireL
     if (s.command) service.command = s.command;
     if (s.restart) service.restart = s.restart;
     if (s.networkMode) service.network_mode = s.networkMode;
-    if (s.privileged !== undefined) service.privileged = s.privileged;
-    if (s.capAdd) service.cap_add = s.capAdd;
-    if (s.capDrop) service.cap_drop = s.capDrop;
-    if (s.devices) service.devices = s.devices;
-    if (s.tmpfs) service.tmpfs = s.tmpfs;
-    if (s.ports) service.ports = s.ports;
+    Object.assign(service, hostSettingsToWire(s));
     services[String(id)] = service;
   });
   return {

@@ -67,7 +67,51 @@ export interface VolumeMount {
   readOnly: boolean;
 }
 
-export interface TargetService {
+/** A service's host settings, compose's `privileged`, `cap_add`, ... ; each absent when not set. */
+export interface HostSettings {
+  privileged?: boolean;
+  capAdd?: string[];
+  capDrop?: string[];
+  /** `/dev/host[:/dev/container[:rwm]]` */
+  devices?: string[];
+  /** `/path[:options]` */
+  tmpfs?: string[];
+  /** `[ip:]hostPort:containerPort[/tcp|/udp]` */
+  ports?: string[];
+}
+
+type WireHostSettings = Pick<WireService, 'privileged' | 'cap_add' | 'cap_drop' | 'devices' | 'tmpfs' | 'ports'>;
+
+/** The settings that are set, from the wire's names. */
+export function hostSettingsFromWire(w: WireHostSettings): HostSettings {
+  return {
+    ...(w.privileged !== undefined ? { privileged: w.privileged } : {}),
+    ...(w.cap_add?.length ? { capAdd: w.cap_add } : {}),
+    ...(w.cap_drop?.length ? { capDrop: w.cap_drop } : {}),
+    ...(w.devices?.length ? { devices: w.devices } : {}),
+    ...(w.tmpfs?.length ? { tmpfs: w.tmpfs } : {}),
+    ...(w.ports?.length ? { ports: w.ports } : {}),
+  };
+}
+
+/** The settings that are set, under the wire's (compose's) names. */
+export function hostSettingsToWire(h: HostSettings): WireHostSettings {
+  return {
+    ...(h.privileged !== undefined ? { privileged: h.privileged } : {}),
+    ...(h.capAdd ? { cap_add: h.capAdd } : {}),
+    ...(h.capDrop ? { cap_drop: h.capDrop } : {}),
+    ...(h.devices ? { devices: h.devices } : {}),
+    ...(h.tmpfs ? { tmpfs: h.tmpfs } : {}),
+    ...(h.ports ? { ports: h.ports } : {}),
+  };
+}
+
+/** Only the host settings of a value that has them (and more). */
+export function pickHostSettings(h: HostSettings): HostSettings {
+  return hostSettingsFromWire(hostSettingsToWire(h));
+}
+
+export interface TargetService extends HostSettings {
   serviceId: number;
   serviceName: string;
   imageId: number;
@@ -79,13 +123,6 @@ export interface TargetService {
   command?: string[];
   volumes: VolumeMount[];
   restart: 'no' | 'always' | 'on-failure' | 'unless-stopped';
-  /** Host settings as the wire gives them; each absent when not set. */
-  privileged?: boolean;
-  capAdd?: string[];
-  capDrop?: string[];
-  devices?: string[];
-  tmpfs?: string[];
-  ports?: string[];
 }
 
 export interface TargetApp {
@@ -144,12 +181,7 @@ export function normaliseService(service: WireService): TargetService {
     command: service.command,
     volumes: (service.volumes ?? []).map(parseMount),
     restart: service.restart ?? 'always',
-    ...(service.privileged !== undefined ? { privileged: service.privileged } : {}),
-    ...(service.cap_add?.length ? { capAdd: service.cap_add } : {}),
-    ...(service.cap_drop?.length ? { capDrop: service.cap_drop } : {}),
-    ...(service.devices?.length ? { devices: service.devices } : {}),
-    ...(service.tmpfs?.length ? { tmpfs: service.tmpfs } : {}),
-    ...(service.ports?.length ? { ports: service.ports } : {}),
+    ...hostSettingsFromWire(service),
   };
 }
 
@@ -189,12 +221,7 @@ export function toWireState(state: TargetState): WireLocalState {
         ...(s.command ? { command: s.command } : {}),
         ...(s.volumes.length ? { volumes: s.volumes.map((v) => `${v.volume}:${v.path}${v.readOnly ? ':ro' : ''}`) } : {}),
         restart: s.restart,
-        ...(s.privileged !== undefined ? { privileged: s.privileged } : {}),
-        ...(s.capAdd ? { cap_add: s.capAdd } : {}),
-        ...(s.capDrop ? { cap_drop: s.capDrop } : {}),
-        ...(s.devices ? { devices: s.devices } : {}),
-        ...(s.tmpfs ? { tmpfs: s.tmpfs } : {}),
-        ...(s.ports ? { ports: s.ports } : {}),
+        ...hostSettingsToWire(s),
       };
     }
     apps[String(app.appId)] = {

@@ -5,6 +5,7 @@
  * devices can share one engine.
  */
 import Docker from 'dockerode';
+import type { HostSettings } from '../../protocol/target-state.js';
 import { PassThrough, type Readable } from 'node:stream';
 import { FleetlabError, errorText } from '../../errors.js';
 
@@ -61,7 +62,7 @@ export interface EngineSnapshot {
   images: Map<string, string>;
 }
 
-export interface ContainerSpec {
+export interface ContainerSpec extends HostSettings {
   name: string;
   image: string;
   command?: string[];
@@ -72,19 +73,10 @@ export interface ContainerSpec {
   /** Network to attach with the service name as alias (app networks only). */
   aliases: string[];
   restart: 'no' | 'always' | 'on-failure' | 'unless-stopped';
-  privileged?: boolean;
-  capAdd?: string[];
-  capDrop?: string[];
-  /** `/dev/host[:/dev/container[:rwm]]` */
-  devices?: string[];
-  /** `/path[:options]` */
-  tmpfs?: string[];
-  /** `[ip:]hostPort:containerPort[/proto]` */
-  ports?: string[];
 }
 
 /** The Engine API's HostConfig and ExposedPorts for a spec's host settings (compose's mapping). */
-export function hostSettings(spec: Pick<ContainerSpec, 'privileged' | 'capAdd' | 'capDrop' | 'devices' | 'tmpfs' | 'ports'>): {
+export function hostSettings(spec: HostSettings): {
   hostConfig: Record<string, unknown>;
   exposedPorts?: Record<string, Record<string, never>>;
 } {

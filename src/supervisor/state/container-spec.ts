@@ -3,7 +3,7 @@
  * that, when changed, means the container must be replaced. Pure.
  */
 import { createHash } from 'node:crypto';
-import type { TargetApp, TargetService } from '../../protocol/target-state.js';
+import { pickHostSettings, type TargetApp, type TargetService } from '../../protocol/target-state.js';
 import { LABEL, normaliseImageRef, type ContainerSpec } from '../adapters/engine.js';
 
 export interface SpecContext {
@@ -93,7 +93,7 @@ export function desiredContainer(app: TargetApp, service: TargetService, ctx: Sp
     networkMode,
     restart: service.restart,
     // Only when set, so a container made before these settings existed keeps its hash.
-    ...hostSettingsOf(service),
+    ...pickHostSettings(service),
   };
   const configHash = createHash('sha256').update(JSON.stringify(hashed)).digest('hex').slice(0, 32);
   return {
@@ -121,19 +121,7 @@ export function desiredContainer(app: TargetApp, service: TargetService, ctx: Sp
       networkMode,
       aliases: [service.serviceName],
       restart: service.restart,
-      ...hostSettingsOf(service),
+      ...pickHostSettings(service),
     },
-  };
-}
-
-/** The service's host settings that are set (privileged, capabilities, devices, tmpfs, ports). */
-function hostSettingsOf(service: TargetService): Pick<ContainerSpec, 'privileged' | 'capAdd' | 'capDrop' | 'devices' | 'tmpfs' | 'ports'> {
-  return {
-    ...(service.privileged !== undefined ? { privileged: service.privileged } : {}),
-    ...(service.capAdd ? { capAdd: service.capAdd } : {}),
-    ...(service.capDrop ? { capDrop: service.capDrop } : {}),
-    ...(service.devices ? { devices: service.devices } : {}),
-    ...(service.tmpfs ? { tmpfs: service.tmpfs } : {}),
-    ...(service.ports ? { ports: service.ports } : {}),
   };
 }

@@ -5,13 +5,14 @@
  * which module is missing and the one command that builds it.
  */
 import { createRequire } from 'node:module';
+import { sqliteDriverName } from './cloud/db/sqlite.js';
 import { FleetlabError, errorText } from './errors.js';
 
 export type NativeModule = 'better-sqlite3' | 'epoll';
 
 /** What each addon is for, said in the error. */
 const PURPOSE: Record<NativeModule, string> = {
-  'better-sqlite3': 'the cloud API (SQLite)',
+  'better-sqlite3': 'the cloud API (SQLite on Node 20)',
   epoll: "the supervisor's LED line (onoff)",
 };
 
@@ -45,9 +46,14 @@ export function buildCommand(names: readonly string[]): string {
   return `npm install-scripts approve ${names.join(' ')} && npm rebuild ${names.join(' ')}`;
 }
 
-/** Throws one HIL_ERR_NATIVE_MODULE naming every addon in `names` that does not load. */
+/** Of `names`, the addons this Node needs: the cloud uses node:sqlite where Node has it. */
+export function neededOnThisNode(names: readonly NativeModule[]): NativeModule[] {
+  return names.filter((n) => n !== 'better-sqlite3' || sqliteDriverName() === 'better-sqlite3');
+}
+
+/** Throws one HIL_ERR_NATIVE_MODULE naming every addon in `names` this Node needs that does not load. */
 export function requireNativeModules(names: readonly NativeModule[]): void {
-  const missing = unbuiltNativeModules(names);
+  const missing = unbuiltNativeModules(neededOnThisNode(names));
   if (missing.length === 0) return;
   const list = missing.map((m) => `${m.name} (for ${PURPOSE[m.name]})`).join(' and ');
   throw new FleetlabError(

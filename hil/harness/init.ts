@@ -9,7 +9,7 @@ import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { dirname, join, relative } from 'node:path';
 import { execa } from 'execa';
 import { FleetlabError, errorText } from '../../src/errors.js';
-import { buildCommand, unbuiltNativeModules, type NativeModule } from '../../src/native-modules.js';
+import { buildCommand, neededOnThisNode, unbuiltNativeModules, type NativeModule } from '../../src/native-modules.js';
 import { COMPOSE_FILE_NAMES, loadCompose } from '../release/compose.js';
 
 export interface InitOptions {
@@ -159,7 +159,7 @@ export async function initProject(options: InitOptions): Promise<void> {
     log(`no package.json here: install fleetlab with npm in this directory first (npm install fleetlab)`);
   }
 
-  const unbuilt = unbuiltNativeModules(NATIVE).map((m) => m.name);
+  const unbuilt = unbuiltNativeModules(neededOnThisNode(NATIVE)).map((m) => m.name);
   if (unbuilt.length === 0) {
     log('native modules: built');
   } else if (options.rebuild === false || !existsSync(packageJson)) {
@@ -171,7 +171,7 @@ export async function initProject(options: InitOptions): Promise<void> {
     } catch (err) {
       throw new FleetlabError('HIL_ERR_NATIVE_MODULE', `npm rebuild ${unbuilt.join(' ')} failed (${errorText(err).split('\n')[0]}); run it yourself: ${buildCommand(unbuilt)}`);
     }
-    const still = unbuiltNativeModules(NATIVE).map((m) => m.name);
+    const still = unbuiltNativeModules(neededOnThisNode(NATIVE)).map((m) => m.name);
     if (still.length) throw new FleetlabError('HIL_ERR_NATIVE_MODULE', `still not built after npm rebuild: ${still.join(', ')}; run: ${buildCommand(still)}`);
     log('native modules: built');
   }

@@ -33,7 +33,7 @@ function pgCast(value: SqlValue): string {
 export const sqliteDialect: Dialect = {
   name: 'sqlite',
   placeholders: (sql) => sql,
-  // better-sqlite3 binds every JS number as REAL; an integer literal must stay an integer
+  // Both SQLite drivers bind every JS number as REAL; an integer literal must stay an integer
   // (7 div 2 is 3 on both databases).
   param: (v) => (typeof v === 'number' && Number.isInteger(v) ? 'CAST(? AS INTEGER)' : '?'),
   toDriver: (v) => (typeof v === 'boolean' ? (v ? 1 : 0) : v),

@@ -87,7 +87,9 @@ export async function buildEpollAddon(repoRoot: string, cacheDir: string, node: 
     cpSync(join(nodeModules, 'epoll'), src, { recursive: true });
     rmSync(join(src, 'build'), { recursive: true, force: true });
     for (const dep of ['nan', 'bindings', 'file-uri-to-path']) cpSync(join(nodeModules, dep), join(src, 'node_modules', dep), { recursive: true });
+    // node-gyp is a devDependency of its own: nothing in the runtime tree brings it any more.
     const gyp = join(nodeModules, 'node-gyp', 'bin', 'node-gyp.js');
+    if (!existsSync(gyp)) throw new FleetlabError('SUP_ERR_TOOL_MISSING', `${gyp} is missing: run npm install in the fleetlab checkout (node-gyp cross-compiles epoll for the board)`);
     const cc = cxx.replace(/g\+\+$/, 'gcc');
     const r = await execa(process.execPath, [gyp, 'rebuild', '--arch=arm64', `--nodedir=${node.dir}`], {
       cwd: src,

@@ -5,10 +5,9 @@
  */
 import { defineConfig } from '@playwright/test';
 import type { HilTestFixtures, HilWorkerFixtures } from './fixtures.js';
-import { targetNames } from './targets/index.js';
+import { SLOW_TARGETS, targetNames } from './targets/index.js';
 
 const env = process.env;
-const SLOW_TARGETS = new Set(['qemu', 'board']);
 
 export default defineConfig<HilTestFixtures, HilWorkerFixtures>({
   testDir: './specs',

@@ -11,6 +11,7 @@ import { parseCompose } from '../hil/release/compose.js';
 import { compositionOf, fleetProgress, publishRelease } from '../hil/release/publish.js';
 import type { Release } from '../hil/release/release.js';
 import { startFleetCloud, type FleetCloud } from '../sim/stack.js';
+import { composeTarget } from '../src/cloud/device/target-state.js';
 
 let dir: string;
 let cloud: FleetCloud;
@@ -54,6 +55,27 @@ describe('publishRelease', () => {
     expect(second.releaseId).not.toBe(again.releaseId);
     const services = (await cloud.call('GET', `/v6/service?$filter=application eq ${cloud.fleet.id}`)) as { d: unknown[] };
     expect(services.d).toHaveLength(2);
+  });
+
+  it("is what a fleet's device is told to run: each service with its settings", () => {
+    const target = composeTarget({
+      device: { uuid: 'u', name: 'd' },
+      app: { id: 1, name: 'greenhouse' },
+      release: { id: 7, commit: 'c0ffee01', composition: JSON.stringify(compositionOf(release('c0ffee01'))) },
+      images: [
+        { imageId: 11, location: 'greenhouse-sensor:abc', serviceId: 1, serviceName: 'sensor' },
+        { imageId: 12, location: 'fleetlab/busybox:latest', serviceId: 2, serviceName: 'uploader' },
+      ],
+      env: { app: { FLEET: 'y' }, device: {} },
+      config: { app: {}, device: {} },
+    });
+    const app = target.apps['1']!;
+    expect(app.volumes).toEqual({ readings: {} });
+    expect(app.services['1']).toEqual({
+      serviceName: 'sensor', serviceId: 1, imageId: 11, image: 'greenhouse-sensor:abc',
+      environment: { RELEASE: '1', FLEET: 'y' }, labels: {}, volumes: ['readings:/data'], privileged: true, ports: ['8080:80'],
+    });
+    expect(app.services['2']).toMatchObject({ image: 'fleetlab/busybox:latest', command: ['sleep', '9'] });
   });
 
   it('counts the fleet: no devices yet', async () => {

@@ -7,7 +7,7 @@ import { resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { defineConfig as playwrightConfig, type PlaywrightTestConfig } from '@playwright/test';
 import type { HilTestFixtures, HilWorkerFixtures } from '../fixtures.js';
-import { targetNames } from '../targets/index.js';
+import { SLOW_TARGETS, targetNames } from '../targets/index.js';
 
 export interface FleetlabConfig {
   /** Your compose file or the directory holding it, relative to where you run fleetlab; `device.deploy()` builds it. */
@@ -29,8 +29,8 @@ export interface FleetlabConfig {
   deviceScope?: 'test' | 'file';
 }
 
-const SLOW_TARGETS = new Set(['qemu', 'board']);
-const sibling = (name: string) => fileURLToPath(new URL(`./${name}${import.meta.url.endsWith('.ts') ? '.ts' : '.js'}`, import.meta.url));
+/** A module of the harness by its path from here, as the running tree has it (sources or dist/). */
+const harnessModule = (path: string) => fileURLToPath(new URL(`${path}${import.meta.url.endsWith('.ts') ? '.ts' : '.js'}`, import.meta.url));
 
 export function defineConfig(options: FleetlabConfig = {}): PlaywrightTestConfig<HilTestFixtures, HilWorkerFixtures> {
   // A team's app has to run for real, so the sim target uses dockerd unless told otherwise:
@@ -48,8 +48,8 @@ export function defineConfig(options: FleetlabConfig = {}): PlaywrightTestConfig
     workers: options.workers ?? 2,
     fullyParallel: false,
     forbidOnly: Boolean(process.env.CI),
-    globalSetup: sibling('global-setup'),
-    globalTeardown: fileURLToPath(new URL(`../global-teardown${import.meta.url.endsWith('.ts') ? '.ts' : '.js'}`, import.meta.url)),
+    globalSetup: harnessModule('./global-setup'),
+    globalTeardown: harnessModule('../global-teardown'),
     reporter: [
       ['list'],
       ['html', { open: 'never', outputFolder: resolve(reportDir, 'html') }],

@@ -63,10 +63,6 @@ export interface DeviceContext {
 
 const DEFAULT_APP_ID = 1;
 
-function lacks(target: string, what: string, capability: Capability): FleetlabError {
-  return new FleetlabError('HIL_ERR_DEPLOY', `${what}: target ${target} lacks capability ${capability}; guard the spec with needs('${capability}')`);
-}
-
 export class Device {
   readonly target: string;
   readonly capabilities: ReadonlySet<Capability>;
@@ -100,16 +96,20 @@ export class Device {
       transitions: (sinceMs) => led.transitions(sinceMs),
       timeline: async () => (await led.transitions(context.startedAt)).map((t) => ({ at: t.at - context.startedAt, value: t.value })),
     };
-    const need = <T>(value: T | undefined, what: string, capability: Capability): T => {
-      if (!value || !dut.capabilities.has(capability)) throw lacks(dut.target, what, capability);
-      return value;
-    };
     this.faults = {
-      partition: () => need(dut.network, 'faults.partition()', 'network').partition(),
-      heal: () => need(dut.network, 'faults.heal()', 'network').heal(),
-      powerCut: () => need(dut.power, 'faults.powerCut()', 'power.cut').off(),
-      powerRestore: () => need(dut.power, 'faults.powerRestore()', 'power.cut').on(),
+      partition: () => this.#need(dut.network, 'faults.partition()', 'network').partition(),
+      heal: () => this.#need(dut.network, 'faults.heal()', 'network').heal(),
+      powerCut: () => this.#need(dut.power, 'faults.powerCut()', 'power.cut').off(),
+      powerRestore: () => this.#need(dut.power, 'faults.powerRestore()', 'power.cut').on(),
     };
+  }
+
+  /** The protocol behind `capability`, or the error that says the target lacks it. */
+  #need<T>(value: T | undefined, what: string, capability: Capability): T {
+    if (!value || !this.capabilities.has(capability)) {
+      throw new FleetlabError('HIL_ERR_CAPABILITY', `${what}: target ${this.target} lacks capability ${capability}; guard the spec with needs('${capability}')`);
+    }
+    return value;
   }
 
   /** The typed client of the device API (every endpoint as a method). */
@@ -124,8 +124,7 @@ export class Device {
 
   /** Journal entries, newest last. */
   async journal(options: JournalOptions = {}): Promise<readonly JournalEntryText[]> {
-    if (!this.#dut.journal || !this.capabilities.has('journal')) throw lacks(this.target, 'journal()', 'journal');
-    const entries = await this.#dut.journal.entries({ lines: options.lines ?? 500, ...(options.unit ? { unit: options.unit } : {}) });
+    const entries = await this.#need(this.#dut.journal, 'journal()', 'journal').entries({ lines: options.lines ?? 500, ...(options.unit ? { unit: options.unit } : {}) });
     const { grep } = options;
     if (grep === undefined) return entries;
     return entries.filter((e) => (typeof grep === 'string' ? e.message.includes(grep) : grep.test(e.message)));
@@ -133,14 +132,12 @@ export class Device {
 
   /** Hard power cycle (no clean shutdown, disk kept); resolves when the API answers again. */
   async powerCycle(): Promise<void> {
-    if (!this.#dut.power || !this.capabilities.has('power.cycle')) throw lacks(this.target, 'powerCycle()', 'power.cycle');
-    await this.#dut.power.cycle();
+    await this.#need(this.#dut.power, 'powerCycle()', 'power.cycle').cycle();
   }
 
   /** Reboot through the OS; resolves when the API answers again. */
   async reboot(): Promise<void> {
-    if (!this.#dut.power || !this.capabilities.has('power.reboot')) throw lacks(this.target, 'reboot()', 'power.reboot');
-    await this.#dut.power.reboot();
+    await this.#need(this.#dut.power, 'reboot()', 'power.reboot').reboot();
   }
 
   /**
@@ -152,13 +149,11 @@ export class Device {
   async deploy(composeFileOrDir?: string, options: DeployOptions = {}): Promise<DeployedRelease> {
     const path = composeFileOrDir ?? this.#context.app;
     if (!path) throw new FleetlabError('HIL_ERR_COMPOSE', 'device.deploy(): name a compose file or directory, or set `app` in fleetlab.config');
-    if (!this.#dut.images || !this.capabilities.has('images')) {
-      throw lacks(this.target, 'deploy()', 'images');
-    }
+    const images = this.#need(this.#dut.images, 'deploy()', 'images');
     return deployLocal({
       api: this.client,
       project: loadCompose(resolve(path)),
-      docker: new Docker({ socketPath: this.#dut.images.engineSocket }),
+      docker: new Docker({ socketPath: images.engineSocket }),
       log: this.#context.log ?? (() => undefined),
       ...options,
     });

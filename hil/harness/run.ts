@@ -10,7 +10,7 @@ import { join } from 'node:path';
 import Docker from 'dockerode';
 import { FleetlabError, errorText } from '../../src/errors.js';
 import { requireNativeModules, type NativeModule } from '../../src/native-modules.js';
-import { targetNames } from '../targets/index.js';
+import { SLOW_TARGETS, targetNames } from '../targets/index.js';
 
 export const CONFIG_NAMES = ['fleetlab.config.ts', 'fleetlab.config.mts', 'fleetlab.config.js', 'fleetlab.config.mjs'] as const;
 
@@ -40,8 +40,7 @@ export function playwrightArgv(config: string, o: Pick<RunOptions, 'target' | 'r
     argv.push(`--shard=${o.shard}`);
   }
   // A board is one device and an emulated one takes both cores: one worker, unless told.
-  const oneDevice = o.target === 'qemu' || o.target === 'board';
-  if (oneDevice && !o.playwrightArgs.some((a) => a.startsWith('--workers') || a === '-j')) argv.push('--workers=1');
+  if (SLOW_TARGETS.has(o.target) && !o.playwrightArgs.some((a) => a.startsWith('--workers') || a === '-j')) argv.push('--workers=1');
   return [...argv, ...o.playwrightArgs];
 }
 

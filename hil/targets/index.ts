@@ -14,6 +14,12 @@ export const targetRegistry: Record<string, () => Promise<TargetDriver>> = {
 
 export const targetNames = Object.keys(targetRegistry);
 
+/**
+ * Targets that are one device (a lab board) or take the whole machine (QEMU under TCG): they
+ * run one worker and get long per-test timeouts.
+ */
+export const SLOW_TARGETS: ReadonlySet<string> = new Set(['qemu', 'board']);
+
 export async function loadTarget(name: string): Promise<TargetDriver> {
   const load = targetRegistry[name];
   if (!load) throw new Error(`no HIL target named ${JSON.stringify(name)}; known: ${targetNames.join(', ')} (hil/targets/index.ts)`);

@@ -8,7 +8,7 @@ import { createHash } from 'node:crypto';
 import { Type, type Static } from '@sinclair/typebox';
 import { Value } from '@sinclair/typebox/value';
 import { FleetlabError } from '../../errors.js';
-import { WireService, type WireApp, type WireLocalState } from '../../protocol/target-state.js';
+import { WireService, hostSettingsFromWire, hostSettingsToWire, type WireApp, type WireLocalState } from '../../protocol/target-state.js';
 import type { Db } from '../db/port.js';
 
 /** The part of a compose file a release's `composition` may carry, per service. */
@@ -26,8 +26,6 @@ const ComposedService = Type.Object({
   tmpfs: Type.Optional(WireService.properties.tmpfs),
   ports: Type.Optional(WireService.properties.ports),
 });
-/** Host settings a composition carries to the device as they are. */
-const HOST_SETTINGS = ['privileged', 'cap_add', 'cap_drop', 'devices', 'tmpfs', 'ports'] as const;
 export const Composition = Type.Object({
   services: Type.Optional(Type.Record(Type.String(), ComposedService)),
   volumes: Type.Optional(Type.Record(Type.String(), Type.Object({}))),
@@ -79,7 +77,7 @@ export function composeTarget(rows: TargetRows): WireLocalState {
       ...(composed.volumes ? { volumes: composed.volumes } : {}),
       ...(composed.restart ? { restart: composed.restart } : {}),
       ...(composed.network_mode ? { network_mode: composed.network_mode } : {}),
-      ...Object.fromEntries(HOST_SETTINGS.filter((k) => composed[k] !== undefined).map((k) => [k, composed[k]])),
+      ...hostSettingsToWire(hostSettingsFromWire(composed)),
     };
   }
   const app: WireApp = {

@@ -276,13 +276,15 @@ qemu
   .option('--api-port <port>', 'loopback port forwarded to the device API (default: a free one)')
   .option('--ssh-port <port>', 'loopback port forwarded to SSH (default: a free one)')
   .option('--board-config <file>', 'also write a board target config for this board (FLEETLAB_BOARD_CONFIG=<file> npm run hil -- --project=board)')
+  .option('--suite <name>', 'Debian suite of the image (bookworm, trixie)', 'bookworm')
   .action(
-    action(async (opts: { machine: 'raspi3b' | 'virt'; snapshot: boolean; apiPort?: string; sshPort?: string; boardConfig?: string }) => {
+    action(async (opts: { machine: 'raspi3b' | 'virt'; snapshot: boolean; apiPort?: string; sshPort?: string; boardConfig?: string; suite: string }) => {
       const { buildImage, formatBuildProgress } = await import('../qemu/image/build.js');
       const { bootBoard } = await import('../qemu/boot.js');
       const { untilStopped } = await import('../src/stop-signals.js');
       const { image } = await buildImage({
         repoRoot: await repoRootOfCli(),
+        suite: opts.suite,
         progress: (e) => console.error(formatBuildProgress(e)),
       });
       const port = (v: string | undefined) => (v === undefined ? undefined : Number(v));

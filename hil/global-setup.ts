@@ -44,6 +44,7 @@ export async function prepareTargets(config: FullConfig, options: { testImages: 
     const { buildImage, formatBuildProgress } = await import('../qemu/image/build.js');
     const { image } = await buildImage({
       repoRoot: new URL('..', import.meta.url).pathname,
+      ...(process.env.FLEETLAB_QEMU_SUITE ? { suite: process.env.FLEETLAB_QEMU_SUITE } : {}),
       progress: (e) => process.stderr.write(`qemu image ${formatBuildProgress(e)}\n`),
     });
     process.env.FLEETLAB_QEMU_IMAGE_DIR = image.dir;

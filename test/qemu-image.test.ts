@@ -10,7 +10,7 @@ import { afterAll, describe, expect, it } from 'vitest';
 import { boardConfigFor } from '../qemu/board-config.js';
 import type { ReadyInfo } from '../qemu/boot.js';
 import { bundleSupervisor, runtimePackages } from '../qemu/image/payload.js';
-import { GUEST, INITRAMFS_MODULES, LED_LINES, importTestImagesScript, overlayFiles, rootfsKey, supervisorConfig } from '../qemu/image/recipe.js';
+import { GUEST, INITRAMFS_MODULES, LED_LINES, importTestImagesScript, overlayFiles, packagesFor, rootfsKey, supervisorConfig } from '../qemu/image/recipe.js';
 import { mmdebstrapArgs } from '../qemu/image/rootfs.js';
 import { cloudEnv, resetScript } from '../hil/targets/qemu.js';
 import { parseBoardConfig } from '../hil/targets/board-config.js';
@@ -42,6 +42,11 @@ describe('the root filesystem recipe', () => {
     const a = rootfsKey({ suite: 'bookworm', mirror: 'http://m' });
     expect(rootfsKey({ suite: 'bookworm', mirror: 'http://m' })).toBe(a);
     expect(rootfsKey({ suite: 'trixie', mirror: 'http://m' })).not.toBe(a);
+    // Debian 13 moved the docker command into docker-cli; bookworm's list (and so its cached
+    // root filesystems) stays as it was.
+    expect(packagesFor('trixie')).toContain('docker-cli');
+    expect(packagesFor('bookworm')).not.toContain('docker-cli');
+    expect(rootfsKey({ suite: 'bookworm', mirror: 'http://deb.debian.org/debian' })).toBe('7213d1bbbea988c3');
     expect(rootfsKey({ suite: 'bookworm', mirror: 'http://other' })).not.toBe(a);
   });
 });

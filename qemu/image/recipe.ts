@@ -30,6 +30,19 @@ export const PACKAGES = [
   'busybox-static', // the test app images are made of it
 ] as const;
 
+/** Suites whose docker.io still carries the docker command. */
+const DOCKER_CLI_IN_DOCKER_IO = new Set(['bullseye', 'bookworm']);
+
+/**
+ * The packages for a suite. Debian 13 (trixie) moved the docker command out of docker.io
+ * into docker-cli; the first boot imports the test app images with it, and a person on the
+ * board expects it. Without it those images are missing and every release waits on a pull
+ * from a registry the board cannot reach.
+ */
+export function packagesFor(suite: string): readonly string[] {
+  return DOCKER_CLI_IN_DOCKER_IO.has(suite) ? PACKAGES : [...PACKAGES, 'docker-cli'];
+}
+
 /**
  * MODULES=list: only what mounts the root filesystem goes into the initramfs. Regenerating a
  * MODULES=most initramfs under qemu-user is most of a 25-minute build; this list takes seconds.
@@ -223,5 +236,5 @@ export function sha256(...parts: Array<string | Buffer>): string {
 
 /** Cache key of the Debian root filesystem (the slow layer: minutes). */
 export function rootfsKey(inputs: { suite: string; mirror: string }): string {
-  return sha256(ROOTFS_RECIPE_VERSION, inputs.suite, inputs.mirror, [...PACKAGES].sort().join(','), INITRAMFS_MODULES.join(',')).slice(0, 16);
+  return sha256(ROOTFS_RECIPE_VERSION, inputs.suite, inputs.mirror, [...packagesFor(inputs.suite)].sort().join(','), INITRAMFS_MODULES.join(',')).slice(0, 16);
 }

@@ -9,7 +9,7 @@ import { join } from 'node:path';
 import { execa } from 'execa';
 import { FleetlabError } from '../../src/errors.js';
 import { needTool, qemuTools, requireArm64Binfmt } from '../tools.js';
-import { INITRAMFS_MODULES, PACKAGES, RASPI3B_DTB, TRIM_PATHS } from './recipe.js';
+import { INITRAMFS_MODULES, RASPI3B_DTB, TRIM_PATHS, packagesFor } from './recipe.js';
 
 /** mmdebstrap's phases in the order it prints them, for a percentage of the stage. */
 const PHASES = [
@@ -37,7 +37,7 @@ export function mmdebstrapArgs(o: { suite: string; mirror: string; target: strin
     '--arch=arm64',
     '--variant=minbase',
     '--mode=root',
-    `--include=${PACKAGES.join(',')}`,
+    `--include=${packagesFor(o.suite).join(',')}`,
     // Documentation and translations are never unpacked (copyright files stay).
     '--dpkgopt=path-exclude=/usr/share/man/*',
     '--dpkgopt=path-exclude=/usr/share/locale/*',
@@ -72,7 +72,7 @@ export async function buildRootfs(o: { target: string; suite: string; mirror: st
   if (process.getuid?.() !== 0) {
     throw new FleetlabError('SUP_ERR_INTERNAL', 'building the root filesystem runs mmdebstrap --mode=root, which needs root; run `fleetlab qemu build` as root once, later runs reuse the cache');
   }
-  o.report(0, `mmdebstrap ${o.suite} arm64 from ${o.mirror}: ${PACKAGES.length} packages`);
+  o.report(0, `mmdebstrap ${o.suite} arm64 from ${o.mirror}: ${packagesFor(o.suite).length} packages`);
   const run = execa(mmdebstrap, mmdebstrapArgs(o), { all: true, reject: false });
   let tail: string[] = [];
   let phase = -1;

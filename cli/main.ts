@@ -55,8 +55,7 @@ sim
   .option('--poll-interval-ms <ms>', 'target state poll interval (with --cloud-url)')
   .action(
     action(async (opts: { port: string; dataDir?: string; engine?: 'docker' | 'sim'; dockerSocket: string; localMode: boolean; apiKey?: string; vendor: string; listenAddress: string; bandwidth?: string; scenario?: string; cloudUrl?: string; provisioningKey?: string; pollIntervalMs?: string }) => {
-      const port = Number(opts.port);
-      if (!Number.isInteger(port) || port < 0 || port > 65535) throw new Error(`--port must be 0..65535, got ${opts.port}`);
+      const port = parsePort('--port', opts.port);
       const { existsSync } = await import('node:fs');
       const engine = opts.engine ?? (existsSync(opts.dockerSocket) ? 'docker' : 'sim');
       const bandwidth = parseBandwidth(opts.bandwidth);
@@ -80,19 +79,21 @@ sim
   .option('--poll-interval-ms <ms>', 'how often the device polls its target state', '10000')
   .action(
     action(async (opts: { port: string; cloudPort: string; engine?: 'docker' | 'sim'; dockerSocket: string; pollIntervalMs: string }) => {
-      const port = (flag: string, raw: string) => {
-        const n = Number(raw);
-        if (!Number.isInteger(n) || n < 0 || n > 65535) throw new Error(`${flag} must be 0..65535, got ${raw}`);
-        return n;
-      };
       const poll = Number(opts.pollIntervalMs);
       if (!Number.isInteger(poll) || poll < 1000) throw new Error(`--poll-interval-ms must be an integer of at least 1000, got ${opts.pollIntervalMs}`);
       const { existsSync } = await import('node:fs');
       const engine = opts.engine ?? (existsSync(opts.dockerSocket) ? 'docker' : 'sim');
       const { runStack } = await import('../sim/stack.js');
-      await runStack({ devicePort: port('--port', opts.port), cloudPort: port('--cloud-port', opts.cloudPort), engine, dockerSocket: opts.dockerSocket, pollIntervalMs: poll });
+      await runStack({ devicePort: parsePort('--port', opts.port), cloudPort: parsePort('--cloud-port', opts.cloudPort), engine, dockerSocket: opts.dockerSocket, pollIntervalMs: poll });
     }),
   );
+
+/** A port flag: 0 (pick a free one) to 65535. */
+function parsePort(flag: string, raw: string): number {
+  const n = Number(raw);
+  if (!Number.isInteger(n) || n < 0 || n > 65535) throw new Error(`${flag} must be 0..65535, got ${raw}`);
+  return n;
+}
 
 /** `--bandwidth` of the simulated engine: a positive integer of bytes/s. */
 function parseBandwidth(raw: string | undefined): number | undefined {
@@ -127,8 +128,7 @@ program
   .option('--admin-key <key>', 'admin API key to create or add (default: generated on first start)')
   .action(
     action(async (opts: { port: string; host: string; dataDir?: string; database?: string; adminKey?: string }) => {
-      const port = Number(opts.port);
-      if (!Number.isInteger(port) || port < 0 || port > 65535) throw new Error(`--port must be 0..65535, got ${opts.port}`);
+      const port = parsePort('--port', opts.port);
       const { runCloud } = await import('../src/cloud/main.js');
       const { stopped } = await runCloud({ ...opts, port });
       await stopped;

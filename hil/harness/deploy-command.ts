@@ -4,8 +4,8 @@
  * Images are built in the engine the devices use (this machine's dockerd for simulated
  * devices); boards reach them through a registry, which is a later step.
  */
-import Docker from 'dockerode';
 import { FleetlabError } from '../../src/errors.js';
+import { engineAt } from '../../sim/engine-at.js';
 import { DeviceApi } from '../lib/device-api.js';
 import { httpApi } from '../lib/http.js';
 import { sleep } from '../lib/wait.js';
@@ -38,20 +38,12 @@ export function parseEnvFlags(flags: readonly string[]): Record<string, string> 
   return env;
 }
 
-async function engine(socketPath: string): Promise<Docker> {
-  const docker = new Docker({ socketPath });
-  await docker.ping().catch((err: unknown) => {
-    throw new FleetlabError('SUP_ERR_ENGINE', `no container engine answers at ${socketPath} to build the release in (${String(err)}): start dockerd, or pass --docker-socket`);
-  });
-  return docker;
-}
-
 export async function runDeploy(o: DeployCommandOptions): Promise<void> {
   if (Boolean(o.device) === Boolean(o.fleet)) throw new FleetlabError('HIL_ERR_DEPLOY', 'name one destination: --device URL (a device in local mode) or --fleet NAME --cloud URL');
   if (!o.apiKey) throw new FleetlabError('HIL_ERR_DEPLOY', o.device ? "--api-key: the device's API key is needed" : "--api-key: a cloud key that may write the fleet is needed (npm start prints the admin key)");
   const project = loadCompose(o.compose);
   o.log(`${project.file}: ${project.services.length} service${project.services.length === 1 ? '' : 's'} (${project.services.map((s) => s.name).join(', ')})`);
-  const docker = await engine(o.dockerSocket);
+  const docker = await engineAt(o.dockerSocket, 'start dockerd, or pass --docker-socket', 'to build the release in: ');
 
   if (o.device) {
     // The key is all the release path needs of the device's identity.

@@ -7,8 +7,8 @@ import { spawn } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { join } from 'node:path';
-import Docker from 'dockerode';
-import { FleetlabError, errorText } from '../../src/errors.js';
+import { FleetlabError } from '../../src/errors.js';
+import { engineAt } from '../../sim/engine-at.js';
 import { requireNativeModules, type NativeModule } from '../../src/native-modules.js';
 import { SLOW_TARGETS, targetNames } from '../targets/index.js';
 
@@ -50,18 +50,6 @@ function findConfig(cwd: string): string {
   return found;
 }
 
-async function requireEngine(socketPath: string, target: string): Promise<void> {
-  try {
-    await new Docker({ socketPath }).ping();
-  } catch (err) {
-    throw new FleetlabError(
-      'SUP_ERR_ENGINE',
-      `fleetlab test --target ${target} runs your app's containers on dockerd, and none answers at ${socketPath} (${errorText(err)}): ` +
-        'install and start it (apt-get install docker.io; systemctl start docker), or set FLEETLAB_DOCKER_SOCKET',
-    );
-  }
-}
-
 /**
  * The qemu target builds its board image from fleetlab's TypeScript sources, which a
  * checkout has and the installed package does not (yet). The container target builds from
@@ -88,7 +76,9 @@ export async function runTests(options: RunOptions): Promise<number> {
   // The supervisor of a sim device loads epoll here; a spec with a cloud loads better-sqlite3.
   const native: NativeModule[] = options.target === 'sim' ? ['epoll', 'better-sqlite3'] : ['better-sqlite3'];
   requireNativeModules(native);
-  if (options.target === 'sim' || options.target === 'container') await requireEngine(dockerSocket, options.target);
+  if (options.target === 'sim' || options.target === 'container') {
+    await engineAt(dockerSocket, 'install and start it (apt-get install docker.io; systemctl start docker), or set FLEETLAB_DOCKER_SOCKET', `fleetlab test --target ${options.target} runs your app's containers on dockerd: `);
+  }
 
   const cli = createRequire(import.meta.url).resolve('@playwright/test/cli');
   const child = spawn(process.execPath, [cli, ...argv], {

@@ -7,10 +7,10 @@ import { createReadStream } from 'node:fs';
 import { mkdtemp, mkdir, copyFile, symlink, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import Docker from 'dockerode';
 import { execa } from 'execa';
-import { FleetlabError, errorText } from '../../src/errors.js';
+import { FleetlabError } from '../../src/errors.js';
 import { requireTool, tools } from '../../src/tools.js';
+import { engineAt } from '../engine-at.js';
 
 export interface TestImage {
   ref: string;
@@ -86,16 +86,6 @@ export async function ensureBaseImage(socketPath: string, progress: BuildProgres
   if (present) return false;
   await importBusyboxImages(socketPath, [{ ref: BASE_IMAGE, cmd: ['/bin/sh'] }], progress, 'all');
   return true;
-}
-
-async function engineAt(socketPath: string): Promise<Docker> {
-  const docker = new Docker({ socketPath });
-  try {
-    await docker.ping();
-  } catch (err) {
-    throw new FleetlabError('SUP_ERR_ENGINE', `no container engine at ${socketPath} (${errorText(err)}): start dockerd (scripts/provision does) or pass --docker-socket`);
-  }
-  return docker;
 }
 
 /** Imports the busybox root filesystem once per image, each with its own default command. */

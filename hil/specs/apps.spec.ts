@@ -3,7 +3,7 @@
  * endpoints (single-service only), 400s and 404s.
  */
 import { APP_ID, containerOf, singleServiceRelease, twoServiceRelease, waitRunning } from '../lib/apps.js';
-import { expect, test } from '../harness/index.js';
+import { expect, test } from 'fleetlab/test';
 
 test.describe('a two-service app', () => {
   test.beforeEach(async ({ api, device }) => {

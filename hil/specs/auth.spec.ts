@@ -3,7 +3,7 @@
  * open endpoints, and keys scoped to one app.
  */
 import { APP_ID, singleServiceRelease, waitRunning } from '../lib/apps.js';
-import { expect, test } from '../harness/index.js';
+import { expect, test } from 'fleetlab/test';
 
 const UNAUTHORIZED = { status: 'failed', message: 'Unauthorized' };
 

@@ -3,7 +3,7 @@
  * 15 s (about 37 on-pulses), then the line is left off. A blink during a blink restarts
  * the 15 s window.
  */
-import { expect, scaled, sleep, test, type LedTransition } from '../harness/index.js';
+import { expect, scaled, sleep, test, type LedTransition } from 'fleetlab/test';
 
 function pulses(transitions: readonly LedTransition[]) {
   const ons = transitions.filter((t) => t.value === 1);

@@ -4,7 +4,7 @@
  * through the cloud's proxy, and catches up after a network partition. Needs `network`: the
  * harness must be able to cut the device's path to the cloud.
  */
-import { expect, pollUntil, test, type FleetCloud } from '../harness/index.js';
+import { expect, pollUntil, test, type FleetCloud } from 'fleetlab/test';
 
 test.use({ withCloud: true });
 

@@ -3,7 +3,7 @@
  * through hostname1, proxy as redsocks configuration plus a unit restart through systemd1,
  * both read back over the API and from the host's files, and both surviving a reboot.
  */
-import { expect, test, type ProxyConfig } from '../harness/index.js';
+import { expect, test, type ProxyConfig } from 'fleetlab/test';
 
 const PROXY: ProxyConfig = { type: 'socks5', ip: 'proxy.example', port: 1080, login: 'user', password: 'hunter2', noProxy: ['10.0.0.0/8', '192.168.7.7'] };
 

@@ -1,7 +1,7 @@
 /**
  * The open endpoints and the read-only information endpoints, as a client sees them.
  */
-import { expect, test } from '../harness/index.js';
+import { expect, test } from 'fleetlab/test';
 
 test('GET /ping answers OK without a key', { tag: '@smoke' }, async ({ api }) => {
   const res = await api.ping();

@@ -4,7 +4,7 @@
  * and 400s for bad fields.
  */
 import { singleServiceRelease, waitRunning, containerOf } from '../lib/apps.js';
-import { expect, pollUntil, scaled, test, type DeviceApi, type HttpStream } from '../harness/index.js';
+import { expect, pollUntil, scaled, test, type DeviceApi, type HttpStream } from 'fleetlab/test';
 
 type Entry = Record<string, unknown> & { MESSAGE?: unknown; _SYSTEMD_UNIT?: string; __REALTIME_TIMESTAMP: string };
 

@@ -2,7 +2,7 @@
  * Device key regeneration (DECISIONS.md 4): the old key is refused from the next request
  * on, the new one works, and it survives a reboot through the OS.
  */
-import { expect, test } from '../harness/index.js';
+import { expect, test } from 'fleetlab/test';
 
 test('regenerate-api-key: old key refused at once, new key works and survives a reboot', async ({ api, device, needs }) => {
   needs('power.reboot');

@@ -4,7 +4,7 @@
  * and purge remove and recreate containers, purge clears the app's volumes.
  */
 import { APP_ID, containerOf, twoServiceRelease, waitRebooted, waitRunning } from '../lib/apps.js';
-import { expect, pollUntil, test } from '../harness/index.js';
+import { expect, pollUntil, test } from 'fleetlab/test';
 
 test.beforeEach(async ({ api, device }) => {
   expect((await api.setLocalTargetState(twoServiceRelease(device.api.identity.vendor))).status).toBe(200);

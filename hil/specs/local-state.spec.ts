@@ -4,7 +4,7 @@
  * sees it: `appState` going applying -> applied, recorded by polling.
  */
 import { twoServiceRelease, waitRunning } from '../lib/apps.js';
-import { expect, pollUntil, scaled, test, type StateStatus } from '../harness/index.js';
+import { expect, pollUntil, scaled, test, type StateStatus } from 'fleetlab/test';
 
 test('GET /v2/local/target-state before any set: apps empty', async ({ api }) => {
   const res = await api.localTargetState();

@@ -5,7 +5,7 @@
  * lock, and a released lock lets the action through. `start` ignores locks.
  */
 import { APP_ID, containerOf, twoServiceRelease, waitRebooted, waitRunning } from '../lib/apps.js';
-import { expect, pollUntil, test, type Device, type DeviceApi } from '../harness/index.js';
+import { expect, pollUntil, test, type Device, type DeviceApi } from 'fleetlab/test';
 
 const lockPath = (device: Device, service: string) => `${device.api.identity.lockRoot}/${APP_ID}/${service}/updates.lock`;
 

@@ -3,7 +3,7 @@
  * and a power cut. The device comes back with its key, its release and its host config.
  */
 import { twoServiceRelease, waitRunning } from '../lib/apps.js';
-import { expect, pollUntil, scaled, sleep, test } from '../harness/index.js';
+import { expect, pollUntil, scaled, sleep, test } from 'fleetlab/test';
 
 test('a hard power cycle: the device boots with its key, host config and release', { tag: '@smoke' }, async ({ api, device, needs }) => {
   needs('power.cycle');

@@ -2,7 +2,7 @@
  * The target's own protocols behave as hil/targets/protocols.ts promises, so the specs that
  * rely on them fail for device reasons, not harness ones.
  */
-import { expect, test } from '../harness/index.js';
+import { expect, test } from 'fleetlab/test';
 
 test('exec runs argv on the device and reports exit codes without throwing', async ({ device, needs }) => {
   needs('exec');

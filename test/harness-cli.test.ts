@@ -65,8 +65,8 @@ describe('fleetlab init', () => {
   });
 
   it('says at once when the compose file is one fleetlab cannot carry', async () => {
-    writeFileSync(join(dir, 'compose.yaml'), 'services:\n  api: { image: a, depends_on: [db] }\n');
-    await expect(init()).rejects.toThrow(`${join(dir, 'compose.yaml')}: services.api.depends_on: is not supported by fleetlab yet`);
+    writeFileSync(join(dir, 'compose.yaml'), 'services:\n  api: { image: a, healthcheck: { test: [CMD, "true"] } }\n');
+    await expect(init()).rejects.toThrow(`${join(dir, 'compose.yaml')}: services.api.healthcheck: is not supported by fleetlab yet`);
   });
 
   it('without package.json: says how to install first', async () => {

@@ -198,6 +198,65 @@ describe('plan: installing on an empty device', () => {
   });
 });
 
+describe('plan: networks and depends_on', () => {
+  const base = { images: allImages, volumes: [vol(1, 'data')] };
+
+  it('a service on several networks waits for all of them, is created on the first and joins the rest', () => {
+    const app = demoApp();
+    app.networks = { back: {}, front: {} };
+    app.services['11']!.networks = ['front', 'back'];
+    const { target: t, desired } = target(wire({ '1': app }));
+    const steps = plan({ target: t, desired, current: snapshot({ ...base, networks: [net(1, 'default'), net(1, 'front')] }), startStopped: false });
+    expect(brief(steps)).toEqual(['createNetwork 1/back', 'createContainer 1/worker']);
+    const web = desired.get('1/web')!;
+    expect(web.spec.networkMode).toBe('1_front');
+    expect(web.spec.extraNetworks).toEqual(['1_back']);
+    expect(web.spec.aliases).toEqual(['web']);
+    const all = plan({ target: t, desired, current: snapshot({ ...base, networks: [net(1, 'default'), net(1, 'front'), net(1, 'back')] }), startStopped: false });
+    expect(brief(all)).toEqual(['createContainer 1/web', 'createContainer 1/worker']);
+  });
+
+  it('networks are part of the container: changing them replaces it; a service without them keeps its hash', () => {
+    const plain = target(wire({ '1': demoApp() }));
+    const app = demoApp();
+    app.networks = { back: {} };
+    const declaredOnly = target(wire({ '1': app }));
+    expect(declaredOnly.want(1, 'web').configHash).toBe(plain.want(1, 'web').configHash);
+    app.services['11']!.networks = ['default', 'back'];
+    expect(target(wire({ '1': app })).want(1, 'web').configHash).not.toBe(plain.want(1, 'web').configHash);
+  });
+
+  it('depends_on: a dependent is created only once what it depends on has started', () => {
+    const app = demoApp();
+    app.services['11']!.depends_on = ['worker'];
+    const { target: t, desired, want } = target(wire({ '1': app }));
+    const infra = { ...base, networks: [net(1, 'default')] };
+    expect(brief(plan({ target: t, desired, current: snapshot(infra), startStopped: false }))).toEqual(['createContainer 1/worker']);
+    // Created but not started: the dependent still waits.
+    expect(brief(plan({ target: t, desired, current: snapshot({ ...infra, containers: [containerOf(want(1, 'worker'), 'created')] }), startStopped: false }))).toEqual(['start 1/worker']);
+    expect(brief(plan({ target: t, desired, current: snapshot({ ...infra, containers: [containerOf(want(1, 'worker'))] }), startStopped: false }))).toEqual(['createContainer 1/web']);
+    // A dependency that ran and exited has started, as compose's service_started means.
+    expect(brief(plan({ target: t, desired, current: snapshot({ ...infra, containers: [containerOf(want(1, 'worker'), 'exited')] }), startStopped: false }))).toEqual(['createContainer 1/web']);
+  });
+
+  it('depends_on after a reboot: the dependency is started first, its dependent in the next round', () => {
+    const app = demoApp();
+    app.services['11']!.depends_on = ['worker'];
+    const { target: t, desired, want } = target(wire({ '1': app }));
+    const infra = { ...base, networks: [net(1, 'default')] };
+    const stopped = [containerOf(want(1, 'web'), 'exited'), containerOf(want(1, 'worker'), 'exited')];
+    expect(brief(plan({ target: t, desired, current: snapshot({ ...infra, containers: stopped }), startStopped: true }))).toEqual(['start 1/worker']);
+    const next = [containerOf(want(1, 'web'), 'exited'), containerOf(want(1, 'worker'))];
+    expect(brief(plan({ target: t, desired, current: snapshot({ ...infra, containers: next }), startStopped: true }))).toEqual(['start 1/web']);
+  });
+
+  it('depends_on is ordering only: it does not change the container', () => {
+    const app = demoApp();
+    app.services['11']!.depends_on = ['worker'];
+    expect(target(wire({ '1': app })).want(1, 'web').configHash).toBe(target(wire({ '1': demoApp() })).want(1, 'web').configHash);
+  });
+});
+
 describe('plan: updating a running release', () => {
   const old = target(wire({ '1': demoApp() }));
   const running = [containerOf(old.want(1, 'web')), containerOf(old.want(1, 'worker'))];
@@ -403,6 +462,24 @@ describe('checkWireState', () => {
     expect(problems).toHaveLength(1);
     expect(problems[0]).toContain('local.apps.1.services.11.volumes');
     expect(problems[0]).toContain('"cache"');
+  });
+
+  it('networks must be declared (or default) and not combined with network_mode', () => {
+    const app = demoApp();
+    app.services['11']!.networks = ['default', 'back'];
+    expect(checkWireState(wire({ '1': app }))).toEqual(['local.apps.1.services.11.networks: network "back" is not declared in local.apps.1.networks']);
+    app.networks = { back: {} };
+    app.services['11']!.network_mode = 'host';
+    expect(checkWireState(wire({ '1': app }))).toEqual(['local.apps.1.services.11: networks and network_mode cannot both be set']);
+  });
+
+  it('depends_on must name services of the app, without a cycle', () => {
+    const app = demoApp();
+    app.services['11']!.depends_on = ['db'];
+    expect(checkWireState(wire({ '1': app }))).toEqual(['local.apps.1.services.11.depends_on: "db" is not a service of this app']);
+    app.services['11']!.depends_on = ['worker'];
+    app.services['12']!.depends_on = ['web'];
+    expect(checkWireState(wire({ '1': app }))).toEqual(['local.apps.1: depends_on has a cycle: web -> worker -> web']);
   });
 
   it('a service name used twice in one app is refused', () => {

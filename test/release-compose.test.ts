@@ -76,11 +76,11 @@ volumes:
   });
 
   it('refuses a key the target state cannot carry, naming file, service, key and the fix', () => {
-    const err = failure('services:\n  web:\n    image: x\n    depends_on: [db]\n');
+    const err = failure('services:\n  web:\n    image: x\n    healthcheck: { test: [CMD, "true"] }\n');
     expect(err.message).toBe(
-      `${FILE}: services.web.depends_on: is not supported by fleetlab yet: the device's target state has no place for it, so the service would run without it; remove it or use only build, cap_add, cap_drop, command, devices, environment, image, labels, network_mode, ports, privileged, restart, tmpfs, volumes`,
+      `${FILE}: services.web.healthcheck: is not supported by fleetlab yet: the device's target state has no place for it, so the service would run without it; remove it or use only build, cap_add, cap_drop, command, depends_on, devices, environment, image, labels, network_mode, networks, ports, privileged, restart, tmpfs, volumes`,
     );
-    for (const key of ['networks', 'healthcheck', 'entrypoint', 'user']) {
+    for (const key of ['expose', 'healthcheck', 'entrypoint', 'user']) {
       expect(failure(`services:\n  web:\n    image: x\n    ${key}: []\n`).message).toContain(`services.web.${key}: is not supported by fleetlab yet`);
     }
   });
@@ -95,6 +95,31 @@ volumes:
     expect(failure('services:\n  io: { image: x, devices: ["/tmp/x:/dev/x"] }\n').message).toContain('services.io.devices: "/tmp/x:/dev/x": must be a list of');
     expect(failure('services:\n  io: { image: x, privileged: "yes" }\n').message).toContain('services.io.privileged: must be true or false');
     expect(failure('services:\n  io: { image: x, cap_add: [net_admin] }\n').message).toContain('services.io.cap_add: "net_admin": must be a list of capability names');
+  });
+
+  it('carries networks and depends_on, in both of compose\'s syntaxes', () => {
+    const project = parseCompose(
+      'services:\n  db: { image: x, networks: [back] }\n  api:\n    image: x\n    networks: { back: null, front: {} }\n    depends_on: { db: { condition: service_started } }\n  web: { image: x, depends_on: [api, db] }\nnetworks: { back: {}, front: null, default: {} }\n',
+      FILE,
+    );
+    expect(project.networks).toEqual(['back', 'front']);
+    const [db, api, web] = project.services;
+    expect(db).toMatchObject({ networks: ['back'] });
+    expect(db!.dependsOn).toBeUndefined();
+    expect(api).toMatchObject({ networks: ['back', 'front'], dependsOn: ['db'] });
+    expect(web).toMatchObject({ dependsOn: ['api', 'db'] });
+    expect(web!.networks).toBeUndefined();
+  });
+
+  it('refuses networks and depends_on it cannot honour, naming the fix', () => {
+    expect(failure('services:\n  a: { image: x, networks: [back] }\n').message).toBe(`${FILE}: services.a.networks: "back" is not declared under top-level networks: (declare it as \`networks: { back: {} }\`)`);
+    expect(failure('services:\n  a: { image: x, networks: { back: { aliases: [b] } } }\nnetworks: { back: {} }\n').message).toContain('services.a.networks.back: per-network options (aliases) are not supported by fleetlab');
+    expect(failure('services:\n  a: { image: x, network_mode: host, networks: [default] }\n').message).toContain('services.a.networks: cannot be combined with network_mode');
+    expect(failure('services:\n  a: { image: x }\nnetworks: { back: { driver: overlay } }\n').message).toContain('networks.back: network options (driver, external, ...) are not supported by fleetlab: the device creates bridge networks');
+    expect(failure('services:\n  a: { image: x, depends_on: [db] }\n').message).toBe(`${FILE}: services.a.depends_on: "db" is not a service in this file (services: a)`);
+    expect(failure('services:\n  a: { image: x, depends_on: [a] }\n').message).toContain('services.a.depends_on: a service cannot depend on itself');
+    expect(failure('services:\n  a: { image: x, depends_on: [b] }\n  b: { image: x, depends_on: [c] }\n  c: { image: x, depends_on: [a] }\n').message).toBe(`${FILE}: services: depends_on goes round in a circle: a -> b -> c -> a; break one of these links`);
+    expect(failure('services:\n  a: { image: x, depends_on: { b: { condition: service_healthy } } }\n  b: { image: x }\n').message).toContain('services.a.depends_on.b.condition: "service_healthy" is not supported by fleetlab (it has no healthchecks');
   });
 
   it('tells a misspelt key from a known one it cannot carry', () => {
@@ -176,6 +201,15 @@ describe('localTargetState', () => {
     const io = parseCompose('services:\n  io: { image: x, privileged: false, cap_add: [NET_ADMIN], devices: [/dev/i2c-1], tmpfs: [/run], ports: ["1:2"] }\n', '/p/app/compose.yaml');
     const state = localTargetState({ project: io, images: { io: 'x' }, imageIds: { io: 'sha256:9' }, commit: 'c' }, { appId: 1, releaseId: 1 });
     expect(state.apps['1']!.services['1']).toMatchObject({ privileged: false, cap_add: ['NET_ADMIN'], devices: ['/dev/i2c-1'], tmpfs: ['/run'], ports: ['1:2'] });
+  });
+
+  it('carries networks and depends_on to the target state, which the device accepts', () => {
+    const linked = parseCompose('services:\n  db: { image: x, networks: [back] }\n  api: { image: y, networks: [back, default], depends_on: [db] }\nnetworks: { back: {} }\n', '/p/app/compose.yaml');
+    const state = localTargetState({ project: linked, images: { db: 'x', api: 'y' }, imageIds: { db: 'sha256:1', api: 'sha256:2' }, commit: 'c' }, { appId: 1, releaseId: 1 });
+    expect(checkWireState(state)).toEqual([]);
+    expect(state.apps['1']!.networks).toEqual({ back: {} });
+    expect(state.apps['1']!.services['1']).toMatchObject({ networks: ['back'] });
+    expect(state.apps['1']!.services['2']).toMatchObject({ networks: ['back', 'default'], depends_on: ['db'] });
   });
 
   it('gives services ids in compose order and merges the deploy env over the file', () => {

@@ -12,6 +12,7 @@ import { compositionOf, fleetProgress, publishRelease } from '../hil/release/pub
 import type { Release } from '../hil/release/release.js';
 import { startFleetCloud, type FleetCloud } from '../sim/stack.js';
 import { composeTarget } from '../src/cloud/device/target-state.js';
+import { checkWireState } from '../src/protocol/target-state.js';
 
 let dir: string;
 let cloud: FleetCloud;
@@ -26,7 +27,7 @@ afterAll(async () => {
 });
 
 const project = parseCompose(
-  'services:\n  sensor:\n    build: ./sensor\n    environment: { RELEASE: "1" }\n    volumes: [readings:/data]\n    privileged: true\n    ports: ["8080:80"]\n  uploader:\n    image: fleetlab/busybox:latest\n    command: [sleep, "9"]\nvolumes: { readings: {} }\n',
+  'services:\n  sensor:\n    build: ./sensor\n    environment: { RELEASE: "1" }\n    volumes: [readings:/data]\n    privileged: true\n    ports: ["8080:80"]\n    networks: [default, telemetry]\n  uploader:\n    image: fleetlab/busybox:latest\n    command: [sleep, "9"]\n    networks: [telemetry]\n    depends_on: [sensor]\nvolumes: { readings: {} }\nnetworks: { telemetry: {} }\n',
   '/t/greenhouse/compose.yaml',
 );
 const release = (commit: string): Release => ({ project, images: { sensor: 'greenhouse-sensor:abc', uploader: 'fleetlab/busybox:latest' }, imageIds: {}, commit });
@@ -69,13 +70,15 @@ describe('publishRelease', () => {
       env: { app: { FLEET: 'y' }, device: {} },
       config: { app: {}, device: {} },
     });
+    expect(checkWireState(target)).toEqual([]);
     const app = target.apps['1']!;
     expect(app.volumes).toEqual({ readings: {} });
+    expect(app.networks).toEqual({ telemetry: {} });
     expect(app.services['1']).toEqual({
       serviceName: 'sensor', serviceId: 1, imageId: 11, image: 'greenhouse-sensor:abc',
-      environment: { RELEASE: '1', FLEET: 'y' }, labels: {}, volumes: ['readings:/data'], privileged: true, ports: ['8080:80'],
+      environment: { RELEASE: '1', FLEET: 'y' }, labels: {}, volumes: ['readings:/data'], privileged: true, ports: ['8080:80'], networks: ['default', 'telemetry'],
     });
-    expect(app.services['2']).toMatchObject({ image: 'fleetlab/busybox:latest', command: ['sleep', '9'] });
+    expect(app.services['2']).toMatchObject({ image: 'fleetlab/busybox:latest', command: ['sleep', '9'], networks: ['telemetry'], depends_on: ['sensor'] });
   });
 
   it('counts the fleet: no devices yet', async () => {

@@ -9,7 +9,7 @@ import { basename, dirname, isAbsolute, join, resolve } from 'node:path';
 import { Value } from '@sinclair/typebox/value';
 import { parse as parseYaml } from 'yaml';
 import { FleetlabError, errorText } from '../../src/errors.js';
-import { WireService, type HostSettings } from '../../src/protocol/target-state.js';
+import { WireService, dependencyCycle, type HostSettings, type ServiceLinks } from '../../src/protocol/target-state.js';
 
 /** The names compose looks for in a directory, in its order of preference. */
 export const COMPOSE_FILE_NAMES = ['compose.yaml', 'compose.yml', 'docker-compose.yml', 'docker-compose.yaml'] as const;
@@ -24,7 +24,7 @@ export interface ComposeBuild {
   args: Record<string, string>;
 }
 
-export interface ComposeService extends HostSettings {
+export interface ComposeService extends HostSettings, ServiceLinks {
   name: string;
   /** `image:` as written; with `build:` it names the image the build produces. */
   image?: string;
@@ -45,24 +45,26 @@ export interface ComposeProject {
   name: string;
   services: ComposeService[];
   volumes: string[];
+  /** Networks declared under top-level `networks:` (besides the `default` every app has). */
+  networks: string[];
 }
 
 /** Service keys the target state carries, and what each becomes there. */
-const SERVICE_KEYS = ['build', 'cap_add', 'cap_drop', 'command', 'devices', 'environment', 'image', 'labels', 'network_mode', 'ports', 'privileged', 'restart', 'tmpfs', 'volumes'] as const;
+const SERVICE_KEYS = ['build', 'cap_add', 'cap_drop', 'command', 'depends_on', 'devices', 'environment', 'image', 'labels', 'network_mode', 'networks', 'ports', 'privileged', 'restart', 'tmpfs', 'volumes'] as const;
 
 /**
  * Common compose keys the device's target state has no place for yet. Named apart from
  * unknown keys so the message can say they are known and not yet carried, not misspelt.
  */
 const NOT_YET_CARRIED = new Set([
-  'depends_on', 'networks', 'expose', 'healthcheck',
+  'expose', 'healthcheck',
   'entrypoint', 'working_dir', 'user', 'hostname', 'env_file', 'container_name', 'stop_signal', 'stop_grace_period',
   'sysctls', 'ulimits', 'security_opt', 'extra_hosts', 'dns', 'logging', 'shm_size', 'mem_limit', 'cpus', 'deploy',
   'profiles', 'secrets', 'configs', 'init', 'read_only', 'tty', 'stdin_open', 'pid', 'ipc', 'group_add', 'volumes_from',
   'links', 'external_links', 'platform', 'pull_policy', 'scale', 'annotations', 'develop', 'extends',
 ]);
 
-const TOP_LEVEL_KEYS = new Set(['services', 'volumes', 'name', 'version']);
+const TOP_LEVEL_KEYS = new Set(['services', 'volumes', 'networks', 'name', 'version']);
 const NAME = /^[a-zA-Z0-9][a-zA-Z0-9_.-]*$/;
 const RESTART: readonly RestartPolicy[] = ['no', 'always', 'on-failure', 'unless-stopped'];
 
@@ -159,25 +161,44 @@ export function parseCompose(text: string, file: string, variables: Record<strin
   const name = doc.name === undefined ? basename(dirname(file)) || 'app' : doc.name;
   if (typeof name !== 'string' || name === '') throw problem(file, 'name', 'must be a non-empty string');
 
-  const volumes = declaredVolumes(file, doc.volumes);
+  const volumes = declared(file, 'volumes', doc.volumes);
+  // `default` is every app's own network: declaring it (to no effect) is allowed, as in compose.
+  const networks = declared(file, 'networks', doc.networks).filter((n) => n !== 'default');
   if (!isObject(doc.services) || Object.keys(doc.services).length === 0) throw problem(file, 'services', 'needs at least one service');
-  const services = Object.entries(doc.services).map(([serviceName, raw]) => parseService(file, serviceName, raw, volumes));
-  return { file, name, services, volumes };
+  const services = Object.entries(doc.services).map(([serviceName, raw]) => parseService(file, serviceName, raw, volumes, networks));
+  checkDependencies(file, services);
+  return { file, name, services, volumes, networks };
 }
 
-function declaredVolumes(file: string, raw: unknown): string[] {
+/** Top-level `volumes:` or `networks:`: names only, as the device creates them (local volumes, bridge networks). */
+function declared(file: string, key: 'volumes' | 'networks', raw: unknown): string[] {
   if (raw === undefined || raw === null) return [];
-  if (!isObject(raw)) throw problem(file, 'volumes', 'must be a mapping of volume names');
+  const what = key === 'volumes' ? 'volume' : 'network';
+  if (!isObject(raw)) throw problem(file, key, `must be a mapping of ${what} names`);
   for (const [name, options] of Object.entries(raw)) {
-    if (!NAME.test(name)) throw problem(file, `volumes.${name}`, 'a volume name may hold letters, digits, _ . - and must start with a letter or digit');
+    if (!NAME.test(name)) throw problem(file, `${key}.${name}`, `a ${what} name may hold letters, digits, _ . - and must start with a letter or digit`);
     if (options !== null && options !== undefined && !(isObject(options) && Object.keys(options).length === 0)) {
-      throw problem(file, `volumes.${name}`, 'volume options (driver, external, ...) are not supported by fleetlab: the device creates local volumes; declare it as `' + name + ': {}`');
+      const creates = key === 'volumes' ? 'local volumes' : 'bridge networks';
+      throw problem(file, `${key}.${name}`, `${what} options (driver, external, ...) are not supported by fleetlab: the device creates ${creates}; declare it as \`${name}: {}\``);
     }
   }
   return Object.keys(raw);
 }
 
-function parseService(file: string, name: string, raw: unknown, volumes: readonly string[]): ComposeService {
+/** Every `depends_on` names a service of the file, and they do not go round in a circle. */
+function checkDependencies(file: string, services: readonly ComposeService[]): void {
+  const names = new Set(services.map((s) => s.name));
+  for (const s of services) {
+    for (const dep of s.dependsOn ?? []) {
+      if (dep === s.name) throw problem(file, `services.${s.name}.depends_on`, 'a service cannot depend on itself');
+      if (!names.has(dep)) throw problem(file, `services.${s.name}.depends_on`, `"${dep}" is not a service in this file (services: ${[...names].join(', ')})`);
+    }
+  }
+  const cycle = dependencyCycle(new Map(services.map((s) => [s.name, s.dependsOn ?? []])));
+  if (cycle) throw problem(file, 'services', `depends_on goes round in a circle: ${cycle.join(' -> ')}; break one of these links`);
+}
+
+function parseService(file: string, name: string, raw: unknown, volumes: readonly string[], networks: readonly string[]): ComposeService {
   const at = `services.${name}`;
   if (!NAME.test(name) || name.length > 63) throw problem(file, at, 'a service name may hold letters, digits, _ . - (at most 63) and must start with a letter or digit');
   if (!isObject(raw)) throw problem(file, at, 'must be a mapping');
@@ -208,6 +229,14 @@ function parseService(file: string, name: string, raw: unknown, volumes: readonl
     if (typeof raw.network_mode !== 'string' || raw.network_mode === '') throw problem(file, `${at}.network_mode`, 'must be a string such as `host`');
     service.networkMode = raw.network_mode;
   }
+  if (raw.networks !== undefined) {
+    if (service.networkMode) throw problem(file, `${at}.networks`, 'cannot be combined with network_mode (as in compose): keep one of them');
+    service.networks = serviceNetworks(file, `${at}.networks`, raw.networks, networks);
+  }
+  if (raw.depends_on !== undefined) {
+    const deps = dependsOn(file, `${at}.depends_on`, raw.depends_on);
+    if (deps.length) service.dependsOn = deps;
+  }
   if (raw.privileged !== undefined) {
     if (typeof raw.privileged !== 'boolean') throw problem(file, `${at}.privileged`, 'must be true or false');
     service.privileged = raw.privileged;
@@ -230,6 +259,51 @@ function parseService(file: string, name: string, raw: unknown, volumes: readonl
     service[field] = entries as string[];
   }
   return service;
+}
+
+/** A service's `networks:` as a list of names or a mapping of names to nothing (per-network options are refused). */
+function serviceNetworks(file: string, at: string, raw: unknown, declaredNetworks: readonly string[]): string[] {
+  let names: string[];
+  if (Array.isArray(raw)) {
+    if (!raw.every((n) => typeof n === 'string')) throw problem(file, at, 'must be a list of network names');
+    names = raw as string[];
+  } else if (isObject(raw)) {
+    for (const [n, options] of Object.entries(raw)) {
+      if (options !== null && !(isObject(options) && Object.keys(options).length === 0)) {
+        throw problem(file, `${at}.${n}`, `per-network options (${isObject(options) ? Object.keys(options).join(', ') : 'a value'}) are not supported by fleetlab: the service is reachable by its own name on each network; write \`- ${n}\``);
+      }
+    }
+    names = Object.keys(raw);
+  } else {
+    throw problem(file, at, 'must be a list of network names');
+  }
+  if (names.length === 0) throw problem(file, at, 'is empty: leave it out to join the default network');
+  for (const n of names) {
+    if (n !== 'default' && !declaredNetworks.includes(n)) throw problem(file, at, `"${n}" is not declared under top-level networks: (declare it as \`networks: { ${n}: {} }\`)`);
+  }
+  return [...new Set(names)];
+}
+
+/** `depends_on:` as a list, or a mapping whose conditions fleetlab can honour (a started container). */
+function dependsOn(file: string, at: string, raw: unknown): string[] {
+  if (Array.isArray(raw)) {
+    if (!raw.every((n) => typeof n === 'string')) throw problem(file, at, 'must be a list of service names');
+    return [...new Set(raw as string[])];
+  }
+  if (!isObject(raw)) throw problem(file, at, 'must be a list of service names or a mapping of them');
+  for (const [dep, options] of Object.entries(raw)) {
+    if (options === null) continue;
+    if (!isObject(options)) throw problem(file, `${at}.${dep}`, 'must be a mapping such as `condition: service_started`');
+    for (const [key, value] of Object.entries(options)) {
+      if (key === 'condition') {
+        if (value === 'service_started') continue;
+        throw problem(file, `${at}.${dep}.condition`, `${JSON.stringify(value)} is not supported by fleetlab (it has no healthchecks and does not wait for exits): only service_started`);
+      }
+      if (key === 'required' && value === true) continue;
+      throw problem(file, `${at}.${dep}.${key}`, 'is not supported by fleetlab (supported: condition: service_started, required: true)');
+    }
+  }
+  return Object.keys(raw);
 }
 
 /** `environment:`/`labels:` as a mapping or a list of `KEY=VALUE`; numbers and booleans become strings as compose does. */

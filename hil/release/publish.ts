@@ -6,7 +6,7 @@
  * new target state and apply it as they would any release.
  */
 import { FleetlabError, errorText } from '../../src/errors.js';
-import { hostSettingsToWire } from '../../src/protocol/target-state.js';
+import { hostSettingsToWire, linksToWire } from '../../src/protocol/target-state.js';
 import type { Release } from './release.js';
 
 export interface CloudTarget {
@@ -60,9 +60,14 @@ export function compositionOf(release: Release): Record<string, unknown> {
       ...(s.restart ? { restart: s.restart } : {}),
       ...(s.networkMode ? { network_mode: s.networkMode } : {}),
       ...hostSettingsToWire(s),
+      ...linksToWire(s),
     };
   }
-  return { services, volumes: Object.fromEntries(release.project.volumes.map((v) => [v, {}])) };
+  return {
+    services,
+    volumes: Object.fromEntries(release.project.volumes.map((v) => [v, {}])),
+    ...(release.project.networks.length ? { networks: Object.fromEntries(release.project.networks.map((n) => [n, {}])) } : {}),
+  };
 }
 
 export async function publishRelease(release: Release, target: CloudTarget, log: (line: string) => void = () => undefined, fetcher: Fetch = fetch): Promise<PublishedRelease> {

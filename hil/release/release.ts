@@ -7,7 +7,7 @@
 import { createHash } from 'node:crypto';
 import type Docker from 'dockerode';
 import { FleetlabError, errorText } from '../../src/errors.js';
-import { hostSettingsToWire, type WireLocalState, type WireService } from '../../src/protocol/target-state.js';
+import { hostSettingsToWire, linksToWire, type WireLocalState, type WireService } from '../../src/protocol/target-state.js';
 import { buildServiceImage, type BuildProgress } from './image-build.js';
 import type { ComposeProject, ComposeService } from './compose.js';
 
@@ -56,7 +56,9 @@ async function imageId(docker: Docker, project: ComposeProject, service: Compose
 
 function commitOf(project: ComposeProject, imageIds: Record<string, string>): string {
   const services = project.services.map((s) => ({ ...s, build: undefined, imageId: imageIds[s.name] }));
-  return createHash('sha256').update(JSON.stringify({ name: project.name, volumes: project.volumes, services })).digest('hex').slice(0, 32);
+  // Networks only when declared, so a release without them keeps the commit it had before they were carried.
+  const networks = project.networks.length ? { networks: project.networks } : {};
+  return createHash('sha256').update(JSON.stringify({ name: project.name, volumes: project.volumes, ...networks, services })).digest('hex').slice(0, 32);
 }
 
 export interface TargetStateOptions {
@@ -86,7 +88,7 @@ export function localTargetState(release: Release, o: TargetStateOptions): WireL
     if (s.command) service.command = s.command;
     if (s.restart) service.restart = s.restart;
     if (s.networkMode) service.network_mode = s.networkMode;
-    Object.assign(service, hostSettingsToWire(s));
+    Object.assign(service, hostSettingsToWire(s), linksToWire(s));
     services[String(id)] = service;
   });
   return {
@@ -99,7 +101,7 @@ export function localTargetState(release: Release, o: TargetStateOptions): WireL
         releaseId: o.releaseId,
         services,
         volumes: Object.fromEntries(release.project.volumes.map((v) => [v, {}])),
-        networks: {},
+        networks: Object.fromEntries(release.project.networks.map((n) => [n, {}])),
       },
     },
   };

@@ -38,6 +38,10 @@ export const WireService = Type.Object({
   tmpfs: Type.Optional(Type.Array(Type.String({ pattern: '^/[^:\\s]*(:[^\\s]+)?$' }))),
   /** `[ip:]hostPort:containerPort[/tcp|/udp]` */
   ports: Type.Optional(Type.Array(Type.String({ pattern: '^(([0-9.]+|\\[[0-9a-fA-F:]+\\]):)?[0-9]{1,5}:[0-9]{1,5}(/(tcp|udp))?$' }))),
+  /** App networks (declared in the app's `networks`) the service joins instead of `default`. */
+  networks: Type.Optional(Type.Array(name('app network name'), { minItems: 1, uniqueItems: true })),
+  /** Services of the same app that must have started before this one starts. */
+  depends_on: Type.Optional(Type.Array(name('service name'), { uniqueItems: true })),
 });
 
 export const WireApp = Type.Object({
@@ -106,12 +110,34 @@ export function hostSettingsToWire(h: HostSettings): WireHostSettings {
   };
 }
 
+/** How a service hangs together with the rest of its app: compose's `networks` and `depends_on`; each absent when not set. */
+export interface ServiceLinks {
+  /** App networks the service joins (the first as its network mode); absent: `default`. */
+  networks?: string[];
+  /** Services whose containers must have started first; ordering only, not part of the container. */
+  dependsOn?: string[];
+}
+
+export function linksFromWire(w: Pick<WireService, 'networks' | 'depends_on'>): ServiceLinks {
+  return {
+    ...(w.networks?.length ? { networks: w.networks } : {}),
+    ...(w.depends_on?.length ? { dependsOn: w.depends_on } : {}),
+  };
+}
+
+export function linksToWire(l: ServiceLinks): Pick<WireService, 'networks' | 'depends_on'> {
+  return {
+    ...(l.networks?.length ? { networks: l.networks } : {}),
+    ...(l.dependsOn?.length ? { depends_on: l.dependsOn } : {}),
+  };
+}
+
 /** Only the host settings of a value that has them (and more). */
 export function pickHostSettings(h: HostSettings): HostSettings {
   return hostSettingsFromWire(hostSettingsToWire(h));
 }
 
-export interface TargetService extends HostSettings {
+export interface TargetService extends HostSettings, ServiceLinks {
   serviceId: number;
   serviceName: string;
   imageId: number;
@@ -148,6 +174,7 @@ export function checkWireState(state: WireLocalState): string[] {
   const problems: string[] = [];
   for (const [appKey, app] of Object.entries(state.apps)) {
     const declared = new Set(Object.keys(app.volumes ?? {}));
+    const networks = new Set(['default', ...Object.keys(app.networks ?? {})]);
     const names = new Set<string>();
     for (const [serviceKey, service] of Object.entries(app.services)) {
       const at = `local.apps.${appKey}.services.${serviceKey}`;
@@ -158,9 +185,46 @@ export function checkWireState(state: WireLocalState): string[] {
         const volume = mount.split(':')[0]!;
         if (!declared.has(volume)) problems.push(`${at}.volumes: volume "${volume}" is not declared in local.apps.${appKey}.volumes`);
       }
+      for (const network of service.networks ?? []) {
+        if (!networks.has(network)) problems.push(`${at}.networks: network "${network}" is not declared in local.apps.${appKey}.networks`);
+      }
+      if (service.networks && service.network_mode) problems.push(`${at}: networks and network_mode cannot both be set`);
     }
+    const dependsOn = new Map(Object.entries(app.services).map(([k, s]) => [s.serviceName, { at: `local.apps.${appKey}.services.${k}`, deps: s.depends_on ?? [] }]));
+    for (const [serviceName, { at, deps }] of dependsOn) {
+      for (const dep of deps) {
+        if (dep === serviceName) problems.push(`${at}.depends_on: a service cannot depend on itself`);
+        else if (!dependsOn.has(dep)) problems.push(`${at}.depends_on: "${dep}" is not a service of this app`);
+      }
+    }
+    const cycle = dependencyCycle(new Map([...dependsOn].map(([n, { deps }]) => [n, deps.filter((d) => d !== n)])));
+    if (cycle) problems.push(`local.apps.${appKey}: depends_on has a cycle: ${cycle.join(' -> ')}`);
   }
   return problems;
+}
+
+/** One cycle in a service -> dependencies graph, as the names along it (first repeated last), or undefined. */
+export function dependencyCycle(graph: ReadonlyMap<string, readonly string[]>): string[] | undefined {
+  const done = new Set<string>();
+  const path: string[] = [];
+  const visit = (node: string): string[] | undefined => {
+    const at = path.indexOf(node);
+    if (at >= 0) return [...path.slice(at), node];
+    if (done.has(node)) return undefined;
+    path.push(node);
+    for (const next of graph.get(node) ?? []) {
+      const found = visit(next);
+      if (found) return found;
+    }
+    path.pop();
+    done.add(node);
+    return undefined;
+  };
+  for (const node of [...graph.keys()].sort()) {
+    const found = visit(node);
+    if (found) return found;
+  }
+  return undefined;
 }
 
 function parseMount(spec: string): VolumeMount {
@@ -182,6 +246,7 @@ export function normaliseService(service: WireService): TargetService {
     volumes: (service.volumes ?? []).map(parseMount),
     restart: service.restart ?? 'always',
     ...hostSettingsFromWire(service),
+    ...linksFromWire(service),
   };
 }
 
@@ -222,6 +287,7 @@ export function toWireState(state: TargetState): WireLocalState {
         ...(s.volumes.length ? { volumes: s.volumes.map((v) => `${v.volume}:${v.path}${v.readOnly ? ':ro' : ''}`) } : {}),
         restart: s.restart,
         ...hostSettingsToWire(s),
+        ...linksToWire(s),
       };
     }
     apps[String(app.appId)] = {

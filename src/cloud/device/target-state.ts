@@ -8,7 +8,7 @@ import { createHash } from 'node:crypto';
 import { Type, type Static } from '@sinclair/typebox';
 import { Value } from '@sinclair/typebox/value';
 import { FleetlabError } from '../../errors.js';
-import { WireService, hostSettingsFromWire, hostSettingsToWire, type WireApp, type WireLocalState } from '../../protocol/target-state.js';
+import { WireService, hostSettingsFromWire, hostSettingsToWire, linksFromWire, linksToWire, type WireApp, type WireLocalState } from '../../protocol/target-state.js';
 import type { Db } from '../db/port.js';
 
 /** The part of a compose file a release's `composition` may carry, per service. */
@@ -25,10 +25,13 @@ const ComposedService = Type.Object({
   devices: Type.Optional(WireService.properties.devices),
   tmpfs: Type.Optional(WireService.properties.tmpfs),
   ports: Type.Optional(WireService.properties.ports),
+  networks: Type.Optional(WireService.properties.networks),
+  depends_on: Type.Optional(WireService.properties.depends_on),
 });
 export const Composition = Type.Object({
   services: Type.Optional(Type.Record(Type.String(), ComposedService)),
   volumes: Type.Optional(Type.Record(Type.String(), Type.Object({}))),
+  networks: Type.Optional(Type.Record(Type.String(), Type.Object({}))),
 });
 export type Composition = Static<typeof Composition>;
 
@@ -78,15 +81,18 @@ export function composeTarget(rows: TargetRows): WireLocalState {
       ...(composed.restart ? { restart: composed.restart } : {}),
       ...(composed.network_mode ? { network_mode: composed.network_mode } : {}),
       ...hostSettingsToWire(hostSettingsFromWire(composed)),
+      ...linksToWire(linksFromWire(composed)),
     };
   }
+  const networks = new Set(Object.keys(composition.networks ?? {}));
+  for (const s of Object.values(services)) for (const n of s.networks ?? []) if (n !== 'default') networks.add(n);
   const app: WireApp = {
     name: rows.app.name,
     commit: rows.release.commit,
     releaseId: rows.release.id,
     services,
     volumes: Object.fromEntries([...volumes].sort().map((v) => [v, {}])),
-    networks: {},
+    networks: Object.fromEntries([...networks].sort().map((n) => [n, {}])),
   };
   return { name: rows.device.name, config, apps: { [String(rows.app.id)]: app } };
 }

@@ -70,6 +70,8 @@ export interface ContainerSpec extends HostSettings {
   labels: Record<string, string>;
   binds: string[];
   networkMode: string;
+  /** Further app networks (engine names) the container joins before it starts, with the same aliases. */
+  extraNetworks?: string[];
   /** Network to attach with the service name as alias (app networks only). */
   aliases: string[];
   restart: 'no' | 'always' | 'on-failure' | 'unless-stopped';
@@ -319,9 +321,26 @@ export class Engine {
           ? { NetworkingConfig: { EndpointsConfig: { [spec.networkMode]: { Aliases: spec.aliases } } } }
           : {}),
       });
+      await this.joinExtraNetworks(container.id, spec);
       return container.id;
     } catch (err) {
       throw engineError(`creating container ${spec.name}`, err);
+    }
+  }
+
+  /**
+   * Engine API 1.41 (Debian's docker.io) takes one network at create; the rest are joined
+   * before the first start. A container that could not join them all is removed, so the next
+   * round creates it whole rather than finding a half-connected one with the right hash.
+   */
+  private async joinExtraNetworks(id: string, spec: ContainerSpec): Promise<void> {
+    try {
+      for (const network of spec.extraNetworks ?? []) {
+        await this.docker.getNetwork(network).connect({ Container: id, EndpointConfig: { Aliases: spec.aliases } });
+      }
+    } catch (err) {
+      await this.docker.getContainer(id).remove({ force: true }).catch(() => undefined);
+      throw err;
     }
   }
 

@@ -28,8 +28,8 @@ export interface DesiredContainer {
   environment: Record<string, string>;
   spec: ContainerSpec;
   configHash: string;
-  /** The app network it joins; undefined for host, none and bridge modes. */
-  appNetwork: string | undefined;
+  /** The app networks it joins, the one it is created on first; empty for host, none and bridge modes. */
+  appNetworks: string[];
 }
 
 export const supervisorApiLabel = (vendor: string) => `io.${vendor}.features.supervisor-api`;
@@ -66,11 +66,12 @@ export function platformEnvironment(app: TargetApp, service: TargetService, ctx:
   return env;
 }
 
-/** The app network a service joins, or undefined for the engine's own modes. */
-export function appNetworkFor(app: TargetApp, service: TargetService): string | undefined {
+/** The app networks a service joins, its network mode first; none for the engine's own modes. */
+export function appNetworksFor(app: TargetApp, service: TargetService): string[] {
+  if (service.networks?.length) return service.networks;
   const mode = service.networkMode;
-  if (mode === 'host' || mode === 'none' || mode === 'bridge') return undefined;
-  return mode && app.networks.includes(mode) ? mode : 'default';
+  if (mode === 'host' || mode === 'none' || mode === 'bridge') return [];
+  return [mode && app.networks.includes(mode) ? mode : 'default'];
 }
 
 export function desiredContainer(app: TargetApp, service: TargetService, ctx: SpecContext): DesiredContainer {
@@ -80,8 +81,10 @@ export function desiredContainer(app: TargetApp, service: TargetService, ctx: Sp
     `${ctx.lockDir(app.appId, service.serviceName)}:/tmp/${ctx.vendor}`,
     ...service.volumes.map((v) => `${ctx.volumeName(app.appId, v.volume)}:${v.path}${v.readOnly ? ':ro' : ''}`),
   ];
-  const appNetwork = appNetworkFor(app, service);
+  const appNetworks = appNetworksFor(app, service);
+  const appNetwork = appNetworks[0];
   const networkMode = appNetwork ? ctx.networkName(app.appId, appNetwork) : service.networkMode!;
+  const extraNetworks = appNetworks.slice(1).map((n) => ctx.networkName(app.appId, n));
   const hashed = {
     image: normaliseImageRef(service.image),
     imageId: service.imageId,
@@ -94,6 +97,7 @@ export function desiredContainer(app: TargetApp, service: TargetService, ctx: Sp
     restart: service.restart,
     // Only when set, so a container made before these settings existed keeps its hash.
     ...pickHostSettings(service),
+    ...(extraNetworks.length ? { extraNetworks } : {}),
   };
   const configHash = createHash('sha256').update(JSON.stringify(hashed)).digest('hex').slice(0, 32);
   return {
@@ -101,7 +105,7 @@ export function desiredContainer(app: TargetApp, service: TargetService, ctx: Sp
     service,
     environment,
     configHash,
-    appNetwork,
+    appNetworks,
     spec: {
       name: `${ctx.uuid.slice(0, 7)}_${service.serviceName}_${app.releaseId}`,
       image: service.image,
@@ -119,6 +123,7 @@ export function desiredContainer(app: TargetApp, service: TargetService, ctx: Sp
       },
       binds,
       networkMode,
+      ...(extraNetworks.length ? { extraNetworks } : {}),
       aliases: [service.serviceName],
       restart: service.restart,
       ...pickHostSettings(service),

@@ -8,6 +8,8 @@
  * - new images are fetched while the old release keeps running; a service is replaced only
  *   when every image of its app's target release is present (no half-updated app);
  * - networks and volumes exist before containers that use them;
+ * - a service with `depends_on` is created (or started) only once each service it depends on
+ *   has a container of the target release that has started (compose's `service_started`);
  * - an outdated container is removed (under its update lock) before its successor is created;
  * - networks of removed apps go once their containers are gone; volumes stay until
  *   `cleanup-volumes` (as the spec says since 10.0).
@@ -91,19 +93,31 @@ function planApp(app: TargetApp, input: PlanInput): Step[] {
     }
   }
 
-  if (!releaseReady) return steps;
+  // A dependency counts as started when its up-to-date container has run and is not being
+  // (re)started in this very round; its dependents wait for the next round's snapshot.
+  const starting = new Set(steps.flatMap((s) => (s.action === 'start' ? [s.container.serviceName] : [])));
+  const started = new Set(
+    containers
+      .filter((c) => c.configHash === desired.get(serviceKey(appId, c.serviceName))?.configHash && (c.state !== 'created' || !desired.get(serviceKey(appId, c.serviceName))!.service.running))
+      .map((c) => c.serviceName)
+      .filter((n) => !starting.has(n)),
+  );
+  const depsStarted = (serviceName: string) => (desired.get(serviceKey(appId, serviceName))?.service.dependsOn ?? []).every((d) => started.has(d));
+  const ordered = steps.filter((s) => s.action !== 'start' || depsStarted(s.container.serviceName));
+
+  if (!releaseReady) return ordered;
   const staleNames = new Set(
-    steps.filter((s): s is Extract<Step, { action: 'removeContainer' }> => s.action === 'removeContainer').map((s) => s.container.serviceName),
+    ordered.filter((s): s is Extract<Step, { action: 'removeContainer' }> => s.action === 'removeContainer').map((s) => s.container.serviceName),
   );
   for (const service of app.services) {
     if (seen.has(service.serviceName) || staleNames.has(service.serviceName)) continue;
     const want = desired.get(serviceKey(appId, service.serviceName));
     if (!want) continue;
-    const netReady = want.appNetwork === undefined || networks.has(want.appNetwork);
+    const netReady = want.appNetworks.every((n) => networks.has(n));
     const volReady = service.volumes.every((v) => volumes.has(v.volume));
-    if (netReady && volReady) steps.push({ action: 'createContainer', appId, desired: want });
+    if (netReady && volReady && depsStarted(service.serviceName)) ordered.push({ action: 'createContainer', appId, desired: want });
   }
-  return steps;
+  return ordered;
 }
 
 function planRemovedApp(appId: number, input: PlanInput): Step[] {

@@ -351,6 +351,34 @@ describe('SshDevice against a real sshd', () => {
     expect((await ssh.run(['echo', 'again'])).stdout).toBe('again\n');
   });
 
+  it("forwards a port on the device's loopback to this host, and brings it back after the connection drops", async () => {
+    const server: Server = createServer((_req, res) => res.end('from the host'));
+    await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+    const hostPort = (server.address() as { port: number }).port;
+    try {
+      const devicePort = await freePort();
+      await ssh.forwardRemote(devicePort, { host: '127.0.0.1', port: hostPort });
+      // The device here is this machine through sshd: its loopback is ours.
+      const fetched = await ssh.run(['busybox', 'wget', '-q', '-O-', `http://127.0.0.1:${devicePort}/`]);
+      expect(fetched).toMatchObject({ exitCode: 0, stdout: 'from the host' });
+      await expect(ssh.forwardRemote(devicePort, { host: '127.0.0.1', port: hostPort })).rejects.toThrow(`cannot listen on the device's 127.0.0.1:${devicePort}`);
+
+      await sshd.stop();
+      expect(await accepts(devicePort)).toBe(false);
+      await sshd.start();
+      // No call is made: the session reconnects by itself because a forward is wanted.
+      let back = false;
+      for (let i = 0; i < 100 && !back; i++) {
+        back = await accepts(devicePort);
+        if (!back) await sleep(100);
+      }
+      expect(back).toBe(true);
+      expect((await ssh.run(['busybox', 'wget', '-q', '-O-', `http://127.0.0.1:${devicePort}/`])).stdout).toBe('from the host');
+    } finally {
+      server.close();
+    }
+  });
+
   it('waitReachable waits for a server that comes up later', async () => {
     await sshd.stop();
     const waiting = ssh.waitReachable(15_000);

@@ -7,6 +7,7 @@
  * The host key is not checked: lab boards are reflashed and regenerate it, and the harness
  * only ever talks to the address its config names.
  */
+import { connect as tcpConnect } from 'node:net';
 import { constants } from 'node:os';
 import { Client, type ClientChannel } from 'ssh2';
 import { FleetlabError, errorText } from '../../src/errors.js';
@@ -51,6 +52,14 @@ const REMOTE_TIMEOUT_GRACE_MS = 1_000;
 const STOP_WAIT_MS = 2_000;
 // OpenSSH's default MaxSessions is 10; stay under it so a burst of calls never sees "open failed".
 const MAX_CHANNELS = 8;
+/** While a remote forward is wanted and the connection is down, how often to try again. */
+const FORWARD_RECONNECT_MS = 2_000;
+
+/** A port on the device's loopback served from this host (see `forwardRemote`). */
+interface RemoteForward {
+  readonly remotePort: number;
+  readonly to: { readonly host: string; readonly port: number };
+}
 
 function sshError(message: string, cause?: unknown): FleetlabError {
   return new FleetlabError('SUP_ERR_HOST', message, cause === undefined ? undefined : { cause });
@@ -89,6 +98,10 @@ export class SshDevice {
   /** Errors retrying cannot cure (key unreadable, key refused): waitReachable gives up on them at once. */
   readonly #permanent = new WeakSet<Error>();
   readonly #waiting: Array<() => void> = [];
+  readonly #forwards = new Map<number, RemoteForward>();
+  /** Set by `disconnect()`: the device is being rewound, so no reconnect until the next call. */
+  #paused = false;
+  #reconnectTimer: NodeJS.Timeout | undefined;
 
   readonly exec: CommandProtocol;
   readonly files: FilesProtocol;
@@ -212,9 +225,35 @@ export class SshDevice {
     throw sshError(`SSH to ${this.#where}: not reachable within ${timeoutMs} ms (${last === undefined ? 'no attempt finished' : errorText(last)})`, last);
   }
 
+  /**
+   * Serves `127.0.0.1:<remotePort>` on the device from `to` on this host (an SSH remote
+   * forward), for as long as this session lives: a registry the device pulls from, without
+   * TLS or a daemon setting (dockerd trusts loopback registries). Set up again on every new
+   * connection, and the connection is kept up meanwhile, so a device that rebooted or lost
+   * power gets it back as soon as SSH answers. Resolves once the device listens.
+   */
+  async forwardRemote(remotePort: number, to: { host: string; port: number }): Promise<void> {
+    const forward = { remotePort, to };
+    // Bound here first, then remembered: a connection opened meanwhile binds only what it finds.
+    // As with a command, a connection that died unnoticed is replaced once.
+    for (let attempt = 0; ; attempt++) {
+      const client = await this.#connection();
+      try {
+        await this.#bind(client, forward);
+        break;
+      } catch (err) {
+        if (!(err instanceof ChannelNotOpened) || attempt > 0) throw err instanceof ChannelNotOpened ? sshError(`SSH to ${this.#where}: ${err.message}`, err) : err;
+        this.#drop(client);
+      }
+    }
+    this.#forwards.set(remotePort, forward);
+  }
+
   /** Closes the connection; later calls reject. */
   async close(): Promise<void> {
     this.#closed = true;
+    clearTimeout(this.#reconnectTimer);
+    this.#forwards.clear();
     await this.disconnect();
   }
 
@@ -224,6 +263,7 @@ export class SshDevice {
    * connection pointing at a session the device no longer has.
    */
   async disconnect(): Promise<void> {
+    this.#paused = true;
     const pending = this.#client;
     this.#client = undefined;
     this.#ready = undefined;
@@ -233,8 +273,46 @@ export class SshDevice {
 
   #connection(): Promise<Client> {
     if (this.#closed) return Promise.reject(sshError(`SSH to ${this.#where}: session closed`));
+    this.#paused = false;
     this.#client ??= this.#connect();
     return this.#client;
+  }
+
+  #bind(client: Client, forward: RemoteForward): Promise<void> {
+    return new Promise((resolve, reject) => {
+      const failed = (err: Error) => {
+        if (connectionGone(err)) reject(new ChannelNotOpened(err.message));
+        else reject(sshError(`SSH to ${this.#where}: cannot listen on the device's 127.0.0.1:${forward.remotePort} (${err.message}); is that port taken there, or AllowTcpForwarding off in its sshd_config?`, err));
+      };
+      try {
+        client.forwardIn('127.0.0.1', forward.remotePort, (err) => (err ? failed(err) : resolve()));
+      } catch (err) {
+        failed(err instanceof Error ? err : new Error(String(err)));
+      }
+    });
+  }
+
+  /** A connection the device opened to a forwarded port: joined to its host end. */
+  #forwarded(info: { destPort: number }, accept: () => ClientChannel, refuse: () => void): void {
+    const forward = this.#forwards.get(info.destPort);
+    if (!forward) return refuse();
+    const channel = accept();
+    const socket = tcpConnect(forward.to.port, forward.to.host);
+    socket.on('error', () => channel.close());
+    channel.on('error', () => socket.destroy());
+    channel.on('close', () => socket.destroy());
+    socket.pipe(channel).pipe(socket);
+  }
+
+  /** With forwards wanted, a lost connection is opened again in the background (bounded by `close`). */
+  #keepForwards(): void {
+    if (this.#closed || this.#paused || this.#forwards.size === 0 || this.#reconnectTimer) return;
+    this.#reconnectTimer = setTimeout(() => {
+      this.#reconnectTimer = undefined;
+      if (this.#closed || this.#paused || this.#client) return;
+      this.#connection().catch(() => this.#keepForwards());
+    }, FORWARD_RECONNECT_MS);
+    this.#reconnectTimer.unref();
   }
 
   /** Forgets `client` if it is still the current connection, so the next call opens a new one. */
@@ -254,8 +332,10 @@ export class SshDevice {
       client.on('ready', () => {
         ready = true;
         if (this.#client === attempt) this.#ready = client;
+        for (const forward of this.#forwards.values()) this.#bind(client, forward).catch(() => undefined);
         resolve(client);
       });
+      client.on('tcp connection', (info, accept, refuse) => this.#forwarded(info, accept, refuse));
       client.on('error', (err: Error & { level?: string }) => {
         // After ready, errors end the connection and 'close' follows; calls in flight see their channel close.
         if (ready) return;
@@ -267,6 +347,7 @@ export class SshDevice {
         if (!ready) reject(sshError(`SSH to ${this.#where} failed: connection closed during the handshake`));
         if (this.#client === attempt) this.#client = undefined;
         if (this.#ready === client) this.#ready = undefined;
+        this.#keepForwards();
       });
       try {
         client.connect({

@@ -149,11 +149,13 @@ export class Device {
   async deploy(composeFileOrDir?: string, options: DeployOptions = {}): Promise<DeployedRelease> {
     const path = composeFileOrDir ?? this.#context.app;
     if (!path) throw new FleetlabError('HIL_ERR_COMPOSE', 'device.deploy(): name a compose file or directory, or set `app` in fleetlab.config');
-    const images = this.#need(this.#dut.images, 'deploy()', 'images');
+    const project = loadCompose(resolve(path));
+    const engine = await this.#need(this.#dut.images, 'deploy()', 'images').prepare();
     return deployLocal({
       api: this.client,
-      project: loadCompose(resolve(path)),
-      docker: new Docker({ socketPath: images.engineSocket }),
+      project,
+      docker: new Docker({ socketPath: engine.engineSocket }),
+      ...(engine.registry ? { registry: engine.registry } : {}),
       log: this.#context.log ?? (() => undefined),
       ...options,
     });

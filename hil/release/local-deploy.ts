@@ -8,6 +8,7 @@ import { FleetlabError, errorText } from '../../src/errors.js';
 import type { DeviceApi, StateStatus } from '../lib/device-api.js';
 import { scaled, sleep } from '../lib/wait.js';
 import type { ComposeProject } from './compose.js';
+import { pushRelease } from './push.js';
 import { buildRelease, localTargetState } from './release.js';
 
 export interface DeployOptions {
@@ -36,10 +37,15 @@ export interface DeployedRelease {
 const DEFAULT_APP_ID = 1;
 const DEPLOY_TIMEOUT_MS = 120_000;
 
-export async function deployLocal(o: DeployOptions & { api: DeviceApi; project: ComposeProject; docker: Docker; log: (line: string) => void }): Promise<DeployedRelease> {
+/**
+ * `registry`: the device pulls, so the images are pushed there and the target state names them
+ * by their registry references; without it the device shares `docker`, the engine built in.
+ */
+export async function deployLocal(o: DeployOptions & { api: DeviceApi; project: ComposeProject; docker: Docker; registry?: string; log: (line: string) => void }): Promise<DeployedRelease> {
   const { api, project, log } = o;
   // Step output only shows again in a failure's message (its last lines); starts and ends are printed.
-  const release = await buildRelease(project, { docker: o.docker, progress: (e) => e.summary && log(`[${e.service}] ${e.line}`) });
+  const built = await buildRelease(project, { docker: o.docker, progress: (e) => e.summary && log(`[${e.service}] ${e.line}`) });
+  const release = o.registry ? await pushRelease(built, { docker: o.docker, registry: o.registry, log }) : built;
   const appId = o.appId ?? DEFAULT_APP_ID;
   const status = await api.stateStatus();
   if (status.status !== 200) throw new FleetlabError('HIL_ERR_DEPLOY', `the device answered GET /v2/state/status with ${status.status}: ${JSON.stringify(status.body)}; check its URL and key`);

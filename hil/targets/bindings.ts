@@ -17,7 +17,7 @@ const BACKING: Record<Capability, (d: DeviceUnderTest) => boolean> = {
   journal: (d) => typeof d.journal?.entries === 'function',
   files: (d) => typeof d.files?.read === 'function' && typeof d.files?.write === 'function',
   'files.volumes': (d) => typeof d.files?.volumePath === 'function',
-  images: (d) => typeof d.images?.engineSocket === 'string',
+  images: (d) => typeof d.images?.prepare === 'function',
 };
 
 /** Throws an error naming every capability `driver` declares but `device` lacks. */

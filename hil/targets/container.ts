@@ -141,7 +141,7 @@ class ContainerUnderTest implements DeviceUnderTest {
   ) {
     this.#readyCount = ready.count;
     // The device's supervisor drives the host's dockerd through the mounted socket.
-    this.images = { engineSocket: dockerSocket };
+    this.images = { prepare: async () => ({ engineSocket: dockerSocket }) };
     const dataDir = ready.dataDir;
     const uuid = ready.uuid;
     const id = container.getId();

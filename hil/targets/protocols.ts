@@ -195,11 +195,20 @@ export interface DeviceUnderTest extends AsyncDisposable {
 
 /**
  * How a release's images reach the device's engine. The sim and container targets share an
- * engine with the harness, so an image built there is one the supervisor finds without a pull.
+ * engine with the harness, so an image built there is one the supervisor finds without a pull;
+ * the qemu and board targets build for the board's architecture and push to a registry the
+ * device pulls from.
  */
 export interface ImagesProtocol {
+  /** Where to build (and push) a release; what it needs is started on the first call. */
+  prepare(): Promise<ReleaseEngine>;
+}
+
+export interface ReleaseEngine {
   /** Unix socket of the Engine API to build a release's images in. */
   readonly engineSocket: string;
+  /** `host:port` of the registry to push to, which the device reaches by the same name; absent when the device shares the build engine. */
+  readonly registry?: string;
 }
 
 /** What every driver's `start` accepts, whatever its own options add. */

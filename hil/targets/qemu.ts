@@ -35,11 +35,12 @@ import { startPartitionableLink, type PartitionableLink } from '../../sim/networ
 import { httpApi } from '../lib/http.js';
 import { dockerVolumePath, storedIdentity, unitLog, waitApiDown } from './board.js';
 import { runResetStep, supervisorWipeLines } from './board-reset.js';
+import { PulledImages } from './pulled-images.js';
 import { SshDevice } from './ssh-device.js';
 import type { ApiProtocol, Capability, DeviceUnderTest, LedProtocol, NetworkProtocol, PowerProtocol, TargetDriver, TargetFacts, TargetStartOptions } from './protocols.js';
 
 export const QEMU_TARGET = 'qemu';
-export const QEMU_CAPABILITIES: readonly Capability[] = ['api', 'exec', 'led', 'power.reboot', 'power.cycle', 'power.cut', 'network', 'journal', 'files', 'files.volumes'];
+export const QEMU_CAPABILITIES: readonly Capability[] = ['api', 'exec', 'led', 'power.reboot', 'power.cycle', 'power.cut', 'network', 'journal', 'files', 'files.volumes', 'images'];
 
 /** Boot to API under TCG: 4-5 min for raspi3b on a 2-core machine, longer when it is shared. */
 const BOOT_MS = 900_000;
@@ -135,6 +136,8 @@ export function cloudEnv(cloud: { url: string; provisioningKey: string }): strin
 class QemuLab {
   board: QemuBoard | undefined;
   ssh: SshDevice | undefined;
+  /** A team's releases: built for arm64 and pulled by the board from a registry on this host. */
+  images: PulledImages | undefined;
   probe: GpioProbe | undefined;
   runDir: string | undefined;
   /** Where `power.off` left the board: QEMU gone, the disk kept for `on`. */
@@ -170,6 +173,7 @@ class QemuLab {
     this.#resetBy = undefined;
     this.#followResets(board);
     this.ssh = new SshDevice({ host: '127.0.0.1', port: board.info.sshPort, username: 'root', privateKey: await readFile(this.image.sshKey) });
+    this.images = new PulledImages(this.ssh);
     await this.afterBoot();
   }
 
@@ -276,6 +280,8 @@ class QemuLab {
 
   async shutdown(): Promise<void> {
     this.#retireProbe();
+    await this.images?.close().catch(() => undefined);
+    this.images = undefined;
     await this.ssh?.close().catch(() => undefined);
     await this.board?.stop().catch(() => undefined);
     if (this.runDir) await rm(this.runDir, { recursive: true, force: true });
@@ -295,6 +301,7 @@ class QemuUnderTest implements DeviceUnderTest {
   readonly led: LedProtocol;
   readonly power: PowerProtocol;
   readonly network: NetworkProtocol;
+  readonly images: PulledImages;
   /** This file's API connections, ended with it: the next file may start from a restored snapshot. */
   readonly #connections = new Agent();
   #closed = false;
@@ -317,6 +324,7 @@ class QemuUnderTest implements DeviceUnderTest {
     }, { dispatcher: this.#connections });
     this.exec = ssh.exec;
     this.journal = ssh.journal;
+    this.images = lab.images!;
     this.files = { ...ssh.files, volumePath: (appId: number, volume: string) => dockerVolumePath(ssh, identity.uuid, appId, volume) };
     const line = LED_LINES[lab.machine];
     this.led = {

@@ -84,7 +84,10 @@ class SimUnderTest implements DeviceUnderTest {
     // pulls from its simulated registry with progress.
     this.facts = { engine, imagesArePulled: engine === 'sim' };
     // On dockerd the device's engine is the harness's: a release built there is found as is.
-    if (engine === 'docker') this.images = { engineSocket: sim.options.dockerSocket };
+    if (engine === 'docker') {
+      const engineSocket = sim.options.dockerSocket;
+      this.images = { prepare: async () => ({ engineSocket }) };
+    }
     this.exec = { run: (argv, options) => (argv.length ? run(argv[0]!, argv.slice(1), options) : Promise.reject(new Error('exec: empty argv'))) };
     const gpio = sim.ledGpio;
     this.led = {

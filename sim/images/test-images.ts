@@ -3,7 +3,8 @@
  * static busybox, imported into the engine through the Engine API (`POST /images/create`
  * with `fromSrc=-`), so it works on dockerd and on the simulated engine alike.
  */
-import { createReadStream } from 'node:fs';
+import { createHash } from 'node:crypto';
+import { createReadStream, readFileSync } from 'node:fs';
 import { mkdtemp, mkdir, copyFile, symlink, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -79,13 +80,64 @@ export async function buildTestImages(socketPath: string, progress: BuildProgres
  */
 export const BASE_IMAGE = 'fleetlab/busybox:latest';
 
-/** Imports BASE_IMAGE into the engine unless it is there; returns whether it imported it. */
-export async function ensureBaseImage(socketPath: string, progress: BuildProgress = () => undefined): Promise<boolean> {
+/** Another architecture's base: its static busybox and the image config's name for it (`arm64`). */
+export interface ForeignBase {
+  busybox: string;
+  architecture: string;
+}
+
+/**
+ * Imports BASE_IMAGE into the engine unless it is there; returns whether it imported it. With
+ * `foreign`, the image is of that architecture, for an engine that builds for a board.
+ */
+export async function ensureBaseImage(socketPath: string, progress: BuildProgress = () => undefined, foreign?: ForeignBase): Promise<boolean> {
   const docker = await engineAt(socketPath);
   const present = await docker.getImage(BASE_IMAGE).inspect().then(() => true, () => false);
   if (present) return false;
-  await importBusyboxImages(socketPath, [{ ref: BASE_IMAGE, cmd: ['/bin/sh'] }], progress, 'all');
+  if (foreign) await loadForeignBase(socketPath, foreign, progress);
+  else await importBusyboxImages(socketPath, [{ ref: BASE_IMAGE, cmd: ['/bin/sh'] }], progress, 'all');
   return true;
+}
+
+/**
+ * `POST /images/create?fromSrc` records the engine's own architecture whatever it is told, so a
+ * foreign base goes in through `POST /images/load` as an image archive whose config names the
+ * architecture; images built `FROM` it inherit it, and a board's engine pulls them as its own.
+ */
+async function loadForeignBase(socketPath: string, foreign: ForeignBase, progress: BuildProgress): Promise<void> {
+  const docker = await engineAt(socketPath);
+  const dir = await mkdtemp(join(tmpdir(), 'fleetlab-base-archive-'));
+  try {
+    progress({ image: BASE_IMAGE, step: `importing (${foreign.architecture})` });
+    const applets = (await execa(foreign.busybox, ['--list'])).stdout.split('\n').filter((a) => /^[a-z0-9_.[-]+$/.test(a) && a !== 'busybox');
+    const archive = join(dir, 'archive');
+    await mkdir(archive);
+    await writeTestRootfsTar(foreign.busybox, join(archive, 'layer.tar'), applets);
+    const diffId = `sha256:${createHash('sha256').update(readFileSync(join(archive, 'layer.tar'))).digest('hex')}`;
+    const config = JSON.stringify({
+      architecture: foreign.architecture,
+      os: 'linux',
+      created: '1970-01-01T00:00:00Z',
+      config: { Cmd: ['/bin/sh'], WorkingDir: '/', Env: ['PATH=/bin'] },
+      rootfs: { type: 'layers', diff_ids: [diffId] },
+      history: [{ created: '1970-01-01T00:00:00Z', created_by: `fleetlab: Debian busybox-static (${foreign.architecture})` }],
+    });
+    const configName = `${createHash('sha256').update(config).digest('hex')}.json`;
+    await writeFile(join(archive, configName), config);
+    await writeFile(join(archive, 'manifest.json'), JSON.stringify([{ Config: configName, RepoTags: [BASE_IMAGE], Layers: ['layer.tar'] }]));
+    await execa('tar', ['-C', archive, '-cf', join(dir, 'image.tar'), '.']);
+    const stream = await docker.loadImage(createReadStream(join(dir, 'image.tar')), { quiet: true });
+    await new Promise<void>((resolve, reject) =>
+      docker.modem.followProgress(stream, (err: Error | null, events: Array<{ error?: string }>) => {
+        const failed = err?.message ?? events?.find((e) => e.error)?.error;
+        if (failed) reject(new FleetlabError('SUP_ERR_ENGINE', `loading ${BASE_IMAGE} (${foreign.architecture}): ${failed}`));
+        else resolve();
+      }),
+    );
+    progress({ image: BASE_IMAGE, step: 'done' });
+  } finally {
+    await rm(dir, { recursive: true, force: true });
+  }
 }
 
 /** Imports the busybox root filesystem once per image, each with its own default command. */

@@ -1,0 +1,185 @@
+/**
+ * A private dockerd that builds a release for a board's architecture (arm64) on this host.
+ * Debian's docker.io 20.10 keeps one image per tag, so the arm64 `fleetlab/busybox:latest` a
+ * team's Dockerfile names cannot live beside the host engine's amd64 one: the build engine has
+ * its own data root, exec root, socket and containerd, no bridge and no iptables rules, and its
+ * RUN steps execute through qemu-user (binfmt_misc). What it builds goes to the device through
+ * a registry (./registry.ts), never through this engine.
+ *
+ * Its directory lives under the system's temp dir with an owner file: a run killed with -9
+ * leaves it behind, and the next start stops that dockerd and removes it.
+ */
+import { spawn, type ChildProcess } from 'node:child_process';
+import { request } from 'node:http';
+import { closeSync, existsSync, openSync, readdirSync, readFileSync, renameSync } from 'node:fs';
+import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { execa } from 'execa';
+import { FleetlabError, errorText } from '../../src/errors.js';
+import { findTool, missingToolError, type ToolSpec } from '../../src/tools.js';
+import { ensureBaseImage } from '../../sim/images/test-images.js';
+import { cacheRoot, needTool, qemuTools, requireArm64Binfmt } from '../../qemu/tools.js';
+import { DEFAULT_MIRROR, DEFAULT_SUITE } from '../../qemu/image/recipe.js';
+import { sleep } from '../lib/wait.js';
+
+export const dockerdTool: ToolSpec = { candidates: ['/usr/sbin/dockerd', '/usr/bin/dockerd', 'dockerd'], debianPackage: 'docker.io' };
+const DIR_PREFIX = 'fleetlab-build-engine-';
+const READY_MS = 60_000;
+const STOP_MS = 20_000;
+
+export interface BuildEngine {
+  /** Engine API socket of the private dockerd. */
+  readonly socketPath: string;
+  /** The image config's name for what it builds. */
+  readonly architecture: 'arm64';
+  close(): Promise<void>;
+}
+
+interface Owner {
+  /** The process that started the engine; when it is gone, the engine is stale. */
+  owner: number;
+  dockerd: number;
+}
+
+const alive = (pid: number) => {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (err) {
+    return (err as NodeJS.ErrnoException).code === 'EPERM';
+  }
+};
+
+async function stopPid(pid: number, isGone: () => boolean): Promise<void> {
+  try {
+    process.kill(pid, 'SIGTERM');
+  } catch {
+    return;
+  }
+  const deadline = Date.now() + STOP_MS;
+  while (!isGone() && Date.now() < deadline) await sleep(100);
+  if (!isGone()) {
+    try {
+      process.kill(pid, 'SIGKILL');
+    } catch {
+      // gone meanwhile
+    }
+  }
+}
+
+/** Stops the engines and removes the directories that runs killed before their close left behind. */
+export async function reapStaleBuildEngines(root = tmpdir()): Promise<string[]> {
+  const reaped: string[] = [];
+  for (const name of readdirSync(root).filter((n) => n.startsWith(DIR_PREFIX))) {
+    const dir = join(root, name);
+    let owner: Owner | undefined;
+    try {
+      owner = JSON.parse(readFileSync(join(dir, 'owner.json'), 'utf8')) as Owner;
+    } catch {
+      owner = undefined;
+    }
+    if (owner && alive(owner.owner)) continue;
+    if (owner && alive(owner.dockerd)) await stopPid(owner.dockerd, () => !alive(owner!.dockerd));
+    await rm(dir, { recursive: true, force: true }).catch(() => undefined);
+    reaped.push(dir);
+  }
+  return reaped;
+}
+
+/**
+ * Debian's static busybox for arm64, the base image's one program: extracted from the package
+ * by mmdebstrap (a few seconds), cached per suite under `<cache>/arm64/`.
+ */
+export async function arm64Busybox(o: { cacheDir?: string; suite?: string; mirror?: string } = {}): Promise<string> {
+  const suite = o.suite ?? DEFAULT_SUITE;
+  const dir = join(o.cacheDir ?? cacheRoot(), 'arm64');
+  const path = join(dir, `busybox-${suite}`);
+  if (existsSync(path)) return path;
+  const mmdebstrap = needTool(qemuTools.mmdebstrap);
+  await mkdir(dir, { recursive: true });
+  const work = await mkdtemp(join(dir, 'extract-'));
+  try {
+    const tarPath = join(work, 'busybox-static.tar');
+    const r = await execa(mmdebstrap, ['--variant=extract', '--include=busybox-static', '--architectures=arm64', suite, tarPath, o.mirror ?? DEFAULT_MIRROR], { all: true, reject: false });
+    if (r.exitCode !== 0) {
+      throw new FleetlabError('HIL_ERR_REGISTRY', `mmdebstrap could not fetch Debian's arm64 busybox-static (exit ${r.exitCode}); its last lines:\n${String(r.all).trim().split('\n').slice(-5).join('\n')}`);
+    }
+    await execa('tar', ['-C', work, '-xf', tarPath, './usr/bin/busybox']);
+    renameSync(join(work, 'usr/bin/busybox'), path);
+    return path;
+  } finally {
+    await rm(work, { recursive: true, force: true });
+  }
+}
+
+/** Starts the build engine with `fleetlab/busybox:latest` for arm64 in it. */
+export async function startBuildEngine(o: { progress?: (line: string) => void } = {}): Promise<BuildEngine> {
+  const progress = o.progress ?? (() => undefined);
+  if (process.getuid?.() !== 0) {
+    throw new FleetlabError('HIL_ERR_REGISTRY', 'building a release for an arm64 board runs a private dockerd, which needs root: run the tests as root (CI does)');
+  }
+  requireArm64Binfmt();
+  const dockerd = findTool(dockerdTool, `${process.env.PATH ?? ''}:/usr/sbin:/sbin`);
+  if (!dockerd) throw missingToolError(dockerdTool);
+  await reapStaleBuildEngines();
+
+  const dir = await mkdtemp(join(tmpdir(), DIR_PREFIX));
+  const socketPath = join(dir, 'docker.sock');
+  const logPath = join(dir, 'dockerd.log');
+  // An empty config file: the host's /etc/docker/daemon.json (hosts, data-root) is the host engine's.
+  await writeFile(join(dir, 'daemon.json'), '{}\n');
+  const fd = openSync(logPath, 'a');
+  let child: ChildProcess;
+  try {
+    child = spawn(dockerd, [
+      '--config-file', join(dir, 'daemon.json'),
+      '--data-root', join(dir, 'data'),
+      '--exec-root', join(dir, 'exec'),
+      '--pidfile', join(dir, 'dockerd.pid'),
+      '--host', `unix://${socketPath}`,
+      '--bridge=none', '--iptables=false', '--ip-masq=false',
+    ], { stdio: ['ignore', fd, fd] });
+  } finally {
+    closeSync(fd);
+  }
+  const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
+  await writeFile(join(dir, 'owner.json'), JSON.stringify({ owner: process.pid, dockerd: child.pid ?? 0 } satisfies Owner));
+  const stop = async () => {
+    if (child.exitCode === null && child.signalCode === null) await stopPid(child.pid!, () => child.exitCode !== null || child.signalCode !== null);
+    await exited;
+    await rm(dir, { recursive: true, force: true }).catch(() => undefined);
+  };
+  const lastWords = () => readFileSync(logPath, 'utf8').trim().split('\n').slice(-5).join('\n');
+
+  try {
+    progress(`arm64 build engine: starting a private dockerd (${socketPath})`);
+    const deadline = Date.now() + READY_MS;
+    for (;;) {
+      if (child.exitCode !== null) throw new FleetlabError('HIL_ERR_REGISTRY', `the arm64 build engine (dockerd) exited with ${child.exitCode} at start; its log ends:\n${lastWords()}`);
+      if (await pingSocket(socketPath)) break;
+      if (Date.now() > deadline) throw new FleetlabError('HIL_ERR_REGISTRY', `the arm64 build engine (dockerd) did not answer within ${READY_MS} ms; its log ends:\n${lastWords()}`);
+      await sleep(200);
+    }
+    const busybox = await arm64Busybox();
+    await ensureBaseImage(socketPath, (e) => progress(`arm64 build engine: ${e.image}: ${e.step}`), { busybox, architecture: 'arm64' });
+  } catch (err) {
+    await stop();
+    throw err instanceof FleetlabError ? err : new FleetlabError('HIL_ERR_REGISTRY', `the arm64 build engine did not start: ${errorText(err)}`, { cause: err });
+  }
+  return { socketPath, architecture: 'arm64', close: stop };
+}
+
+/** Whether an Engine API answers `/_ping` on the socket. */
+async function pingSocket(socketPath: string): Promise<boolean> {
+  if (!existsSync(socketPath)) return false;
+  return new Promise((resolve) => {
+    const req = request({ socketPath, path: '/_ping', timeout: 1000 }, (res) => {
+      res.resume();
+      resolve(res.statusCode === 200);
+    });
+    req.on('error', () => resolve(false));
+    req.on('timeout', () => req.destroy());
+    req.end();
+  });
+}

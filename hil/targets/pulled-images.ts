@@ -1,0 +1,63 @@
+/**
+ * The `images` protocol of the targets whose device pulls its release (qemu, board): images are
+ * built in the arm64 build engine, pushed to a registry fleetlab runs on this host's loopback,
+ * and the device reaches that registry at the same `127.0.0.1:<port>` through an SSH remote
+ * forward, so its dockerd pulls over plain HTTP as from any loopback registry: no TLS, no
+ * daemon setting on the board, and the same image reference on both ends.
+ *
+ * Started on the first deploy and kept for the board's life (a worker's), stopped with it.
+ */
+import { mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { startBuildEngine, type BuildEngine } from '../release/build-engine.js';
+import { startRegistry, type Registry } from '../release/registry.js';
+import type { ImagesProtocol, ReleaseEngine } from './protocols.js';
+import type { SshDevice } from './ssh-device.js';
+
+export class PulledImages implements ImagesProtocol {
+  #started: Promise<ReleaseEngine> | undefined;
+  #dir: string | undefined;
+  #registry: Registry | undefined;
+  #engine: BuildEngine | undefined;
+
+  constructor(
+    private readonly ssh: SshDevice,
+    private readonly log: (line: string) => void = (line) => process.stderr.write(`${line}\n`),
+  ) {}
+
+  prepare(): Promise<ReleaseEngine> {
+    this.#started ??= this.#start().catch(async (err: unknown) => {
+      await this.close();
+      throw err;
+    });
+    return this.#started;
+  }
+
+  async #start(): Promise<ReleaseEngine> {
+    this.#dir = await mkdtemp(join(tmpdir(), 'fleetlab-registry-'));
+    const registry = await startRegistry({ dir: this.#dir });
+    this.#registry = registry;
+    this.#engine = await startBuildEngine({ progress: this.log });
+    await this.ssh.forwardRemote(registry.port, { host: '127.0.0.1', port: registry.port });
+    this.log(`registry for the device: ${registry.host}, on the device's loopback through SSH (log: ${registry.logPath})`);
+    return { engineSocket: this.#engine.socketPath, registry: registry.host };
+  }
+
+  /** The registry's manifest fetches so far: one line per image the device (or anyone) pulled. */
+  pulls(): string[] {
+    return this.#registry?.pulls() ?? [];
+  }
+
+  async close(): Promise<void> {
+    const pulls = this.pulls();
+    if (pulls.length) this.log(`registry ${this.#registry!.host} served ${pulls.length} pull(s); the last: ${pulls[pulls.length - 1]}`);
+    this.#started = undefined;
+    await this.#engine?.close().catch(() => undefined);
+    await this.#registry?.close().catch(() => undefined);
+    if (this.#dir) await rm(this.#dir, { recursive: true, force: true });
+    this.#engine = undefined;
+    this.#registry = undefined;
+    this.#dir = undefined;
+  }
+}

@@ -361,7 +361,9 @@ describe('SshDevice against a real sshd', () => {
       // The device here is this machine through sshd: its loopback is ours.
       const fetched = await ssh.run(['busybox', 'wget', '-q', '-O-', `http://127.0.0.1:${devicePort}/`]);
       expect(fetched).toMatchObject({ exitCode: 0, stdout: 'from the host' });
-      await expect(ssh.forwardRemote(devicePort, { host: '127.0.0.1', port: hostPort })).rejects.toThrow(`cannot listen on the device's 127.0.0.1:${devicePort}`);
+      // Asked again: a no-op. The same device port for somewhere else: the device refuses it, said so.
+      await ssh.forwardRemote(devicePort, { host: '127.0.0.1', port: hostPort });
+      await expect(ssh.forwardRemote(devicePort, { host: '127.0.0.1', port: hostPort + 1 })).rejects.toThrow(`cannot listen on the device's 127.0.0.1:${devicePort}`);
 
       await sshd.stop();
       expect(await accepts(devicePort)).toBe(false);
@@ -404,7 +406,7 @@ describe('SshDevice against a real sshd', () => {
     const device = await startBoard(config);
     try {
       checkBindings({ name: 'board', provides: boardCapabilities(config), start: async () => device }, device);
-      expect([...device.capabilities].sort()).toEqual(['api', 'exec', 'files', 'files.volumes', 'journal', 'led', 'power.reboot']);
+      expect([...device.capabilities].sort()).toEqual(['api', 'exec', 'files', 'files.volumes', 'images', 'journal', 'led', 'power.reboot']);
       expect(device.api.identity).toMatchObject({ uuid: 'u-1234', apiKey: 'k-secret', vendor: 'platform', lockRoot: '/tmp/fleetlab/locks', hostPaths: { hostname: '/etc/hostname', proxyConfigDir: '/mnt/boot/system-proxy', bootConfig: '/mnt/boot/config.txt' } });
       expect((await device.exec!.run(['echo', 'on the board'])).stdout).toBe('on the board\n');
       expect(typeof (await device.supervisorLog())).toBe('string');
@@ -492,7 +494,7 @@ describe('board config', () => {
       hostPaths: { hostname: '/etc/hostname', proxyConfigDir: '/mnt/boot/system-proxy', bootConfig: '/mnt/boot/config.txt' },
       power: {},
     } satisfies BoardConfig);
-    expect(boardCapabilities(c)).toEqual(['api', 'exec', 'files', 'files.volumes', 'journal', 'power.reboot']);
+    expect(boardCapabilities(c)).toEqual(['api', 'exec', 'files', 'files.volumes', 'journal', 'power.reboot', 'images']);
     expect(parse({ ...minimal, privateKey: '~/.ssh/k' }).privateKey).toBe('/root/.ssh/k');
     expect(parse({ ...minimal, host: 'fe80::1' }).apiUrl).toBe('http://[fe80::1]:48484');
   });
@@ -514,7 +516,7 @@ describe('board config', () => {
     });
     expect(c).toMatchObject({ sshPort: 2222, user: 'pi', apiUrl: 'http://bench:9000', apiKey: 'k', vendor: 'balena', reset: false, led: { gpio: { chip: 'pinctrl-bcm2711', offset: 17 }, observe: { kind: 'sysfs', pollMs: 5 } } });
     expect(c.hostPaths).toEqual({ hostname: '/etc/hostname', proxyConfigDir: '/mnt/boot/system-proxy', bootConfig: '/boot/firmware/config.txt' });
-    expect(boardCapabilities(c)).toEqual(['api', 'exec', 'files', 'files.volumes', 'journal', 'power.reboot', 'led', 'power.cycle', 'power.cut']);
+    expect(boardCapabilities(c)).toEqual(['api', 'exec', 'files', 'files.volumes', 'journal', 'power.reboot', 'images', 'led', 'power.cycle', 'power.cut']);
     expect(boardCapabilities(parse({ ...minimal, power: { cycle: 'pdu cycle 3' } }))).toContain('power.cycle');
     expect(boardCapabilities(parse({ ...minimal, power: { cycle: 'pdu cycle 3' } }))).not.toContain('power.cut');
     expect(parse({ ...minimal, led: { gpio: 529, observe: { command: 'lab-gpio watch 4' } } }).led).toEqual({ gpio: 529, observe: { kind: 'command', command: 'lab-gpio watch 4' } });

@@ -221,11 +221,12 @@ function parsePower(raw: unknown, fail: (m: string) => never): BoardConfig['powe
 
 /**
  * What the board offers under this config. api, exec, files (+ volumes over the device's
- * docker CLI), journal and reboot come with SSH; led and the hard power actions only when
- * the config says how. A cycle without its own command is off, then on.
+ * docker CLI), journal, reboot and images (a release pulled from a registry reached over SSH)
+ * come with SSH; led and the hard power actions only when the config says how. A cycle
+ * without its own command is off, then on.
  */
 export function boardCapabilities(config: BoardConfig): Capability[] {
-  const caps: Capability[] = ['api', 'exec', 'files', 'files.volumes', 'journal', 'power.reboot'];
+  const caps: Capability[] = ['api', 'exec', 'files', 'files.volumes', 'journal', 'power.reboot', 'images'];
   if (config.led) caps.push('led');
   const cut = config.power.off !== undefined && config.power.on !== undefined;
   if (config.power.cycle !== undefined || cut) caps.push('power.cycle');

@@ -17,11 +17,13 @@ import { gpioNumberFromChips, type GpioChip } from '../../src/supervisor/adapter
 import { httpApi } from '../lib/http.js';
 import { boardCapabilities, loadBoardConfig, type BoardConfig, type BoardLedGpio } from './board-config.js';
 import { readHostBaseline, resetBoard, type HostBaseline } from './board-reset.js';
+import { PulledImages } from './pulled-images.js';
 import { SshDevice, type FollowedCommand } from './ssh-device.js';
 import type {
   ApiProtocol,
   Capability,
   CommandProtocol,
+  ImagesProtocol,
   DeviceUnderTest,
   FilesProtocol,
   JournalProtocol,
@@ -58,6 +60,8 @@ export interface BoardTargetOptions {
 /** What a worker keeps between spec files: the host config as it first found the board. */
 export interface BoardMemory {
   baseline?: HostBaseline;
+  /** The build engine and registry a team's release goes through, started by the worker's first deploy. */
+  images?: PulledImages;
 }
 
 /** A deadline for this board: `ms` at timeScale 1. */
@@ -336,6 +340,7 @@ class BoardUnderTest implements DeviceUnderTest {
   readonly journal: JournalProtocol;
   readonly power: PowerProtocol;
   readonly led?: LedProtocol;
+  readonly images?: ImagesProtocol;
   #closed = false;
 
   constructor(
@@ -343,7 +348,9 @@ class BoardUnderTest implements DeviceUnderTest {
     private readonly ssh: SshDevice,
     identity: { uuid: string; apiKey: string },
     private readonly ledObserver: LedObserver | undefined,
+    images: PulledImages | undefined,
   ) {
+    if (images) this.images = images.over(ssh);
     this.capabilities = new Set(boardCapabilities(config));
     this.facts = { engine: 'docker', imagesArePulled: false, timeScale: config.timeScale };
     this.api = httpApi({ url: config.apiUrl, apiKey: identity.apiKey, uuid: identity.uuid, vendor: config.vendor, lockRoot: config.lockRoot, hostPaths: config.hostPaths });
@@ -461,7 +468,8 @@ export async function startBoard(config: BoardConfig, memory: BoardMemory = {}):
     }
     const stored = config.reset ? await waitStoredIdentity(ssh, config.dataDir, scaledFor(config, READY_MS)) : await storedIdentity(ssh, config.dataDir);
     observer = await startLedObserver(config, ssh);
-    const dut = new BoardUnderTest(config, ssh, { uuid: stored.uuid, apiKey: config.apiKey ?? stored.deviceKey }, observer);
+    memory.images ??= new PulledImages();
+    const dut = new BoardUnderTest(config, ssh, { uuid: stored.uuid, apiKey: config.apiKey ?? stored.deviceKey }, observer, memory.images);
     await dut.api.waitReady(scaledFor(config, READY_MS));
     return dut;
   } catch (err) {
@@ -486,6 +494,10 @@ export function createBoardTarget(): TargetDriver<BoardTargetOptions> {
     },
     async start(options: BoardTargetOptions = {}) {
       return startBoard(options.config ?? loadBoardConfig(), memory);
+    },
+    async dispose() {
+      await memory.images?.close();
+      memory.images = undefined;
     },
   };
 }

@@ -5,7 +5,8 @@
  * forward, so its dockerd pulls over plain HTTP as from any loopback registry: no TLS, no
  * daemon setting on the board, and the same image reference on both ends.
  *
- * Started on the first deploy and kept for the board's life (a worker's), stopped with it.
+ * The engine and registry start on the first deploy and are kept for the worker's life (the
+ * board's), stopped with it; the forward lives on each SSH session that deploys (`over`).
  */
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
@@ -15,33 +16,38 @@ import { startRegistry, type Registry } from '../release/registry.js';
 import type { ImagesProtocol, ReleaseEngine } from './protocols.js';
 import type { SshDevice } from './ssh-device.js';
 
-export class PulledImages implements ImagesProtocol {
-  #started: Promise<ReleaseEngine> | undefined;
+export class PulledImages {
+  #started: Promise<{ engine: BuildEngine; registry: Registry }> | undefined;
   #dir: string | undefined;
   #registry: Registry | undefined;
   #engine: BuildEngine | undefined;
 
-  constructor(
-    private readonly ssh: SshDevice,
-    private readonly log: (line: string) => void = (line) => process.stderr.write(`${line}\n`),
-  ) {}
+  constructor(private readonly log: (line: string) => void = (line) => process.stderr.write(`${line}\n`)) {}
 
-  prepare(): Promise<ReleaseEngine> {
-    this.#started ??= this.#start().catch(async (err: unknown) => {
+  /** The `images` protocol of the device behind `ssh`: its loopback gets the registry's port. */
+  over(ssh: SshDevice): ImagesProtocol {
+    return {
+      prepare: async (): Promise<ReleaseEngine> => {
+        const { engine, registry } = await this.#start();
+        await ssh.forwardRemote(registry.port, { host: '127.0.0.1', port: registry.port });
+        return { engineSocket: engine.socketPath, registry: registry.host };
+      },
+    };
+  }
+
+  #start(): Promise<{ engine: BuildEngine; registry: Registry }> {
+    this.#started ??= (async () => {
+      this.#dir = await mkdtemp(join(tmpdir(), 'fleetlab-registry-'));
+      const registry = await startRegistry({ dir: this.#dir });
+      this.#registry = registry;
+      this.#engine = await startBuildEngine({ progress: this.log });
+      this.log(`registry for the device: ${registry.host}, reached on the device's loopback through SSH (log: ${registry.logPath})`);
+      return { engine: this.#engine, registry };
+    })().catch(async (err: unknown) => {
       await this.close();
       throw err;
     });
     return this.#started;
-  }
-
-  async #start(): Promise<ReleaseEngine> {
-    this.#dir = await mkdtemp(join(tmpdir(), 'fleetlab-registry-'));
-    const registry = await startRegistry({ dir: this.#dir });
-    this.#registry = registry;
-    this.#engine = await startBuildEngine({ progress: this.log });
-    await this.ssh.forwardRemote(registry.port, { host: '127.0.0.1', port: registry.port });
-    this.log(`registry for the device: ${registry.host}, on the device's loopback through SSH (log: ${registry.logPath})`);
-    return { engineSocket: this.#engine.socketPath, registry: registry.host };
   }
 
   /** The registry's manifest fetches so far: one line per image the device (or anyone) pulled. */

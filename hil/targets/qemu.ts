@@ -37,7 +37,7 @@ import { dockerVolumePath, storedIdentity, unitLog, waitApiDown } from './board.
 import { runResetStep, supervisorWipeLines } from './board-reset.js';
 import { PulledImages } from './pulled-images.js';
 import { SshDevice } from './ssh-device.js';
-import type { ApiProtocol, Capability, DeviceUnderTest, LedProtocol, NetworkProtocol, PowerProtocol, TargetDriver, TargetFacts, TargetStartOptions } from './protocols.js';
+import type { ApiProtocol, Capability, DeviceUnderTest, ImagesProtocol, LedProtocol, NetworkProtocol, PowerProtocol, TargetDriver, TargetFacts, TargetStartOptions } from './protocols.js';
 
 export const QEMU_TARGET = 'qemu';
 export const QEMU_CAPABILITIES: readonly Capability[] = ['api', 'exec', 'led', 'power.reboot', 'power.cycle', 'power.cut', 'network', 'journal', 'files', 'files.volumes', 'images'];
@@ -173,7 +173,7 @@ class QemuLab {
     this.#resetBy = undefined;
     this.#followResets(board);
     this.ssh = new SshDevice({ host: '127.0.0.1', port: board.info.sshPort, username: 'root', privateKey: await readFile(this.image.sshKey) });
-    this.images = new PulledImages(this.ssh);
+    this.images = new PulledImages();
     await this.afterBoot();
   }
 
@@ -301,7 +301,7 @@ class QemuUnderTest implements DeviceUnderTest {
   readonly led: LedProtocol;
   readonly power: PowerProtocol;
   readonly network: NetworkProtocol;
-  readonly images: PulledImages;
+  readonly images: ImagesProtocol;
   /** This file's API connections, ended with it: the next file may start from a restored snapshot. */
   readonly #connections = new Agent();
   #closed = false;
@@ -324,7 +324,7 @@ class QemuUnderTest implements DeviceUnderTest {
     }, { dispatcher: this.#connections });
     this.exec = ssh.exec;
     this.journal = ssh.journal;
-    this.images = lab.images!;
+    this.images = lab.images!.over(ssh);
     this.files = { ...ssh.files, volumePath: (appId: number, volume: string) => dockerVolumePath(ssh, identity.uuid, appId, volume) };
     const line = LED_LINES[lab.machine];
     this.led = {

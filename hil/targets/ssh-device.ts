@@ -230,9 +230,12 @@ export class SshDevice {
    * forward), for as long as this session lives: a registry the device pulls from, without
    * TLS or a daemon setting (dockerd trusts loopback registries). Set up again on every new
    * connection, and the connection is kept up meanwhile, so a device that rebooted or lost
-   * power gets it back as soon as SSH answers. Resolves once the device listens.
+   * power gets it back as soon as SSH answers. Resolves once the device listens; the same
+   * forward asked for again is a no-op.
    */
   async forwardRemote(remotePort: number, to: { host: string; port: number }): Promise<void> {
+    const known = this.#forwards.get(remotePort);
+    if (known && known.to.host === to.host && known.to.port === to.port) return;
     const forward = { remotePort, to };
     // Bound here first, then remembered: a connection opened meanwhile binds only what it finds.
     // As with a command, a connection that died unnoticed is replaced once.

@@ -3,6 +3,7 @@
  * hil, qemu) and which nothing imports; bin/fleetlab.js only starts it. Each subcommand parses its flags and hands a plain options object
  * to a library function; nothing here holds state.
  */
+import { join } from 'node:path';
 import { Command, Option } from 'commander';
 import { action } from '../src/cli/action.js';
 import { addSupervisorCommand } from '../src/cli/supervisor-command.js';
@@ -136,6 +137,27 @@ program
   );
 
 program
+  .command('registry')
+  .description("Serve a container registry on 127.0.0.1 (Debian's docker-registry) for fleetlab deploy --registry; boards reach it through SSH or your network. Ctrl-C stops it")
+  .option('--port <port>', 'port to listen on (0: a free one)', '5000')
+  .option('--dir <dir>', 'where it stores images (default: <cache>/registry)')
+  .action(
+    action(async (opts: { port: string; dir?: string }) => {
+      const { startRegistry } = await import('../hil/release/registry.js');
+      const { cacheRoot } = await import('../qemu/tools.js');
+      const dir = opts.dir ?? join(cacheRoot(), 'registry');
+      const port = parsePort('--port', opts.port);
+      const registry = await startRegistry({ dir, ...(port ? { port } : {}) });
+      console.log(`registry on ${registry.host} (images in ${dir}, log ${registry.logPath}); deploy to it with fleetlab deploy --registry ${registry.host}; Ctrl-C stops it`);
+      await new Promise<void>((resolve) => {
+        process.once('SIGINT', resolve);
+        process.once('SIGTERM', resolve);
+      });
+      await registry.close();
+    }),
+  );
+
+program
   .command('init')
   .description('Set up this directory for fleetlab test: a config for your compose file, an example spec (and an example app when there is no compose file), and the install-script approvals fleetlab needs in package.json')
   .option('--force', 'overwrite files fleetlab init wrote before', false)
@@ -176,13 +198,16 @@ program
   .option('--cloud <url>', 'the fleetlab cloud (with --fleet)')
   .option('--api-key <key>', "the device's key (--device) or a cloud key that may write the fleet (--fleet)")
   .option('--env <KEY=VALUE...>', 'environment for every service (--device)', [])
-  .option('--docker-socket <path>', 'the engine to build in: the one the devices use', '/var/run/docker.sock')
+  .option('--docker-socket <path>', 'the engine to build in: the one the devices use (without --registry)', '/var/run/docker.sock')
+  .option('--registry <host:port>', 'push the images there and have the devices pull them (fleetlab registry serves one)')
+  .option('--arch <arch>', 'build for the boards\' architecture in a private build engine (arm64; needs --registry and root)')
   .option('--no-wait', 'return once the release is handed over')
   .option('--timeout <s>', 'how long to wait for the release to run', '180')
   .action(
-    action(async (compose: string, opts: { device?: string; fleet?: string; cloud?: string; apiKey?: string; env: string[]; dockerSocket: string; wait: boolean; timeout: string }) => {
+    action(async (compose: string, opts: { device?: string; fleet?: string; cloud?: string; apiKey?: string; env: string[]; dockerSocket: string; registry?: string; arch?: string; wait: boolean; timeout: string }) => {
       const timeout = Number(opts.timeout);
       if (!Number.isFinite(timeout) || timeout <= 0) throw new Error(`--timeout must be a positive number of seconds, got ${opts.timeout}`);
+      if (opts.arch !== undefined && opts.arch !== 'arm64') throw new Error(`--arch must be arm64 (the boards fleetlab builds for), not ${JSON.stringify(opts.arch)}`);
       const { parseEnvFlags, runDeploy } = await import('../hil/harness/deploy-command.js');
       await runDeploy({
         compose,
@@ -191,6 +216,8 @@ program
         ...(opts.cloud ? { cloud: opts.cloud } : {}),
         ...(opts.apiKey ? { apiKey: opts.apiKey } : {}),
         dockerSocket: opts.dockerSocket,
+        ...(opts.registry ? { registry: opts.registry } : {}),
+        ...(opts.arch ? { arch: 'arm64' as const } : {}),
         env: parseEnvFlags(opts.env),
         wait: opts.wait,
         timeoutMs: timeout * 1000,

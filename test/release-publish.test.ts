@@ -99,6 +99,10 @@ describe('fleetlab deploy arguments', () => {
     await expect(runDeploy({ ...base, device: 'http://x', fleet: 'f' })).rejects.toThrow('name one destination');
     await expect(runDeploy({ ...base, device: 'http://x' })).rejects.toThrow("--api-key: the device's API key is needed");
   });
+  it('wants --registry for --arch, and HOST:PORT', async () => {
+    await expect(runDeploy({ ...base, device: 'http://x', apiKey: 'k', arch: 'arm64' })).rejects.toThrow('--arch arm64 needs --registry HOST:PORT: a board pulls its release from a registry (fleetlab registry serves one)');
+    await expect(runDeploy({ ...base, device: 'http://x', apiKey: 'k', registry: 'http://r:5000/' })).rejects.toThrow('--registry "http://r:5000/": write HOST:PORT, e.g. 127.0.0.1:5000');
+  });
   it('reads --env as KEY=VALUE', () => {
     expect(parseEnvFlags(['A=1', 'B=x=y', 'C='])).toEqual({ A: '1', B: 'x=y', C: '' });
     expect(() => parseEnvFlags(['NOEQ'])).toThrow('--env "NOEQ": write KEY=VALUE');

@@ -1,17 +1,21 @@
 /**
  * `fleetlab deploy <compose>`: the release path of `device.deploy()` from the command line,
  * to one device in local mode (`--device URL`) or to a fleet on a fleetlab cloud (`--fleet`).
- * Images are built in the engine the devices use (this machine's dockerd for simulated
- * devices); boards reach them through a registry, which is a later step.
+ * Without `--registry` the images are built in the engine the devices use (this machine's
+ * dockerd, for simulated devices); with it they are pushed there and the devices pull them,
+ * built for arm64 boards with `--arch arm64` (a private build engine, started for the command).
  */
+import Docker from 'dockerode';
 import { FleetlabError } from '../../src/errors.js';
 import { engineAt } from '../../sim/engine-at.js';
 import { DeviceApi } from '../lib/device-api.js';
 import { httpApi } from '../lib/http.js';
 import { sleep } from '../lib/wait.js';
+import { startBuildEngine, type BuildEngine } from '../release/build-engine.js';
 import { loadCompose } from '../release/compose.js';
 import { deployLocal } from '../release/local-deploy.js';
 import { fleetProgress, publishRelease } from '../release/publish.js';
+import { pushRelease } from '../release/push.js';
 import { buildRelease } from '../release/release.js';
 
 export interface DeployCommandOptions {
@@ -21,6 +25,10 @@ export interface DeployCommandOptions {
   cloud?: string;
   apiKey?: string;
   dockerSocket: string;
+  /** `host:port` of a registry the devices pull from. */
+  registry?: string;
+  /** Build for this architecture in a private build engine (needs `registry`). */
+  arch?: 'arm64';
   env: Record<string, string>;
   wait: boolean;
   timeoutMs: number;
@@ -41,21 +49,32 @@ export function parseEnvFlags(flags: readonly string[]): Record<string, string> 
 export async function runDeploy(o: DeployCommandOptions): Promise<void> {
   if (Boolean(o.device) === Boolean(o.fleet)) throw new FleetlabError('HIL_ERR_DEPLOY', 'name one destination: --device URL (a device in local mode) or --fleet NAME --cloud URL');
   if (!o.apiKey) throw new FleetlabError('HIL_ERR_DEPLOY', o.device ? "--api-key: the device's API key is needed" : "--api-key: a cloud key that may write the fleet is needed (npm start prints the admin key)");
+  if (o.arch && !o.registry) throw new FleetlabError('HIL_ERR_DEPLOY', `--arch ${o.arch} needs --registry HOST:PORT: a board pulls its release from a registry (fleetlab registry serves one)`);
+  if (o.registry !== undefined && !/^[^\s/]+:[0-9]{1,5}$/.test(o.registry)) throw new FleetlabError('HIL_ERR_DEPLOY', `--registry ${JSON.stringify(o.registry)}: write HOST:PORT, e.g. 127.0.0.1:5000`);
+  if (!o.device && !o.cloud) throw new FleetlabError('HIL_ERR_DEPLOY', '--fleet needs --cloud URL (npm start prints it)');
+  if (!o.device && Object.keys(o.env).length) throw new FleetlabError('HIL_ERR_DEPLOY', "--env goes with --device; a fleet's variables are set on the cloud (fleet environment variables)");
   const project = loadCompose(o.compose);
   o.log(`${project.file}: ${project.services.length} service${project.services.length === 1 ? '' : 's'} (${project.services.map((s) => s.name).join(', ')})`);
-  const docker = await engineAt(o.dockerSocket, 'start dockerd, or pass --docker-socket', 'to build the release in: ');
-
-  if (o.device) {
-    // The key is all the release path needs of the device's identity.
-    const api = new DeviceApi(httpApi({ url: o.device.replace(/\/+$/, ''), apiKey: o.apiKey, uuid: '', vendor: 'platform', lockRoot: '' }));
-    await deployLocal({ api, project, docker, log: o.log, env: o.env, wait: o.wait, timeoutMs: o.timeoutMs });
-    return;
+  let engine: BuildEngine | undefined;
+  try {
+    if (o.arch) engine = await startBuildEngine({ progress: o.log });
+    const docker = engine ? new Docker({ socketPath: engine.socketPath }) : await engineAt(o.dockerSocket, 'start dockerd, or pass --docker-socket', 'to build the release in: ');
+    await (o.device ? toDevice(o, project, docker) : toFleet(o, project, docker));
+  } finally {
+    await engine?.close();
   }
+}
 
-  if (!o.cloud) throw new FleetlabError('HIL_ERR_DEPLOY', '--fleet needs --cloud URL (npm start prints it)');
-  if (Object.keys(o.env).length) throw new FleetlabError('HIL_ERR_DEPLOY', "--env goes with --device; a fleet's variables are set on the cloud (fleet environment variables)");
-  const release = await buildRelease(project, { docker, progress: (e) => e.summary && o.log(`[${e.service}] ${e.line}`) });
-  const target = { url: o.cloud.replace(/\/+$/, ''), apiKey: o.apiKey, fleet: o.fleet! };
+async function toDevice(o: DeployCommandOptions, project: ReturnType<typeof loadCompose>, docker: Docker): Promise<void> {
+  // The key is all the release path needs of the device's identity.
+  const api = new DeviceApi(httpApi({ url: o.device!.replace(/\/+$/, ''), apiKey: o.apiKey!, uuid: '', vendor: 'platform', lockRoot: '' }));
+  await deployLocal({ api, project, docker, ...(o.registry ? { registry: o.registry } : {}), log: o.log, env: o.env, wait: o.wait, timeoutMs: o.timeoutMs });
+}
+
+async function toFleet(o: DeployCommandOptions, project: ReturnType<typeof loadCompose>, docker: Docker): Promise<void> {
+  const built = await buildRelease(project, { docker, progress: (e) => e.summary && o.log(`[${e.service}] ${e.line}`) });
+  const release = o.registry ? await pushRelease(built, { docker, registry: o.registry, log: o.log }) : built;
+  const target = { url: o.cloud!.replace(/\/+$/, ''), apiKey: o.apiKey!, fleet: o.fleet! };
   const published = await publishRelease(release, target, o.log);
   if (!o.wait) return;
   const deadline = Date.now() + o.timeoutMs;

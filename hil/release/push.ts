@@ -6,6 +6,7 @@
  */
 import type Docker from 'dockerode';
 import { FleetlabError, errorText } from '../../src/errors.js';
+import { streamDone } from '../../sim/engine-stream.js';
 import type { Release } from './release.js';
 
 /** A repository path component as the registry accepts it: lowercase letters and digits, single separators. */
@@ -30,13 +31,7 @@ export async function pushRelease(release: Release, o: { docker: Docker; registr
     try {
       await o.docker.getImage(release.images[service.name]!).tag({ repo: ref.slice(0, colon), tag: ref.slice(colon + 1) });
       const stream = await o.docker.getImage(ref).push({ authconfig: { serveraddress: o.registry } });
-      await new Promise<void>((resolve, reject) =>
-        o.docker.modem.followProgress(stream, (err: Error | null, events: Array<{ error?: string }>) => {
-          const failed = err?.message ?? events?.find((e) => e.error)?.error;
-          if (failed) reject(new Error(failed));
-          else resolve();
-        }),
-      );
+      await streamDone(o.docker, stream);
     } catch (err) {
       throw new FleetlabError('HIL_ERR_REGISTRY', `${where}: pushing ${ref} to the registry at ${o.registry} failed: ${errorText(err)}`, { cause: err });
     }

@@ -12,6 +12,7 @@ import { execa } from 'execa';
 import { FleetlabError } from '../../src/errors.js';
 import { requireTool, tools } from '../../src/tools.js';
 import { engineAt } from '../engine-at.js';
+import { streamDone } from '../engine-stream.js';
 
 export interface TestImage {
   ref: string;
@@ -127,13 +128,9 @@ async function loadForeignBase(socketPath: string, foreign: ForeignBase, progres
     await writeFile(join(archive, 'manifest.json'), JSON.stringify([{ Config: configName, RepoTags: [BASE_IMAGE], Layers: ['layer.tar'] }]));
     await execa('tar', ['-C', archive, '-cf', join(dir, 'image.tar'), '.']);
     const stream = await docker.loadImage(createReadStream(join(dir, 'image.tar')), { quiet: true });
-    await new Promise<void>((resolve, reject) =>
-      docker.modem.followProgress(stream, (err: Error | null, events: Array<{ error?: string }>) => {
-        const failed = err?.message ?? events?.find((e) => e.error)?.error;
-        if (failed) reject(new FleetlabError('SUP_ERR_ENGINE', `loading ${BASE_IMAGE} (${foreign.architecture}): ${failed}`));
-        else resolve();
-      }),
-    );
+    await streamDone(docker, stream).catch((err: Error) => {
+      throw new FleetlabError('SUP_ERR_ENGINE', `loading ${BASE_IMAGE} (${foreign.architecture}): ${err.message}`);
+    });
     progress({ image: BASE_IMAGE, step: 'done' });
   } finally {
     await rm(dir, { recursive: true, force: true });
@@ -153,13 +150,9 @@ async function importBusyboxImages(socketPath: string, images: ReadonlyArray<{ r
         tag,
         changes: [`CMD ${JSON.stringify(image.cmd)}`, 'WORKDIR /'],
       });
-      await new Promise<void>((resolve, reject) =>
-        docker.modem.followProgress(stream, (err: Error | null, events: Array<{ error?: string }>) => {
-          const failed = err?.message ?? events?.find((e) => e.error)?.error;
-          if (failed) reject(new FleetlabError('SUP_ERR_ENGINE', `importing ${image.ref}: ${failed}`));
-          else resolve();
-        }),
-      );
+      await streamDone(docker, stream).catch((err: Error) => {
+        throw new FleetlabError('SUP_ERR_ENGINE', `importing ${image.ref}: ${err.message}`);
+      });
       progress({ image: image.ref, step: 'done' });
     }
   } finally {

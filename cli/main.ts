@@ -296,6 +296,20 @@ qemu
     }),
   );
 qemu
+  .command('payload')
+  .description("Write the board's supervisor bundle and arm64 epoll addon to --out, from a checkout's sources (npm pack runs it: an installed fleetlab builds its board image from them)")
+  .requiredOption('--out <dir>', 'where to write them (the package takes dist/device)')
+  .action(
+    action(async (opts: { out: string }) => {
+      const { writePrebuiltPayload } = await import('../qemu/image/payload.js');
+      const { NODE_PACKAGE } = await import('../qemu/image/recipe.js');
+      const { cacheRoot } = await import('../qemu/tools.js');
+      const { resolve } = await import('node:path');
+      const written = await writePrebuiltPayload(await repoRootOfCli(), join(cacheRoot(), 'qemu'), NODE_PACKAGE, resolve(opts.out));
+      console.error(`fleetlab qemu payload: ${written.bundle}, ${written.epollAddon} (for ${written.node})`);
+    }),
+  );
+qemu
   .command('boot')
   .description('Boot the image (building it first if needed); prints one JSON ready line once the supervisor answers /ping; Ctrl-C powers it off')
   .addOption(new Option('--machine <kind>', 'raspi3b (the Pi 3, default) or virt (faster, generic arm64)').choices(['raspi3b', 'virt']).default('raspi3b'))

@@ -3,14 +3,14 @@
  * what the supervisor, systemd and the harness accept, and the bundle must run.
  */
 import { execFileSync, spawnSync } from 'node:child_process';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { boardConfigFor } from '../qemu/board-config.js';
 import type { ReadyInfo } from '../qemu/boot.js';
-import { bundleSupervisor, runtimePackages } from '../qemu/image/payload.js';
-import { GUEST, INITRAMFS_MODULES, LED_LINES, importTestImagesScript, overlayFiles, packagesFor, rootfsKey, supervisorConfig } from '../qemu/image/recipe.js';
+import { bundleSupervisor, nodeModulesOf, payloadSource, runtimePackages, writePrebuiltPayload } from '../qemu/image/payload.js';
+import { GUEST, INITRAMFS_MODULES, LED_LINES, NODE_PACKAGE, importTestImagesScript, overlayFiles, packagesFor, rootfsKey, supervisorConfig } from '../qemu/image/recipe.js';
 import { mmdebstrapArgs } from '../qemu/image/rootfs.js';
 import { cloudEnv, resetScript } from '../hil/targets/qemu.js';
 import { parseBoardConfig } from '../hil/targets/board-config.js';
@@ -103,6 +103,25 @@ describe('the payload', () => {
     expect(help.stdout).toContain('FLEETLAB_LED_GPIO');
     expect(help.stdout).toContain('--data-dir');
   }, 60_000);
+
+  it('is prebuilt for the packed package: the same bundle, the arm64 addon, and the Node it is for', async () => {
+    expect(payloadSource(repoRoot)).toBe('sources');
+    expect(nodeModulesOf(repoRoot)).toBe(join(repoRoot, 'node_modules'));
+    // An installed fleetlab: no sources, the payload under dist/device.
+    const installed = join(work, 'installed');
+    mkdirSync(installed);
+    writeFileSync(join(installed, 'package.json'), '{"name":"fleetlab"}');
+    expect(payloadSource(installed)).toBeUndefined();
+    const written = await writePrebuiltPayload(repoRoot, join(work, 'cache'), NODE_PACKAGE, join(installed, 'dist', 'device'));
+    expect(payloadSource(installed)).toEqual({ bundle: written.bundle, epollAddon: written.epollAddon, node: NODE_PACKAGE });
+    // An ELF shared object (type 3) for aarch64 (machine 183).
+    const elf = readFileSync(written.epollAddon);
+    expect([elf.subarray(1, 4).toString('latin1'), elf.readUInt16LE(16), elf.readUInt16LE(18)]).toEqual(['ELF', 3, 183]);
+    await bundleSupervisor(repoRoot, join(work, 'again.mjs'));
+    expect(readFileSync(written.bundle).equals(readFileSync(join(work, 'again.mjs')))).toBe(true);
+    await expect(writePrebuiltPayload(installed, join(work, 'cache'), NODE_PACKAGE, join(work, 'x'))).rejects.toThrow('is not a fleetlab checkout');
+    expect(existsSync(join(work, 'x'))).toBe(false);
+  }, 300_000);
 });
 
 describe('what the harness writes to the board', () => {

@@ -7,6 +7,8 @@ import { spawn } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { payloadSource, PREBUILT_PAYLOAD_DIR } from '../../qemu/image/payload.js';
 import { FleetlabError } from '../../src/errors.js';
 import { engineAt } from '../../sim/engine-at.js';
 import { requireNativeModules, type NativeModule } from '../../src/native-modules.js';
@@ -51,25 +53,24 @@ function findConfig(cwd: string): string {
 }
 
 /**
- * The qemu target builds its board image from fleetlab's TypeScript sources, which a
- * checkout has and the installed package does not (yet). The container target builds from
- * either (hil/targets/container-image.ts).
+ * The qemu target builds its board image from fleetlab's sources (a checkout) or from the
+ * payload `npm pack` prebuilt into the package (qemu/image/payload.ts); a package packed
+ * without it cannot make one.
  */
-function requireSourcesFor(target: string): void {
+function requirePayloadFor(target: string): void {
   if (target !== 'qemu') return;
-  const sources = new URL(import.meta.url.endsWith('.ts') ? '../../cli/main.ts' : '../../../cli/main.ts', import.meta.url);
-  if (!existsSync(sources)) {
+  const root = fileURLToPath(new URL(import.meta.url.endsWith('.ts') ? '../..' : '../../..', import.meta.url));
+  if (!payloadSource(root)) {
     throw new FleetlabError(
       'HIL_ERR_DEPLOY',
-      `--target ${target} does not run from the installed package yet: its board image is built from fleetlab's sources. ` +
-        'Use --target container or sim (or board, for a board that runs the fleetlab supervisor), or run from a fleetlab checkout',
+      `--target ${target}: this fleetlab (${root}) has no board payload (${PREBUILT_PAYLOAD_DIR}), which npm pack writes: reinstall it from a tarball npm pack made, or run from a fleetlab checkout`,
     );
   }
 }
 
 /** Runs the specs; resolves with Playwright's exit code. */
 export async function runTests(options: RunOptions): Promise<number> {
-  requireSourcesFor(options.target);
+  requirePayloadFor(options.target);
   const config = findConfig(options.cwd);
   const argv = playwrightArgv(config, options);
   const dockerSocket = options.dockerSocket ?? process.env.FLEETLAB_DOCKER_SOCKET ?? '/var/run/docker.sock';

@@ -386,7 +386,8 @@ class QemuUnderTest implements DeviceUnderTest {
 async function resolveImage(): Promise<QemuImage> {
   const dir = process.env.FLEETLAB_QEMU_IMAGE_DIR;
   if (dir) return imageFromDir(dir);
-  const repoRoot = new URL('../..', import.meta.url).pathname;
+  // hil/targets/qemu.ts in a checkout, dist/hil/targets/qemu.js in the installed package.
+  const repoRoot = new URL(import.meta.url.endsWith('.ts') ? '../..' : '../../..', import.meta.url).pathname;
   const { image } = await buildImage({ repoRoot, progress: (e) => process.stderr.write(`qemu image ${formatBuildProgress(e)}\n`) });
   return image;
 }

@@ -22,7 +22,7 @@ import { withBuildLock } from '../../src/build-lock.js';
 import { FleetlabError } from '../../src/errors.js';
 import { writeTestRootfsTar } from '../../sim/images/test-images.js';
 import { cacheRoot, needTool, qemuTools } from '../tools.js';
-import { buildEpollAddon, bundleSupervisor, fetchNode, installRuntimePackages } from './payload.js';
+import { buildEpollAddon, bundleSupervisor, fetchNode, installRuntimePackages, nodeModulesOf, payloadSource, PREBUILT_PAYLOAD_DIR } from './payload.js';
 import { DEFAULT_MIRROR, DEFAULT_SUITE, DISABLED_UNITS, ENABLED_UNITS, GUEST, IMAGE_RECIPE_VERSION, NODE_PACKAGE, SD_SIZE_BYTES, overlayFiles, rootfsKey } from './recipe.js';
 import { bootFiles, buildRootfs } from './rootfs.js';
 
@@ -40,7 +40,7 @@ export function formatBuildProgress(e: BuildProgress): string {
 }
 
 export interface ImageBuildOptions {
-  /** The fleetlab checkout whose supervisor goes onto the board. */
+  /** The fleetlab whose supervisor goes onto the board: a checkout, or an installed package with its prebuilt payload. */
   readonly repoRoot: string;
   /** Default `<cacheRoot()>/qemu`. */
   readonly cacheDir?: string;
@@ -158,6 +158,9 @@ export async function buildImage(options: ImageBuildOptions): Promise<BuildResul
 
 async function build(options: ImageBuildOptions, started: number, report: (stage: BuildProgress['stage'], fraction: number, detail: string) => void): Promise<BuildResult> {
   const repoRoot = resolve(options.repoRoot);
+  const source = payloadSource(repoRoot);
+  if (!source) throw new FleetlabError('SUP_ERR_INTERNAL', `${repoRoot} has neither fleetlab's sources nor its prebuilt board payload (${PREBUILT_PAYLOAD_DIR}): reinstall fleetlab, or run from a checkout`);
+  if (source !== 'sources' && source.node !== NODE_PACKAGE) throw new FleetlabError('SUP_ERR_INTERNAL', `the prebuilt board payload was built for ${source.node}, the image takes ${NODE_PACKAGE}: reinstall fleetlab`);
   const cacheDir = options.cacheDir ?? join(cacheRoot(), 'qemu');
   const suite = options.suite ?? DEFAULT_SUITE;
   const mirror = options.mirror ?? DEFAULT_MIRROR;
@@ -185,15 +188,21 @@ async function build(options: ImageBuildOptions, started: number, report: (stage
   const t1 = Date.now();
   report('payload', 0, `fetching ${NODE_PACKAGE} from the npm registry (cached after the first time)`);
   const node = await fetchNode(cacheDir, NODE_PACKAGE);
-  report('payload', 0.3, 'cross-compiling the epoll addon for arm64 (cached)');
-  const addon = await buildEpollAddon(repoRoot, cacheDir, node);
+  report('payload', 0.3, source === 'sources' ? 'cross-compiling the epoll addon for arm64 (cached)' : 'the epoll addon for arm64, prebuilt in the package');
+  const addon = source === 'sources' ? await buildEpollAddon(repoRoot, cacheDir, node) : source.epollAddon;
   const stage = join(cacheDir, `payload.tmp-${process.pid}`);
   rmSync(stage, { recursive: true, force: true });
   try {
-    report('payload', 0.5, 'bundling the supervisor (src/cli/device.ts)');
     const appDir = join(stage, GUEST.appDir);
-    await bundleSupervisor(repoRoot, join(appDir, 'fleetlab-device.mjs'));
-    const runtimePackages = installRuntimePackages(repoRoot, appDir, addon);
+    if (source === 'sources') {
+      report('payload', 0.5, 'bundling the supervisor (src/cli/device.ts)');
+      await bundleSupervisor(repoRoot, join(appDir, 'fleetlab-device.mjs'));
+    } else {
+      report('payload', 0.5, 'the supervisor bundle, prebuilt in the package');
+      mkdirSync(appDir, { recursive: true });
+      cpSync(source.bundle, join(appDir, 'fleetlab-device.mjs'));
+    }
+    const runtimePackages = installRuntimePackages(nodeModulesOf(repoRoot), appDir, addon);
     mkdirSync(join(stage, 'usr/local/bin'), { recursive: true });
     cpSync(join(node.dir, 'bin', 'node'), join(stage, 'usr/local/bin/node'));
     chmodSync(join(stage, 'usr/local/bin/node'), 0o755);

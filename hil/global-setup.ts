@@ -7,6 +7,7 @@
  */
 import type { FullConfig } from '@playwright/test';
 import { buildTestImages } from '../sim/images/test-images.js';
+import { fleetlabRoot } from '../src/package-root.js';
 import { defaultEngine } from './targets/sim.js';
 
 /**
@@ -43,7 +44,7 @@ export async function prepareTargets(config: FullConfig, options: { testImages: 
     // Built (or found cached) once here, not in a worker's first test: a cold build takes minutes.
     const { buildImage, formatBuildProgress } = await import('../qemu/image/build.js');
     const { image } = await buildImage({
-      repoRoot: new URL('..', import.meta.url).pathname,
+      repoRoot: fleetlabRoot(import.meta.url),
       ...(process.env.FLEETLAB_QEMU_SUITE ? { suite: process.env.FLEETLAB_QEMU_SUITE } : {}),
       progress: (e) => process.stderr.write(`qemu image ${formatBuildProgress(e)}\n`),
     });

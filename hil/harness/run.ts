@@ -7,9 +7,9 @@ import { spawn } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { join } from 'node:path';
-import { fileURLToPath } from 'node:url';
 import { payloadSource, PREBUILT_PAYLOAD_DIR } from '../../qemu/image/payload.js';
 import { FleetlabError } from '../../src/errors.js';
+import { fleetlabRoot } from '../../src/package-root.js';
 import { engineAt } from '../../sim/engine-at.js';
 import { requireNativeModules, type NativeModule } from '../../src/native-modules.js';
 import { SLOW_TARGETS, targetNames } from '../targets/index.js';
@@ -59,7 +59,7 @@ function findConfig(cwd: string): string {
  */
 function requirePayloadFor(target: string): void {
   if (target !== 'qemu') return;
-  const root = fileURLToPath(new URL(import.meta.url.endsWith('.ts') ? '../..' : '../../..', import.meta.url));
+  const root = fleetlabRoot(import.meta.url);
   if (!payloadSource(root)) {
     throw new FleetlabError(
       'HIL_ERR_DEPLOY',

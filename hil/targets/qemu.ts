@@ -26,6 +26,7 @@ import { mkdtemp, readFile, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { Agent } from 'undici';
 import { FleetlabError } from '../../src/errors.js';
+import { fleetlabRoot } from '../../src/package-root.js';
 import { bootBoard, relaunch, serialTail, waitForPing, type QemuBoard } from '../../qemu/boot.js';
 import { GpioProbe } from '../../qemu/gpio-probe.js';
 import { buildImage, formatBuildProgress, imageFromDir, type QemuImage } from '../../qemu/image/build.js';
@@ -386,8 +387,7 @@ class QemuUnderTest implements DeviceUnderTest {
 async function resolveImage(): Promise<QemuImage> {
   const dir = process.env.FLEETLAB_QEMU_IMAGE_DIR;
   if (dir) return imageFromDir(dir);
-  // hil/targets/qemu.ts in a checkout, dist/hil/targets/qemu.js in the installed package.
-  const repoRoot = new URL(import.meta.url.endsWith('.ts') ? '../..' : '../../..', import.meta.url).pathname;
+  const repoRoot = fleetlabRoot(import.meta.url);
   const { image } = await buildImage({ repoRoot, progress: (e) => process.stderr.write(`qemu image ${formatBuildProgress(e)}\n`) });
   return image;
 }

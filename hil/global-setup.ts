@@ -6,7 +6,7 @@
  * The global teardown (global-teardown.ts) removes what a crashed container run left.
  */
 import type { FullConfig } from '@playwright/test';
-import { buildTestImages } from '../sim/images/test-images.js';
+import { buildTestImages, ensureBaseImage } from '../sim/images/test-images.js';
 import { fleetlabRoot } from '../src/package-root.js';
 import { defaultEngine } from './targets/sim.js';
 
@@ -40,6 +40,8 @@ export async function prepareTargets(config: FullConfig, options: { testImages: 
   const targets = selectedTargets(config);
   const dockerSocket = process.env.FLEETLAB_DOCKER_SOCKET ?? '/var/run/docker.sock';
   if (targets.includes('sim') && defaultEngine() === 'docker' && options.testImages) await buildTestImages(dockerSocket);
+  // The release spec's app builds FROM it on the engine the sim and container devices share.
+  if (options.testImages && ((targets.includes('sim') && defaultEngine() === 'docker') || targets.includes('container'))) await ensureBaseImage(dockerSocket);
   if (targets.includes('qemu') && !process.env.FLEETLAB_QEMU_IMAGE_DIR) {
     // Built (or found cached) once here, not in a worker's first test: a cold build takes minutes.
     const { buildImage, formatBuildProgress } = await import('../qemu/image/build.js');

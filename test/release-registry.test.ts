@@ -4,7 +4,7 @@
  * pushed to Debian's Distribution registry on loopback, and pulled from there by another engine
  * (the host's dockerd stands in for the board's here; the qemu target's run pulls on the board).
  */
-import { mkdirSync, mkdtempSync, rmSync, writeFileSync, existsSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import Docker from 'dockerode';
@@ -109,12 +109,22 @@ describe('a build engine left behind', () => {
     rmSync(root, { recursive: true, force: true });
   });
 
-  it('stops with close: no dockerd answers and its directory is gone', async () => {
+  it("stops with close: no dockerd answers, its directory and bridge are gone, the host engine's docker0 stays", async () => {
+    const links = () => readdirSync('/sys/class/net');
     const second = await startBuildEngine();
     const socket = second.socketPath;
+    const bridge = `flbe-${join(socket, '..').slice(-6)}`;
+    expect(links()).toContain(bridge);
     expect(await new Docker({ socketPath: socket }).ping().then(() => true)).toBe(true);
     await second.close();
     expect(existsSync(socket)).toBe(false);
     expect(existsSync(join(socket, '..'))).toBe(false);
+    expect(links()).not.toContain(bridge);
+    // dockerd with --bridge=none deletes the host's docker0: the engine must never do that.
+    expect(links()).toContain('docker0');
+    const run = await hostDocker.createContainer({ Image: 'fleetlab/test-app:1', Cmd: ['true'] });
+    await run.start();
+    expect((await run.wait()).StatusCode).toBe(0);
+    await run.remove();
   }, 120_000);
 });

@@ -2,9 +2,13 @@
  * A private dockerd that builds a release for a board's architecture (arm64) on this host.
  * Debian's docker.io 20.10 keeps one image per tag, so the arm64 `fleetlab/busybox:latest` a
  * team's Dockerfile names cannot live beside the host engine's amd64 one: the build engine has
- * its own data root, exec root, socket and containerd, no bridge and no iptables rules, and its
- * RUN steps execute through qemu-user (binfmt_misc). What it builds goes to the device through
- * a registry (./registry.ts), never through this engine.
+ * its own data root, exec root, socket, containerd and bridge, and no iptables rules; its RUN
+ * steps execute through qemu-user (binfmt_misc). What it builds goes to the device through a
+ * registry (./registry.ts), never through this engine.
+ *
+ * Its bridge is one it makes for itself: dockerd started with `--bridge=none` deletes the
+ * host's `docker0` at start (the host engine's containers then fail to start), and without
+ * `--bridge` it would share `docker0` with the host engine.
  *
  * Its directory lives under the system's temp dir with an owner file: a run killed with -9
  * leaves it behind, and the next start stops that dockerd and removes it.
@@ -24,6 +28,7 @@ import { DEFAULT_MIRROR, DEFAULT_SUITE } from '../../qemu/image/recipe.js';
 import { sleep } from '../lib/wait.js';
 
 export const dockerdTool: ToolSpec = { candidates: ['/usr/sbin/dockerd', '/usr/bin/dockerd', 'dockerd'], debianPackage: 'docker.io' };
+const ipTool: ToolSpec = { candidates: ['/usr/sbin/ip', '/sbin/ip', '/usr/bin/ip', '/bin/ip', 'ip'], debianPackage: 'iproute2' };
 const DIR_PREFIX = 'fleetlab-build-engine-';
 const READY_MS = 60_000;
 const STOP_MS = 20_000;
@@ -40,6 +45,15 @@ interface Owner {
   /** The process that started the engine; when it is gone, the engine is stale. */
   owner: number;
   dockerd: number;
+  /** The bridge made for it. */
+  bridge?: string;
+}
+
+/** Runs `ip` with argv; false when it failed (a bridge already gone). */
+async function ip(argv: readonly string[]): Promise<boolean> {
+  const binary = findTool(ipTool);
+  if (!binary) throw missingToolError(ipTool);
+  return (await execa(binary, argv, { reject: false })).exitCode === 0;
 }
 
 const alive = (pid: number) => {
@@ -81,6 +95,7 @@ export async function reapStaleBuildEngines(root = tmpdir()): Promise<string[]> 
     }
     if (owner && alive(owner.owner)) continue;
     if (owner && alive(owner.dockerd)) await stopPid(owner.dockerd, () => !alive(owner!.dockerd));
+    if (owner?.bridge) await ip(['link', 'del', owner.bridge]);
     await rm(dir, { recursive: true, force: true }).catch(() => undefined);
     reaped.push(dir);
   }
@@ -125,6 +140,13 @@ export async function startBuildEngine(o: { progress?: (line: string) => void } 
   await reapStaleBuildEngines();
 
   const dir = await mkdtemp(join(tmpdir(), DIR_PREFIX));
+  // Interface names are at most 15 bytes: "flbe-" and the directory's random suffix.
+  const bridge = `flbe-${dir.slice(-6)}`;
+  if (!(await ip(['link', 'add', bridge, 'type', 'bridge'])) || !(await ip(['link', 'set', bridge, 'up']))) {
+    await ip(['link', 'del', bridge]);
+    await rm(dir, { recursive: true, force: true });
+    throw new FleetlabError('HIL_ERR_REGISTRY', `the arm64 build engine needs a bridge of its own, and ip link add ${bridge} type bridge failed (root and iproute2 are needed)`);
+  }
   const socketPath = join(dir, 'docker.sock');
   const logPath = join(dir, 'dockerd.log');
   // An empty config file: the host's /etc/docker/daemon.json (hosts, data-root) is the host engine's.
@@ -138,16 +160,17 @@ export async function startBuildEngine(o: { progress?: (line: string) => void } 
       '--exec-root', join(dir, 'exec'),
       '--pidfile', join(dir, 'dockerd.pid'),
       '--host', `unix://${socketPath}`,
-      '--bridge=none', '--iptables=false', '--ip-masq=false',
+      `--bridge=${bridge}`, '--iptables=false', '--ip-masq=false',
     ], { stdio: ['ignore', fd, fd] });
   } finally {
     closeSync(fd);
   }
   const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
-  await writeFile(join(dir, 'owner.json'), JSON.stringify({ owner: process.pid, dockerd: child.pid ?? 0 } satisfies Owner));
+  await writeFile(join(dir, 'owner.json'), JSON.stringify({ owner: process.pid, dockerd: child.pid ?? 0, bridge } satisfies Owner));
   const stop = async () => {
     if (child.exitCode === null && child.signalCode === null) await stopPid(child.pid!, () => child.exitCode !== null || child.signalCode !== null);
     await exited;
+    await ip(['link', 'del', bridge]);
     await rm(dir, { recursive: true, force: true }).catch(() => undefined);
   };
   const lastWords = () => readFileSync(logPath, 'utf8').trim().split('\n').slice(-5).join('\n');

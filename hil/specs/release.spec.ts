@@ -9,7 +9,7 @@ import { expect, test } from 'fleetlab/test';
 const APP = fileURLToPath(new URL('../../fixtures/apps/counter', import.meta.url));
 const PULLING_TARGETS = new Set(['qemu', 'board']);
 
-test('a compose project is built, delivered and run; an update keeps its volume @smoke', async ({ device, needs }) => {
+test('a compose project is built, delivered and run; an update keeps its volume', async ({ device, needs }) => {
   needs('images', 'files.volumes');
   const first = await device.deploy(APP);
   expect(first.services).toEqual(['counter', 'idle']);

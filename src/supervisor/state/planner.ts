@@ -96,12 +96,12 @@ function planApp(app: TargetApp, input: PlanInput): Step[] {
   // A dependency counts as started when its up-to-date container has run and is not being
   // (re)started in this very round; its dependents wait for the next round's snapshot.
   const starting = new Set(steps.flatMap((s) => (s.action === 'start' ? [s.container.serviceName] : [])));
-  const started = new Set(
-    containers
-      .filter((c) => c.configHash === desired.get(serviceKey(appId, c.serviceName))?.configHash && (c.state !== 'created' || !desired.get(serviceKey(appId, c.serviceName))!.service.running))
-      .map((c) => c.serviceName)
-      .filter((n) => !starting.has(n)),
-  );
+  const hasStarted = (c: ManagedContainer) => {
+    const want = desired.get(serviceKey(appId, c.serviceName));
+    // A service the target keeps stopped is as started as it will get once its container exists.
+    return c.configHash === want?.configHash && (c.state !== 'created' || !want.service.running) && !starting.has(c.serviceName);
+  };
+  const started = new Set(containers.filter(hasStarted).map((c) => c.serviceName));
   const depsStarted = (serviceName: string) => (desired.get(serviceKey(appId, serviceName))?.service.dependsOn ?? []).every((d) => started.has(d));
   const ordered = steps.filter((s) => s.action !== 'start' || depsStarted(s.container.serviceName));
 

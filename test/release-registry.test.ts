@@ -4,7 +4,7 @@
  * pushed to Debian's Distribution registry on loopback, and pulled from there by another engine
  * (the host's dockerd stands in for the board's here; the qemu target's run pulls on the board).
  */
-import { existsSync, mkdirSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import Docker from 'dockerode';
@@ -14,6 +14,7 @@ import { buildRelease } from '../hil/release/release.js';
 import { pushRelease, registryRef, repositoryComponent } from '../hil/release/push.js';
 import { reapStaleBuildEngines, startBuildEngine, type BuildEngine } from '../hil/release/build-engine.js';
 import { registryConfig, startRegistry, type Registry } from '../hil/release/registry.js';
+import { reapStale } from '../hil/release/owned-dirs.js';
 
 const hostDocker = new Docker({ socketPath: process.env.FLEETLAB_DOCKER_SOCKET ?? '/var/run/docker.sock' });
 let dir: string;
@@ -93,16 +94,30 @@ describe('a team release for an arm64 board', () => {
   });
 });
 
+describe('a registry left behind', () => {
+  it('by a run killed with -9 is stopped and removed by the next reap', async () => {
+    const root = mkdtempSync(join(tmpdir(), 'fleetlab-reap-registry-'));
+    const left = await startRegistry({ dir: join(root, 'fleetlab-registry-left') });
+    // The owner file names a process that is gone, as after a kill -9 of the worker.
+    const owner = JSON.parse(readFileSync(join(root, 'fleetlab-registry-left', 'owner.json'), 'utf8')) as { owner: number; pid: number };
+    writeFileSync(join(root, 'fleetlab-registry-left', 'owner.json'), JSON.stringify({ ...owner, owner: 4_194_305 }));
+    expect(await reapStale(root, 'fleetlab-registry-')).toEqual([join(root, 'fleetlab-registry-left')]);
+    expect(await fetch(`http://${left.host}/v2/`).then(() => 'answers', () => 'gone')).toBe('gone');
+    await left.close();
+    rmSync(root, { recursive: true, force: true });
+  });
+});
+
 describe('a build engine left behind', () => {
   it('is reaped by the next start: its dockerd stopped and its directory removed', async () => {
     const root = mkdtempSync(join(tmpdir(), 'fleetlab-reap-'));
     const stale = join(root, 'fleetlab-build-engine-stale');
     mkdirSync(stale);
     // An owner that has exited (pid 2^22 + 1 is above Linux's pid_max) and no dockerd.
-    writeFileSync(join(stale, 'owner.json'), JSON.stringify({ owner: 4_194_305, dockerd: 4_194_305 }));
+    writeFileSync(join(stale, 'owner.json'), JSON.stringify({ owner: 4_194_305, pid: 4_194_305 }));
     const live = join(root, 'fleetlab-build-engine-live');
     mkdirSync(live);
-    writeFileSync(join(live, 'owner.json'), JSON.stringify({ owner: process.pid, dockerd: process.pid }));
+    writeFileSync(join(live, 'owner.json'), JSON.stringify({ owner: process.pid, pid: process.pid }));
     expect(await reapStaleBuildEngines(root)).toEqual([stale]);
     expect(existsSync(stale)).toBe(false);
     expect(existsSync(live)).toBe(true);

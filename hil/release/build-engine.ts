@@ -15,7 +15,7 @@
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import { request } from 'node:http';
-import { closeSync, existsSync, openSync, readdirSync, readFileSync, renameSync } from 'node:fs';
+import { closeSync, existsSync, openSync, readFileSync, renameSync } from 'node:fs';
 import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -26,12 +26,12 @@ import { ensureBaseImage } from '../../sim/images/test-images.js';
 import { cacheRoot, needTool, qemuTools, requireArm64Binfmt } from '../../qemu/tools.js';
 import { DEFAULT_MIRROR, DEFAULT_SUITE } from '../../qemu/image/recipe.js';
 import { sleep } from '../lib/wait.js';
+import { reapStale, stopPid, writeOwner } from './owned-dirs.js';
 
 export const dockerdTool: ToolSpec = { candidates: ['/usr/sbin/dockerd', '/usr/bin/dockerd', 'dockerd'], debianPackage: 'docker.io' };
 const ipTool: ToolSpec = { candidates: ['/usr/sbin/ip', '/sbin/ip', '/usr/bin/ip', '/bin/ip', 'ip'], debianPackage: 'iproute2' };
 const DIR_PREFIX = 'fleetlab-build-engine-';
 const READY_MS = 60_000;
-const STOP_MS = 20_000;
 
 export interface BuildEngine {
   /** Engine API socket of the private dockerd. */
@@ -41,14 +41,6 @@ export interface BuildEngine {
   close(): Promise<void>;
 }
 
-interface Owner {
-  /** The process that started the engine; when it is gone, the engine is stale. */
-  owner: number;
-  dockerd: number;
-  /** The bridge made for it. */
-  bridge?: string;
-}
-
 /** Runs `ip` with argv; false when it failed (a bridge already gone). */
 async function ip(argv: readonly string[]): Promise<boolean> {
   const binary = findTool(ipTool);
@@ -56,50 +48,11 @@ async function ip(argv: readonly string[]): Promise<boolean> {
   return (await execa(binary, argv, { reject: false })).exitCode === 0;
 }
 
-const alive = (pid: number) => {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch (err) {
-    return (err as NodeJS.ErrnoException).code === 'EPERM';
-  }
-};
-
-async function stopPid(pid: number, isGone: () => boolean): Promise<void> {
-  try {
-    process.kill(pid, 'SIGTERM');
-  } catch {
-    return;
-  }
-  const deadline = Date.now() + STOP_MS;
-  while (!isGone() && Date.now() < deadline) await sleep(100);
-  if (!isGone()) {
-    try {
-      process.kill(pid, 'SIGKILL');
-    } catch {
-      // gone meanwhile
-    }
-  }
-}
-
-/** Stops the engines and removes the directories that runs killed before their close left behind. */
-export async function reapStaleBuildEngines(root = tmpdir()): Promise<string[]> {
-  const reaped: string[] = [];
-  for (const name of readdirSync(root).filter((n) => n.startsWith(DIR_PREFIX))) {
-    const dir = join(root, name);
-    let owner: Owner | undefined;
-    try {
-      owner = JSON.parse(readFileSync(join(dir, 'owner.json'), 'utf8')) as Owner;
-    } catch {
-      owner = undefined;
-    }
-    if (owner && alive(owner.owner)) continue;
-    if (owner && alive(owner.dockerd)) await stopPid(owner.dockerd, () => !alive(owner!.dockerd));
-    if (owner?.bridge) await ip(['link', 'del', owner.bridge]);
-    await rm(dir, { recursive: true, force: true }).catch(() => undefined);
-    reaped.push(dir);
-  }
-  return reaped;
+/** Stops the engines, and removes the directories and bridges, that runs killed before their close left behind. */
+export function reapStaleBuildEngines(root = tmpdir()): Promise<string[]> {
+  return reapStale(root, DIR_PREFIX, async (owner) => {
+    if (owner.bridge) await ip(['link', 'del', owner.bridge]);
+  });
 }
 
 /**
@@ -166,7 +119,7 @@ export async function startBuildEngine(o: { progress?: (line: string) => void } 
     closeSync(fd);
   }
   const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
-  await writeFile(join(dir, 'owner.json'), JSON.stringify({ owner: process.pid, dockerd: child.pid ?? 0, bridge } satisfies Owner));
+  writeOwner(dir, { owner: process.pid, pid: child.pid ?? 0, bridge });
   const stop = async () => {
     if (child.exitCode === null && child.signalCode === null) await stopPid(child.pid!, () => child.exitCode !== null || child.signalCode !== null);
     await exited;

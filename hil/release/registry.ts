@@ -13,6 +13,7 @@ import { FleetlabError } from '../../src/errors.js';
 import { freePort } from '../../src/free-port.js';
 import { findTool, missingToolError, type ToolSpec } from '../../src/tools.js';
 import { sleep } from '../lib/wait.js';
+import { writeOwner } from './owned-dirs.js';
 
 export const registryTool: ToolSpec = { candidates: ['docker-registry'], debianPackage: 'docker-registry' };
 const READY_MS = 15_000;
@@ -63,6 +64,7 @@ export async function startRegistry(o: { dir: string; port?: number }): Promise<
     closeSync(fd);
   }
   const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
+  writeOwner(o.dir, { owner: process.pid, pid: child.pid ?? 0 });
   const host = `127.0.0.1:${port}`;
   const lastWords = () => readFileSync(logPath, 'utf8').trim().split('\n').slice(-5).join('\n');
 

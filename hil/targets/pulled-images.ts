@@ -12,9 +12,13 @@ import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { startBuildEngine, type BuildEngine } from '../release/build-engine.js';
+import { reapStale } from '../release/owned-dirs.js';
 import { startRegistry, type Registry } from '../release/registry.js';
 import type { ImagesProtocol, ReleaseEngine } from './protocols.js';
 import type { SshDevice } from './ssh-device.js';
+
+/** A worker's registry directory; one a killed worker left is reaped by the next. */
+const REGISTRY_DIR_PREFIX = 'fleetlab-registry-';
 
 export class PulledImages {
   #started: Promise<{ engine: BuildEngine; registry: Registry }> | undefined;
@@ -37,7 +41,8 @@ export class PulledImages {
 
   #start(): Promise<{ engine: BuildEngine; registry: Registry }> {
     this.#started ??= (async () => {
-      this.#dir = await mkdtemp(join(tmpdir(), 'fleetlab-registry-'));
+      await reapStale(tmpdir(), REGISTRY_DIR_PREFIX);
+      this.#dir = await mkdtemp(join(tmpdir(), REGISTRY_DIR_PREFIX));
       const registry = await startRegistry({ dir: this.#dir });
       this.#registry = registry;
       this.#engine = await startBuildEngine({ progress: this.log });

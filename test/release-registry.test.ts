@@ -12,7 +12,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { loadCompose, parseCompose } from '../hil/release/compose.js';
 import { buildRelease } from '../hil/release/release.js';
 import { pushRelease, registryRef, repositoryComponent } from '../hil/release/push.js';
-import { reapStaleBuildEngines, startBuildEngine, type BuildEngine } from '../hil/release/build-engine.js';
+import { ARM64_IMAGE_FIX, reapStaleBuildEngines, startBuildEngine, type BuildEngine } from '../hil/release/build-engine.js';
 import { registryConfig, startRegistry, type Registry } from '../hil/release/registry.js';
 import { reapStale } from '../hil/release/owned-dirs.js';
 
@@ -83,6 +83,13 @@ describe('a team release for an arm64 board', () => {
     const repo = ref.slice(registry.host.length + 1, ref.lastIndexOf(':'));
     expect(registry.pulls()).toEqual([expect.stringMatching(new RegExp(`"GET /v2/${repo}/manifests/sha256:[0-9a-f]{64} HTTP/1\\.1" 200 `))]);
   }, 300_000);
+
+  it("an image: the build engine lacks is refused with what to do instead", async () => {
+    const project = parseCompose('services:\n  db:\n    image: postgres:16\n', join(dir, 'compose.yaml'));
+    await expect(buildRelease(project, { docker: new Docker({ socketPath: engine.socketPath }), missingImageFix: ARM64_IMAGE_FIX })).rejects.toThrow(
+      `${join(dir, 'compose.yaml')}: services.db.image: "postgres:16" is not in the engine the release is built in, and fleetlab reaches no outside registry: ${ARM64_IMAGE_FIX}`,
+    );
+  });
 
   it('a push to a registry that is not there names the service, the reference and the registry', async () => {
     const project = parseCompose('services:\n  web:\n    image: fleetlab/busybox:latest\n', join(dir, 'compose.yaml'));

@@ -11,7 +11,7 @@ import { engineAt } from '../../sim/engine-at.js';
 import { DeviceApi } from '../lib/device-api.js';
 import { httpApi } from '../lib/http.js';
 import { sleep } from '../lib/wait.js';
-import { startBuildEngine, type BuildEngine } from '../release/build-engine.js';
+import { ARM64_IMAGE_FIX, startBuildEngine, type BuildEngine } from '../release/build-engine.js';
 import { loadCompose } from '../release/compose.js';
 import { deployLocal } from '../release/local-deploy.js';
 import { fleetProgress, publishRelease } from '../release/publish.js';
@@ -68,11 +68,11 @@ export async function runDeploy(o: DeployCommandOptions): Promise<void> {
 async function toDevice(o: DeployCommandOptions, project: ReturnType<typeof loadCompose>, docker: Docker): Promise<void> {
   // The key is all the release path needs of the device's identity.
   const api = new DeviceApi(httpApi({ url: o.device!.replace(/\/+$/, ''), apiKey: o.apiKey!, uuid: '', vendor: 'platform', lockRoot: '' }));
-  await deployLocal({ api, project, docker, ...(o.registry ? { registry: o.registry } : {}), log: o.log, env: o.env, wait: o.wait, timeoutMs: o.timeoutMs });
+  await deployLocal({ api, project, docker, ...(o.registry ? { registry: o.registry } : {}), ...(o.arch ? { missingImageFix: ARM64_IMAGE_FIX } : {}), log: o.log, env: o.env, wait: o.wait, timeoutMs: o.timeoutMs });
 }
 
 async function toFleet(o: DeployCommandOptions, project: ReturnType<typeof loadCompose>, docker: Docker): Promise<void> {
-  const built = await buildRelease(project, { docker, progress: (e) => e.summary && o.log(`[${e.service}] ${e.line}`) });
+  const built = await buildRelease(project, { docker, progress: (e) => e.summary && o.log(`[${e.service}] ${e.line}`), ...(o.arch ? { missingImageFix: ARM64_IMAGE_FIX } : {}) });
   const release = o.registry ? await pushRelease(built, { docker, registry: o.registry, log: o.log }) : built;
   const target = { url: o.cloud!.replace(/\/+$/, ''), apiKey: o.apiKey!, fleet: o.fleet! };
   const published = await publishRelease(release, target, o.log);

@@ -156,6 +156,7 @@ export class Device {
       project,
       docker: new Docker({ socketPath: engine.engineSocket }),
       ...(engine.registry ? { registry: engine.registry } : {}),
+      ...(engine.missingImageFix ? { missingImageFix: engine.missingImageFix } : {}),
       log: this.#context.log ?? (() => undefined),
       ...options,
     });

@@ -41,10 +41,10 @@ const DEPLOY_TIMEOUT_MS = 120_000;
  * `registry`: the device pulls, so the images are pushed there and the target state names them
  * by their registry references; without it the device shares `docker`, the engine built in.
  */
-export async function deployLocal(o: DeployOptions & { api: DeviceApi; project: ComposeProject; docker: Docker; registry?: string; log: (line: string) => void }): Promise<DeployedRelease> {
+export async function deployLocal(o: DeployOptions & { api: DeviceApi; project: ComposeProject; docker: Docker; registry?: string; missingImageFix?: string; log: (line: string) => void }): Promise<DeployedRelease> {
   const { api, project, log } = o;
   // Step output only shows again in a failure's message (its last lines); starts and ends are printed.
-  const built = await buildRelease(project, { docker: o.docker, progress: (e) => e.summary && log(`[${e.service}] ${e.line}`) });
+  const built = await buildRelease(project, { docker: o.docker, progress: (e) => e.summary && log(`[${e.service}] ${e.line}`), ...(o.missingImageFix ? { missingImageFix: o.missingImageFix } : {}) });
   const release = o.registry ? await pushRelease(built, { docker: o.docker, registry: o.registry, log }) : built;
   const appId = o.appId ?? DEFAULT_APP_ID;
   const status = await api.stateStatus();

@@ -22,9 +22,11 @@ export interface Release {
 }
 
 export interface BuildReleaseOptions {
-  /** The engine the device's supervisor uses (or shares with the harness). */
+  /** The engine the device's supervisor uses (or shares with the harness), or a build engine for the device's architecture. */
   docker: Docker;
   progress?: BuildProgress;
+  /** What to do about an `image:` the engine lacks; default: build it or load it into the device's engine. */
+  missingImageFix?: string;
 }
 
 /** Builds every `build:` service and checks every `image:` service's image is in the engine. */
@@ -34,20 +36,20 @@ export async function buildRelease(project: ComposeProject, options: BuildReleas
   for (const service of project.services) {
     const ref = service.build ? await buildServiceImage(project, service, options) : service.image!;
     images[service.name] = ref;
-    imageIds[service.name] = await imageId(options.docker, project, service, ref);
+    imageIds[service.name] = await imageId(options.docker, project, service, ref, options.missingImageFix);
   }
   return { project, images, imageIds, commit: commitOf(project, imageIds) };
 }
 
-async function imageId(docker: Docker, project: ComposeProject, service: ComposeService, ref: string): Promise<string> {
+async function imageId(docker: Docker, project: ComposeProject, service: ComposeService, ref: string, fix?: string): Promise<string> {
   try {
     return (await docker.getImage(ref).inspect()).Id;
   } catch (err) {
     if ((err as { statusCode?: number }).statusCode === 404) {
       throw new FleetlabError(
         'HIL_ERR_BUILD',
-        `${project.file}: services.${service.name}.image: "${ref}" is not in the device's engine, and fleetlab reaches no outside registry: ` +
-          'build it (add a build: section), or load it with docker load / docker import first',
+        `${project.file}: services.${service.name}.image: "${ref}" is not in ${fix ? 'the engine the release is built in' : "the device's engine"}, and fleetlab reaches no outside registry: ` +
+          (fix ?? 'build it (add a build: section), or load it with docker load / docker import first'),
       );
     }
     throw new FleetlabError('HIL_ERR_BUILD', `${project.file}: services.${service.name}: cannot inspect image "${ref}": ${errorText(err)}`);

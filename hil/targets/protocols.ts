@@ -209,6 +209,8 @@ export interface ReleaseEngine {
   readonly engineSocket: string;
   /** `host:port` of the registry to push to, which the device reaches by the same name; absent when the device shares the build engine. */
   readonly registry?: string;
+  /** What to do about an `image:` the build engine lacks, when that is not to load it there (a private engine). */
+  readonly missingImageFix?: string;
 }
 
 /** What every driver's `start` accepts, whatever its own options add. */

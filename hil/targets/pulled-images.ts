@@ -11,7 +11,7 @@
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { startBuildEngine, type BuildEngine } from '../release/build-engine.js';
+import { ARM64_IMAGE_FIX, startBuildEngine, type BuildEngine } from '../release/build-engine.js';
 import { reapStale } from '../release/owned-dirs.js';
 import { startRegistry, type Registry } from '../release/registry.js';
 import type { ImagesProtocol, ReleaseEngine } from './protocols.js';
@@ -34,7 +34,7 @@ export class PulledImages {
       prepare: async (): Promise<ReleaseEngine> => {
         const { engine, registry } = await this.#start();
         await ssh.forwardRemote(registry.port, { host: '127.0.0.1', port: registry.port });
-        return { engineSocket: engine.socketPath, registry: registry.host };
+        return { engineSocket: engine.socketPath, registry: registry.host, missingImageFix: ARM64_IMAGE_FIX };
       },
     };
   }

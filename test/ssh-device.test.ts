@@ -366,7 +366,13 @@ describe('SshDevice against a real sshd', () => {
       await expect(ssh.forwardRemote(devicePort, { host: '127.0.0.1', port: hostPort + 1 })).rejects.toThrow(`cannot listen on the device's 127.0.0.1:${devicePort}`);
 
       await sshd.stop();
-      expect(await accepts(devicePort)).toBe(false);
+      // The session's processes were sent SIGKILL; their listener goes with them, not at once.
+      let gone = false;
+      for (let i = 0; i < 50 && !gone; i++) {
+        gone = !(await accepts(devicePort));
+        if (!gone) await sleep(100);
+      }
+      expect(gone).toBe(true);
       await sshd.start();
       // No call is made: the session reconnects by itself because a forward is wanted.
       let back = false;

@@ -13,9 +13,7 @@
  * Its directory lives under the system's temp dir with an owner file: a run killed with -9
  * leaves it behind, and the next start stops that dockerd and removes it.
  */
-import { spawn, type ChildProcess } from 'node:child_process';
-import { request } from 'node:http';
-import { closeSync, existsSync, openSync, readFileSync, renameSync } from 'node:fs';
+import { existsSync, renameSync } from 'node:fs';
 import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -23,10 +21,11 @@ import { execa } from 'execa';
 import { FleetlabError, errorText } from '../../src/errors.js';
 import { findTool, missingToolError, type ToolSpec } from '../../src/tools.js';
 import { ensureBaseImage } from '../../sim/images/test-images.js';
+import { engineAt } from '../../sim/engine-at.js';
 import { cacheRoot, needTool, qemuTools, requireArm64Binfmt } from '../../qemu/tools.js';
 import { DEFAULT_MIRROR, DEFAULT_SUITE } from '../../qemu/image/recipe.js';
 import { sleep } from '../lib/wait.js';
-import { reapStale, stopPid, writeOwner } from './owned-dirs.js';
+import { reapStale, spawnOwned, stopPid } from './owned-dirs.js';
 
 export const dockerdTool: ToolSpec = { candidates: ['/usr/sbin/dockerd', '/usr/bin/dockerd', 'dockerd'], debianPackage: 'docker.io' };
 const ipTool: ToolSpec = { candidates: ['/usr/sbin/ip', '/sbin/ip', '/usr/bin/ip', '/bin/ip', 'ip'], debianPackage: 'iproute2' };
@@ -107,36 +106,27 @@ export async function startBuildEngine(o: { progress?: (line: string) => void } 
   const logPath = join(dir, 'dockerd.log');
   // An empty config file: the host's /etc/docker/daemon.json (hosts, data-root) is the host engine's.
   await writeFile(join(dir, 'daemon.json'), '{}\n');
-  const fd = openSync(logPath, 'a');
-  let child: ChildProcess;
-  try {
-    child = spawn(dockerd, [
-      '--config-file', join(dir, 'daemon.json'),
-      '--data-root', join(dir, 'data'),
-      '--exec-root', join(dir, 'exec'),
-      '--pidfile', join(dir, 'dockerd.pid'),
-      '--host', `unix://${socketPath}`,
-      `--bridge=${bridge}`, '--iptables=false', '--ip-masq=false',
-    ], { stdio: ['ignore', fd, fd] });
-  } finally {
-    closeSync(fd);
-  }
-  const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
-  writeOwner(dir, { owner: process.pid, pid: child.pid ?? 0, bridge });
+  const { child, exited, lastWords } = spawnOwned(dir, dockerd, [
+    '--config-file', join(dir, 'daemon.json'),
+    '--data-root', join(dir, 'data'),
+    '--exec-root', join(dir, 'exec'),
+    '--pidfile', join(dir, 'dockerd.pid'),
+    '--host', `unix://${socketPath}`,
+    `--bridge=${bridge}`, '--iptables=false', '--ip-masq=false',
+  ], logPath, { bridge });
   const stop = async () => {
     if (child.exitCode === null && child.signalCode === null) await stopPid(child.pid!, () => child.exitCode !== null || child.signalCode !== null);
     await exited;
     await ip(['link', 'del', bridge]);
     await rm(dir, { recursive: true, force: true }).catch(() => undefined);
   };
-  const lastWords = () => readFileSync(logPath, 'utf8').trim().split('\n').slice(-5).join('\n');
 
   try {
     progress(`arm64 build engine: starting a private dockerd (${socketPath})`);
     const deadline = Date.now() + READY_MS;
     for (;;) {
       if (child.exitCode !== null) throw new FleetlabError('HIL_ERR_REGISTRY', `the arm64 build engine (dockerd) exited with ${child.exitCode} at start; its log ends:\n${lastWords()}`);
-      if (await pingSocket(socketPath)) break;
+      if (existsSync(socketPath) && (await engineAt(socketPath).then(() => true, () => false))) break;
       if (Date.now() > deadline) throw new FleetlabError('HIL_ERR_REGISTRY', `the arm64 build engine (dockerd) did not answer within ${READY_MS} ms; its log ends:\n${lastWords()}`);
       await sleep(200);
     }
@@ -147,18 +137,4 @@ export async function startBuildEngine(o: { progress?: (line: string) => void } 
     throw err instanceof FleetlabError ? err : new FleetlabError('HIL_ERR_REGISTRY', `the arm64 build engine did not start: ${errorText(err)}`, { cause: err });
   }
   return { socketPath, architecture: 'arm64', close: stop };
-}
-
-/** Whether an Engine API answers `/_ping` on the socket. */
-async function pingSocket(socketPath: string): Promise<boolean> {
-  if (!existsSync(socketPath)) return false;
-  return new Promise((resolve) => {
-    const req = request({ socketPath, path: '/_ping', timeout: 1000 }, (res) => {
-      res.resume();
-      resolve(res.statusCode === 200);
-    });
-    req.on('error', () => resolve(false));
-    req.on('timeout', () => req.destroy());
-    req.end();
-  });
 }

@@ -4,7 +4,8 @@
  * with -9 cannot stop what it started; the next run finds the directories whose owner is gone,
  * stops the program and removes them.
  */
-import { readdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { spawn, type ChildProcess } from 'node:child_process';
+import { closeSync, openSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { rm } from 'node:fs/promises';
 import { join } from 'node:path';
 import { sleep } from '../lib/wait.js';
@@ -75,4 +76,26 @@ export async function reapStale(root: string, prefix: string, undo: (owner: Owne
     reaped.push(dir);
   }
   return reaped;
+}
+
+export interface OwnedProgram {
+  readonly child: ChildProcess;
+  /** Settles when the program has exited. */
+  readonly exited: Promise<void>;
+  /** The last lines of its log, for an error that says why it did not start. */
+  lastWords(): string;
+}
+
+/** Starts `binary` with its output appended to `logPath` and records it as `dir`'s program (with `extra` to undo). */
+export function spawnOwned(dir: string, binary: string, args: readonly string[], logPath: string, extra: Pick<Owner, 'bridge'> = {}): OwnedProgram {
+  const fd = openSync(logPath, 'a');
+  let child: ChildProcess;
+  try {
+    child = spawn(binary, args, { stdio: ['ignore', fd, fd] });
+  } finally {
+    closeSync(fd);
+  }
+  const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
+  writeOwner(dir, { owner: process.pid, pid: child.pid ?? 0, ...extra });
+  return { child, exited, lastWords: () => readFileSync(logPath, 'utf8').trim().split('\n').slice(-5).join('\n') };
 }

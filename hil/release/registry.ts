@@ -5,15 +5,14 @@
  * a line there (dockerd asks `HEAD /v2/<repo>/manifests/<tag>`, then fetches the manifest by
  * digest with `GET /v2/<repo>/manifests/sha256:...`), which is how a run shows the device pulled.
  */
-import { spawn, type ChildProcess } from 'node:child_process';
-import { closeSync, openSync, readFileSync } from 'node:fs';
+import { readFileSync } from 'node:fs';
 import { mkdir, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { FleetlabError } from '../../src/errors.js';
 import { freePort } from '../../src/free-port.js';
 import { findTool, missingToolError, type ToolSpec } from '../../src/tools.js';
 import { sleep } from '../lib/wait.js';
-import { writeOwner } from './owned-dirs.js';
+import { spawnOwned } from './owned-dirs.js';
 
 export const registryTool: ToolSpec = { candidates: ['docker-registry'], debianPackage: 'docker-registry' };
 const READY_MS = 15_000;
@@ -56,17 +55,8 @@ export async function startRegistry(o: { dir: string; port?: number }): Promise<
   const configPath = join(o.dir, 'config.yml');
   await writeFile(configPath, registryConfig({ storageDir: join(o.dir, 'storage'), port }));
   const logPath = join(o.dir, 'registry.log');
-  const fd = openSync(logPath, 'a');
-  let child: ChildProcess;
-  try {
-    child = spawn(binary, ['serve', configPath], { stdio: ['ignore', fd, fd] });
-  } finally {
-    closeSync(fd);
-  }
-  const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
-  writeOwner(o.dir, { owner: process.pid, pid: child.pid ?? 0 });
+  const { child, exited, lastWords } = spawnOwned(o.dir, binary, ['serve', configPath], logPath);
   const host = `127.0.0.1:${port}`;
-  const lastWords = () => readFileSync(logPath, 'utf8').trim().split('\n').slice(-5).join('\n');
 
   const deadline = Date.now() + READY_MS;
   for (;;) {

@@ -54,12 +54,17 @@ export async function writeTestRootfsTar(busybox: string, tarPath: string, apple
   }
 }
 
-/** `all`: every applet this busybox has (`busybox --list`), for the base image a team builds on. */
+/** Every applet a busybox binary has (`busybox --list`; a foreign one runs through qemu-user). */
+async function allApplets(busybox: string): Promise<string[]> {
+  return (await execa(busybox, ['--list'])).stdout.split('\n').filter((a) => /^[a-z0-9_.[-]+$/.test(a) && a !== 'busybox');
+}
+
+/** `all`: every applet this busybox has, for the base image a team builds on. */
 async function rootfsTar(applets: 'test' | 'all' = 'test'): Promise<{ tarPath: string; cleanup: () => Promise<void> }> {
   const busybox = requireTool(tools.busybox);
   const dir = await mkdtemp(join(tmpdir(), 'fleetlab-rootfs-tar-'));
   const tarPath = join(dir, 'rootfs.tar');
-  const list = applets === 'all' ? (await execa(busybox, ['--list'])).stdout.split('\n').filter((a) => /^[a-z0-9_.[-]+$/.test(a) && a !== 'busybox') : TEST_APPLETS;
+  const list = applets === 'all' ? await allApplets(busybox) : TEST_APPLETS;
   await writeTestRootfsTar(busybox, tarPath, list);
   return { tarPath, cleanup: () => rm(dir, { recursive: true, force: true }) };
 }
@@ -110,7 +115,7 @@ async function loadForeignBase(socketPath: string, foreign: ForeignBase, progres
   const dir = await mkdtemp(join(tmpdir(), 'fleetlab-base-archive-'));
   try {
     progress({ image: BASE_IMAGE, step: `importing (${foreign.architecture})` });
-    const applets = (await execa(foreign.busybox, ['--list'])).stdout.split('\n').filter((a) => /^[a-z0-9_.[-]+$/.test(a) && a !== 'busybox');
+    const applets = await allApplets(foreign.busybox);
     const archive = join(dir, 'archive');
     await mkdir(archive);
     await writeTestRootfsTar(foreign.busybox, join(archive, 'layer.tar'), applets);

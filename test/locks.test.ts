@@ -1,24 +1,43 @@
 /**
- * UpdateLocks on a real directory: the app's lock and the supervisor's own are the same kind
- * of file, and only the app's may refuse a lock check (a check made while the supervisor
- * stops a service for an update must not answer 423).
+ * UpdateLocks on a real directory and the real device store: the app's lock and the
+ * supervisor's own are the same kind of file, and only the app's may refuse a lock check (a
+ * check made while the supervisor stops a service for an update must not answer 423). A lock
+ * an earlier supervisor process took and never released is freed at the next start; an app's
+ * lock at the same path is not.
  */
-import { existsSync, mkdirSync, writeFileSync } from 'node:fs';
+import { spawn } from 'node:child_process';
+import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { FleetlabError } from '../src/errors.js';
-import { LOCK_FILE, UpdateLocks } from '../src/supervisor/state/locks.js';
+import { LOCK_FILE, UpdateLocks, type LockOwner } from '../src/supervisor/state/locks.js';
+import { DeviceStore } from '../src/supervisor/state/store.js';
+import { initialRecord } from './helpers/store-writer.js';
 
 let root: string;
+let dataDir: string;
 let locks: UpdateLocks;
+const BOOT = 'boot-a';
+let instances = 0;
+/** A supervisor process's view: the store as it reads it from disk at its start. */
+function supervisorLocks(owner: Partial<LockOwner> = {}): UpdateLocks {
+  const store = DeviceStore.open(dataDir, initialRecord);
+  return new UpdateLocks({
+    lockRoot: root,
+    ledger: store.lockLedger(),
+    owner: { instance: `instance-${++instances}`, boot: BOOT, pid: process.pid, ...owner },
+  });
+}
 beforeEach(async () => {
   root = await mkdtemp(join(tmpdir(), 'fleetlab-locks-'));
-  locks = new UpdateLocks(root);
+  dataDir = await mkdtemp(join(tmpdir(), 'fleetlab-locks-data-'));
+  locks = supervisorLocks();
 });
 afterEach(async () => {
   await rm(root, { recursive: true, force: true });
+  await rm(dataDir, { recursive: true, force: true });
 });
 
 const lockFile = (service: string) => join(root, '1', service, LOCK_FILE);
@@ -66,5 +85,62 @@ describe('UpdateLocks', () => {
     expect(lockedError(() => locks.refuseIfAppLocked(1, ['main']))).toBeUndefined();
     held.release();
     expect(existsSync(lockFile('main'))).toBe(false);
+  });
+});
+
+describe('UpdateLocks after the supervisor died holding them', () => {
+  const ledgerFiles = () => (DeviceStore.open(dataDir, initialRecord).get().supervisorLocks ?? []).map((r) => r.file);
+
+  it('the next process frees the locks the dead one recorded, and the ledger empties', () => {
+    locks.acquire(1, ['main', 'worker'], false); // never released: the process is "killed"
+    expect(ledgerFiles().sort()).toEqual([lockFile('main'), lockFile('worker')]);
+    const next = supervisorLocks();
+    // Before the stale locks go, they look like the app's: this is what made updates wait forever.
+    expect(lockedError(() => next.refuseIfAppLocked(1, ['main']))?.code).toBe('SUP_ERR_LOCKED');
+    expect(next.releaseStale().sort()).toEqual([lockFile('main'), lockFile('worker')]);
+    expect(existsSync(lockFile('main'))).toBe(false);
+    expect(existsSync(lockFile('worker'))).toBe(false);
+    expect(ledgerFiles()).toEqual([]);
+    next.acquire(1, ['main'], false).release();
+  });
+
+  it('an app lock created at the same path after the supervisor let go is honoured', () => {
+    locks.acquire(1, ['main'], false);
+    // The dead supervisor's file is gone (say, removed by hand) and the app took the lock since.
+    writeFileSync(lockFile('main'), '');
+    const next = supervisorLocks();
+    expect(next.releaseStale()).toEqual([]);
+    expect(existsSync(lockFile('main'))).toBe(true);
+    expect(lockedError(() => next.refuseIfAppLocked(1, ['main']))?.code).toBe('SUP_ERR_LOCKED');
+    expect(ledgerFiles()).toEqual([]);
+  });
+
+  it('the file carries the owner\'s mark, so the app can tell who holds it', () => {
+    locks.acquire(1, ['main'], false);
+    expect(JSON.parse(readFileSync(lockFile('main'), 'utf8'))).toMatchObject({ lockedBy: 'fleetlab-supervisor', boot: BOOT, pid: process.pid });
+  });
+
+  it('an entry recorded ahead of an O_EXCL that found the app\'s lock is taken back', () => {
+    appTakes('main');
+    expect(lockedError(() => locks.acquire(1, ['main'], false))?.code).toBe('SUP_ERR_LOCKED');
+    expect(ledgerFiles()).toEqual([]);
+  });
+
+  it('locks of another live supervisor process of this boot are left alone; of a dead one, freed', async () => {
+    const other = spawn(process.execPath, ['-e', 'setTimeout(() => {}, 60000)'], { stdio: 'ignore' });
+    try {
+      await new Promise((resolve) => other.once('spawn', resolve));
+      supervisorLocks({ pid: other.pid! }).acquire(1, ['main'], false);
+      supervisorLocks({ pid: 2 ** 22 + 1, boot: 'an-earlier-boot' }).acquire(1, ['worker'], false);
+      expect(supervisorLocks().releaseStale()).toEqual([lockFile('worker')]);
+      expect(existsSync(lockFile('main'))).toBe(true);
+      expect(ledgerFiles()).toEqual([lockFile('main')]);
+      other.kill('SIGKILL');
+      await new Promise((resolve) => other.once('exit', resolve));
+      expect(supervisorLocks().releaseStale()).toEqual([lockFile('main')]);
+      expect(ledgerFiles()).toEqual([]);
+    } finally {
+      other.kill('SIGKILL');
+    }
   });
 });

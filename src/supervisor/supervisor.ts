@@ -58,6 +58,15 @@ function readOsVersion(): string {
   }
 }
 
+/** This boot's id: a lock recorded under another boot cannot belong to a live process. */
+function readBootId(): string {
+  try {
+    return readFileSync('/proc/sys/kernel/random/boot_id', 'utf8').trim();
+  } catch {
+    return 'unknown';
+  }
+}
+
 const engineArch = (a: string) => ({ arm64: 'aarch64', x64: 'amd64', arm: 'armv7hf', ia32: 'i386' })[a] ?? a;
 
 
@@ -105,7 +114,11 @@ export class Supervisor implements SupervisorContext {
     this.log = this.busLogger(deps.logger);
     this.keys = new ApiKeys(this.store);
     this.engine = deps.engine ?? new Engine({ socketPath: config.dockerSocket, device: record.uuid });
-    this.locks = new UpdateLocks(config.lockRoot);
+    this.locks = new UpdateLocks({
+      lockRoot: config.lockRoot,
+      ledger: this.store.lockLedger(),
+      owner: { instance: randomUUID(), boot: readBootId(), pid: process.pid },
+    });
     this.bootConfig = new BootConfig(config.bootConfigPath);
     this.state = new StateEngine(
       {
@@ -272,6 +285,7 @@ export class Supervisor implements SupervisorContext {
 
   /** Applies the stored target (first round also restarts services a user stopped). */
   async start(): Promise<void> {
+    for (const file of this.locks.releaseStale()) this.log.info(`Released update lock ${file} left by an earlier supervisor process`);
     const target: TargetState = this.state.getTarget();
     await this.keys.ensureAppKeys(target.apps.map((a) => a.appId));
     this.state.trigger();

@@ -3,27 +3,64 @@
  * `<lockRoot>/<appId>/<serviceName>/updates.lock`; the directory is mounted into the
  * service's container. The supervisor takes the same files with O_EXCL before it stops or
  * replaces a service, so the app and the supervisor can never both believe they hold it.
- * It remembers which files it holds itself, so a lock check made while it is mid-update
- * (stopping a service under its lock) is not mistaken for an app's lock.
+ *
+ * The supervisor's own lock files must never outlive it: a supervisor killed while it holds
+ * one would otherwise come back, see the file, take it for the app's and wait forever. So
+ * every lock it takes is written ahead to a ledger in its store (with the identity of the
+ * process that took it) and the file itself carries that identity. At start, `releaseStale`
+ * removes the files a previous supervisor process recorded, but only those whose content is
+ * still that process's mark: a file the app created at the same path since is honoured.
  */
-import { mkdirSync, openSync, closeSync, existsSync, rmSync } from 'node:fs';
+import { mkdirSync, openSync, closeSync, existsSync, rmSync, readFileSync, writeSync } from 'node:fs';
 import { join } from 'node:path';
 import { locked } from '../../errors.js';
 
 export const LOCK_FILE = 'updates.lock';
 
+/** The process that took a lock. `instance` is fresh per process start. */
+export interface LockOwner {
+  instance: string;
+  boot: string;
+  pid: number;
+}
+
+export interface LockRecord {
+  file: string;
+  owner: LockOwner;
+}
+
+/** Where the supervisor writes down the locks it holds; `write` is durable when it returns. */
+export interface LockLedger {
+  read(): readonly LockRecord[];
+  write(records: LockRecord[]): void;
+}
+
 export interface HeldLocks {
   release(): void;
 }
 
+export interface UpdateLocksDeps {
+  lockRoot: string;
+  ledger: LockLedger;
+  owner: LockOwner;
+  /** Whether a process of this boot with this pid is alive (a second supervisor on the same data). */
+  alive?: (pid: number) => boolean;
+}
+
+/** What the supervisor writes into a lock file it takes: its mark, recognisable at the next start. */
+const markOf = (owner: LockOwner) => JSON.stringify({ lockedBy: 'fleetlab-supervisor', ...owner });
+
 export class UpdateLocks {
   /** Lock files the supervisor holds now (taken by acquire, not yet released). */
   readonly #ours = new Set<string>();
+  readonly #lockRoot: string;
 
-  constructor(private readonly lockRoot: string) {}
+  constructor(private readonly deps: UpdateLocksDeps) {
+    this.#lockRoot = deps.lockRoot;
+  }
 
   dir(appId: number, serviceName: string): string {
-    return join(this.lockRoot, String(appId), serviceName);
+    return join(this.#lockRoot, String(appId), serviceName);
   }
 
   ensureDir(appId: number, serviceName: string): string {
@@ -38,6 +75,35 @@ export class UpdateLocks {
   }
 
   /**
+   * Removes the lock files earlier supervisor processes took and never released (killed, or a
+   * power cut), and forgets their ledger entries. Returns the files removed. Run once at start,
+   * before the first apply; a lock file whose mark is not the recorded one is the app's and stays.
+   */
+  releaseStale(): string[] {
+    const { ledger, owner } = this.deps;
+    const alive = this.deps.alive ?? processAlive;
+    const records = ledger.read();
+    const keep: LockRecord[] = [];
+    const removed: string[] = [];
+    for (const record of records) {
+      const r = record.owner;
+      const sameProcess = r.instance === owner.instance;
+      // Another live supervisor process of this boot holds it (two on one data dir): not ours to free.
+      const otherLive = !sameProcess && r.boot === owner.boot && r.pid !== owner.pid && alive(r.pid);
+      if (sameProcess || otherLive) {
+        keep.push(record);
+        continue;
+      }
+      if (readMark(record.file) === markOf(r)) {
+        rmSync(record.file, { force: true });
+        removed.push(record.file);
+      }
+    }
+    if (keep.length !== records.length) ledger.write(keep);
+    return removed;
+  }
+
+  /**
    * Takes the locks of these services for the supervisor. Without force, any lock already
    * held refuses the whole set (423) and nothing stays taken; with force, app-held locks are
    * removed first.
@@ -45,20 +111,24 @@ export class UpdateLocks {
   acquire(appId: number, serviceNames: string[], force: boolean): HeldLocks {
     const taken: string[] = [];
     const release = () => {
-      for (const file of taken.splice(0)) {
+      const files = taken.splice(0);
+      for (const file of files) {
         this.#ours.delete(file);
         rmSync(file, { force: true });
       }
+      // The files go first: a kill between the two leaves a ledger entry with no file, which
+      // the next start drops, never a file with no entry.
+      if (files.length) this.unrecord(files);
     };
     try {
       for (const service of serviceNames) {
         const file = join(this.ensureDir(appId, service), LOCK_FILE);
         if (force) rmSync(file, { force: true });
-        try {
-          closeSync(openSync(file, 'wx'));
-        } catch (err) {
-          if ((err as NodeJS.ErrnoException).code === 'EEXIST') throw lockedBy(appId, service);
-          throw err;
+        // Written ahead: a kill right after the file is created still leaves its entry.
+        this.record(file);
+        if (!this.createMarked(file)) {
+          this.unrecord([file]);
+          throw lockedBy(appId, service);
         }
         taken.push(file);
         this.#ours.add(file);
@@ -82,7 +152,52 @@ export class UpdateLocks {
 
   /** Drops an app's lock directories (after the app is removed from the device). */
   forgetApp(appId: number): void {
-    rmSync(join(this.lockRoot, String(appId)), { recursive: true, force: true });
+    rmSync(join(this.#lockRoot, String(appId)), { recursive: true, force: true });
+  }
+
+  /** Creates the file with O_EXCL holding our mark; false when it exists already. */
+  private createMarked(file: string): boolean {
+    let fd: number;
+    try {
+      fd = openSync(file, 'wx');
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code === 'EEXIST') return false;
+      throw err;
+    }
+    try {
+      writeSync(fd, markOf(this.deps.owner));
+    } finally {
+      closeSync(fd);
+    }
+    return true;
+  }
+
+  private record(file: string): void {
+    const { ledger, owner } = this.deps;
+    ledger.write([...ledger.read().filter((r) => r.file !== file), { file, owner }]);
+  }
+
+  private unrecord(files: string[]): void {
+    const { ledger } = this.deps;
+    const gone = new Set(files);
+    ledger.write(ledger.read().filter((r) => !gone.has(r.file)));
+  }
+}
+
+function readMark(file: string): string | undefined {
+  try {
+    return readFileSync(file, 'utf8');
+  } catch {
+    return undefined;
+  }
+}
+
+function processAlive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (err) {
+    return (err as NodeJS.ErrnoException).code === 'EPERM';
   }
 }
 

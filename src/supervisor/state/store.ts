@@ -9,6 +9,7 @@ import { removeStaleTemps, writeFileAtomicSync as writeFileAtomic } from '../../
 import { join } from 'node:path';
 import { FleetlabError, errorText } from '../../errors.js';
 import type { TargetState } from '../../protocol/target-state.js';
+import type { LockLedger, LockRecord } from './locks.js';
 
 export interface DeviceRecord {
   uuid: string;
@@ -30,6 +31,8 @@ export interface DeviceRecord {
    * from the device API key so regenerating that key never cuts the device off the cloud.
    */
   cloudKey: string;
+  /** Update-lock files the supervisor holds, written ahead of taking them (see locks.ts). */
+  supervisorLocks?: LockRecord[];
   /** Bumped on every write; lets tests and tools see the document advance. */
   generation: number;
 }
@@ -69,14 +72,29 @@ export class DeviceStore {
 
   /** Applies `change` to a copy and persists it; resolves once the document is durable. */
   update(change: (current: DeviceRecord) => Partial<DeviceRecord>): Promise<DeviceRecord> {
-    const run = this.queue.then(() => {
-      const next = { ...this.record, ...change(this.record) };
-      next.generation = this.record.generation + 1;
-      writeFileAtomic(this.path, JSON.stringify(next, null, 2));
-      this.record = next;
-      return next;
-    });
+    const run = this.queue.then(() => this.updateNow(change));
     this.queue = run.then(() => undefined, () => undefined);
     return run;
+  }
+
+  /**
+   * The same as update, durable when it returns, for a writer that must not go on before its
+   * record is on disk (a lock written ahead of taking it). Queued updates still see its change:
+   * each computes its document from the latest one when it runs.
+   */
+  updateNow(change: (current: DeviceRecord) => Partial<DeviceRecord>): DeviceRecord {
+    const next = { ...this.record, ...change(this.record) };
+    next.generation = this.record.generation + 1;
+    writeFileAtomic(this.path, JSON.stringify(next, null, 2));
+    this.record = next;
+    return next;
+  }
+
+  /** The supervisor's lock ledger, kept in this document. */
+  lockLedger(): LockLedger {
+    return {
+      read: () => this.record.supervisorLocks ?? [],
+      write: (records) => void this.updateNow(() => ({ supervisorLocks: records })),
+    };
   }
 }

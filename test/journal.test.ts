@@ -84,6 +84,25 @@ describe('journal adapter over the simulated journal', () => {
     expect(lines(await query({ containerId: containerY.id, format: 'cat' }))).toEqual(['y0']);
   });
 
+  it('a scope returns only its containers, whatever the query names', async () => {
+    const onlyX = { containerIds: [containerX.id] };
+    const scopedQuery = (q: JournalQuery) => readAll(adapter.stream(q, new AbortController().signal, onlyX));
+    expect(lines(await scopedQuery({ format: 'cat' }))).toEqual(['x0', 'x1']);
+    // Another container's id, full (journalctl would OR it with the scope's) or short: nothing.
+    expect(await scopedQuery({ containerId: containerY.id, format: 'cat' })).toBe('');
+    expect(await scopedQuery({ containerId: containerY.id.toUpperCase(), format: 'cat' })).toBe('');
+    expect(await scopedQuery({ containerId: containerY.id.slice(0, 12), format: 'cat' })).toBe('');
+    expect(lines(await scopedQuery({ containerId: containerX.id.slice(0, 12), format: 'cat' }))).toEqual(['x0', 'x1']);
+    // A unit is ANDed with the scope: the host's units stay out of reach.
+    expect(await scopedQuery({ unit: 'app-a.service', format: 'cat' })).toBe('');
+    expect(lines(await scopedQuery({ unit: 'docker.service', format: 'cat' }))).toEqual(['x0', 'x1']);
+    expect(lines(await scopedQuery({ count: 1, format: 'cat' }))).toEqual(['x1']);
+    // A scope with no container reads nothing, and runs no journalctl.
+    const none = adapter.stream({ format: 'cat' }, new AbortController().signal, { containerIds: [] });
+    expect(none.pid).toBeUndefined();
+    expect(await readAll(none)).toBe('');
+  });
+
   it('writes the docker journald driver fields for container lines', async () => {
     const [entry] = lines(await query({ containerId: containerX.id, format: 'json', count: 1 })).map((l) => JSON.parse(l));
     expect(entry).toMatchObject({

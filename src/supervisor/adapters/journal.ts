@@ -8,7 +8,7 @@ import { finished } from 'node:stream/promises';
 import { execa, type Result } from 'execa';
 import { FleetlabError, badRequest } from '../../errors.js';
 import { requireTool, tools } from '../../tools.js';
-import type { JournalFormat, JournalPort, JournalQuery } from './ports.js';
+import type { JournalFormat, JournalPort, JournalQuery, JournalScope } from './ports.js';
 
 export interface JournalAdapterOptions {
   /** journalctl to run; default: looked up on PATH. */
@@ -23,7 +23,7 @@ export interface JournalStream extends Readable {
 }
 
 export interface JournalAdapter extends JournalPort {
-  stream(query: JournalQuery, signal: AbortSignal): JournalStream;
+  stream(query: JournalQuery, signal: AbortSignal, scope?: JournalScope): JournalStream;
   /**
    * Lets journalctl parse since/until before any byte is streamed, so the API can answer 400
    * instead of a 200 stream that fails. Rejects like stream() would; resolves when there is
@@ -75,11 +75,31 @@ export function validateJournalQuery(query: JournalQuery): void {
   }
 }
 
+const FULL_ID = /^[0-9a-f]{64}$/i;
+
+/**
+ * The scope's containers that the query's own `containerId` (if any) names, with the same
+ * meaning as unscoped: a full id in any case, or the 12-digit id. The query's id is resolved
+ * here rather than passed to journalctl beside the scope's ids, because journalctl ORs matches
+ * on one field: another app's full id would widen the read instead of narrowing it.
+ */
+export function scopedContainerIds(query: JournalQuery, scope: JournalScope): string[] {
+  const ids = scope.containerIds.map((id) => {
+    if (!FULL_ID.test(id)) throw new FleetlabError('SUP_ERR_INTERNAL', `journal scope: ${JSON.stringify(id)} is not a full container id`);
+    return id.toLowerCase();
+  });
+  const wanted = query.containerId;
+  if (wanted === undefined) return ids;
+  return ids.filter((id) => (FULL_ID.test(wanted) ? id === wanted.toLowerCase() : id.slice(0, 12) === wanted));
+}
+
 /**
  * journalctl arguments for a validated query. Every value is glued to its option with "="
  * (or to its field name, for the container match), so no value can be read as an option.
+ * A scope adds one CONTAINER_ID_FULL match per container it allows: journalctl ORs those
+ * and ANDs them with the unit's match, so a unit cannot reach past the scope.
  */
-export function journalctlArgs(query: JournalQuery, directory?: string): string[] {
+export function journalctlArgs(query: JournalQuery, directory?: string, scope?: JournalScope): string[] {
   const args = ['--no-pager'];
   if (directory !== undefined) args.push(`--directory=${directory}`);
   if (query.all) args.push('--all');
@@ -89,10 +109,15 @@ export function journalctlArgs(query: JournalQuery, directory?: string): string[
   if (query.since !== undefined) args.push(`--since=${query.since}`);
   if (query.until !== undefined) args.push(`--until=${query.until}`);
   if (query.format !== undefined) args.push(`--output=${query.format}`);
-  if (query.containerId !== undefined) {
+  if (scope) {
+    const ids = scopedContainerIds(query, scope);
+    // No match at all would read the whole journal: the caller must not run journalctl.
+    if (ids.length === 0) throw new FleetlabError('SUP_ERR_INTERNAL', 'journal scope allows no container: nothing to run journalctl for');
+    for (const id of ids) args.push(`CONTAINER_ID_FULL=${id}`);
+  } else if (query.containerId !== undefined) {
     // Docker's journald driver writes both: the 12-digit CONTAINER_ID and CONTAINER_ID_FULL.
     // Engines print ids in lowercase; a full id typed in capitals still means that container.
-    const full = /^[0-9a-f]{64}$/i.test(query.containerId);
+    const full = FULL_ID.test(query.containerId);
     args.push(full ? `CONTAINER_ID_FULL=${query.containerId.toLowerCase()}` : `CONTAINER_ID=${query.containerId}`);
   }
   return args;
@@ -138,16 +163,17 @@ export function createJournalAdapter(options: JournalAdapterOptions = {}): Journ
       ? requireTool({ candidates: [options.journalctlPath], debianPackage: tools.journalctl.debianPackage })
       : requireTool(tools.journalctl);
 
-  function stream(query: JournalQuery, signal: AbortSignal): JournalStream {
+  function stream(query: JournalQuery, signal: AbortSignal, scope?: JournalScope): JournalStream {
     validateJournalQuery(query);
     const path = journalctl();
     const out = new PassThrough() as PassThrough & { pid: number | undefined };
-    if (signal.aborted) {
+    // A scope with none of its containers left in the query has nothing to show, follow or not.
+    if (signal.aborted || (scope && scopedContainerIds(query, scope).length === 0)) {
       out.pid = undefined;
       out.end();
       return out;
     }
-    const { child, stderr } = runJournalctl(path, journalctlArgs(query, directory), signal);
+    const { child, stderr } = runJournalctl(path, journalctlArgs(query, directory, scope), signal);
     out.pid = child.pid;
     let exited = false;
     child.stdout.pipe(out, { end: false });

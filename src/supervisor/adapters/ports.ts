@@ -56,14 +56,24 @@ export interface JournalQuery {
   until?: string;
 }
 
+/**
+ * The only containers whose entries a read may return (a key scoped to one app reads its
+ * own containers' lines, never the host's or another app's).
+ */
+export interface JournalScope {
+  /** Full (64 hex digit) container ids; none means nothing may be read. */
+  containerIds: readonly string[];
+}
+
 /** Reads the device journal with journalctl. */
 export interface JournalPort {
   /**
    * Starts journalctl for the query and returns its stdout. Aborting the signal kills the
-   * child (the HTTP client went away). Throws FleetlabError SUP_ERR_BAD_REQUEST for a query
+   * child (the HTTP client went away). With a scope, only those containers' entries come
+   * back, whatever the query asks for. Throws FleetlabError SUP_ERR_BAD_REQUEST for a query
    * journalctl would misread, SUP_ERR_TOOL_MISSING when journalctl is not installed.
    */
-  stream(query: JournalQuery, signal: AbortSignal): Readable;
+  stream(query: JournalQuery, signal: AbortSignal, scope?: JournalScope): Readable;
   /**
    * Lets journalctl parse since/until before anything is streamed, so a bad time is a 400
    * rather than a 200 stream that fails. Rejects like stream() would.

@@ -1,9 +1,11 @@
 /**
- * API key checks (DECISIONS.md items 2-3). The key comes as `?apikey=` or
- * `Authorization: Bearer`; a scoped key may not name another app. Refusals are always
- * `401 {"status":"failed","message":"Unauthorized"}`.
+ * API key checks (DECISIONS.md item 2). The key comes as `?apikey=` or
+ * `Authorization: Bearer`; a refusal is `401 {"status":"failed","message":"Unauthorized"}`.
+ * This hook only says who is calling; what a key scoped to one app may see or touch is
+ * decided where the data is read (state/scope.ts, api/reads.ts, AppActions).
  */
-import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import type { FastifyInstance, FastifyRequest } from 'fastify';
+import { unauthorized } from '../../errors.js';
 import type { ApiKeys, Identity } from '../state/keys.js';
 
 declare module 'fastify' {
@@ -20,18 +22,8 @@ export function keyOf(request: FastifyRequest): string | undefined {
   return match?.[1];
 }
 
-const refuse = (reply: FastifyReply) => reply.code(401).send({ status: 'failed', message: 'Unauthorized' });
-
-/** The app a request names, in its path or body. */
-function namedApp(request: FastifyRequest): number | undefined {
-  const params = request.params as Record<string, unknown> | undefined;
-  const body = request.body as Record<string, unknown> | undefined;
-  const raw = params?.appId ?? (body && typeof body === 'object' ? body.appId : undefined);
-  return raw === undefined ? undefined : Number(raw);
-}
-
 export function installAuth(app: FastifyInstance, deps: { keys: ApiKeys; localMode: () => boolean }): void {
-  app.addHook('onRequest', async (request, reply) => {
+  app.addHook('onRequest', async (request) => {
     const auth = request.routeOptions.config.auth ?? 'key';
     if (auth === 'open') return;
     const identity = deps.keys.identify(keyOf(request));
@@ -40,13 +32,6 @@ export function installAuth(app: FastifyInstance, deps: { keys: ApiKeys; localMo
       return;
     }
     if (auth === 'local' && deps.localMode()) return;
-    return refuse(reply);
-  });
-  // After validation, so a body's appId is known to be a number.
-  app.addHook('preHandler', async (request, reply) => {
-    const identity = request.identity;
-    if (identity?.kind !== 'app') return;
-    const appId = namedApp(request);
-    if (appId !== undefined && appId !== identity.appId) return refuse(reply);
+    throw unauthorized();
   });
 }

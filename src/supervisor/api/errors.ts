@@ -20,8 +20,9 @@ declare module 'fastify' {
   }
 }
 
-function errorBody(request: FastifyRequest, message: string): object {
-  return request.routeOptions.config.envelope === 'data-error'
+/** A refused key is answered alike on every route (DECISIONS.md item 2), purge included. */
+function errorBody(request: FastifyRequest, status: number, message: string): object {
+  return request.routeOptions.config.envelope === 'data-error' && status !== 401
     ? { Data: '', Error: message }
     : { status: 'failed', message };
 }
@@ -45,7 +46,7 @@ export function installErrorHandling(app: FastifyInstance): void {
   app.setErrorHandler((err: FastifyError, request: FastifyRequest, reply: FastifyReply) => {
     const { status, message } = statusAndMessage(err);
     if (status >= 500) request.log.error({ err }, 'request failed');
-    void reply.code(status).type('application/json').send(errorBody(request, message));
+    void reply.code(status).type('application/json').send(errorBody(request, status, message));
   });
   app.setNotFoundHandler((request, reply) => {
     void reply.code(404).send({ status: 'failed', message: `Not found: ${request.method} ${request.url.split('?')[0]}` });

@@ -6,9 +6,11 @@ import { PassThrough, type Readable } from 'node:stream';
 import { createInterface } from 'node:readline';
 import type { FastifyInstance, FastifyPluginAsync } from 'fastify';
 import { FleetlabError } from '../../errors.js';
-import { LocalTargetStateBody, toWireState, type WireLocalState } from '../../protocol/target-state.js';
+import { LocalTargetStateBody, type WireLocalState } from '../../protocol/target-state.js';
 import type { LogLine } from '../log-bus.js';
+import { scopedTargetWrite, wholeDevice } from '../state/scope.js';
 import type { SupervisorContext } from './context.js';
+import { callerOf, readsFor, type ScopedReads } from './reads.js';
 
 /** How often the log stream looks for containers created after it opened. */
 const RESCAN_MS = 1000;
@@ -26,7 +28,8 @@ function parseEngineLine(line: string): { timestamp: number; message: string } {
   return Number.isNaN(ts) ? { timestamp: Date.now(), message: line } : { timestamp: ts, message: line.slice(space + 1) };
 }
 
-function serviceLogStream(sup: SupervisorContext, signal: AbortSignal): Readable {
+/** The caller's services' lines (and, for the device key, the supervisor's). */
+function serviceLogStream(sup: SupervisorContext, reads: ScopedReads, signal: AbortSignal): Readable {
   const out = new PassThrough();
   const write = (line: LogLine) => {
     if (!out.writableEnded) out.write(`${JSON.stringify(line)}\n`);
@@ -34,7 +37,7 @@ function serviceLogStream(sup: SupervisorContext, signal: AbortSignal): Readable
   const followed = new Map<string, Readable>();
   const since = Math.floor(Date.now() / 1000);
   const scan = async () => {
-    const snapshot = await sup.engine.snapshot();
+    const snapshot = await reads.snapshot();
     for (const c of snapshot.containers) {
       if (followed.has(c.id) || c.state !== 'running') continue;
       const logs = await sup.engine.logs(c.id, { follow: true, since });
@@ -44,7 +47,7 @@ function serviceLogStream(sup: SupervisorContext, signal: AbortSignal): Readable
       logs.on('close', () => followed.delete(c.id));
     }
   };
-  const unsubscribe = sup.logs.subscribe(write);
+  const unsubscribe = reads.supervisorLines(write);
   const timer = setInterval(() => void scan().catch(() => undefined), RESCAN_MS);
   void scan().catch((err) => write({ message: `cannot follow service logs: ${String(err)}`, timestamp: Date.now(), serviceName: 'supervisor' }));
   signal.addEventListener('abort', () => {
@@ -58,17 +61,20 @@ function serviceLogStream(sup: SupervisorContext, signal: AbortSignal): Readable
 
 export function localRoutes(sup: SupervisorContext): FastifyPluginAsync {
   return async (app: FastifyInstance) => {
-    app.get('/v2/local/target-state', { config: { auth: 'local' } }, async () => {
-      const target = sup.store.get().localTarget;
+    // A scoped key reads its own app only; name and config are the device's.
+    app.get('/v2/local/target-state', { config: { auth: 'local' } }, async (req) => {
+      const target = readsFor(sup, callerOf(req)).localTarget();
       return {
         status: 'success',
-        state: { local: target ? toWireState(target) : { name: sup.deviceName, config: {}, apps: {} } },
+        state: { local: target ?? { name: sup.deviceName, config: {}, apps: {} } },
       };
     });
 
     app.post('/v2/local/target-state', { config: { auth: 'local' }, schema: { body: LocalTargetStateBody } }, async (req) => {
       requireLocalMode(sup);
-      await sup.setLocalTarget((req.body as { local: WireLocalState }).local);
+      // The other apps a scoped key cannot see are kept from the whole device's target.
+      const current = readsFor(sup, wholeDevice).localTarget();
+      await sup.setLocalTarget(scopedTargetWrite(callerOf(req), (req.body as { local: WireLocalState }).local, current));
       return { status: 'success', message: 'OK' };
     });
 
@@ -77,11 +83,11 @@ export function localRoutes(sup: SupervisorContext): FastifyPluginAsync {
       return { status: 'success', info: { arch: sup.arch, deviceType: sup.config.deviceType } };
     });
 
-    app.get('/v2/local/logs', { config: { auth: 'local' } }, async (_req, reply) => {
+    app.get('/v2/local/logs', { config: { auth: 'local' } }, async (req, reply) => {
       requireLocalMode(sup);
       const abort = new AbortController();
       reply.raw.once('close', () => abort.abort());
-      return reply.type('application/x-ndjson').send(serviceLogStream(sup, abort.signal));
+      return reply.type('application/x-ndjson').send(serviceLogStream(sup, readsFor(sup, callerOf(req)), abort.signal));
     });
   };
 }

@@ -8,6 +8,7 @@ import { FleetlabError, notFound } from '../../errors.js';
 import type { TargetApp } from '../../protocol/target-state.js';
 import { hostAddresses } from '../host-addresses.js';
 import type { SupervisorContext } from './context.js';
+import { callerOf, readsFor } from './reads.js';
 
 export const ForceBody = Type.Object({ force: Type.Optional(Type.Boolean()) });
 export const AppIdBody = Type.Object({ appId: Type.Integer({ minimum: 1 }), force: Type.Optional(Type.Boolean()) });
@@ -48,13 +49,13 @@ export function v1Routes(sup: SupervisorContext): FastifyPluginAsync {
 
     app.post('/v1/purge', { schema: { body: AppIdBody }, config: { envelope: 'data-error' } }, async (req, reply) => {
       const { appId, force } = req.body as { appId: number; force?: boolean };
-      await sup.actions.purge(appId, force ?? false);
+      await sup.actions.purge(callerOf(req), appId, force ?? false);
       return reply.code(200).send({ Data: 'OK', Error: '' });
     });
 
     app.post('/v1/restart', { schema: { body: AppIdBody } }, async (req, reply) => {
       const { appId, force } = req.body as { appId: number; force?: boolean };
-      await sup.actions.restartApp(appId, force ?? false);
+      await sup.actions.restartApp(callerOf(req), appId, force ?? false);
       return reply.code(200).type('text/plain').send('OK');
     });
 
@@ -64,10 +65,12 @@ export function v1Routes(sup: SupervisorContext): FastifyPluginAsync {
       return reply.code(200).type('text/plain').send(key);
     });
 
-    app.get('/v1/device', async () => {
-      const view = await sup.state.view();
+    // A scoped key gets its own app's commit; the status fields are the device's.
+    app.get('/v1/device', async (req) => {
+      const reads = readsFor(sup, callerOf(req));
+      const view = await reads.view();
       const { ip, mac } = hostAddresses();
-      const firstApp = sup.state.getTarget().apps[0];
+      const firstApp = reads.apps()[0];
       return {
         api_port: sup.config.port,
         commit: firstApp ? view.commits.get(firstApp.appId) ?? firstApp.commit : '',
@@ -90,9 +93,10 @@ export function v1Routes(sup: SupervisorContext): FastifyPluginAsync {
 
     app.get('/v1/apps/:appId', { schema: { params: AppIdParams } }, async (req) => {
       const appId = Number((req.params as { appId: string }).appId);
-      const target = sup.actions.app(appId);
+      const reads = readsFor(sup, callerOf(req));
+      const target = reads.app(appId);
       const service = singleService(target);
-      const view = await sup.state.view();
+      const view = await reads.view();
       const entry = view.services.find((s) => s.appId === appId && s.serviceName === service.serviceName);
       const desired = sup.state.desired().get(`${appId}/${service.serviceName}`);
       return {
@@ -106,16 +110,16 @@ export function v1Routes(sup: SupervisorContext): FastifyPluginAsync {
 
     app.post('/v1/apps/:appId/stop', { schema: { params: AppIdParams, body: ForceBody } }, async (req) => {
       const appId = Number((req.params as { appId: string }).appId);
-      const service = singleService(sup.actions.app(appId));
-      const containerId = await sup.actions.stopService(appId, { serviceName: service.serviceName }, (req.body as Force)?.force ?? false);
+      const service = singleService(sup.actions.app(appId, callerOf(req)));
+      const containerId = await sup.actions.stopService(callerOf(req), appId, { serviceName: service.serviceName }, (req.body as Force)?.force ?? false);
       if (!containerId) throw notFound(`Service ${service.serviceName} of app ${appId} has no container`);
       return { containerId };
     });
 
     app.post('/v1/apps/:appId/start', { schema: { params: AppIdParams } }, async (req) => {
       const appId = Number((req.params as { appId: string }).appId);
-      const service = singleService(sup.actions.app(appId));
-      const containerId = await sup.actions.startService(appId, { serviceName: service.serviceName });
+      const service = singleService(sup.actions.app(appId, callerOf(req)));
+      const containerId = await sup.actions.startService(callerOf(req), appId, { serviceName: service.serviceName });
       if (!containerId) throw notFound(`Service ${service.serviceName} of app ${appId} has no container`);
       return { containerId };
     });

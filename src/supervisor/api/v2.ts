@@ -8,6 +8,7 @@ import { FleetlabError, notFound } from '../../errors.js';
 import type { JournalQuery } from '../adapters/ports.js';
 import { readDeviceConfig } from '../state/device-config.js';
 import type { SupervisorContext } from './context.js';
+import { callerOf, readsFor } from './reads.js';
 import { AppIdParams, ForceBody } from './v1.js';
 
 const ServiceBody = Type.Object({
@@ -34,11 +35,10 @@ const appIdOf = (req: FastifyRequest) => Number((req.params as { appId: string }
 export function v2Routes(sup: SupervisorContext): FastifyPluginAsync {
   return async (app: FastifyInstance) => {
     app.get('/v2/applications/state', async (req) => {
-      const view = await sup.state.view();
-      const scoped = req.identity?.kind === 'app' ? req.identity.appId : undefined;
+      const reads = readsFor(sup, callerOf(req));
+      const view = await reads.view();
       const result: Record<string, unknown> = {};
-      for (const target of sup.state.getTarget().apps) {
-        if (scoped !== undefined && target.appId !== scoped) continue;
+      for (const target of reads.apps()) {
         const services: Record<string, unknown> = {};
         for (const s of view.services.filter((s) => s.appId === target.appId)) {
           services[s.serviceName] = { status: s.status, releaseId: s.releaseId, downloadProgress: s.downloadProgress };
@@ -50,8 +50,9 @@ export function v2Routes(sup: SupervisorContext): FastifyPluginAsync {
 
     app.get('/v2/applications/:appId/state', { schema: { params: AppIdParams } }, async (req) => {
       const appId = appIdOf(req);
-      const target = sup.actions.app(appId);
-      const view = await sup.state.view();
+      const reads = readsFor(sup, callerOf(req));
+      const target = reads.app(appId);
+      const view = await reads.view();
       const services: Record<string, unknown> = {};
       for (const s of view.services.filter((s) => s.appId === appId)) {
         services[String(s.serviceId)] = { status: s.status, releaseId: s.releaseId, download_progress: s.downloadProgress };
@@ -60,44 +61,43 @@ export function v2Routes(sup: SupervisorContext): FastifyPluginAsync {
     });
 
     app.get('/v2/state/status', async (req) => {
-      const view = await sup.state.view();
-      const scoped = req.identity?.kind === 'app' ? req.identity.appId : undefined;
-      const mine = <T extends { appId: number }>(items: T[]) => (scoped === undefined ? items : items.filter((i) => i.appId === scoped));
-      const release = sup.state.getTarget().apps.find((a) => scoped === undefined || a.appId === scoped);
+      const reads = readsFor(sup, callerOf(req));
+      const view = await reads.view();
+      const release = reads.apps()[0];
       return {
         status: 'success',
         appState: view.appState,
         overallDownloadProgress: view.downloadProgress,
-        containers: mine(view.containers),
-        images: mine(view.images).map((i) => ({ ...i, dockerImageId: i.engineImageId })),
+        containers: view.containers,
+        images: view.images.map((i) => ({ ...i, dockerImageId: i.engineImageId })),
         release: release ? String(release.releaseId) : '',
       };
     });
 
     app.post('/v2/applications/:appId/restart-service', { schema: { params: AppIdParams, body: ServiceBody } }, async (req, reply) => {
       const body = req.body as ServiceBody;
-      await sup.actions.restartService(appIdOf(req), body, body.force ?? false);
+      await sup.actions.restartService(callerOf(req), appIdOf(req), body, body.force ?? false);
       return reply.type('text/plain').send('OK');
     });
 
     app.post('/v2/applications/:appId/stop-service', { schema: { params: AppIdParams, body: ServiceBody } }, async (req, reply) => {
       const body = req.body as ServiceBody;
-      await sup.actions.stopService(appIdOf(req), body, body.force ?? false);
+      await sup.actions.stopService(callerOf(req), appIdOf(req), body, body.force ?? false);
       return reply.type('text/plain').send('OK');
     });
 
     app.post('/v2/applications/:appId/start-service', { schema: { params: AppIdParams, body: ServiceBody } }, async (req, reply) => {
-      await sup.actions.startService(appIdOf(req), req.body as ServiceBody);
+      await sup.actions.startService(callerOf(req), appIdOf(req), req.body as ServiceBody);
       return reply.type('text/plain').send('OK');
     });
 
     app.post('/v2/applications/:appId/restart', { schema: { params: AppIdParams, body: ForceBody } }, async (req, reply) => {
-      await sup.actions.restartApp(appIdOf(req), (req.body as { force?: boolean } | undefined)?.force ?? false);
+      await sup.actions.restartApp(callerOf(req), appIdOf(req), (req.body as { force?: boolean } | undefined)?.force ?? false);
       return reply.type('text/plain').send('OK');
     });
 
     app.post('/v2/applications/:appId/purge', { schema: { params: AppIdParams, body: ForceBody } }, async (req, reply) => {
-      await sup.actions.purge(appIdOf(req), (req.body as { force?: boolean } | undefined)?.force ?? false);
+      await sup.actions.purge(callerOf(req), appIdOf(req), (req.body as { force?: boolean } | undefined)?.force ?? false);
       return reply.type('text/plain').send('OK');
     });
 
@@ -105,9 +105,9 @@ export function v2Routes(sup: SupervisorContext): FastifyPluginAsync {
 
     app.get('/v2/containerId', { schema: { querystring: Type.Object({ service: Type.Optional(Type.String({ minLength: 1 })), apikey: Type.Optional(Type.String()) }) } }, async (req) => {
       const { service } = req.query as { service?: string };
-      const view = await sup.state.view();
-      const scoped = req.identity?.kind === 'app' ? req.identity.appId : undefined;
-      const entries = view.services.filter((s) => s.container && (scoped === undefined || s.appId === scoped));
+      // A scoped key's services only: another app's service name is as unknown as a typo (404).
+      const view = await readsFor(sup, callerOf(req)).view();
+      const entries = view.services.filter((s) => s.container);
       if (service !== undefined) {
         const found = entries.find((s) => s.serviceName === service);
         if (!found) throw notFound(`No container for service "${service}"`);
@@ -128,9 +128,11 @@ export function v2Routes(sup: SupervisorContext): FastifyPluginAsync {
       vpn: { enabled: readDeviceConfig(sup.state.getTarget().config).vpnControl, connected: sup.cloud?.tunnelConnected ?? false },
     }));
 
-    app.get('/v2/cleanup-volumes', async () => {
-      const snapshot = await sup.engine.snapshot();
-      const declared = new Set(sup.state.getTarget().apps.flatMap((a) => a.volumes.map((v) => `${a.appId}/${v}`)));
+    // A scoped key cleans its own app's volumes only (balena-supervisor's rule too).
+    app.get('/v2/cleanup-volumes', async (req) => {
+      const reads = readsFor(sup, callerOf(req));
+      const snapshot = await reads.snapshot();
+      const declared = new Set(reads.apps().flatMap((a) => a.volumes.map((v) => `${a.appId}/${v}`)));
       for (const volume of snapshot.volumes) {
         if (declared.has(`${volume.appId}/${volume.volume}`)) continue;
         // A volume still mounted by a container is referenced: the engine refuses, we keep it.
@@ -143,8 +145,9 @@ export function v2Routes(sup: SupervisorContext): FastifyPluginAsync {
       const query = (req.body ?? {}) as JournalQuery;
       await sup.journal.check(query);
       const abort = new AbortController();
-      const stream = sup.journal.stream(query, abort.signal);
       reply.raw.once('close', () => abort.abort());
+      // A scoped key reads its own app's containers' entries only, never the host's.
+      const stream = await readsFor(sup, callerOf(req)).journal(query, abort.signal);
       return reply.type('text/plain; charset=utf-8').send(stream);
     });
   };

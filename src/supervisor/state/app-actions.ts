@@ -1,12 +1,16 @@
 /**
  * The imperative actions of the device API (stop, start, restart, purge, stop-all before a
  * reboot). Each takes the update locks of the services it touches (force overrides), runs
- * exclusively of the state engine, and leaves recreation to the state engine.
+ * exclusively of the state engine, and leaves recreation to the state engine. An action on
+ * one app is done for a caller (`who`): a key scoped to another app is refused here, where
+ * the app is looked up.
  */
 import { badRequest, notFound } from '../../errors.js';
 import type { TargetApp, TargetService } from '../../protocol/target-state.js';
 import type { Engine, ManagedContainer } from '../adapters/engine.js';
+import type { Identity } from './keys.js';
 import type { HeldLocks, UpdateLocks } from './locks.js';
+import { requireInScope } from './scope.js';
 import type { Logger, StateEngine } from './state-engine.js';
 
 export interface ServiceSelector {
@@ -17,7 +21,9 @@ export interface ServiceSelector {
 export class AppActions {
   constructor(private readonly deps: { state: StateEngine; engine: Engine; locks: UpdateLocks; log: Logger }) {}
 
-  app(appId: number): TargetApp {
+  /** 401 outside the caller's scope, checked first so a scoped key cannot probe other ids. */
+  app(appId: number, who: Identity): TargetApp {
+    requireInScope(who, appId);
     const app = this.deps.state.getTarget().apps.find((a) => a.appId === appId);
     if (!app) throw notFound(`App ${appId} is not on this device`);
     return app;
@@ -72,21 +78,21 @@ export class AppActions {
     await this.deps.state.settled();
   }
 
-  async restartService(appId: number, selector: ServiceSelector, force: boolean): Promise<void> {
-    const service = this.service(this.app(appId), selector);
+  async restartService(who: Identity, appId: number, selector: ServiceSelector, force: boolean): Promise<void> {
+    const service = this.service(this.app(appId, who), selector);
     this.deps.log.info(`Restarting service ${service.serviceName} of app ${appId}`);
     await this.removeAndRecreate(appId, [service.serviceName], force);
   }
 
-  async restartApp(appId: number, force: boolean): Promise<void> {
-    const app = this.app(appId);
+  async restartApp(who: Identity, appId: number, force: boolean): Promise<void> {
+    const app = this.app(appId, who);
     this.deps.log.info(`Restarting app ${appId}`);
     await this.removeAndRecreate(appId, app.services.map((s) => s.serviceName), force);
   }
 
   /** Clears the app's named volumes (its /data) and recreates every container. */
-  async purge(appId: number, force: boolean): Promise<void> {
-    const app = this.app(appId);
+  async purge(who: Identity, appId: number, force: boolean): Promise<void> {
+    const app = this.app(appId, who);
     this.deps.log.info(`Purging data of app ${appId}`);
     await this.removeAndRecreate(appId, app.services.map((s) => s.serviceName), force, async () => {
       const snapshot = await this.deps.engine.snapshot();
@@ -95,8 +101,8 @@ export class AppActions {
   }
 
   /** Stops the service's container, keeping it; returns its id ('' when it has none). */
-  async stopService(appId: number, selector: ServiceSelector, force: boolean): Promise<string> {
-    const service = this.service(this.app(appId), selector);
+  async stopService(who: Identity, appId: number, selector: ServiceSelector, force: boolean): Promise<string> {
+    const service = this.service(this.app(appId, who), selector);
     return this.underLocks(appId, [service.serviceName], force, async () => {
       const [container] = await this.containers(appId, service.serviceName);
       if (!container) return '';
@@ -112,8 +118,8 @@ export class AppActions {
   }
 
   /** Starts the service's container; start does not respect locks (DECISIONS.md item 7). */
-  async startService(appId: number, selector: ServiceSelector): Promise<string> {
-    const service = this.service(this.app(appId), selector);
+  async startService(who: Identity, appId: number, selector: ServiceSelector): Promise<string> {
+    const service = this.service(this.app(appId, who), selector);
     const started = await this.deps.state.exclusive(async () => {
       const [container] = await this.containers(appId, service.serviceName);
       if (!container) return '';

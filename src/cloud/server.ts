@@ -4,7 +4,7 @@
  */
 import Fastify, { type FastifyInstance, type FastifyRequest } from 'fastify';
 import { bearerKey, type Principal, principalOf } from './auth/principal.js';
-import { installCloudErrors } from './api/errors.js';
+import { cloudFrameworkErrors, installCloudErrors } from './api/errors.js';
 import { keyRoutes } from './api/key-routes.js';
 import { odataRoutes } from './api/odata-routes.js';
 import type { Db } from './db/port.js';
@@ -31,10 +31,10 @@ export interface CloudDeps {
 export function buildCloud(deps: CloudDeps): FastifyInstance {
   const model = deps.model ?? buildModel();
   const hooks = deps.hooks ?? buildHooks({ now: deps.now });
-  const app = Fastify({ logger: deps.logger ?? false, routerOptions: { maxParamLength: 16_384 } });
+  const app = Fastify({ logger: deps.logger ?? false, routerOptions: { maxParamLength: 16_384 }, frameworkErrors: cloudFrameworkErrors });
 
   installJsonBodyParser(app);
-  installCloudErrors(app);
+  installCloudErrors(app, deps.db.dialect);
 
   const authenticate = (request: FastifyRequest): Promise<Principal> =>
     principalOf(deps.db, bearerKey(request.headers.authorization), deps.now?.());

@@ -13,7 +13,6 @@ import { QueryRunner } from '../odata/execute.js';
 import { badRequest, parseODataUrl, type ParsedRequest } from '../odata/parse.js';
 import { planSelect, planTarget } from '../odata/plan.js';
 import { deleteRecords, insertRecord, updateRecords } from '../odata/write.js';
-import { constraintError } from './errors.js';
 
 export interface ODataDeps {
   db: Db;
@@ -43,11 +42,8 @@ export async function odataRoutes(app: FastifyInstance, deps: ODataDeps): Promis
       switch (request.method) {
         case 'GET': {
           const plan = planSelect(planner, parsed);
-          const asInput = (err: unknown) => {
-            throw constraintError(db.dialect, err, 'GET');
-          };
-          if (parsed.count) return { d: await runner.count(plan).catch(asInput) };
-          const rows = await runner.select(plan).catch(asInput);
+          if (parsed.count) return { d: await runner.count(plan) };
+          const rows = await runner.select(plan);
           const selected = parsed.options.select ? (request.query as Record<string, string>)['$select']?.split(',') : undefined;
           return { d: version === 'v6' ? rows : rows.map((r) => translator.recordDeep(plan, r, selected)) };
         }
@@ -57,9 +53,7 @@ export async function odataRoutes(app: FastifyInstance, deps: ODataDeps): Promis
           if (!model.get(parsed.resource)) throw badRequest(`Unknown resource: ${parsed.resource}`);
           if (model.get(parsed.resource)!.table === 'api_key') throw badRequest('Create API keys with POST /api-key/user/full');
           const body = await deviceTypeBySlug(db, model.get(parsed.resource)!.table, translator.body(parsed.resource, request.body));
-          const record = await insertRecord({ db, model, access, hooks }, parsed.resource, body).catch((err) => {
-            throw constraintError(db.dialect, err, 'POST');
-          });
+          const record = await insertRecord({ db, model, access, hooks }, parsed.resource, body);
           return reply.code(201).send(version === 'v6' ? record : translator.record(parsed.resource, record));
         }
         case 'PATCH':
@@ -67,13 +61,9 @@ export async function odataRoutes(app: FastifyInstance, deps: ODataDeps): Promis
         case 'DELETE': {
           if (parsed.count) throw badRequest(`${request.method} cannot target $count`);
           const target = planTarget(planner, parsed);
-          const write =
-            request.method === 'DELETE'
-              ? deleteRecords({ db, model, access, hooks }, target.resource, target.where)
-              : updateRecords({ db, model, access, hooks }, target.resource, target.where, translator.body(parsed.resource, request.body), request.method === 'PUT');
-          await write.catch((err) => {
-            throw constraintError(db.dialect, err, request.method);
-          });
+          const ctx = { db, model, access, hooks };
+          if (request.method === 'DELETE') await deleteRecords(ctx, target.resource, target.where);
+          else await updateRecords(ctx, target.resource, target.where, translator.body(parsed.resource, request.body), request.method === 'PUT');
           return reply.code(200).send();
         }
       }

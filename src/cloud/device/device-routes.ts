@@ -9,7 +9,6 @@ import { storeApiKey } from '../auth/keys.js';
 import type { Principal } from '../auth/principal.js';
 import type { Db } from '../db/port.js';
 import { newActor } from '../model/hooks.js';
-import { constraintError } from '../api/errors.js';
 import { applyReport } from './state-report.js';
 import { composeTarget, etagOf, loadTargetRows } from './target-state.js';
 
@@ -44,8 +43,6 @@ export async function deviceRoutes(app: FastifyInstance, deps: DeviceRouteDeps):
       );
       await storeApiKey(tx, actor, body.api_key, { name: 'device key', now: deps.now() });
       return { id: Number(rows[0]!.id), uuid: body.uuid, device_name: name, belongs_to__application: p.applicationId };
-    }).catch((err) => {
-      throw constraintError(db.dialect, err, 'POST');
     });
     return reply.code(201).send(created);
   });

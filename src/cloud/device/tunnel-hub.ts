@@ -3,12 +3,13 @@
  * device (devices sit behind NAT; the cloud never dials them). The proxy route calls a device
  * through here. Being connected is what "online" means to the cloud.
  */
-import type { IncomingMessage, Server } from 'node:http';
+import { STATUS_CODES, type IncomingMessage, type Server } from 'node:http';
 import type { Duplex } from 'node:stream';
 import { WebSocketServer, type WebSocket } from 'ws';
 import { Value } from '@sinclair/typebox/value';
 import { FleetlabError } from '../../errors.js';
 import { TunnelResponse, type TunnelRequest } from '../../protocol/device-cloud.js';
+import { errorResponse } from '../api/errors.js';
 
 export interface TunnelHubDeps {
   /** The device a tunnel request authenticates as, or null to refuse it (401). */
@@ -34,8 +35,11 @@ interface Connection {
 
 const tunnelPath = /^\/device\/v3\/([0-9a-f]{32}|[0-9a-f]{62})\/tunnel$/;
 
-function refuse(socket: Duplex, status: number, message: string): void {
-  socket.end(`HTTP/1.1 ${status} ${message}\r\nConnection: close\r\nContent-Length: 0\r\n\r\n`);
+/** A refused upgrade, answered on the raw socket in the same shape as every other cloud error. */
+function refuse(socket: Duplex, err: FleetlabError): void {
+  const r = errorResponse(err);
+  const headers = Object.entries({ ...r.headers, connection: 'close', 'content-length': String(Buffer.byteLength(r.body)) }).map(([k, v]) => `${k}: ${v}\r\n`);
+  socket.end(`HTTP/1.1 ${r.status} ${STATUS_CODES[r.status] ?? ''}\r\n${headers.join('')}\r\n${r.body}`);
 }
 
 export class TunnelHub {
@@ -91,11 +95,11 @@ export class TunnelHub {
 
   private async upgrade(req: IncomingMessage, socket: Duplex, head: Buffer): Promise<void> {
     const match = tunnelPath.exec(new URL(req.url ?? '/', 'http://x').pathname);
-    if (!match) return refuse(socket, 404, 'Not Found');
+    if (!match) return refuse(socket, new FleetlabError('CLOUD_ERR_NOT_FOUND', `Not found: no tunnel at ${req.url ?? ''}`));
     const uuid = match[1]!;
     const key = /^Bearer (.+)$/.exec(req.headers.authorization ?? '')?.[1];
     const device = key ? await this.deps.authenticate(uuid, key).catch(() => null) : null;
-    if (!device) return refuse(socket, 401, 'Unauthorized');
+    if (!device) return refuse(socket, new FleetlabError('CLOUD_ERR_UNAUTHORIZED', 'Unauthorized'));
     this.wss.handleUpgrade(req, socket, head, (ws) => this.adopt(uuid, device.deviceId, ws));
   }
 

@@ -32,9 +32,20 @@ export function validateBody(resource: ResourceDef, body: unknown, mode: 'create
     values.set(column, field ? fieldValue(field, raw) : linkValue(link!, raw));
   }
   if (mode === 'create') {
-    for (const f of resource.fields) if (f.required && !values.has(f.column)) throw badRequest(`${f.name} is required`);
+    const missing = resource.fields.filter((f) => f.required && !values.has(f.column));
+    if (missing.length) throw badRequest(`${resource.name}: ${missing.map((f) => `${f.name} (${f.type})`).join(', ')} ${missing.length > 1 ? 'are' : 'is'} required`);
   }
   return values;
+}
+
+/**
+ * Missing links, each with where to find a value: a first fleet needs an organization id,
+ * and the caller may not know yet that one was made for them.
+ */
+function missingLinks(resource: ResourceDef, links: LinkDef[]): FleetlabError {
+  const article = (noun: string) => (/^[aeiou]/.test(noun) ? 'an' : 'a');
+  const each = links.map((l) => `${l.name} (the id of ${article(l.target)} ${l.target}; GET /v6/${l.target} lists those you can use)`);
+  return badRequest(`${resource.name}: ${each.join(', ')} ${links.length > 1 ? 'are' : 'is'} required`);
 }
 
 function fieldValue(f: FieldDef, v: unknown): SqlValue {
@@ -102,7 +113,8 @@ export async function insertRecord(ctx: WriteContext, resourceName: string, body
   return ctx.db.transaction(async (tx) => {
     await checkLinks(ctx, tx, resource, values);
     await ctx.hooks.beforeInsert(tx, resource, values);
-    for (const l of resource.links) if (l.required && (values.get(l.column) ?? null) === null) throw badRequest(`${l.name} is required`);
+    const missing = resource.links.filter((l) => l.required && (values.get(l.column) ?? null) === null);
+    if (missing.length) throw missingLinks(resource, missing);
     const cols = [...values.keys()];
     const sql = `INSERT INTO ${q(resource.table)} (${cols.map(q).join(', ')}) VALUES (${cols.map(() => '?').join(', ')}) RETURNING id`;
     const rows = await tx.query<{ id: number }>(sql, [...values.values()]);

@@ -7,6 +7,7 @@ import { join } from 'node:path';
 import { Command, Option } from 'commander';
 import { action } from '../src/cli/action.js';
 import { addSupervisorCommand } from '../src/cli/supervisor-command.js';
+import { pointUsageErrorsAtHelp, UsageError } from '../src/cli/usage-hint.js';
 import { errorText } from '../src/errors.js';
 import { fleetlabRoot } from '../src/package-root.js';
 import { requireNativeModules, type NativeModule } from '../src/native-modules.js';
@@ -63,9 +64,9 @@ sim
       const bandwidth = parseBandwidth(opts.bandwidth);
       const { runSimDevice } = await import('../sim/device.js');
       const { bandwidth: _b, scenario, cloudUrl, provisioningKey, pollIntervalMs, ...rest } = opts;
-      if (cloudUrl && !provisioningKey) throw new Error('--cloud-url needs --provisioning-key (create one with POST /api-key/application/<fleet id>/provisioning)');
+      if (cloudUrl && !provisioningKey) throw new UsageError('--cloud-url needs --provisioning-key (create one with POST /api-key/application/<fleet id>/provisioning)');
       const poll = pollIntervalMs === undefined ? undefined : Number(pollIntervalMs);
-      if (poll !== undefined && (!Number.isInteger(poll) || poll < 1000)) throw new Error(`--poll-interval-ms must be an integer of at least 1000, got ${pollIntervalMs}`);
+      if (poll !== undefined && (!Number.isInteger(poll) || poll < 1000)) throw new UsageError(`--poll-interval-ms must be an integer of at least 1000, got ${pollIntervalMs}`);
       const cloud = cloudUrl ? { url: cloudUrl, provisioningKey: provisioningKey!, ...(poll ? { pollIntervalMs: poll } : {}) } : undefined;
       await runSimDevice({ ...rest, engine, port, ...(bandwidth ? { bandwidth } : {}), ...(scenario ? { scenario } : {}), ...(cloud ? { cloud } : {}) });
     }),
@@ -82,7 +83,7 @@ sim
   .action(
     action(async (opts: { port: string; cloudPort: string; engine?: 'docker' | 'sim'; dockerSocket: string; pollIntervalMs: string }) => {
       const poll = Number(opts.pollIntervalMs);
-      if (!Number.isInteger(poll) || poll < 1000) throw new Error(`--poll-interval-ms must be an integer of at least 1000, got ${opts.pollIntervalMs}`);
+      if (!Number.isInteger(poll) || poll < 1000) throw new UsageError(`--poll-interval-ms must be an integer of at least 1000, got ${opts.pollIntervalMs}`);
       const { existsSync } = await import('node:fs');
       const engine = opts.engine ?? (existsSync(opts.dockerSocket) ? 'docker' : 'sim');
       const { runStack } = await import('../sim/stack.js');
@@ -93,7 +94,7 @@ sim
 /** A port flag: 0 (pick a free one) to 65535. */
 function parsePort(flag: string, raw: string): number {
   const n = Number(raw);
-  if (!Number.isInteger(n) || n < 0 || n > 65535) throw new Error(`${flag} must be 0..65535, got ${raw}`);
+  if (!Number.isInteger(n) || n < 0 || n > 65535) throw new UsageError(`${flag} must be 0..65535, got ${raw}`);
   return n;
 }
 
@@ -101,7 +102,7 @@ function parsePort(flag: string, raw: string): number {
 function parseBandwidth(raw: string | undefined): number | undefined {
   if (raw === undefined) return undefined;
   const n = Number(raw);
-  if (!Number.isInteger(n) || n < 1) throw new Error(`--bandwidth must be a positive integer (bytes/s), got ${raw}`);
+  if (!Number.isInteger(n) || n < 1) throw new UsageError(`--bandwidth must be a positive integer (bytes/s), got ${raw}`);
   return n;
 }
 
@@ -131,7 +132,9 @@ program
   .action(
     action(async (opts: { port: string; host: string; dataDir?: string; database?: string; adminKey?: string }) => {
       const port = parsePort('--port', opts.port);
-      const { runCloud } = await import('../src/cloud/main.js');
+      const { databaseUrlProblem, runCloud } = await import('../src/cloud/main.js');
+      const problem = opts.database === undefined ? null : databaseUrlProblem(opts.database);
+      if (problem) throw new UsageError(problem);
       const { stopped } = await runCloud({ ...opts, port });
       await stopped;
     }),
@@ -207,8 +210,8 @@ program
   .action(
     action(async (compose: string, opts: { device?: string; fleet?: string; cloud?: string; apiKey?: string; env: string[]; dockerSocket: string; registry?: string; arch?: string; wait: boolean; timeout: string }) => {
       const timeout = Number(opts.timeout);
-      if (!Number.isFinite(timeout) || timeout <= 0) throw new Error(`--timeout must be a positive number of seconds, got ${opts.timeout}`);
-      if (opts.arch !== undefined && opts.arch !== 'arm64') throw new Error(`--arch must be arm64 (the boards fleetlab builds for), not ${JSON.stringify(opts.arch)}`);
+      if (!Number.isFinite(timeout) || timeout <= 0) throw new UsageError(`--timeout must be a positive number of seconds, got ${opts.timeout}`);
+      if (opts.arch !== undefined && opts.arch !== 'arm64') throw new UsageError(`--arch must be arm64 (the boards fleetlab builds for), not ${JSON.stringify(opts.arch)}`);
       const { parseEnvFlags, runDeploy } = await import('../hil/harness/deploy-command.js');
       await runDeploy({
         compose,
@@ -376,7 +379,7 @@ qemu
   .requiredOption('--qmp <socket>', 'the board\'s QMP socket (qmpSocket in the ready line)')
   .action(
     action(async (what: string, opts: { qmp: string }) => {
-      if (what !== 'cycle' && what !== 'off') throw new Error(`power action must be cycle or off, not ${JSON.stringify(what)}`);
+      if (what !== 'cycle' && what !== 'off') throw new UsageError(`power action must be cycle or off, not ${JSON.stringify(what)}`);
       const { QmpClient } = await import('../qemu/qmp.js');
       // A cycle is off, then on: `qemu boot` starts QEMU again when it sees the request.
       if (what === 'cycle') (await import('../qemu/boot.js')).requestPowerCycle(opts.qmp);
@@ -389,4 +392,5 @@ qemu
     }),
   );
 
+pointUsageErrorsAtHelp(program);
 await program.parseAsync(process.argv);

@@ -4,7 +4,9 @@
  */
 import { Command } from 'commander';
 import { addSupervisorCommand } from './supervisor-command.js';
+import { pointUsageErrorsAtHelp } from './usage-hint.js';
 
 const program = new Command('fleetlab').description('fleetlab device supervisor');
 addSupervisorCommand(program);
+pointUsageErrorsAtHelp(program);
 await program.parseAsync(process.argv);

@@ -31,13 +31,19 @@ export function defaultDataDir(env: NodeJS.ProcessEnv = process.env): string {
   return join(env.XDG_DATA_HOME || join(homedir(), '.local', 'share'), 'fleetlab', 'cloud');
 }
 
+/** What is wrong with a --database value, or null; the CLI asks before it starts anything. */
+export function databaseUrlProblem(database: string): string | null {
+  return database.startsWith('sqlite:') || /^postgres(ql)?:\/\//.test(database) ? null : `--database must be postgres://... or sqlite:FILE, got ${database}`;
+}
+
 export function openDatabase(database: string | undefined, dataDir: string): Db {
+  const problem = database === undefined ? null : databaseUrlProblem(database);
+  if (problem) throw new Error(problem);
   if (!database || database.startsWith('sqlite:')) {
     const file = database ? database.slice('sqlite:'.length) : join(dataDir, 'cloud.db');
     return openSqlite(file);
   }
-  if (/^postgres(ql)?:\/\//.test(database)) return openPostgres(database);
-  throw new Error(`--database must be postgres://... or sqlite:FILE, got ${database}`);
+  return openPostgres(database);
 }
 
 export async function runCloud(opts: CloudOptions): Promise<{ url: string; stopped: Promise<void> }> {

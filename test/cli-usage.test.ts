@@ -1,0 +1,46 @@
+/**
+ * A usage error of the `fleetlab` command ends with where that command's help is: commander's
+ * own (unknown command or option, missing argument) and a flag value a command checks itself.
+ * Both entries: the full CLI and the device's own (`src/cli/device.ts`, what a board runs).
+ */
+import { execFile } from 'node:child_process';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { describe, expect, it } from 'vitest';
+
+const root = fileURLToPath(new URL('..', import.meta.url));
+
+function run(entry: string, args: string[]): Promise<{ code: number | null; stderr: string }> {
+  return new Promise((resolve) => {
+    execFile(process.execPath, ['--import', 'tsx', join(root, entry), ...args], { cwd: root }, (err, _stdout, stderr) => {
+      resolve({ code: err ? (typeof err.code === 'number' ? err.code : null) : 0, stderr });
+    });
+  });
+}
+
+describe('fleetlab usage errors', () => {
+  it('end with "Run \'fleetlab <cmd> --help\' for usage." and exit 1', async () => {
+    const cases: Array<[entry: string, args: string[], first: string, hint: string]> = [
+      ['cli/main.ts', ['nope'], "error: unknown command 'nope'", "Run 'fleetlab --help' for usage."],
+      ['cli/main.ts', ['cloud', '--bogus'], "error: unknown option '--bogus'", "Run 'fleetlab cloud --help' for usage."],
+      ['cli/main.ts', ['deploy'], "error: missing required argument 'compose'", "Run 'fleetlab deploy --help' for usage."],
+      ['cli/main.ts', ['sim', 'stack', '--port', '99999'], 'error: --port must be 0..65535, got 99999', "Run 'fleetlab sim stack --help' for usage."],
+      ['cli/main.ts', ['sim', 'device', '--cloud-url', 'http://127.0.0.1:1'], 'error: --cloud-url needs --provisioning-key', "Run 'fleetlab sim device --help' for usage."],
+      ['cli/main.ts', ['cloud', '--port', '0', '--database', 'mysql://nope'], 'error: --database must be postgres://... or sqlite:FILE', "Run 'fleetlab cloud --help' for usage."],
+      ['src/cli/device.ts', ['supervisor', '--bogus'], "error: unknown option '--bogus'", "Run 'fleetlab supervisor --help' for usage."],
+    ];
+    const results = await Promise.all(cases.map(([entry, args]) => run(entry, args)));
+    cases.forEach(([entry, args, first, hint], i) => {
+      const { code, stderr } = results[i]!;
+      const lines = stderr.trimEnd().split('\n');
+      expect({ cmd: `${entry} ${args.join(' ')}`, code, first: lines[0]!.slice(0, first.length), last: lines.at(-1) }).toEqual({ cmd: `${entry} ${args.join(' ')}`, code: 1, first, last: hint });
+    });
+  });
+
+  it('a failure of what the command does is not a usage error: no pointer to --help', async () => {
+    const { code, stderr } = await run('cli/main.ts', ['cloud', '--port', '0', '--data-dir', '/dev/null/cloud']);
+    expect(code).toBe(1);
+    expect(stderr).toMatch(/^fleetlab: .*ENOTDIR/);
+    expect(stderr).not.toContain('--help');
+  });
+});

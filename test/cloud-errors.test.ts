@@ -4,10 +4,10 @@
  * router (an undecodable URL, no route), the database (unique, referenced), the proxy, the
  * tunnel upgrade, and a database that has gone away. Each on SQLite and PostgreSQL.
  */
-import { request as httpRequest } from 'node:http';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { cloudError, type Answer } from './helpers/cloud-error-shape.js';
 import { cloudOn, databases, type CloudFixture, type DbKind } from './helpers/cloud-fixture.js';
+import { upgradeAnswer } from './helpers/tunnel-upgrade.js';
 
 const dbs = databases();
 afterAll(() => dbs.closeAll());
@@ -91,20 +91,7 @@ describe.each<DbKind>(['sqlite', 'postgres'])('cloud errors on %s', (kind) => {
 
   it('a refused tunnel upgrade is an error in the same shape', async () => {
     const base = await c.app.listen({ port: 0, host: '127.0.0.1' });
-    const upgrade = (path: string, key: string) =>
-      new Promise<Answer>((resolve, reject) => {
-        const req = httpRequest(`${base}${path}`, {
-          headers: { connection: 'Upgrade', upgrade: 'websocket', 'sec-websocket-version': '13', 'sec-websocket-key': 'dGhlIHNhbXBsZSBub25jZQ==', authorization: `Bearer ${key}` },
-        });
-        req.on('response', (res) => {
-          let body = '';
-          res.on('data', (chunk: Buffer) => (body += chunk.toString()));
-          res.on('end', () => resolve({ status: res.statusCode ?? 0, headers: res.headers, body }));
-        });
-        req.on('upgrade', () => reject(new Error(`${path} was upgraded`)));
-        req.on('error', reject);
-        req.end();
-      });
+    const upgrade = (path: string, key: string) => upgradeAnswer(base, path, key);
     expect(cloudError(await upgrade(`/device/v3/${'e'.repeat(32)}/tunnel`, alice.apiKey))).toMatchObject({ status: 401, code: 'CLOUD_ERR_UNAUTHORIZED' });
     expect(cloudError(await upgrade('/v6/device', deviceKey))).toMatchObject({ status: 404, code: 'CLOUD_ERR_NOT_FOUND' });
   });

@@ -239,7 +239,9 @@ export const resourceList: ResourceDef[] = [
       ['name', 'text'],
       ['description', 'text'],
       ['expiry_date', 'datetime'],
-      ['is_of__actor', 'integer', { required: true }],
+      // Whose key it is is fixed when the key is made (the /api-key endpoints): a key that
+      // could be re-pointed would be a way into any other actor's records.
+      ['is_of__actor', 'integer', { required: true, readOnly: true }],
       ['key_hash', 'text', { hidden: true }],
     ],
     uniques: [['key_hash']],

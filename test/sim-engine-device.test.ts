@@ -79,7 +79,8 @@ describe('supervisor over the simulated engine', () => {
     expect([...progress].every((p) => p >= 0 && p <= 100)).toBe(true);
     // The injected failure was reported with its cause...
     const log = readFileSync(device.supervisorLog, 'utf8');
-    expect(log).toMatch(/apply failed: container engine: pulling fleetlab\/test-app:1 failed: simulated: connection reset by peer/);
+    expect(log).toMatch(/Failed to download image fleetlab\/test-app:1: container engine: pulling fleetlab\/test-app:1 failed: simulated: connection reset by peer/);
+    expect(log).toMatch(/apply failed: could not download fleetlab\/test-app:1 \(service \w+ of app 1\): .*connection reset by peer/);
     // ...and retried: the same image downloaded afterwards.
     expect(log.indexOf('Downloaded image fleetlab/test-app:1')).toBeGreaterThan(log.indexOf('connection reset by peer'));
     expect((await docker.getImage('fleetlab/test-app:1').inspect()).RepoTags).toContain('fleetlab/test-app:1');

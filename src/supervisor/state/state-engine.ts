@@ -5,12 +5,13 @@
  * interleave with an apply.
  */
 import type { TargetState } from '../../protocol/target-state.js';
-import { errorText, isFleetlabError } from '../../errors.js';
+import { FleetlabError, errorText, isFleetlabError } from '../../errors.js';
 import type { Engine, EngineSnapshot } from '../adapters/engine.js';
 import { desiredContainer, type DesiredContainer, type SpecContext } from './container-spec.js';
+import { ImagePulls, type PullFailure } from './image-pulls.js';
 import type { UpdateLocks } from './locks.js';
 import { plan, serviceKey, type Step } from './planner.js';
-import { deviceView, type DeviceView, type Fetch, type ServiceStatus } from './status.js';
+import { deviceView, type DeviceView, type ServiceStatus } from './status.js';
 
 export interface Logger {
   info(msg: string): void;
@@ -44,7 +45,7 @@ class Serial {
 export class StateEngine {
   private target: TargetState;
   private readonly serial = new Serial();
-  private readonly fetches = new Map<string, Fetch>();
+  private readonly pulls: ImagePulls;
   private readonly transient = new Map<string, ServiceStatus>();
   private readonly userStopped = new Set<string>();
   private applying = false;
@@ -56,11 +57,17 @@ export class StateEngine {
   private closed = false;
   private viewRead: Promise<EngineSnapshot> | null = null;
   lastError: string | null = null;
-  updateFailed = false;
+  private roundFailed = false;
   updateLocked = false;
 
   constructor(private readonly deps: StateEngineDeps, initialTarget: TargetState) {
     this.target = initialTarget;
+    this.pulls = new ImagePulls({ pull: (image, onProgress) => deps.engine.pull(image, onProgress), log: deps.log });
+  }
+
+  /** The last attempt to apply failed, or an image of the target failed to download and waits for its retry. */
+  get updateFailed(): boolean {
+    return this.roundFailed || this.pulls.failures.size > 0;
   }
 
   getTarget(): TargetState {
@@ -137,7 +144,8 @@ export class StateEngine {
       target: this.target,
       current,
       desired: this.desired(),
-      fetches: this.fetches,
+      fetches: this.pulls.inFlight,
+      pullFailures: this.pulls.failures,
       transient: this.transient,
       userStopped: this.userStopped,
       applying: this.isApplying(),
@@ -184,12 +192,13 @@ export class StateEngine {
       try {
         const current = await this.deps.engine.snapshot();
         steps = plan({ target: this.target, current, desired: this.desired(), startStopped: this.firstRound });
+        this.pulls.keepOnly(steps.filter((s) => s.action === 'fetch'));
       } catch (err) {
         return this.fail(err, force);
       }
       if (steps.length === 0) {
         this.firstRound = false;
-        this.updateFailed = false;
+        this.roundFailed = false;
         this.updateLocked = false;
         this.lastError = null;
         this.attempts = 0;
@@ -212,7 +221,7 @@ export class StateEngine {
   }
 
   private fail(err: unknown, force: boolean): void {
-    this.updateFailed = true;
+    this.roundFailed = true;
     this.lastError = errorText(err);
     this.deps.log.error(`apply failed: ${this.lastError}`);
     this.scheduleRetry(force);
@@ -223,7 +232,8 @@ export class StateEngine {
     const { engine, locks, log } = this.deps;
     let progressed = false;
     const fetches = steps.filter((s): s is Extract<Step, { action: 'fetch' }> => s.action === 'fetch');
-    const fetching = Promise.all(fetches.map((s) => this.fetch(s)));
+    // Never rejects: a step below that throws leaves the pulls running for the next round to join.
+    const pulling = this.pulls.run(fetches);
 
     for (const step of steps) {
       switch (step.action) {
@@ -301,7 +311,8 @@ export class StateEngine {
       progressed = true;
     }
 
-    await fetching;
+    const failed = await pulling;
+    if (failed.length > 0) throw pullsFailed(failed);
     return progressed || fetches.length > 0;
   }
 
@@ -314,18 +325,9 @@ export class StateEngine {
     }
   }
 
-  private async fetch(step: Extract<Step, { action: 'fetch' }>): Promise<void> {
-    const key = `${step.appId}/${step.image}`;
-    const entry: Fetch = { appId: step.appId, serviceName: step.serviceName, image: step.image, percent: 0 };
-    this.fetches.set(key, entry);
-    this.deps.log.info(`Downloading image ${step.image}`);
-    try {
-      await this.deps.engine.pull(step.image, (p) => {
-        entry.percent = p.percent;
-      });
-      this.deps.log.info(`Downloaded image ${step.image}`);
-    } finally {
-      this.fetches.delete(key);
-    }
-  }
+}
+
+function pullsFailed(failed: PullFailure[]): FleetlabError {
+  const what = failed.map((f) => `${f.image} (service ${f.serviceName} of app ${f.appId}): ${f.error}`).join('; ');
+  return new FleetlabError('SUP_ERR_ENGINE', `could not download ${what}`);
 }

@@ -23,6 +23,8 @@ export interface StatusInput {
   current: EngineSnapshot;
   desired: Map<string, DesiredContainer>;
   fetches: Map<string, Fetch>;
+  /** The last failed pull per `${appId}/${image}`, while it is waiting to be retried. */
+  pullFailures: ReadonlyMap<string, { error: string }>;
   transient: Map<string, ServiceStatus>;
   userStopped: Set<string>;
   applying: boolean;
@@ -59,6 +61,8 @@ export interface ImageView {
   engineImageId: string;
   status: 'Downloading' | 'Downloaded';
   downloadProgress: number | null;
+  /** Why the last pull of this image failed; present only until a retry succeeds. */
+  downloadError?: string;
 }
 
 export interface DeviceView {
@@ -151,14 +155,18 @@ export function deviceView(input: StatusInput): DeviceView {
   const images: ImageView[] = target.apps.flatMap((app) =>
     app.services.map((s) => {
       const fetch = fetchOf(fetches, app.appId, s.image);
+      const failure = fetch ? undefined : input.pullFailures.get(`${app.appId}/${s.image}`);
+      const engineImageId = input.current.images.get(s.image) ?? input.current.images.get(normaliseImageRef(s.image)) ?? '';
       return {
         name: s.image,
         appId: app.appId,
         serviceName: s.serviceName,
         imageId: s.imageId,
-        engineImageId: input.current.images.get(s.image) ?? input.current.images.get(normaliseImageRef(s.image)) ?? '',
-        status: fetch ? ('Downloading' as const) : ('Downloaded' as const),
+        engineImageId,
+        // Not in the engine and not being pulled: a download still to come, or failed and waiting to be retried.
+        status: fetch || !engineImageId ? ('Downloading' as const) : ('Downloaded' as const),
         downloadProgress: fetch ? fetch.percent : null,
+        ...(failure ? { downloadError: failure.error } : {}),
       };
     }),
   );

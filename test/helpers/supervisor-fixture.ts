@@ -114,6 +114,24 @@ export function twoServiceState(overrides: { releaseId?: number; mainImage?: str
   };
 }
 
+/**
+ * Two apps on one device, for scoped keys: app 1 is twoServiceState's (`main`, `worker`,
+ * volume `data`), app 2 `other` has one service `solo` with its own volume `store`.
+ */
+export function twoAppState(): WireLocalState {
+  const state = twoServiceState();
+  state.apps['2'] = {
+    name: 'other', commit: 'other7', releaseId: '7', networks: {}, volumes: { store: {} },
+    services: {
+      '21': {
+        serviceName: 'solo', serviceId: 21, imageId: 201, image: 'fleetlab/test-app:1', environment: { MODE: 'one' },
+        labels: { 'io.platform.features.supervisor-api': '1' }, volumes: ['store:/data'],
+      },
+    },
+  };
+  return state;
+}
+
 /** Waits (bounded) until the state engine reports applied and every target service runs. */
 export async function waitApplied(sup: Supervisor, timeoutMs = 60_000): Promise<void> {
   const deadline = Date.now() + timeoutMs;

@@ -60,8 +60,10 @@ export function v1Routes(sup: SupervisorContext): FastifyPluginAsync {
     });
 
     app.post('/v1/regenerate-api-key', async (req, reply) => {
-      const key = await sup.keys.regenerate(req.identity ?? { kind: 'device' });
-      sup.log.info(`API key regenerated (${req.identity?.kind === 'app' ? `app ${req.identity.appId}` : 'device'} key)`);
+      // The caller's own key only: a scoped key cannot replace the device's or another app's.
+      const who = callerOf(req);
+      const key = await sup.keys.regenerate(who);
+      sup.log.info(`API key regenerated (${who.kind === 'app' ? `app ${who.appId}` : 'device'} key)`);
       return reply.code(200).type('text/plain').send(key);
     });
 

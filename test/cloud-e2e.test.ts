@@ -196,4 +196,20 @@ describe.each<DbKind>(['sqlite', 'postgres'])('cloud and a simulated device on %
       return rows[0]?.is_online ? true : undefined;
     });
   });
+
+  it('a release whose image cannot be pulled shows as update_failed in the cloud, until a release that can be had', async () => {
+    const updateFailed = async () => d<{ update_failed: boolean }>(await ask('GET', `/v6/device(${deviceId})?$select=update_failed`))[0]?.update_failed;
+    expect(await updateFailed()).toBe(false);
+    await release('c3', 'fleetlab/not-in-any-registry:1');
+    await ask('POST', '/supervisor/v1/update', { uuid });
+    await until('update_failed reported to the cloud', 60_000, async () => ((await updateFailed()) ? true : undefined));
+    // The device stays up, and says why on its own API.
+    const status = await call(device.url, device.info().apiKey, 'GET', '/v2/state/status');
+    expect((status.body as { images: Array<{ downloadError?: string }> }).images[0]?.downloadError).toMatch(/not-in-any-registry/);
+    expect((await ask('PATCH', `/v6/device(${deviceId})`, { update_failed: false })).status).toBe(400);
+    const r4 = await release('c4', 'fleetlab/test-app:1');
+    await ask('POST', '/supervisor/v1/update', { uuid });
+    await until('the pullable release running', 90_000, () => runningRelease(r4));
+    await until('update_failed cleared', 30_000, async () => ((await updateFailed()) === false ? true : undefined));
+  });
 });

@@ -32,6 +32,10 @@ export async function applyReport(db: Db, deviceId: number, report: DeviceReport
         params.push(report[column]!);
       }
     }
+    if (report.update_failed !== undefined) {
+      sets.push('update_failed = ?');
+      params.push(report.update_failed);
+    }
     // Only releases of the device's own fleet may be recorded (running, or providing an install).
     const fleetReleases = report.apps
       ? new Set((await tx.query<{ id: number }>('SELECT r.id FROM "release" r JOIN "device" d ON d.belongs_to__application = r.belongs_to__application WHERE d.id = ?', [deviceId])).map((r) => Number(r.id)))

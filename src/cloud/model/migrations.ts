@@ -72,6 +72,12 @@ export const migrations: Migration[] = [
       `CREATE INDEX image_install_device ON "image_install" (device)`,
     ],
   },
+  {
+    // A device whose update failed (a pull that fails, a lock it cannot wait out) says so
+    // in its report; the fleet's owner sees which devices are stuck and which are only slow.
+    name: '003-device-update-failed',
+    statements: [`ALTER TABLE "device" ADD COLUMN update_failed BOOLEAN NOT NULL DEFAULT FALSE`],
+  },
 ];
 
 /** Applies the migrations not yet recorded, each in its own transaction. Returns their names. */

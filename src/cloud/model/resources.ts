@@ -99,6 +99,7 @@ export const resourceList: ResourceDef[] = [
       ['actor', 'integer', { readOnly: true }],
       ['is_online', 'boolean'],
       ['status', 'text'],
+      ['update_failed', 'boolean', { readOnly: true }],
       ['api_heartbeat_state', 'text'],
       ['os_version', 'text'],
       ['os_variant', 'text'],
@@ -216,6 +217,7 @@ export const resourceList: ResourceDef[] = [
   }),
   // What the device reports per service: written by PATCH /device/v3/state, read-only here.
   resource('image_install', {
+    readOnlyResource: true,
     fields: [
       ['status', 'text', { readOnly: true }],
       ['download_progress', 'integer', { readOnly: true }],

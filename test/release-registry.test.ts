@@ -14,7 +14,7 @@ import { buildRelease } from '../hil/release/release.js';
 import { pushRelease, registryRef, repositoryComponent } from '../hil/release/push.js';
 import { ARM64_IMAGE_FIX, reapStaleBuildEngines, startBuildEngine, type BuildEngine } from '../hil/release/build-engine.js';
 import { registryConfig, startRegistry, type Registry } from '../hil/release/registry.js';
-import { reapStale } from '../hil/release/owned-dirs.js';
+import { reapStale } from '../src/owned-dirs.js';
 
 const hostDocker = new Docker({ socketPath: process.env.FLEETLAB_DOCKER_SOCKET ?? '/var/run/docker.sock' });
 let dir: string;

@@ -25,7 +25,8 @@ import { engineAt } from '../../sim/engine-at.js';
 import { cacheRoot, needTool, qemuTools, requireArm64Binfmt } from '../../qemu/tools.js';
 import { DEFAULT_MIRROR, DEFAULT_SUITE } from '../../qemu/image/recipe.js';
 import { sleep } from '../lib/wait.js';
-import { reapStale, spawnOwned, stopPid } from './owned-dirs.js';
+import { reapStale, spawnOwned } from '../../src/owned-dirs.js';
+import { stopPid } from '../../src/processes.js';
 
 export const dockerdTool: ToolSpec = { candidates: ['/usr/sbin/dockerd', '/usr/bin/dockerd', 'dockerd'], debianPackage: 'docker.io' };
 const ipTool: ToolSpec = { candidates: ['/usr/sbin/ip', '/sbin/ip', '/usr/bin/ip', '/bin/ip', 'ip'], debianPackage: 'iproute2' };

@@ -12,7 +12,7 @@ import { FleetlabError } from '../../src/errors.js';
 import { freePort } from '../../src/free-port.js';
 import { findTool, missingToolError, type ToolSpec } from '../../src/tools.js';
 import { sleep } from '../lib/wait.js';
-import { spawnOwned } from './owned-dirs.js';
+import { spawnOwned } from '../../src/owned-dirs.js';
 
 export const registryTool: ToolSpec = { candidates: ['docker-registry'], debianPackage: 'docker-registry' };
 const READY_MS = 15_000;

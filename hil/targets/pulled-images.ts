@@ -12,7 +12,7 @@ import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { ARM64_IMAGE_FIX, startBuildEngine, type BuildEngine } from '../release/build-engine.js';
-import { reapStale } from '../release/owned-dirs.js';
+import { reapStale } from '../../src/owned-dirs.js';
 import { startRegistry, type Registry } from '../release/registry.js';
 import type { ImagesProtocol, ReleaseEngine } from './protocols.js';
 import type { SshDevice } from './ssh-device.js';

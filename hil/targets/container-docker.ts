@@ -1,11 +1,11 @@
 /**
  * Engine-side helpers of the `container` target: running a command in the device container
  * (the docker CLI, which carries stdin both ways), waiting for the sim's ready line across
- * restarts, and removing what a device left on the host's dockerd. Shared by the driver and
- * the global teardown.
+ * restarts, and stopping a device's app containers as a power cut does. Shared by the driver
+ * and the global teardown.
  */
 import { PassThrough } from 'node:stream';
-import { existsSync, readFileSync } from 'node:fs';
+import { existsSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import Docker from 'dockerode';
@@ -13,7 +13,6 @@ import { execa } from 'execa';
 import { FleetlabError } from '../../src/errors.js';
 import { findTool, missingToolError, type ToolSpec } from '../../src/tools.js';
 import { LABEL } from '../../src/supervisor/adapters/engine.js';
-import { buildTestImages, testImages } from '../../sim/images/test-images.js';
 
 /** Labels on every device container this target starts (next to testcontainers' own). */
 export const TARGET_LABEL = {
@@ -112,38 +111,10 @@ export async function waitReadyLine(docker: Docker, containerId: string, after: 
   });
 }
 
-/**
- * The app images specs deploy (`fleetlab/test-app:1`, `:2`) must be on the host's dockerd,
- * which runs the device's containers; built locally when one is missing.
- */
-export async function ensureTestImages(docker: Docker, socketPath: string): Promise<void> {
-  const present = await Promise.all(testImages.map((i) => docker.getImage(i.ref).inspect().then(() => true, () => false)));
-  if (present.every(Boolean)) return;
-  await buildTestImages(socketPath);
-}
-
 /** Stops the device's app containers at once, as a power cut would (no grace period). */
 export async function stopDeviceContainers(docker: Docker, uuid: string): Promise<void> {
   const containers = await docker.listContainers({ filters: { label: [`${LABEL.device}=${uuid}`] } });
   await Promise.all(containers.map((c) => docker.getContainer(c.Id).stop({ t: 0 }).catch(() => undefined)));
-}
-
-/** Removes the app containers, networks and volumes a device created on the host's dockerd. */
-export async function removeDeviceLeftovers(docker: Docker, uuid: string): Promise<void> {
-  const filters = { label: [`${LABEL.device}=${uuid}`] };
-  for (const c of await docker.listContainers({ all: true, filters })) await docker.getContainer(c.Id).remove({ force: true }).catch(() => undefined);
-  for (const n of await docker.listNetworks({ filters })) await docker.getNetwork(n.Id).remove().catch(() => undefined);
-  const { Volumes } = await docker.listVolumes({ filters });
-  for (const v of Volumes ?? []) await docker.getVolume(v.Name).remove().catch(() => undefined);
-}
-
-/** uuid of the device whose data dir is `dataDir`, from the supervisor's store, if it got that far. */
-export function storedUuid(dataDir: string): string | undefined {
-  try {
-    return (JSON.parse(readFileSync(join(dataDir, 'supervisor', 'device.json'), 'utf8')) as { uuid?: string }).uuid;
-  } catch {
-    return undefined;
-  }
 }
 
 /** The fleetlab checkout this file belongs to (from hil/targets/ or dist/hil/targets/). */

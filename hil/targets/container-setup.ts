@@ -5,9 +5,8 @@
  * the host's dockerd, where the device's containers run. Call it from the suite's global
  * setup when a selected project uses the container target.
  */
-import Docker from 'dockerode';
 import { buildDeviceImage, type DeviceImage } from './container-image.js';
-import { ensureTestImages } from './container-docker.js';
+import { ensureTestImages } from '../../sim/images/test-images.js';
 
 export async function prepareContainerTarget(options: { dockerSocket?: string; log?: (line: string) => void } = {}): Promise<DeviceImage> {
   process.env.TESTCONTAINERS_RYUK_DISABLED ??= 'true';
@@ -20,7 +19,7 @@ export async function prepareContainerTarget(options: { dockerSocket?: string; l
     dockerSocket,
     progress: (e) => log(`container target image [${(e.elapsedMs / 1000).toFixed(1)} s] ${e.stage}: ${e.detail}`),
   });
-  await ensureTestImages(new Docker({ socketPath: dockerSocket }), dockerSocket);
+  await ensureTestImages(dockerSocket);
   process.env.FLEETLAB_DEVICE_IMAGE = image.ref;
   return image;
 }

@@ -9,7 +9,8 @@
 import { rm } from 'node:fs/promises';
 import { join } from 'node:path';
 import Docker from 'dockerode';
-import { TARGET_LABEL, TARGET_NAME, removeDeviceLeftovers, storedUuid } from './container-docker.js';
+import { TARGET_LABEL, TARGET_NAME } from './container-docker.js';
+import { removeDeviceLeftovers, storedUuid } from '../../sim/device-leftovers.js';
 
 function alive(pid: number): boolean {
   if (!Number.isInteger(pid) || pid <= 0) return false;

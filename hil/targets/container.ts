@@ -29,14 +29,13 @@ import {
   TARGET_LABEL,
   TARGET_NAME,
   dockerExec,
-  ensureTestImages,
-  removeDeviceLeftovers,
   stopDeviceContainers,
-  storedUuid,
   waitReadyLine,
   type ReadyLine,
 } from './container-docker.js';
 import { journalEntries } from '../lib/journal-json.js';
+import { removeDeviceLeftovers, storedUuid } from '../../sim/device-leftovers.js';
+import { ensureTestImages } from '../../sim/images/test-images.js';
 import type {
   ApiProtocol,
   Capability,
@@ -280,7 +279,7 @@ export const containerTarget: TargetDriver<ContainerTargetOptions> = {
     const vendor = options.vendor ?? 'platform';
     const docker = new Docker({ socketPath: dockerSocket });
     const image = await resolveImage(options, dockerSocket);
-    await ensureTestImages(docker, dockerSocket);
+    await ensureTestImages(dockerSocket);
     const { GenericContainer, Wait } = await import('testcontainers');
     const volumeRoot = join(((await docker.info()) as { DockerRootDir?: string }).DockerRootDir ?? '/var/lib/docker', 'volumes');
     const apparmor = await usesAppArmor(docker);

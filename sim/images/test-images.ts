@@ -80,6 +80,20 @@ export async function buildTestImages(socketPath: string, progress: BuildProgres
 }
 
 /**
+ * Imports only the test images the engine lacks (or holds with another default command): a
+ * start that reuses them leaves no untagged copy behind, as a rebuild on every start would.
+ */
+export async function ensureTestImages(socketPath: string, progress: BuildProgress = () => undefined): Promise<void> {
+  const docker = await engineAt(socketPath);
+  const stale: TestImage[] = [];
+  for (const image of testImages) {
+    const cmd = await docker.getImage(image.ref).inspect().then((i) => i.Config?.Cmd, () => undefined);
+    if (JSON.stringify(cmd) !== JSON.stringify(defaultCommand(image.banner))) stale.push(image);
+  }
+  if (stale.length > 0) await importBusyboxImages(socketPath, stale.map((i) => ({ ref: i.ref, cmd: defaultCommand(i.banner) })), progress);
+}
+
+/**
  * A base image for a team's own Dockerfiles where no registry is reachable: Debian's static
  * busybox with every applet it has (sh, wget, sed, awk, ...; Debian's build has no flock),
  * default command `sh`.

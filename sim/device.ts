@@ -6,6 +6,7 @@
  * the lock root, as tmpfs does on a board); a power-off stops the device.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
+import { randomUUID } from 'node:crypto';
 import { appendFileSync, createWriteStream, mkdirSync, readFileSync, rmSync, type WriteStream } from 'node:fs';
 import { mkdtemp } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
@@ -18,6 +19,9 @@ import { startHostPeer, type HostPeer } from './dbus/host-peer.js';
 import { startPrivateBus, type PrivateBus } from './dbus/private-bus.js';
 import { cliCommand } from './entry.js';
 import { untilStopped } from '../src/stop-signals.js';
+import { killProcesses, sessionEnv, sessionProcesses, stopProcesses } from '../src/processes.js';
+import { Teardown } from '../src/teardown.js';
+import { removeDeviceLeftovers, storedUuid } from './device-leftovers.js';
 import { startPartitionableLink, type PartitionableLink } from './network/partitionable-link.js';
 import { gpioNamespaceCommand } from './gpio/namespace.js';
 import { startSysfsGpio, type SysfsGpio } from './gpio/sysfs-gpio.js';
@@ -45,6 +49,11 @@ export interface SimDeviceOptions {
   listenAddress?: string;
   /** Register with a cloud and follow its target state, through a link the sim can partition. */
   cloud?: SimCloudOptions;
+  /**
+   * The label (src/processes.ts) every process of the device carries, so its stop, or the
+   * next start of an owner killed with -9, finds them all; default: a new one.
+   */
+  session?: string;
 }
 
 export interface SimCloudOptions {
@@ -80,8 +89,10 @@ function hostAndPort(url: string): { host: string; port: number } {
 }
 
 
+const running = (child: ChildProcess) => child.exitCode === null && child.signalCode === null;
+
 async function waitExit(child: ChildProcess, graceMs: number): Promise<void> {
-  if (child.exitCode !== null || child.signalCode !== null) return;
+  if (!running(child)) return;
   const exited = new Promise<void>((r) => child.once('exit', () => r()));
   child.kill('SIGTERM');
   const timer = setTimeout(() => child.kill('SIGKILL'), graceMs);
@@ -101,7 +112,10 @@ export class SimDevice extends EventEmitter<{ reboot: []; poweroff: []; exit: [c
   cloudLink: PartitionableLink | undefined;
 
   private constructor(
-    readonly options: Required<Omit<SimDeviceOptions, 'apiKey' | 'dataDir' | 'bandwidth' | 'scenario' | 'cloud'>> & { apiKey?: string; dataDir: string; cloud?: SimCloudOptions },
+    readonly options: Required<Omit<SimDeviceOptions, 'apiKey' | 'dataDir' | 'bandwidth' | 'scenario' | 'cloud' | 'session'>> & { apiKey?: string; dataDir: string; cloud?: SimCloudOptions },
+    /** The label its processes carry. */
+    readonly session: string,
+    private readonly teardown: Teardown,
     readonly bus: PrivateBus,
     readonly host: HostPeer,
     readonly gpio: SysfsGpio,
@@ -118,16 +132,26 @@ export class SimDevice extends EventEmitter<{ reboot: []; poweroff: []; exit: [c
     for (const d of ['dbus', 'host', 'gpio', 'journal', 'boot', 'locks', 'supervisor']) mkdirSync(join(dataDir, d), { recursive: true });
     const dockerSocket = opts.engine === 'sim' ? join(dataDir, 'engine', 'engine.sock') : opts.dockerSocket;
     const options = { port, dataDir, engine: opts.engine, dockerSocket, localMode: opts.localMode, apiKey: opts.apiKey, vendor: opts.vendor ?? 'platform', ledOffset: opts.ledOffset ?? 17, listenAddress: opts.listenAddress ?? '127.0.0.1', cloud: opts.cloud };
-    const started: Array<{ close(): Promise<void> } | { stop(): Promise<void> }> = [];
+    const session = opts.session ?? `sim-${randomUUID()}`;
+    const env = sessionEnv(session);
+    // Undone in reverse: the supervisor first, then what it created in the engine, then the
+    // peers it used, and last whatever still carries the session's label (a journalctl the
+    // supervisor started, a peer that ignored its stop).
+    const teardown = new Teardown();
+    teardown.defer({
+      name: `processes labelled ${session}`,
+      stop: async () => void (await stopProcesses(sessionProcesses(session), STOP_GRACE_MS)),
+      kill: () => killProcesses(sessionProcesses(session)),
+    });
     try {
       const simEngine = opts.engine === 'sim'
         ? await startSimEngine({ socketPath: dockerSocket, dataDir: join(dataDir, 'engine', 'data'), ...(opts.bandwidth ? { bandwidth: opts.bandwidth } : {}), ...(opts.scenario ? { scenario: opts.scenario } : {}) })
         : undefined;
-      if (simEngine) started.push(simEngine);
+      if (simEngine) teardown.defer({ name: 'the simulated engine', stop: () => simEngine.close() });
       const cloudLink = opts.cloud ? await startPartitionableLink(hostAndPort(opts.cloud.url)) : undefined;
-      if (cloudLink) started.push(cloudLink);
-      const bus = await startPrivateBus({ dir: join(dataDir, 'dbus') });
-      started.push(bus);
+      if (cloudLink) teardown.defer({ name: 'the link to the cloud', stop: () => cloudLink.close() });
+      const bus = await startPrivateBus({ dir: join(dataDir, 'dbus'), env, detached: true });
+      teardown.defer({ name: 'the D-Bus daemon', stop: () => bus.stop(), kill: () => bus.kill() });
       let device: SimDevice | undefined;
       const host = await startHostPeer({
         busAddress: bus.address,
@@ -136,23 +160,29 @@ export class SimDevice extends EventEmitter<{ reboot: []; poweroff: []; exit: [c
         onReboot: () => device?.queue(() => device!.reboot()),
         onPowerOff: () => device?.queue(() => device!.powerOff()),
       });
-      started.push(host);
+      teardown.defer({ name: 'the host peer', stop: () => host.close() });
       const gpio = await startSysfsGpio({ dir: join(dataDir, 'gpio') });
-      started.push(gpio);
+      teardown.defer({ name: 'the GPIO peer', stop: () => gpio.close() });
       const ledFile = join(dataDir, LED_TRANSITIONS_FILE);
       gpio.onTransition((t) => {
         if (t.gpio === 512 + options.ledOffset) appendFileSync(ledFile, `${JSON.stringify({ value: t.value, at: t.at })}\n`);
       });
-      const journal = await startJournalSim({ directory: join(dataDir, 'journal'), hostname: 'fleetlab-sim' });
-      started.push(journal);
+      const journal = await startJournalSim({ directory: join(dataDir, 'journal'), hostname: 'fleetlab-sim', env, detached: true });
+      teardown.defer({ name: 'the journal peer', stop: () => journal.close(), kill: () => journal.kill() });
       const follower = new ContainerLogFollower({ docker: new Docker({ socketPath: options.dockerSocket }), journal });
-      device = new SimDevice(options, bus, host, gpio, journal, follower);
+      const created = new SimDevice(options, session, teardown, bus, host, gpio, journal, follower);
+      device = created;
       device.simEngine = simEngine;
       device.cloudLink = cloudLink;
+      teardown.defer({ name: "the device's containers and networks", stop: () => created.removeContainers() });
+      teardown.defer({ name: 'the container log follower', stop: () => follower.stop() });
+      teardown.defer({ name: 'the supervisor log', stop: () => created.closeLog() });
+      teardown.defer({ name: 'the supervisor', stop: () => created.stopSupervisor(), kill: () => created.killSupervisor() });
       await device.boot();
       return device;
     } catch (err) {
-      for (const s of started.reverse()) await ('close' in s ? s.close() : s.stop()).catch(() => undefined);
+      // The start's own error says what went wrong; a failure to undo it would only hide it.
+      await teardown.stop().catch(() => undefined);
       throw err;
     }
   }
@@ -225,7 +255,9 @@ export class SimDevice extends EventEmitter<{ reboot: []; poweroff: []; exit: [c
     const cli = cliCommand(this.supervisorArgs());
     const cmd = gpioNamespaceCommand(this.gpio.classDir, [cli.file, ...cli.args]);
     this.logFile ??= createWriteStream(this.supervisorLog, { flags: 'a' });
-    const child = spawn(cmd.file, cmd.args, { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, FORCE_COLOR: '0' } });
+    // Its own process group: a Ctrl-C meant for the owner must not stop the supervisor before
+    // the owner does, in order, with the peers it uses still up.
+    const child = spawn(cmd.file, cmd.args, { stdio: ['ignore', 'pipe', 'pipe'], env: { ...sessionEnv(this.session), FORCE_COLOR: '0' }, detached: true });
     this.child = child;
     child.stdout!.pipe(this.logFile, { end: false });
     child.stderr!.pipe(this.logFile, { end: false });
@@ -261,8 +293,24 @@ export class SimDevice extends EventEmitter<{ reboot: []; poweroff: []; exit: [c
     this.child = null;
   }
 
+  private killSupervisor(): void {
+    if (this.child && running(this.child)) this.child.kill('SIGKILL');
+  }
+
+  private async closeLog(): Promise<void> {
+    const log = this.logFile;
+    this.logFile = null;
+    if (log) await new Promise<void>((resolve) => log.end(resolve));
+  }
+
   private async deviceContainers(): Promise<Docker.ContainerInfo[]> {
     return this.docker.listContainers({ all: true, filters: { label: [`${LABEL.device}=${this.info().uuid}`] } });
+  }
+
+  /** Its volumes stay: they are the device's data, kept with its data dir. */
+  private async removeContainers(): Promise<void> {
+    const uuid = storedUuid(this.options.dataDir);
+    if (uuid) await removeDeviceLeftovers(this.docker, uuid, { keepVolumes: true });
   }
 
   /** A power cycle: the supervisor and the containers stop, tmpfs (the lock root) is cleared. */
@@ -290,23 +338,20 @@ export class SimDevice extends EventEmitter<{ reboot: []; poweroff: []; exit: [c
     this.emit('poweroff');
   }
 
-  /** Stops everything and removes the containers and networks the device created. */
+  /**
+   * Stops everything it started, last started first, each awaited (see the start), and removes
+   * the containers and networks the device created; its volumes and data dir stay.
+   */
   async stop(): Promise<void> {
     this.stopping = true;
     await this.transitions;
-    const uuid = this.info().uuid;
-    await this.stopSupervisor();
-    await this.follower.stop();
-    for (const c of await this.deviceContainers()) await this.docker.getContainer(c.Id).remove({ force: true }).catch(() => undefined);
-    const networks = await this.docker.listNetworks({ filters: { label: [`${LABEL.device}=${uuid}`] } });
-    for (const n of networks) await this.docker.getNetwork(n.Id).remove().catch(() => undefined);
-    await this.simEngine?.close().catch(() => undefined);
-    await this.cloudLink?.close().catch(() => undefined);
-    await this.journal.close().catch(() => undefined);
-    await this.gpio.close().catch(() => undefined);
-    await this.host.close().catch(() => undefined);
-    await this.bus.stop().catch(() => undefined);
-    this.logFile?.end();
+    await this.teardown.stop();
+  }
+
+  /** A forced stop: kills its processes at once; a `stop` under way still removes what it can. */
+  kill(): void {
+    this.stopping = true;
+    this.teardown.force();
   }
 }
 
@@ -328,7 +373,10 @@ export async function runSimDevice(opts: SimDeviceOptions): Promise<void> {
       '',
     ].join('\n'),
   );
-  const { done, trigger } = untilStopped(() => device.stop());
+  const { done, trigger } = untilStopped(() => device.stop(), {
+    force: () => device.kill(),
+    onSignal: () => process.stderr.write('fleetlab: stopping the device (again to force)\n'),
+  });
   device.once('poweroff', trigger);
   await done;
 }

@@ -17,11 +17,20 @@ export interface PrivateBus extends AsyncDisposable {
   readonly pid: number;
   /** Terminates the daemon and waits until it has exited. Idempotent. */
   stop(): Promise<void>;
+  /** Ends the daemon at once (a forced stop); `stop` then finds it gone. */
+  kill(): void;
 }
 
 export interface PrivateBusOptions {
   /** Directory for the config file and the socket; created when missing. */
   dir: string;
+  /** The daemon's environment (default: this process's), e.g. with a session label. */
+  env?: NodeJS.ProcessEnv;
+  /**
+   * Its own process group, out of reach of a Ctrl-C meant for its owner, which stops it after
+   * the programs that use it.
+   */
+  detached?: boolean;
 }
 
 // sockaddr_un.sun_path is 108 bytes including the terminating NUL.
@@ -131,6 +140,8 @@ export async function startPrivateBus(options: PrivateBusOptions): Promise<Priva
 
   const child = spawn(daemon, [`--config-file=${configPath}`, '--nofork', '--nopidfile', '--nosyslog', '--print-address=1'], {
     stdio: ['ignore', 'pipe', 'pipe'],
+    ...(options.env ? { env: options.env } : {}),
+    detached: options.detached ?? false,
   });
   let stderr = '';
   child.stderr?.on('data', (chunk: Buffer) => {
@@ -153,7 +164,10 @@ export async function startPrivateBus(options: PrivateBusOptions): Promise<Priva
     await waitUntilAnswering(address);
     if (child.pid === undefined) throw new FleetlabError('SUP_ERR_HOST', 'dbus-daemon has no pid');
     const pid = child.pid;
-    return { address, socketPath, pid, stop, [Symbol.asyncDispose]: stop };
+    const kill = () => {
+      if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
+    };
+    return { address, socketPath, pid, stop, kill, [Symbol.asyncDispose]: stop };
   } catch (err) {
     // A daemon that never became ready is torn down before the error is rethrown.
     await stop();

@@ -68,6 +68,10 @@ export interface ContainerLogSource {
 
 export interface JournalSimOptions {
   directory: string;
+  /** journal-remote's environment (default: this process's), e.g. with a session label. */
+  env?: NodeJS.ProcessEnv;
+  /** Its own process group, out of reach of a Ctrl-C meant for its owner, which closes it in order. */
+  detached?: boolean;
   /** _HOSTNAME of every entry; default "fleetlab-sim". */
   hostname?: string;
 }
@@ -89,6 +93,8 @@ export interface JournalSim extends AsyncDisposable {
   newBoot(): string;
   /** Ends the stream and waits for journal-remote to exit. */
   close(): Promise<void>;
+  /** Ends journal-remote at once (a forced stop); entries not yet written are lost. */
+  kill(): void;
 }
 
 // journald splits longer stdout lines (LineMax= default 48K); so does the sim.
@@ -176,6 +182,8 @@ export async function startJournalSim(options: JournalSimOptions): Promise<Journ
     stderr: 'pipe',
     buffer: false,
     reject: false,
+    ...(options.env ? { env: options.env, extendEnv: false } : {}),
+    detached: options.detached ?? false,
   });
   let stderrTail = '';
   child.stderr.setEncoding('utf8');
@@ -296,13 +304,19 @@ export async function startJournalSim(options: JournalSimOptions): Promise<Journ
     if (rest.length > 0) await writeLine(rest);
   }
 
+  let killed = false;
   function close(): Promise<void> {
     closing ??= (async () => {
       child.stdin.end();
       const result = await done;
-      if (result.exitCode !== 0) throw failure(`systemd-journal-remote exited with ${result.exitCode ?? result.signal}`);
+      if (result.exitCode !== 0 && !killed) throw failure(`systemd-journal-remote exited with ${result.exitCode ?? result.signal}`);
     })();
     return closing;
+  }
+
+  function kill(): void {
+    killed = true;
+    if (!exited) child.kill('SIGKILL');
   }
 
   return {
@@ -321,6 +335,7 @@ export async function startJournalSim(options: JournalSimOptions): Promise<Journ
       return bootId;
     },
     close,
+    kill,
     [Symbol.asyncDispose]: close,
   };
 }

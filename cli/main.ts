@@ -80,14 +80,18 @@ sim
   .addOption(new Option('--engine <kind>', 'container engine of the device: docker or sim; default: docker when its socket exists, else sim').choices(['docker', 'sim']))
   .option('--docker-socket <path>', 'engine API socket', '/var/run/docker.sock')
   .option('--poll-interval-ms <ms>', 'how often the device polls its target state', '10000')
+  .option('--state-dir <dir>', 'where runs keep their state, one directory each, removed at stop; the next start reaps what a run killed with -9 left there (default: $XDG_STATE_HOME/fleetlab/stack or ~/.local/state/fleetlab/stack)')
   .action(
-    action(async (opts: { port: string; cloudPort: string; engine?: 'docker' | 'sim'; dockerSocket: string; pollIntervalMs: string }) => {
+    action(async (opts: { port: string; cloudPort: string; engine?: 'docker' | 'sim'; dockerSocket: string; pollIntervalMs: string; stateDir?: string }) => {
       const poll = Number(opts.pollIntervalMs);
       if (!Number.isInteger(poll) || poll < 1000) throw new UsageError(`--poll-interval-ms must be an integer of at least 1000, got ${opts.pollIntervalMs}`);
       const { existsSync } = await import('node:fs');
       const engine = opts.engine ?? (existsSync(opts.dockerSocket) ? 'docker' : 'sim');
       const { runStack } = await import('../sim/stack.js');
-      await runStack({ devicePort: parsePort('--port', opts.port), cloudPort: parsePort('--cloud-port', opts.cloudPort), engine, dockerSocket: opts.dockerSocket, pollIntervalMs: poll });
+      const { defaultStackStateDir } = await import('../sim/stack-runs.js');
+      const { resolve } = await import('node:path');
+      const stateDir = resolve(opts.stateDir ?? defaultStackStateDir());
+      await runStack({ devicePort: parsePort('--port', opts.port), cloudPort: parsePort('--cloud-port', opts.cloudPort), engine, dockerSocket: opts.dockerSocket, pollIntervalMs: poll, stateDir });
     }),
   );
 
@@ -153,11 +157,8 @@ program
       const port = parsePort('--port', opts.port);
       const registry = await startRegistry({ dir, ...(port ? { port } : {}) });
       console.log(`registry on ${registry.host} (images in ${dir}, log ${registry.logPath}); deploy to it with fleetlab deploy --registry ${registry.host}; Ctrl-C stops it`);
-      await new Promise<void>((resolve) => {
-        process.once('SIGINT', resolve);
-        process.once('SIGTERM', resolve);
-      });
-      await registry.close();
+      const { untilStopped } = await import('../src/stop-signals.js');
+      await untilStopped(() => registry.close()).done;
     }),
   );
 

@@ -3,18 +3,26 @@
  * device registered to it, in one process. The cloud is created fresh in a data directory:
  * admin key, a fleet named "demo", a provisioning key; the device registers with that key
  * the way a board does on first boot.
+ *
+ * Every start is a fresh cloud and a fresh device, so nothing of a run outlives its stop:
+ * every stop (a signal, a failed start, `stop()`) undoes the run in reverse order of start
+ * (src/teardown.ts), and a run killed with -9 is reaped by the next start (./stack-runs.ts).
  */
-import { mkdtemp } from 'node:fs/promises';
-import { mkdirSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join, resolve } from 'node:path';
+import { rm } from 'node:fs/promises';
+import { mkdirSync, readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import Docker from 'dockerode';
 import { prepareDatabase } from '../src/cloud/bootstrap.js';
 import { openSqlite } from '../src/cloud/db/sqlite.js';
 import { buildCloud } from '../src/cloud/server.js';
-import { FleetlabError } from '../src/errors.js';
+import { FleetlabError, errorText } from '../src/errors.js';
+import { killProcesses, sessionProcesses, stopProcesses } from '../src/processes.js';
 import { untilStopped } from '../src/stop-signals.js';
+import { Teardown } from '../src/teardown.js';
 import { SimDevice } from './device.js';
-import { buildTestImages } from './images/test-images.js';
+import { removeDeviceLeftovers, storedUuid } from './device-leftovers.js';
+import { ensureTestImages } from './images/test-images.js';
+import { openRun } from './stack-runs.js';
 
 export interface StackOptions {
   devicePort: number;
@@ -22,9 +30,13 @@ export interface StackOptions {
   engine: 'docker' | 'sim';
   dockerSocket: string;
   pollIntervalMs: number;
+  /** Where runs keep their state (see ./stack-runs.ts); each run's directory goes with its stop. */
+  stateDir: string;
 }
 
 export interface StackInfo {
+  /** This run's directory (removed at stop). */
+  stateDir: string;
   cloud: { url: string; adminKey: string; dataDir: string };
   fleet: { id: number; name: string };
   device: { url: string; apiKey: string; uuid: string; id: number; dataDir: string };
@@ -82,63 +94,138 @@ export async function startFleetCloud(opts: { port: number; dataDir: string; fle
 }
 
 export interface RunningStack extends StackInfo {
+  /** Undoes the run: everything it started, last started first, each awaited. */
   stop(): Promise<void>;
+  /** A forced stop: kills its processes at once; a `stop` under way still removes what it can. */
+  kill(): void;
 }
 
-export async function startStack(opts: StackOptions): Promise<RunningStack> {
-  // Always a fresh cloud: the hints printed below name the ids of its first records.
-  const dataDir = await mkdtemp(join(tmpdir(), 'fleetlab-stack-'));
-  if (opts.engine === 'docker') await buildTestImages(opts.dockerSocket);
-  const cloud = await startFleetCloud({ port: opts.cloudPort, dataDir: join(dataDir, 'cloud'), fleetName: 'demo' });
-  let device: SimDevice | undefined;
+const REGISTER_POLLS = 120;
+const REGISTER_POLL_MS = 250;
+
+/** A stop asked for while the stack was starting: the start gives up at its next step. */
+function checkNotStopping(teardown: Teardown, signal: AbortSignal | undefined): void {
+  if (signal?.aborted || teardown.stopping) throw new FleetlabError('SUP_ERR_INTERNAL', 'the stack was stopped while it was starting');
+}
+
+/**
+ * Starts a run: reaps what runs killed before their stop left in `opts.stateDir`, then the
+ * cloud and the device. Everything started goes on `teardown` (a new one by default), which a
+ * failed start unwinds before rethrowing; `signal` cuts a start short between its steps.
+ */
+export async function startStack(opts: StackOptions, teardown = new Teardown(), signal?: AbortSignal): Promise<RunningStack> {
+  let supervisorLog: string | undefined;
   try {
-    device = await SimDevice.start({
+    const { run, reaped } = await openRun(opts.stateDir, opts.engine === 'docker' ? { dockerSocket: opts.dockerSocket } : {});
+    if (reaped.length > 0) process.stderr.write(`fleetlab: stopped and removed what a stack killed before its stop left: ${reaped.join(', ')}\n`);
+    teardown.defer({ name: `the run's directory ${run.dir}`, stop: () => rm(run.dir, { recursive: true, force: true }) });
+    // The device stops its own processes; this also reaches those of a device still starting.
+    teardown.defer({
+      name: `processes labelled ${run.session}`,
+      stop: async () => void (await stopProcesses(sessionProcesses(run.session))),
+      kill: () => killProcesses(sessionProcesses(run.session)),
+    });
+    checkNotStopping(teardown, signal);
+    // The test images are a cache every start and the tests share: imported once, they stay.
+    if (opts.engine === 'docker') await ensureTestImages(opts.dockerSocket);
+    checkNotStopping(teardown, signal);
+    const cloud = await startFleetCloud({ port: opts.cloudPort, dataDir: join(run.dir, 'cloud'), fleetName: 'demo' });
+    teardown.defer({ name: 'the cloud', stop: () => cloud.close() });
+    checkNotStopping(teardown, signal);
+    const deviceDir = join(run.dir, 'device');
+    supervisorLog = join(deviceDir, 'supervisor.log');
+    // Its volumes too: the device's uuid is never used again, so their data could never be reached.
+    if (opts.engine === 'docker') {
+      teardown.defer({
+        name: "the device's containers, networks and volumes",
+        stop: async () => {
+          const uuid = storedUuid(deviceDir);
+          if (uuid) await removeDeviceLeftovers(new Docker({ socketPath: opts.dockerSocket }), uuid);
+        },
+      });
+    }
+    const device = await SimDevice.start({
       port: opts.devicePort,
-      dataDir: join(dataDir, 'device'),
+      dataDir: deviceDir,
       engine: opts.engine,
       dockerSocket: opts.dockerSocket,
       localMode: false,
+      session: run.session,
       cloud: { url: cloud.url, provisioningKey: cloud.provisioningKey, pollIntervalMs: opts.pollIntervalMs, reportIntervalMs: 1000 },
     });
+    teardown.defer({ name: 'the simulated device', stop: () => device.stop(), kill: () => device.kill() });
     const info = device.info();
     // Registration is the device's first act; wait for it so the printed fleet holds the device.
     let deviceId: number | undefined;
-    for (let i = 0; i < 120 && deviceId === undefined; i++) {
+    for (let i = 0; i < REGISTER_POLLS && deviceId === undefined; i++) {
+      checkNotStopping(teardown, signal);
       const rows = (await cloud.call('GET', `/v6/device?$select=id&$filter=uuid eq '${info.uuid}'`)) as { d: Array<{ id: number }> };
       deviceId = rows.d[0]?.id;
-      if (deviceId === undefined) await new Promise((r) => setTimeout(r, 250));
+      if (deviceId === undefined) await new Promise((r) => setTimeout(r, REGISTER_POLL_MS));
     }
-    if (deviceId === undefined) throw new FleetlabError('SUP_ERR_INTERNAL', `the device did not register within 30 s; see ${device.supervisorLog}`);
-    const running = device;
+    if (deviceId === undefined) throw new FleetlabError('SUP_ERR_INTERNAL', `the device did not register within ${(REGISTER_POLLS * REGISTER_POLL_MS) / 1000} s`);
     return {
+      stateDir: run.dir,
       cloud: { url: cloud.url, adminKey: cloud.adminKey, dataDir: cloud.dataDir },
       fleet: cloud.fleet,
       device: { url: info.url, apiKey: info.apiKey, uuid: info.uuid, id: deviceId, dataDir: info.dataDir },
-      async stop() {
-        await running.stop();
-        await cloud.close();
-      },
+      stop: () => teardown.stop(),
+      kill: () => teardown.force(),
     };
   } catch (err) {
-    await device?.stop().catch(() => undefined);
-    await cloud.close();
-    throw err;
+    // The run's directory goes with the unwind, and the supervisor's log with it: keep its tail.
+    const tail = signal?.aborted || !supervisorLog ? '' : logTail(supervisorLog);
+    // The start's own error says what went wrong; a failure to undo it would only hide it.
+    await teardown.stop().catch(() => undefined);
+    if (!tail) throw err;
+    throw new FleetlabError('SUP_ERR_INTERNAL', `${errorText(err)}\nthe supervisor's last lines:\n${tail}`, { cause: err });
+  }
+}
+
+const LOG_TAIL_LINES = 10;
+
+function logTail(path: string): string {
+  try {
+    return readFileSync(path, 'utf8').trim().split('\n').slice(-LOG_TAIL_LINES).join('\n');
+  } catch {
+    return '';
   }
 }
 
 /** Prints the ready line and how to use the stack, then runs until a signal. */
 export async function runStack(opts: StackOptions): Promise<void> {
   // Handlers first: a parent that stops us as soon as it reads the ready line gets a clean stop.
-  let stack: RunningStack | undefined;
-  let stopRequested = false;
-  const { done } = untilStopped(async () => {
-    stopRequested = true;
-    await stack?.stop();
-  });
-  stack = await startStack(opts);
-  if (stopRequested) return stack.stop();
-  const { cloud, fleet, device } = stack;
-  process.stdout.write(`${JSON.stringify({ event: 'ready', cloud, fleet, device })}\n`);
+  const teardown = new Teardown();
+  const aborted = new AbortController();
+  let starting: Promise<unknown> = Promise.resolve();
+  const { done } = untilStopped(
+    async () => {
+      aborted.abort();
+      // A start under way gives up at its next step and unwinds what it started so far; the
+      // unwind waits for it, so nothing started meanwhile escapes it.
+      await starting.catch(() => undefined);
+      await teardown.stop();
+    },
+    {
+      force: () => {
+        process.stderr.write('fleetlab: forcing: killing what is left, removing what can be removed\n');
+        teardown.force();
+      },
+      onSignal: () => process.stderr.write('fleetlab: stopping the stack (Ctrl-C again to force)\n'),
+    },
+  );
+  const start = startStack(opts, teardown, aborted.signal);
+  starting = start;
+  let stack: RunningStack;
+  try {
+    stack = await start;
+  } catch (err) {
+    if (aborted.signal.aborted) return done;
+    throw err;
+  }
+  if (aborted.signal.aborted) return done;
+  const { cloud, fleet, device, stateDir } = stack;
+  process.stdout.write(`${JSON.stringify({ event: 'ready', stateDir, cloud, fleet, device })}\n`);
   const image = opts.engine === 'sim' ? 'fleetlab/test-app:1 (pulled from the simulated registry)' : 'fleetlab/test-app:1 (built locally)';
   process.stderr.write(
     [
@@ -146,7 +233,7 @@ export async function runStack(opts: StackOptions): Promise<void> {
       `fleetlab: cloud ${cloud.url} with fleet "${fleet.name}" (id ${fleet.id}); simulated device ${device.uuid} registered to it`,
       `  cloud API:     ${cloud.url}/v6/device   (Authorization: Bearer ${cloud.adminKey})`,
       `  device API:    ${device.url}/v1/device?apikey=${device.apiKey}`,
-      `  engine:        ${opts.engine}; state in ${resolve(cloud.dataDir, '..')}`,
+      `  engine:        ${opts.engine}; state in ${stateDir} (removed at stop)`,
       '',
       `  deploy a release of ${image}:`,
       `    K=${cloud.adminKey}; C=${cloud.url}`,
@@ -157,7 +244,7 @@ export async function runStack(opts: StackOptions): Promise<void> {
       `    curl -s -X PATCH "$C/v6/application(${fleet.id})" -H "Authorization: Bearer $K" -H 'Content-Type: application/json' -d '{"should_be_running__release":1}'`,
       `    curl -s -X POST $C/supervisor/v1/update -H "Authorization: Bearer $K" -H 'Content-Type: application/json' -d '{"uuid":"${device.uuid}"}'`,
       `    curl -s "$C/v6/device(${device.id})?\\$select=status,is_online,is_running__release" -H "Authorization: Bearer $K"`,
-      '  stop with Ctrl-C',
+      '  stop with Ctrl-C: stops the device, removes its containers, networks and volumes, and this state; Ctrl-C again forces',
       '',
     ].join('\n'),
   );

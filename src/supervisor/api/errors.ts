@@ -4,7 +4,8 @@
  * (reboot, shutdown, purge), whose errors are `{"Data":"","Error":...}`. Bad input never
  * yields a 5xx.
  */
-import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import type { Socket } from 'node:net';
+import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest, FastifyServerOptions } from 'fastify';
 import { errorText, isFleetlabError } from '../../errors.js';
 
 export interface RouteOptions {
@@ -52,3 +53,28 @@ export function installErrorHandling(app: FastifyInstance): void {
     void reply.code(404).send({ status: 'failed', message: `Not found: ${request.method} ${request.url.split('?')[0]}` });
   });
 }
+
+/**
+ * What fastify answers itself, outside the error handler, in the same body: a URL it cannot
+ * decode or route (`frameworkErrors`), and bytes that are not HTTP at all (`clientErrorHandler`,
+ * written on the socket, as there is no request). Given to the server's options.
+ */
+export const frameworkErrorOptions: Pick<FastifyServerOptions, 'frameworkErrors' | 'clientErrorHandler'> = {
+  frameworkErrors: (err, _request, reply) => {
+    const { status, message } = statusAndMessage(err);
+    void (reply as FastifyReply).code(status).type('application/json').send({ status: 'failed', message });
+  },
+  clientErrorHandler: (err: Error & { code?: string }, socket: Socket) => {
+    // The client has gone: nothing to answer.
+    if (err.code === 'ECONNRESET' || socket.destroyed) return;
+    const [status, reason, message] =
+      err.code === 'HPE_HEADER_OVERFLOW' ? [431, 'Request Header Fields Too Large', 'Request headers are too large']
+      : err.code === 'ERR_HTTP_REQUEST_TIMEOUT' ? [408, 'Request Timeout', 'The request was not received in time']
+      : [400, 'Bad Request', `Malformed HTTP request${err.code ? ` (${err.code})` : ''}`];
+    const body = JSON.stringify({ status: 'failed', message });
+    if (socket.writable) {
+      socket.write(`HTTP/1.1 ${status} ${reason}\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\n\r\n${body}`);
+    }
+    socket.destroy(err);
+  },
+};

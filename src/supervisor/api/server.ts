@@ -6,7 +6,7 @@ import { installJsonBodyParser } from '../../http/json-body.js';
 import Fastify, { type FastifyInstance } from 'fastify';
 import type { SupervisorContext } from './context.js';
 import { installAuth } from './auth.js';
-import { installErrorHandling } from './errors.js';
+import { frameworkErrorOptions, installErrorHandling } from './errors.js';
 import { hostConfigRoutes } from './host-config.js';
 import { localRoutes } from './local.js';
 import { v1Routes } from './v1.js';
@@ -18,6 +18,10 @@ export function buildApi(sup: SupervisorContext): FastifyInstance {
     ajv: { customOptions: { removeAdditional: false, coerceTypes: false, allErrors: false } },
     // Journal follow streams stay open; the server's close must not wait on them forever.
     forceCloseConnections: true,
+    // A Host header names nothing here (one device, one API), and node's own refusal of a
+    // request without one is a 400 with an empty body instead of the API's error body.
+    http: { requireHostHeader: false },
+    ...frameworkErrorOptions,
   });
 
   installJsonBodyParser(app);

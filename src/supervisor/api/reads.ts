@@ -18,7 +18,6 @@ import type { SupervisorContext } from './context.js';
 export const callerOf = (req: FastifyRequest): Identity => req.identity ?? wholeDevice;
 
 export interface ScopedReads {
-  readonly who: Identity;
   /** The app, or 401 outside the scope (before 404, so other ids cannot be probed). */
   app(appId: number): TargetApp;
   apps(): TargetApp[];
@@ -34,7 +33,6 @@ export interface ScopedReads {
 export function readsFor(sup: SupervisorContext, who: Identity): ScopedReads {
   const snapshot = async () => scopedSnapshot(who, await sup.engine.snapshot());
   return {
-    who,
     app: (appId) => sup.actions.app(appId, who),
     apps: () => scopedTarget(who, sup.state.getTarget()).apps,
     view: async () => scopedView(who, await sup.state.view()),

@@ -5,6 +5,7 @@
  * tunnel upgrade, and a database that has gone away. Each on SQLite and PostgreSQL.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { asCloudError } from '../src/cloud/api/errors.js';
 import { cloudError, type Answer } from './helpers/cloud-error-shape.js';
 import { cloudOn, databases, type CloudFixture, type DbKind } from './helpers/cloud-fixture.js';
 import { upgradeAnswer } from './helpers/tunnel-upgrade.js';
@@ -72,6 +73,7 @@ describe.each<DbKind>(['sqlite', 'postgres'])('cloud errors on %s', (kind) => {
       ['proxy, two selectors', call(alice.apiKey, 'POST', '/supervisor/v1/blink', { uuid: 'e'.repeat(32), appId: fleet }), 400, 'CLOUD_ERR_BAD_REQUEST'],
       ['register, taken uuid (the database)', call(provisioning, 'POST', '/device/register', { uuid: 'e'.repeat(32), api_key: 'another-device-key-0000002', device_type: 'raspberrypi3' }), 409, 'CLOUD_ERR_UNIQUE', /^"uuid" must be unique\.$/],
       ['a chosen device key already in use (the database)', call(provisioning, 'POST', `/api-key/device/${deviceId}/device-key`, { apiKey: deviceKey }), 409, 'CLOUD_ERR_UNIQUE'],
+      ['create a record only device reports write (was a 500 from the database)', call(alice.apiKey, 'POST', '/v6/image_install', {}), 401, 'CLOUD_ERR_FORBIDDEN'],
       ['delete a fleet with devices (the database)', call(alice.apiKey, 'DELETE', `/v6/application(${fleet})`), 409, 'CLOUD_ERR_REFERENCED'],
     ];
     for (const [what, answer, status, code, message] of cases) {
@@ -80,6 +82,15 @@ describe.each<DbKind>(['sqlite', 'postgres'])('cloud errors on %s', (kind) => {
       expect({ what, status: e.status, code: e.code }).toEqual({ what, status, code });
       if (message) expect(e.message, what).toMatch(message);
     }
+  });
+
+  it('a NOT NULL violation from either database is the caller\'s input (400), naming the column', async () => {
+    const err = await c.db.query('INSERT INTO "device_tag" (created_at, tag_key, value) VALUES (?, ?, ?)', [new Date().toISOString(), 'k', 'v']).then(
+      () => new Error('the insert went through'),
+      (e: unknown) => e,
+    );
+    const mapped = asCloudError(err, c.db.dialect, 'POST');
+    expect({ code: mapped.code, message: mapped.message }).toEqual({ code: 'CLOUD_ERR_BAD_REQUEST', message: 'device is required (it cannot be null)' });
   });
 
   it('a unique violation keeps the body pinejs-client upsert reads (DECISIONS 17)', async () => {

@@ -11,14 +11,14 @@ export interface Answer {
   body: string;
 }
 
-/** Everything wrong with an error answer's shape; empty when it is in shape. */
-export function errorShapeProblems(a: Answer): string[] {
+/** Everything wrong with an error answer's shape; empty when it is in shape. A HEAD answer has headers only. */
+export function errorShapeProblems(a: Answer, method = 'GET'): string[] {
   const problems: string[] = [];
   const type = String(a.headers['content-type'] ?? '');
   if (!type.startsWith('application/json')) problems.push(`content-type is "${type}", not application/json`);
   let body: unknown;
   try {
-    body = JSON.parse(a.body);
+    body = method === 'HEAD' ? 'no body' : JSON.parse(a.body);
   } catch {
     problems.push(`body is not JSON: ${a.body.slice(0, 120)}`);
   }

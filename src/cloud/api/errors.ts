@@ -26,6 +26,8 @@ export function constraintError(dialect: Dialect, err: unknown, method: string):
     const text = names.length ? `${names.join(' and ')} must be unique.` : 'A unique field must be unique.';
     return new FleetlabError('CLOUD_ERR_UNIQUE', text, { cause: err });
   }
+  // the model's own checks name a missing field first; this is the floor under them
+  if (v.kind === 'not-null') return new FleetlabError('CLOUD_ERR_BAD_REQUEST', `${v.columns.length ? v.columns.join(', ') : 'A field'} is required (it cannot be null)`, { cause: err });
   if (method === 'DELETE') return new FleetlabError('CLOUD_ERR_REFERENCED', 'The record is still referenced by another record.', { cause: err });
   return new FleetlabError('CLOUD_ERR_BAD_REQUEST', 'A link names a record that does not exist.', { cause: err });
 }

@@ -60,6 +60,8 @@ export const sqliteDialect: Dialect = {
     if (e?.code === 'SQLITE_CONSTRAINT_FOREIGNKEY' || (e?.code?.startsWith('SQLITE_CONSTRAINT') && /FOREIGN KEY/.test(e.message ?? ''))) {
       return { kind: 'foreign-key', columns: [] };
     }
+    // "NOT NULL constraint failed: image_install.device"
+    if (e?.code === 'SQLITE_CONSTRAINT_NOTNULL') return { kind: 'not-null', columns: [(e.message ?? '').replace(/^.*failed: /, '').split('.').pop() ?? ''].filter(Boolean) };
     return null;
   },
   isDataException: (err) => ['SQLITE_MISMATCH', 'SQLITE_TOOBIG', 'SQLITE_RANGE'].includes((err as { code?: string })?.code ?? ''),
@@ -90,6 +92,7 @@ export const postgresDialect: Dialect = {
       return { kind: 'unique', columns: cols };
     }
     if (e?.code === '23503') return { kind: 'foreign-key', columns: [] };
+    if (e?.code === '23502') return { kind: 'not-null', columns: [(err as { column?: string }).column ?? ''].filter(Boolean) };
     return null;
   },
   // SQLSTATE class 22: data exception (numeric out of range, division by zero, bad text).

@@ -6,7 +6,7 @@ export type SqlValue = string | number | boolean | null;
 
 /** A constraint violation, already told apart from other database failures. */
 export interface ConstraintViolation {
-  kind: 'unique' | 'foreign-key';
-  /** Columns of a unique constraint, when the database names them. */
+  kind: 'unique' | 'foreign-key' | 'not-null';
+  /** Columns of a unique or not-null constraint, when the database names them. */
   columns: string[];
 }

@@ -23,7 +23,7 @@ import { cloudRequests, injectOptions, type FuzzRequest } from './helpers/cloud-
 import { fuzzWorld, type FuzzWorld } from './helpers/cloud-fuzz-world.js';
 import { changedTables, snapshot } from './helpers/db-snapshot.js';
 
-const runs = Number(process.env.FLEETLAB_FUZZ_RUNS ?? 600);
+const runs = Number(process.env.FLEETLAB_FUZZ_RUNS ?? 1000);
 const seed = process.env.FLEETLAB_FUZZ_SEED ? Number(process.env.FLEETLAB_FUZZ_SEED) : Math.floor(Math.random() * 2 ** 31);
 const kinds = (['sqlite', 'postgres'] as const).filter((k) => !process.env.FLEETLAB_FUZZ_DB || process.env.FLEETLAB_FUZZ_DB === k);
 const runsOn = (kind: DbKind) => (kind === 'sqlite' ? runs : Math.max(1, Math.ceil(runs / 2)));

@@ -179,7 +179,9 @@ async function runPoints(sup: SupervisorProcess, count: number, random: () => nu
   let shape: Shape = { release: 1, extra: false, cache: false, round: 0 };
   await post(sup, targetOf(shape));
   await converge(sup, engine, shape);
-  // How long an uninterrupted release change takes here sets the window kill points are drawn from.
+  // How long an uninterrupted release change takes here (faults and downloads included) sets
+  // the window kill points are drawn from.
+  await faults?.(rng(SEED ^ 0x5eed));
   shape = changed(shape, 'release');
   const updateStart = Date.now();
   await post(sup, targetOf(shape));

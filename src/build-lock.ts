@@ -7,16 +7,8 @@ import { mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { FleetlabError } from './errors.js';
+import { alive as pidAlive } from './processes.js';
 
-
-function pidAlive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch (err) {
-    return (err as NodeJS.ErrnoException).code === 'EPERM';
-  }
-}
 
 export async function withBuildLock<T>(name: string, report: (stage: string, detail: string) => void, fn: () => Promise<T>, waitMs = 15 * 60_000): Promise<T> {
   const dir = join(tmpdir(), `${name}.lock`);

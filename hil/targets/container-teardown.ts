@@ -11,16 +11,7 @@ import { join } from 'node:path';
 import Docker from 'dockerode';
 import { TARGET_LABEL, TARGET_NAME } from './container-docker.js';
 import { removeDeviceLeftovers, storedUuid } from '../../sim/device-leftovers.js';
-
-function alive(pid: number): boolean {
-  if (!Number.isInteger(pid) || pid <= 0) return false;
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch (err) {
-    return (err as NodeJS.ErrnoException).code === 'EPERM';
-  }
-}
+import { alive } from '../../src/processes.js';
 
 /** Removes leftovers of finished or crashed runs; returns how many device containers went. */
 export async function removeContainerTargetLeftovers(dockerSocket = process.env.FLEETLAB_DOCKER_SOCKET ?? '/var/run/docker.sock'): Promise<number> {

@@ -27,6 +27,7 @@ import { AppActions } from './state/app-actions.js';
 import { checkDeviceConfig, readDeviceConfig, unknownConfigKeys } from './state/device-config.js';
 import { ApiKeys, newKey } from './state/keys.js';
 import { UpdateLocks } from './state/locks.js';
+import { processStart } from '../processes.js';
 import { StateEngine, type Logger } from './state/state-engine.js';
 import { DeviceStore } from './state/store.js';
 
@@ -117,7 +118,7 @@ export class Supervisor implements SupervisorContext {
     this.locks = new UpdateLocks({
       lockRoot: config.lockRoot,
       ledger: this.store.lockLedger(),
-      owner: { instance: randomUUID(), boot: readBootId(), pid: process.pid },
+      owner: { instance: randomUUID(), boot: readBootId(), pid: process.pid, start: processStart(process.pid) },
     });
     this.bootConfig = new BootConfig(config.bootConfigPath);
     this.state = new StateEngine(

@@ -14,14 +14,17 @@
 import { mkdirSync, openSync, closeSync, existsSync, rmSync, readFileSync, writeSync } from 'node:fs';
 import { join } from 'node:path';
 import { locked } from '../../errors.js';
+import { isRunning } from '../../processes.js';
 
 export const LOCK_FILE = 'updates.lock';
 
-/** The process that took a lock. `instance` is fresh per process start. */
+/** The process that took a lock. `instance` is fresh per supervisor start. */
 export interface LockOwner {
   instance: string;
   boot: string;
   pid: number;
+  /** When that process started (see processes.ts): with the pid, it cannot be mistaken for a later process. */
+  start?: string;
 }
 
 export interface LockRecord {
@@ -43,8 +46,8 @@ export interface UpdateLocksDeps {
   lockRoot: string;
   ledger: LockLedger;
   owner: LockOwner;
-  /** Whether a process of this boot with this pid is alive (a second supervisor on the same data). */
-  alive?: (pid: number) => boolean;
+  /** Whether that process of this boot still runs (a second supervisor on the same data). */
+  running?: (pid: number, start?: string) => boolean;
 }
 
 /** What the supervisor writes into a lock file it takes: its mark, recognisable at the next start. */
@@ -81,7 +84,7 @@ export class UpdateLocks {
    */
   releaseStale(): string[] {
     const { ledger, owner } = this.deps;
-    const alive = this.deps.alive ?? processAlive;
+    const running = this.deps.running ?? isRunning;
     const records = ledger.read();
     const keep: LockRecord[] = [];
     const removed: string[] = [];
@@ -89,7 +92,7 @@ export class UpdateLocks {
       const r = record.owner;
       const sameProcess = r.instance === owner.instance;
       // Another live supervisor process of this boot holds it (two on one data dir): not ours to free.
-      const otherLive = !sameProcess && r.boot === owner.boot && r.pid !== owner.pid && alive(r.pid);
+      const otherLive = !sameProcess && r.boot === owner.boot && r.pid !== owner.pid && running(r.pid, r.start);
       if (sameProcess || otherLive) {
         keep.push(record);
         continue;
@@ -189,15 +192,6 @@ function readMark(file: string): string | undefined {
     return readFileSync(file, 'utf8');
   } catch {
     return undefined;
-  }
-}
-
-function processAlive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch (err) {
-    return (err as NodeJS.ErrnoException).code === 'EPERM';
   }
 }
 

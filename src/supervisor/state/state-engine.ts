@@ -324,7 +324,6 @@ export class StateEngine {
       this.setTransient(appId, serviceName, undefined);
     }
   }
-
 }
 
 function pullsFailed(failed: PullFailure[]): FleetlabError {

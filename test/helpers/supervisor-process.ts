@@ -5,7 +5,7 @@
  * it at any instant and start it again on the same data, as a board's init would.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
-import { createWriteStream, mkdirSync, readFileSync, statSync, watch, type FSWatcher, type WriteStream } from 'node:fs';
+import { createWriteStream, existsSync, mkdirSync, readFileSync, statSync, watch, type FSWatcher, type WriteStream } from 'node:fs';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -17,6 +17,7 @@ import { cliCommand } from '../../sim/entry.js';
 import { startJournalSim, type JournalSim } from '../../sim/journal/journal-sim.js';
 import { freePort } from '../../src/free-port.js';
 import { newKey } from '../../src/supervisor/state/keys.js';
+import { Teardown } from '../../src/teardown.js';
 import { dockerSocket, removeDeviceObjects } from './supervisor-fixture.js';
 
 export interface SupervisorProcess {
@@ -43,6 +44,18 @@ const READY_MS = 30_000;
 
 export async function startSupervisorProcess(o: { engine: 'dockerd' | 'sim'; scenario?: Scenario; bandwidth?: number }): Promise<SupervisorProcess> {
   const dir = await mkdtemp(join(tmpdir(), 'fleetlab-supproc-'));
+  // Undone last-started first, each step even when one before it failed (and on a failed start).
+  const teardown = new Teardown();
+  teardown.defer({ name: 'the test directory', stop: () => rm(dir, { recursive: true, force: true }) });
+  try {
+    return await start(dir, teardown, o);
+  } catch (err) {
+    await teardown.stop().catch(() => undefined);
+    throw err;
+  }
+}
+
+async function start(dir: string, teardown: Teardown, o: { engine: 'dockerd' | 'sim'; scenario?: Scenario; bandwidth?: number }): Promise<SupervisorProcess> {
   const port = await freePort();
   const key = newKey();
   const dataDir = join(dir, 'supervisor');
@@ -50,15 +63,20 @@ export async function startSupervisorProcess(o: { engine: 'dockerd' | 'sim'; sce
   const logPath = join(dir, 'supervisor.log');
   mkdirSync(dataDir, { recursive: true });
   const bus: PrivateBus = await startPrivateBus({ dir: join(dir, 'dbus') });
+  teardown.defer({ name: 'the D-Bus daemon', stop: () => bus.stop() });
   const peer: HostPeer = await startHostPeer({ busAddress: bus.address, stateDir: join(dir, 'host'), defaultHostname: 'fleetlab' });
+  teardown.defer({ name: 'the host peer', stop: () => peer.close() });
   mkdirSync(join(dir, 'journal'), { recursive: true });
   const journal: JournalSim = await startJournalSim({ directory: join(dir, 'journal') });
+  teardown.defer({ name: 'the journal peer', stop: () => journal.close() });
   const simEngine = o.engine === 'sim'
     ? await startSimEngine({ socketPath: join(dir, 'engine.sock'), dataDir: join(dir, 'engine'), ...(o.scenario ? { scenario: o.scenario } : {}), ...(o.bandwidth ? { bandwidth: o.bandwidth } : {}) })
     : undefined;
+  if (simEngine) teardown.defer({ name: 'the simulated engine', stop: () => simEngine.close() });
   const engineSocket = simEngine?.socketPath ?? dockerSocket;
   const docker = new Docker({ socketPath: engineSocket });
   const log: WriteStream = createWriteStream(logPath, { flags: 'a' });
+  teardown.defer({ name: 'the supervisor log', stop: () => new Promise<void>((r) => log.end(r)) });
   const url = `http://127.0.0.1:${port}`;
   const cli = cliCommand([
     'supervisor', '--port', String(port), '--listen-address', '127.0.0.1', '--data-dir', dataDir,
@@ -92,9 +110,24 @@ export async function startSupervisorProcess(o: { engine: 'dockerd' | 'sim'; sce
     await exited(c);
   }
 
-  await boot();
+  const stopSupervisor = async () => {
+    const c = child;
+    child = null;
+    if (!c) return;
+    c.kill('SIGTERM');
+    const timer = setTimeout(() => c.kill('SIGKILL'), 10_000);
+    await exited(c);
+    clearTimeout(timer);
+  };
   const uuid = () => (JSON.parse(readFileSync(join(dataDir, 'device.json'), 'utf8')) as { uuid: string }).uuid;
-  const deviceUuid = uuid();
+  teardown.defer({
+    name: "the device's containers, networks and volumes",
+    stop: async () => {
+      if (existsSync(join(dataDir, 'device.json'))) await removeDeviceObjects(docker, uuid());
+    },
+  });
+  teardown.defer({ name: 'the supervisor', stop: stopSupervisor, kill: () => child?.kill('SIGKILL') });
+  await boot();
 
   return {
     url, key, dir, lockRoot, logPath, docker, simEngine, uuid,
@@ -120,22 +153,6 @@ export async function startSupervisorProcess(o: { engine: 'dockerd' | 'sim'; sce
       await kill9();
       await boot();
     },
-    async close() {
-      const c = child;
-      child = null;
-      if (c) {
-        c.kill('SIGTERM');
-        const timer = setTimeout(() => c.kill('SIGKILL'), 10_000);
-        await exited(c);
-        clearTimeout(timer);
-      }
-      await removeDeviceObjects(docker, deviceUuid).catch(() => undefined);
-      await new Promise<void>((r) => log.end(r));
-      await simEngine?.close();
-      await journal.close().catch(() => undefined);
-      await peer.close().catch(() => undefined);
-      await bus.stop().catch(() => undefined);
-      await rm(dir, { recursive: true, force: true });
-    },
+    close: () => teardown.stop(),
   };
 }

@@ -8,7 +8,7 @@ import { unauthorized } from '../../errors.js';
 import type { TargetState, WireLocalState } from '../../protocol/target-state.js';
 import type { EngineSnapshot } from '../adapters/engine.js';
 import type { Identity } from './keys.js';
-import type { DeviceView } from './status.js';
+import { overallProgress, type DeviceView } from './status.js';
 
 export const wholeDevice: Identity = { kind: 'device' };
 
@@ -39,7 +39,7 @@ export function scopedView(who: Identity, view: DeviceView): DeviceView {
   const percents = images.flatMap((i) => (i.downloadProgress === null ? [] : [i.downloadProgress]));
   return {
     ...view,
-    downloadProgress: percents.length ? Math.floor(percents.reduce((a, b) => a + b, 0) / percents.length) : null,
+    downloadProgress: overallProgress(percents),
     services: scoped(who, view.services),
     containers: scoped(who, view.containers),
     images,

@@ -97,6 +97,11 @@ function fetchOf(fetches: Map<string, Fetch>, appId: number, image: string): Fet
   return undefined;
 }
 
+/** The overall download progress: the mean of the downloads in flight, null when there are none. */
+export function overallProgress(percents: readonly number[]): number | null {
+  return percents.length ? Math.floor(percents.reduce((a, b) => a + b, 0) / percents.length) : null;
+}
+
 export function deviceView(input: StatusInput): DeviceView {
   const { target, current, desired, fetches, transient, userStopped } = input;
   const services: ServiceView[] = [];
@@ -172,7 +177,7 @@ export function deviceView(input: StatusInput): DeviceView {
   );
 
   const percents = [...fetches.values()].map((f) => f.percent);
-  const downloadProgress = percents.length ? Math.floor(percents.reduce((a, b) => a + b, 0) / percents.length) : null;
+  const downloadProgress = overallProgress(percents);
   const statuses = new Set(transient.values());
   const status: DeviceStatus = percents.length
     ? 'Downloading'

@@ -6,11 +6,25 @@
 // A runner that exited non-zero without a report, or whose report shows no failure (it
 // failed before or after its tests: type errors, global setup, teardown), adds one failure,
 // so a broken runner can never read as green. Remove old reports before the runners start.
+//
+// Each failing test is named above the closing line, with its report and the first line of
+// its message: CI keeps only the tail of a long run's output, and a count alone does not say
+// where to look.
 import { existsSync, readFileSync } from 'node:fs';
+
+const attribute = (tag, name) => {
+  const m = new RegExp(`\\b${name}="([^"]*)"`).exec(tag);
+  return m ? unescapeXml(m[1]) : '';
+};
+const unescapeXml = (s) =>
+  s
+    .replace(/&#(x?)([0-9a-f]+);/gi, (_, hex, code) => String.fromCodePoint(parseInt(code, hex ? 16 : 10)))
+    .replace(/&lt;/g, '<').replace(/&gt;/g, '>').replace(/&quot;/g, '"').replace(/&apos;/g, "'").replace(/&amp;/g, '&');
 
 let passed = 0;
 let failed = 0;
 let skipped = 0;
+const failures = [];
 for (const arg of process.argv.slice(2)) {
   const match = /^(.*):(\d+)$/.exec(arg);
   const file = match ? match[1] : arg;
@@ -18,17 +32,22 @@ for (const arg of process.argv.slice(2)) {
   let fileFailed = 0;
   if (existsSync(file)) {
     const xml = readFileSync(file, 'utf8');
-    for (const m of xml.matchAll(/<testcase\b[^>]*?(\/>|>([\s\S]*?)<\/testcase>)/g)) {
-      const body = m[2] ?? '';
-      if (/<(failure|error)\b/.test(body)) fileFailed++;
-      else if (/<skipped\b/.test(body)) skipped++;
+    for (const m of xml.matchAll(/<testcase\b([^>]*?)(\/>|>([\s\S]*?)<\/testcase>)/g)) {
+      const body = m[3] ?? '';
+      const failure = /<(failure|error)\b([^>]*)>?/.exec(body);
+      if (failure) {
+        fileFailed++;
+        const message = attribute(failure[2], 'message').split('\n')[0].slice(0, 300);
+        failures.push(`${file}: ${attribute(m[1], 'classname')} › ${attribute(m[1], 'name')}${message ? `\n    ${message}` : ''}`);
+      } else if (/<skipped\b/.test(body)) skipped++;
       else passed++;
     }
   }
   if (exit !== 0 && fileFailed === 0) {
     fileFailed = 1;
-    console.error(`junit-summary: ${file} ${existsSync(file) ? 'shows no failing test' : 'was not written'}, but its runner exited ${exit}: counted as one failure`);
+    failures.push(`${file}: ${existsSync(file) ? 'shows no failing test' : 'was not written'}, but its runner exited ${exit}: counted as one failure`);
   }
   failed += fileFailed;
 }
+if (failures.length > 0) console.log(`failed:\n${failures.map((f) => `  ${f}`).join('\n')}`);
 console.log(`${passed} passed, ${failed} failed${skipped ? `, ${skipped} skipped` : ''}`);

@@ -1,0 +1,61 @@
+/**
+ * CI's closing line (scripts/junit-summary.mjs) on real JUnit files as vitest and Playwright
+ * write them: the counts, the failing tests named above the line, and a runner that failed
+ * outside its tests counted as a failure.
+ */
+import { execFileSync } from 'node:child_process';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterEach, beforeEach, expect, it } from 'vitest';
+
+let dir: string;
+beforeEach(() => {
+  dir = mkdtempSync(join(tmpdir(), 'fleetlab-junit-'));
+});
+afterEach(() => rmSync(dir, { recursive: true, force: true }));
+
+const summary = (...args: string[]): { stdout: string; status: number } => {
+  try {
+    return { stdout: execFileSync(process.execPath, ['scripts/junit-summary.mjs', ...args], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'] }), status: 0 };
+  } catch (e) {
+    const err = e as { stdout: string; status: number };
+    return { stdout: err.stdout, status: err.status };
+  }
+};
+
+const report = (name: string, cases: string): string => {
+  const file = join(dir, name);
+  writeFileSync(file, `<?xml version="1.0" encoding="UTF-8" ?>\n<testsuites><testsuite name="s">${cases}</testsuite></testsuites>\n`);
+  return file;
+};
+
+it('sums the reports and names each failing test with the first line of its message', () => {
+  const vitest = report(
+    'vitest.xml',
+    `<testcase classname="test/a.test.ts" name="passes" time="0.1"></testcase>
+     <testcase classname="test/a.test.ts" name="is skipped" time="0"><skipped/></testcase>
+     <testcase classname="test/crash-safety.test.ts" name="kill at point 17 &amp; restart" time="3">
+       <failure message="not converged: worker &quot;api&quot; not running&#10;second line" type="AssertionError">stack</failure>
+     </testcase>`,
+  );
+  const hil = report('hil.xml', `<testcase name="GET /ping answers" classname="api.spec.ts" time="1"/>`);
+  const { stdout } = summary(`${vitest}:1`, `${hil}:0`);
+  const lines = stdout.trimEnd().split('\n');
+  expect(lines.at(-1)).toBe('2 passed, 1 failed, 1 skipped');
+  expect(stdout).toContain(`${vitest}: test/crash-safety.test.ts › kill at point 17 & restart\n    not converged: worker "api" not running\n`);
+  expect(stdout).not.toContain('second line');
+});
+
+it('a runner that exited non-zero without a failing test, or without a report, counts one failure and says so', () => {
+  const green = report('green.xml', `<testcase classname="x" name="ok"/>`);
+  const { stdout } = summary(`${green}:2`, `${join(dir, 'missing.xml')}:1`);
+  expect(stdout).toContain(`${green}: shows no failing test, but its runner exited 2`);
+  expect(stdout).toContain(`missing.xml: was not written, but its runner exited 1`);
+  expect(stdout.trimEnd().split('\n').at(-1)).toBe('1 passed, 2 failed');
+});
+
+it('all green: the closing line alone', () => {
+  const green = report('green.xml', `<testcase classname="x" name="ok"/>`);
+  expect(summary(`${green}:0`).stdout).toBe('1 passed, 0 failed\n');
+});

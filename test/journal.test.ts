@@ -174,6 +174,9 @@ describe('journal adapter over the simulated journal', () => {
     [{ containerId: '-rf' }, 'containerId'],
     [{ containerId: 'f'.repeat(65) }, 'containerId'],
     [{ since: '-1h' }, 'since'],
+    // Found by the fuzz suite: journalctl failed on a blank time and the API answered 500.
+    [{ since: ' ' }, 'since'],
+    [{ until: '\t' }, 'until'],
     [{ since: 'yesterday\n--merge' }, 'since'],
     [{ until: '--root=/' }, 'until'],
     [{ format: 'bogus' as never }, 'format'],
@@ -187,6 +190,9 @@ describe('journal adapter over the simulated journal', () => {
   it('check() turns a time journalctl cannot parse into a bad request', async () => {
     await expectBadRequest(() => adapter.check({ since: 'garbage' }), 'since');
     await expectBadRequest(() => adapter.check({ since: 'today', until: 'not a time' }), 'until');
+    // Trailing blanks end journalctl's stderr; the message still names the field.
+    await expectBadRequest(() => adapter.check({ since: 'garbage  ' }), 'since');
+    await expectBadRequest(() => adapter.check({ since: 'today', until: 'not a time ' }), 'until');
     await expectBadRequest(() => adapter.check({ since: '2024-03-02', until: '2024-03-01' }), 'since must be before until');
     await expect(adapter.check({ since: '2024-03-01 10:00:00 UTC', until: 'now' })).resolves.toBeUndefined();
   });
@@ -261,9 +267,25 @@ describe('following the simulated journal', () => {
     expect(sim.bootId).toBe(newBoot);
     await sim.write({ unit: 'boot.service', message: 'after reboot' });
     await sim.flush();
-    const text = await readAll(adapter.stream({ count: 2, format: 'json' }, new AbortController().signal));
+    const text = await readAll(adapter.stream({ count: 3, format: 'json' }, new AbortController().signal));
     const entries = lines(text).map((l) => JSON.parse(l));
-    expect(entries.map((e) => e._BOOT_ID)).toEqual([oldBoot, newBoot]);
-    expect(entries[1].MESSAGE).toBe('after reboot');
+    expect(entries.map((e) => e._BOOT_ID)).toEqual([oldBoot, newBoot, newBoot]);
+    // Like a real boot, the new one starts with the kernel's banner.
+    expect(entries[1]).toMatchObject({ _TRANSPORT: 'kernel', SYSLOG_IDENTIFIER: 'kernel' });
+    expect(entries[1].MESSAGE).toMatch(/^Linux version /);
+    expect(entries[2].MESSAGE).toBe('after reboot');
+  });
+
+  it('a boot with nothing logged yet but the kernel can be followed (journalctl --follow reads only the current boot)', async () => {
+    sim.newBoot();
+    await sim.flush();
+    const controller = new AbortController();
+    const stream = createJournalAdapter({ directory }).stream({ follow: true, count: 1, format: 'cat' }, controller.signal);
+    let seen = '';
+    for await (const chunk of stream) {
+      seen += String(chunk);
+      if (seen.includes('\n')) controller.abort();
+    }
+    expect(lines(seen)).toEqual([expect.stringMatching(/^Linux version /)]);
   });
 });

@@ -11,9 +11,11 @@
  *
  * Gotchas worth knowing when using this peer:
  * - `journalctl --follow` implies "current boot" and, with --directory, that is the last
- *   boot in the files: on a journal with no entries yet it exits 1 ("Data from the
- *   specified boot (+0) is not available"), and a follow started before `newBoot()` does not
- *   show the new boot's entries (a real device kills it on reboot anyway).
+ *   boot in the files: on a journal with no entry of that boot it exits 1 ("Data from the
+ *   specified boot (+0) is not available"). A real boot always starts with the kernel's
+ *   messages, so each simulated boot (the first and every `newBoot()`) starts with one kernel
+ *   entry too; a follow started before `newBoot()` does not show the new boot's entries (a
+ *   real device kills it on reboot anyway).
  * - journalctl expects realtime timestamps that do not go backwards within a file (its
  *   --since/--until bisect the file). Entries without `timestamp` never go backwards; entries
  *   with one are written as given, so callers writing explicit times keep them in order,
@@ -21,6 +23,7 @@
  */
 import { once } from 'node:events';
 import { openSync, readSync, closeSync, readdirSync, existsSync } from 'node:fs';
+import { release } from 'node:os';
 import { join } from 'node:path';
 import { randomUUID } from 'node:crypto';
 import type { Readable } from 'node:stream';
@@ -274,6 +277,9 @@ export async function startJournalSim(options: JournalSimOptions): Promise<Journ
     return written;
   }
 
+  // A write that fails here fails every later write and flush() too, which report it.
+  const kernelBanner = () => void append({ message: `Linux version ${release()} (fleetlab simulated boot)`, identifier: 'kernel', priority: 5 }, 'kernel').catch(() => undefined);
+
   async function flush(): Promise<void> {
     await lastWrite;
     const target = submitted;
@@ -319,6 +325,7 @@ export async function startJournalSim(options: JournalSimOptions): Promise<Journ
     if (!exited) child.kill('SIGKILL');
   }
 
+  kernelBanner();
   return {
     directory,
     file,
@@ -332,6 +339,7 @@ export async function startJournalSim(options: JournalSimOptions): Promise<Journ
     newBoot() {
       bootId = newId128();
       bootStart = process.hrtime.bigint();
+      kernelBanner();
       return bootId;
     },
     close,

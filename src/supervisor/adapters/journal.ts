@@ -48,7 +48,7 @@ const STDERR_KEEP = 4096;
 
 function checkArgString(field: keyof typeof MAX_LENGTH, value: unknown): asserts value is string | undefined {
   if (value === undefined) return;
-  if (typeof value !== 'string' || value.length === 0) throw badRequest(`${field} must be a non-empty string`);
+  if (typeof value !== 'string' || value.trim().length === 0) throw badRequest(`${field} must be a non-empty string`);
   if (value.startsWith('-')) throw badRequest(`${field} must not start with "-"`);
   if (/[\0\r\n]/.test(value)) throw badRequest(`${field} must not contain NUL or line breaks`);
   if (value.length > MAX_LENGTH[field]) throw badRequest(`${field} must be at most ${MAX_LENGTH[field]} characters`);
@@ -126,7 +126,9 @@ export function journalctlArgs(query: JournalQuery, directory?: string, scope?: 
 /** The error journalctl's exit means: its own parse errors are the client's fault. */
 function exitError(result: Result, stderr: string, query: JournalQuery): FleetlabError {
   const text = stderr.trim();
-  const unparsed = /Failed to parse timestamp: (.*)/.exec(text)?.[1];
+  // journalctl ends the line with the value as given, so a value with trailing blanks leaves
+  // them at the end of stderr, and trimming may have taken the space after the colon too.
+  const unparsed = /Failed to parse timestamp:[ ]?(.*)/.exec(stderr)?.[1];
   if (unparsed !== undefined) {
     const field = unparsed === query.until && unparsed !== query.since ? 'until' : 'since';
     return badRequest(`${field} is not a time journalctl understands: ${JSON.stringify(unparsed)}`);

@@ -4,6 +4,7 @@
  * The tests run in order on one device, as a user's session would.
  */
 import { writeFileSync, existsSync, mkdirSync } from 'node:fs';
+import { request, type IncomingMessage } from 'node:http';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { DeviceStore } from '../src/supervisor/state/store.js';
@@ -518,11 +519,35 @@ describe('journal logs', () => {
       [{ unit: '--help' }, /unit/],
       [{ format: 'xml' }, /format/],
       [{ since: 'yesterday-ish' }, /since/],
+      // journalctl matches a pattern once, when it starts: a follow of one that matches nothing would never show an entry.
+      [{ unit: 'no-such-*.service', follow: true }, /unit "no-such-\*\.service" matches no unit/],
     ];
     for (const [body, message] of cases) {
       const res = await call('POST', '/v2/journal-logs', body);
       expect(res.status, JSON.stringify(body)).toBe(400);
       expect(res.json().message).toMatch(message);
+    }
+  });
+
+  it('a follow answers its head at once, before there is an entry to send, and streams the entry when it comes', async () => {
+    const address = await f.sup.api.listen({ port: 0, host: '127.0.0.1' });
+    const unit = 'quiet-until-now.service';
+    const req = request(`${address}/v2/journal-logs?apikey=${f.key()}`, { method: 'POST', headers: { 'content-type': 'application/json' } });
+    req.end(JSON.stringify({ follow: true, unit, format: 'cat' }));
+    // fastify alone sends a stream's head with its first chunk, and a quiet unit may never write one.
+    const res = await new Promise<IncomingMessage>((resolve, reject) => req.once('response', resolve).once('error', reject));
+    try {
+      expect(res.statusCode).toBe(200);
+      expect(res.headers['content-type']).toMatch(/^text\/plain/);
+      await f.journal.write({ message: 'finally', unit });
+      let text = '';
+      for await (const chunk of res) {
+        text += String(chunk);
+        if (text.includes('\n')) break;
+      }
+      expect(text).toBe('finally\n');
+    } finally {
+      req.destroy();
     }
   });
 });

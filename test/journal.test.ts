@@ -78,6 +78,17 @@ describe('journal adapter over the simulated journal', () => {
     expect(lines(await query({ unit: supervisorUnit, format: 'cat' }))).toEqual(['sup line 1', 'sup line 2', 'tail']);
   });
 
+  it('a unit pattern matches units by glob; one that matches no unit shows nothing, as a name that matches none does', async () => {
+    expect(lines(await query({ unit: 'app-?.service', format: 'cat' }))).toEqual(['a0', 'b0', 'a1', 'b1', 'multi', 'line', 'ring\x07bell']);
+    // journalctl itself exits 1 here ("Failed to add filter for units"); the fuzz suite found the 500 it made.
+    expect(await query({ unit: 'no-such-*.service', format: 'cat' })).toBe('');
+    expect(await query({ unit: '[', format: 'cat' })).toBe('');
+  });
+
+  it('following a unit pattern that matches no unit is a bad request: the pattern is not matched again later', async () => {
+    await expectBadRequest(() => query({ unit: 'no-such-*.service', follow: true }), 'unit "no-such-*.service" matches no unit');
+  });
+
   it('filters by container id, full or 12-digit', async () => {
     expect(lines(await query({ containerId: containerX.id, format: 'cat' }))).toEqual(['x0', 'x1']);
     expect(lines(await query({ containerId: containerX.id.slice(0, 12), format: 'cat' }))).toEqual(['x0', 'x1']);
@@ -274,6 +285,21 @@ describe('following the simulated journal', () => {
     expect(entries[1]).toMatchObject({ _TRANSPORT: 'kernel', SYSLOG_IDENTIFIER: 'kernel' });
     expect(entries[1].MESSAGE).toMatch(/^Linux version /);
     expect(entries[2].MESSAGE).toBe('after reboot');
+  });
+
+  it('"*" on a journal with no unit yet (a fresh boot) shows nothing', async () => {
+    const fresh = await mkdtemp(join(tmpdir(), 'fleetlab-journal-fresh-'));
+    const freshSim = await startJournalSim({ directory: fresh });
+    try {
+      await freshSim.flush();
+      const adapter = createJournalAdapter({ directory: fresh });
+      expect(await readAll(adapter.stream({ unit: '*', format: 'cat' }, new AbortController().signal))).toBe('');
+      // The journal is not empty: the kernel's entry is there, it belongs to no unit.
+      expect(lines(await readAll(adapter.stream({ format: 'cat' }, new AbortController().signal)))).toEqual([expect.stringMatching(/^Linux version /)]);
+    } finally {
+      await freshSim.close();
+      await rm(fresh, { recursive: true, force: true });
+    }
   });
 
   it('a boot with nothing logged yet but the kernel can be followed (journalctl --follow reads only the current boot)', async () => {

@@ -123,6 +123,14 @@ export function journalctlArgs(query: JournalQuery, directory?: string, scope?: 
   return args;
 }
 
+/**
+ * journalctl matches a unit with a glob character (`*`, `?`, `[`) against the units in the
+ * journal when it starts, and exits 1 when none matches; a plain name that matches nothing
+ * just shows nothing.
+ */
+const UNIT_PATTERN = /[*?[]/;
+const isUnmatchedUnitPattern = (stderr: string) => stderr.includes('Failed to add filter for units: No data available');
+
 /** The error journalctl's exit means: its own parse errors are the client's fault. */
 function exitError(result: Result, stderr: string, query: JournalQuery): FleetlabError {
   const text = stderr.trim();
@@ -134,6 +142,11 @@ function exitError(result: Result, stderr: string, query: JournalQuery): Fleetla
     return badRequest(`${field} is not a time journalctl understands: ${JSON.stringify(unparsed)}`);
   }
   if (text.includes('--since= must be before --until=')) return badRequest('since must be before until');
+  if (isUnmatchedUnitPattern(text)) {
+    // Only a follow gets here (check() or stream()): the pattern is not matched again later,
+    // so the stream could never show an entry.
+    return badRequest(`unit ${JSON.stringify(query.unit)} matches no unit in the journal; a pattern is matched once, when the read starts, so follow a unit by its full name`);
+  }
   const how = result.exitCode !== undefined ? `exited with code ${result.exitCode}` : `failed (${result.shortMessage})`;
   return new FleetlabError('SUP_ERR_INTERNAL', `journalctl ${how}${text ? `: ${text}` : ''}`);
 }
@@ -188,7 +201,8 @@ export function createJournalAdapter(options: JournalAdapterOptions = {}): Journ
     void Promise.all([finished(child.stdout).catch(() => undefined), child]).then(([, result]) => {
       exited = true;
       if (out.destroyed) return;
-      if (result.exitCode === 0 || result.isCanceled) out.end();
+      // A unit pattern that matches no unit means no entries, as a name that matches none does.
+      if (result.exitCode === 0 || result.isCanceled || (!query.follow && isUnmatchedUnitPattern(stderr()))) out.end();
       else out.destroy(exitError(result, stderr(), query));
     });
     return out;
@@ -196,10 +210,13 @@ export function createJournalAdapter(options: JournalAdapterOptions = {}): Journ
 
   async function check(query: JournalQuery): Promise<void> {
     validateJournalQuery(query);
-    if (query.since === undefined && query.until === undefined) return;
+    // A followed unit pattern is matched here too: a follow's head goes out before journalctl
+    // has said anything, so this is its last chance to be a 400.
+    const unit = query.follow && query.unit !== undefined && UNIT_PATTERN.test(query.unit) ? query.unit : undefined;
+    if (query.since === undefined && query.until === undefined && unit === undefined) return;
     const path = journalctl();
-    // --lines=0 parses the times and opens the journal without printing an entry.
-    const args = [...journalctlArgs({ since: query.since, until: query.until }, directory), '--lines=0', '--quiet'];
+    // --lines=0 parses the times, matches the pattern and opens the journal without printing an entry.
+    const args = [...journalctlArgs({ since: query.since, until: query.until, unit }, directory), '--lines=0', '--quiet'];
     const { child, stderr } = runJournalctl(path, args);
     child.stdout.resume();
     const result = await child;

@@ -75,8 +75,9 @@ export interface JournalPort {
    */
   stream(query: JournalQuery, signal: AbortSignal, scope?: JournalScope): Readable;
   /**
-   * Lets journalctl parse since/until before anything is streamed, so a bad time is a 400
-   * rather than a 200 stream that fails. Rejects like stream() would.
+   * Lets journalctl parse since/until (and match a followed unit pattern) before anything is
+   * streamed, so a bad time is a 400 rather than a 200 stream that fails. Rejects like
+   * stream() would.
    */
   check(query: JournalQuery): Promise<void>;
 }

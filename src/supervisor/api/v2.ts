@@ -148,6 +148,9 @@ export function v2Routes(sup: SupervisorContext): FastifyPluginAsync {
       reply.raw.once('close', () => abort.abort());
       // A scoped key reads its own app's containers' entries only, never the host's.
       const stream = await readsFor(sup, callerOf(req)).journal(query, abort.signal);
+      // fastify sends a stream's head with its first chunk; a follow may wait long for one, and
+      // its client should know at once that the request was taken (check() ran the 400s).
+      if (query.follow) reply.raw.once('pipe', () => reply.raw.flushHeaders());
       return reply.type('text/plain; charset=utf-8').send(stream);
     });
   };

@@ -177,6 +177,8 @@ describe('journal adapter over the simulated journal', () => {
     [{ count: -2 }, 'count must be a positive integer'],
     [{ count: 1.5 }, 'count must be a positive integer'],
     [{ count: '5' as unknown as number }, 'count must be a positive integer'],
+    // Found by the fuzz suite: journalctl reads --lines into an int and failed on 2^31 (a 500).
+    [{ count: 2 ** 31 }, 'count must be at most 2147483647'],
     [{ unit: '--system' }, 'unit'],
     [{ unit: 'a\nb' }, 'unit'],
     [{ unit: 'a\0b' }, 'unit'],

@@ -45,6 +45,8 @@ void everyFormatListed;
 // Unit names are at most 256 characters (systemd's UNIT_NAME_MAX); timestamps are short.
 const MAX_LENGTH = { unit: 256, containerId: 64, since: 128, until: 128 } as const;
 const STDERR_KEEP = 4096;
+// journalctl reads --lines into a C int.
+const MAX_COUNT = 2 ** 31 - 1;
 
 function checkArgString(field: keyof typeof MAX_LENGTH, value: unknown): asserts value is string | undefined {
   if (value === undefined) return;
@@ -66,6 +68,7 @@ export function validateJournalQuery(query: JournalQuery): void {
   if (query.count !== undefined && !(Number.isSafeInteger(query.count) && query.count > 0)) {
     throw badRequest('count must be a positive integer');
   }
+  if (query.count !== undefined && query.count > MAX_COUNT) throw badRequest(`count must be at most ${MAX_COUNT}`);
   checkArgString('unit', query.unit);
   checkArgString('containerId', query.containerId);
   checkArgString('since', query.since);

@@ -231,6 +231,46 @@ program
     }),
   );
 
+program
+  .command('capture')
+  .description("Capture a device into one bundle file: its state, target, host config and journal, secrets redacted; read it with 'fleetlab bundle show'")
+  .requiredOption('--device <url>', 'the device API, e.g. http://127.0.0.1:48484')
+  .requiredOption('--api-key <key>', "the device's key")
+  .option('--out <file>', 'the bundle to write (default: fleetlab-capture-<time>.tar.gz here)')
+  .option('--since <time>', 'the journal from this time on, in journalctl\'s formats (default: all, up to --journal-entries)')
+  .option('--journal-entries <n>', 'the most journal entries kept, newest first', String(20_000))
+  .option('--redact-env', 'also drop every environment value (names stay)', false)
+  .option('--no-redact', 'keep keys, passwords and environment values in the bundle (warns)')
+  .option('--force', 'replace a file at --out', false)
+  .action(
+    action(async (opts: { device: string; apiKey: string; out?: string; since?: string; journalEntries: string; redactEnv: boolean; redact: boolean; force: boolean }) => {
+      const { parseJournalEntries, runCapture } = await import('../hil/capture/capture-command.js');
+      if (!opts.redact && opts.redactEnv) throw new UsageError('--redact-env and --no-redact contradict each other: pick one');
+      await runCapture({
+        device: opts.device,
+        apiKey: opts.apiKey,
+        ...(opts.out ? { out: opts.out } : {}),
+        ...(opts.since ? { since: opts.since } : {}),
+        journalEntries: parseJournalEntries(opts.journalEntries),
+        redaction: !opts.redact ? 'none' : opts.redactEnv ? 'env' : 'default',
+        force: opts.force,
+        log: (line) => console.error(`fleetlab capture: ${line}`),
+      });
+    }),
+  );
+
+program
+  .command('bundle')
+  .description('Read capture bundles')
+  .command('show <bundle>')
+  .description('What the captured device was running, what it wanted, what it waited for, the last errors in its log, and what the capture could not read')
+  .action(
+    action(async (bundle: string) => {
+      const { runBundleShow } = await import('../hil/capture/capture-command.js');
+      await runBundleShow(bundle);
+    }),
+  );
+
 const images = program.command('images').description('Local container images for tests (no registry needed)');
 images
   .command('build')

@@ -42,7 +42,7 @@ async function refusal(path: string): Promise<string> {
     (e: unknown) => e,
   );
   expect(err).toBeInstanceOf(FleetlabError);
-  expect((err as FleetlabError).code).toBe('HIL_ERR_BUNDLE');
+  expect((err as FleetlabError).code).toBe('HIL_ERR_CAPTURE');
   return (err as FleetlabError).message;
 }
 

@@ -62,7 +62,7 @@ export interface BundleManifest {
   files: Record<string, { sha256: string; bytes: number }>;
 }
 
-const bundleError = (message: string, cause?: unknown) => new FleetlabError('HIL_ERR_BUNDLE', message, cause === undefined ? undefined : { cause });
+const bundleError = (message: string, cause?: unknown) => new FleetlabError('HIL_ERR_CAPTURE', message, cause === undefined ? undefined : { cause });
 
 const sha256 = (data: Buffer) => createHash('sha256').update(data).digest('hex');
 

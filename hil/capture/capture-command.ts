@@ -1,0 +1,89 @@
+/**
+ * `fleetlab capture` and `fleetlab bundle show` from the command line: flags in, a bundle
+ * (or its summary) out, progress on stderr. Ctrl-C ends the capture after the step it is in,
+ * with the bundle marked incomplete; a second Ctrl-C stops at once (no bundle at `--out`).
+ */
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { FleetlabError } from '../../src/errors.js';
+import { fleetlabRoot } from '../../src/package-root.js';
+import { httpApi } from '../lib/http.js';
+import { readBundle, type Redaction } from './bundle.js';
+import { captureDevice, DEFAULT_JOURNAL_ENTRIES } from './capture.js';
+import { showBundle } from './show.js';
+
+export interface CaptureCommandOptions {
+  device: string;
+  apiKey: string;
+  out?: string;
+  since?: string;
+  journalEntries?: number;
+  redaction: Redaction;
+  force: boolean;
+  log: (line: string) => void;
+}
+
+const usage = (message: string) => new FleetlabError('HIL_ERR_CAPTURE', message);
+
+/** The device API's base URL, checked: http(s), no path, no credentials in it. */
+export function deviceUrl(value: string): string {
+  let url: URL;
+  try {
+    url = new URL(value);
+  } catch {
+    throw usage(`--device must be the device API's URL, such as http://127.0.0.1:48484, not ${JSON.stringify(value)}`);
+  }
+  if (url.protocol !== 'http:' && url.protocol !== 'https:') throw usage(`--device must be an http:// or https:// URL, not ${JSON.stringify(value)}`);
+  if (url.username || url.password) throw usage('--device must not carry credentials: pass the key with --api-key');
+  return url.origin;
+}
+
+export const defaultBundleName = (now: Date) => `fleetlab-capture-${now.toISOString().replace(/[:.]/g, '-')}.tar.gz`;
+
+export async function runCapture(options: CaptureCommandOptions): Promise<void> {
+  const url = deviceUrl(options.device);
+  const out = options.out ?? defaultBundleName(new Date());
+  if (options.redaction === 'none') options.log('warning: --no-redact: keys, passwords and every environment value go into the bundle as they are');
+  const version = (JSON.parse(readFileSync(join(fleetlabRoot(import.meta.url), 'package.json'), 'utf8')) as { version: string }).version;
+  const api = httpApi({ url, apiKey: options.apiKey, uuid: '', vendor: '', lockRoot: '' });
+  const stop = new AbortController();
+  const onInt = () => {
+    options.log('stopping after this step (Ctrl-C again to stop at once, with no bundle)');
+    stop.abort();
+  };
+  process.once('SIGINT', onInt);
+  try {
+    options.log(`capturing ${url} into ${out}`);
+    const manifest = await captureDevice({
+      out,
+      source: { kind: 'api', address: url },
+      api,
+      key: options.apiKey,
+      redaction: options.redaction,
+      ...(options.since ? { since: options.since } : {}),
+      journalEntries: options.journalEntries ?? DEFAULT_JOURNAL_ENTRIES,
+      fleetlab: version,
+      force: options.force,
+      signal: stop.signal,
+      progress: options.log,
+    });
+    const failed = manifest.steps.filter((s) => s.status === 'failed').map((s) => s.name);
+    options.log(`wrote ${out}: ${Object.keys(manifest.files).length} files${failed.length ? `; not captured: ${failed.join(', ')}` : ''}`);
+    console.log(out);
+    // The bundle is kept and says what it lacks; the exit status tells a script it is partial.
+    if (!manifest.complete) throw new FleetlabError('HIL_ERR_CAPTURE', `${out} is incomplete: the capture stopped before its last step ('fleetlab bundle show ${out}' says where)`);
+  } finally {
+    process.off('SIGINT', onInt);
+  }
+}
+
+export async function runBundleShow(path: string): Promise<void> {
+  process.stdout.write(showBundle(await readBundle(path)));
+}
+
+/** `--journal-entries` as a positive integer. */
+export function parseJournalEntries(value: string): number {
+  const n = Number(value);
+  if (!Number.isInteger(n) || n < 1 || n > 2 ** 31 - 1) throw usage(`--journal-entries must be a positive integer, not ${JSON.stringify(value)}`);
+  return n;
+}

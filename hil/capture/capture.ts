@@ -1,0 +1,158 @@
+/**
+ * `fleetlab capture`: reads what a device shows into a bundle (bundle.ts), each piece a step
+ * that may fail on its own (a device without a cloud has no tags; a capture without a shell
+ * has no dmesg) and is recorded as such. What goes through the device API always; what needs
+ * a shell on the device only with one (`exec`, a board or the qemu target over SSH).
+ *
+ * A device that stops answering half way (the connection fails, not an HTTP error) ends the
+ * capture: the bundle keeps what was read and says it is incomplete. So does `signal`.
+ */
+import type { ApiProtocol, CommandProtocol, HttpResponse, RequestOptions } from '../targets/protocols.js';
+import { errorText, FleetlabError } from '../../src/errors.js';
+import { BundleWriter, type BundleManifest, type BundleSource, type Redaction } from './bundle.js';
+import { redactJson, redactText, type RedactOptions } from './redact.js';
+
+export interface CaptureOptions {
+  out: string;
+  source: BundleSource;
+  /** The device API; the key it sends is one of the secrets kept out of the bundle. */
+  api: Pick<ApiProtocol, 'request'>;
+  /** The key the capture authenticates with. */
+  key: string;
+  /** A shell on the device, when the capture has one. */
+  exec?: CommandProtocol;
+  redaction: Redaction;
+  /** The journal from this time on (journalctl's formats); default all of it, up to `journalEntries`. */
+  since?: string;
+  /** The most journal entries kept (the newest). */
+  journalEntries?: number;
+  fleetlab: string;
+  force?: boolean;
+  signal?: AbortSignal;
+  progress?: (line: string) => void;
+}
+
+export const DEFAULT_JOURNAL_ENTRIES = 20_000;
+
+/** The connection to the device failed: later steps would fail the same way. */
+class DeviceGone extends Error {}
+
+const NO_SHELL = 'needs a shell on the device: capture over SSH (a board, the qemu target) to include it';
+
+export async function captureDevice(options: CaptureOptions): Promise<BundleManifest> {
+  const progress = options.progress ?? (() => undefined);
+  await preflight(options);
+  const started = new Map<string, number>();
+  const writer = await BundleWriter.open(options.out, {
+    source: options.source,
+    redaction: options.redaction,
+    fleetlab: options.fleetlab,
+    ...(options.force ? { force: true } : {}),
+    onStep: ({ name, phase, error }) => {
+      if (phase === 'start') started.set(name, Date.now());
+      else progress(`${name}: ${phase === 'ok' ? 'ok' : `failed: ${error}`} (${Date.now() - (started.get(name) ?? Date.now())} ms)`);
+    },
+  });
+  const redact: RedactOptions = { policy: options.redaction, secrets: [options.key] };
+  let gone: string | undefined;
+
+  const getJson = async (path: string): Promise<unknown> => (await answered(options.api, 'GET', path)).json();
+  const putJson = (put: (file: string, data: string) => Promise<void>, file: string, value: unknown) =>
+    put(file, `${JSON.stringify(redactJson(value, redact), null, 2)}\n`);
+  const shell = async (argv: string[]): Promise<string> => {
+    if (!options.exec) throw new Error(NO_SHELL);
+    const result = await options.exec.run(argv, { timeoutMs: 30_000 });
+    if (result.exitCode !== 0) throw new Error(`${argv.join(' ')} exited ${result.exitCode}: ${result.stderr.trim().slice(0, 300)}`);
+    return result.stdout;
+  };
+
+  const steps: Array<[string, (put: (file: string, data: string) => Promise<void>) => Promise<void>]> = [
+    ['supervisor', async (put) => putJson(put, 'supervisor/version.json', await getJson('/v2/version'))],
+    ['device', async (put) => {
+      await putJson(put, 'device/device.json', await getJson('/v1/device'));
+      await putJson(put, 'device/name.json', await getJson('/v2/device/name'));
+    }],
+    ['state', async (put) => {
+      await putJson(put, 'state/status.json', await getJson('/v2/state/status'));
+      await putJson(put, 'state/applications.json', await getJson('/v2/applications/state'));
+      await putJson(put, 'state/container-ids.json', await getJson('/v2/containerId'));
+    }],
+    // Answered only in local mode (a 400 otherwise, kept as the reason).
+    ['local-target', async (put) => putJson(put, 'state/local-target.json', await getJson('/v2/local/target-state'))],
+    ['host-config', async (put) => putJson(put, 'host/config.json', await getJson('/v1/device/host-config'))],
+    // The device reads its tags from the cloud: without one this fails, saying so.
+    ['tags', async (put) => putJson(put, 'device/tags.json', await getJson('/v2/device/tags'))],
+    ['journal', async (put) => put('journal/journal.jsonl', await journal(options, redact))],
+    ['dmesg', async (put) => put('host/dmesg.txt', redactText(await shell(['dmesg']), redact))],
+    ['clock', async (put) => put('host/clock.txt', await shell(['sh', '-c', 'date -u +%Y-%m-%dT%H:%M:%S.%NZ; cat /proc/uptime']))],
+    ['disk', async (put) => put('host/df.txt', await shell(['df', '-P']))],
+    ['network', async (put) => {
+      await put('host/addresses.json', await shell(['ip', '-j', 'address']));
+      await put('host/routes.json', await shell(['ip', '-j', 'route']));
+      await put('host/resolv.conf', await shell(['cat', '/etc/resolv.conf']));
+    }],
+  ];
+
+  for (const [name, run] of steps) {
+    if (options.signal?.aborted) {
+      gone = 'the capture was stopped';
+      break;
+    }
+    await writer.step(name, async (put) => {
+      try {
+        await run(put);
+      } catch (err) {
+        if (err instanceof DeviceGone) gone = `the device stopped answering during "${name}": ${err.message}`;
+        throw err;
+      }
+    });
+    if (gone) break;
+  }
+  if (gone) progress(`incomplete: ${gone}; the bundle keeps what was read before`);
+  return writer.finish({ complete: gone === undefined });
+}
+
+/**
+ * Before any file is written: a device that is not there, or refuses the key, gets an error
+ * that says so rather than a bundle of failed steps.
+ */
+async function preflight(options: CaptureOptions): Promise<void> {
+  let res: HttpResponse;
+  try {
+    res = await options.api.request('GET', '/v1/device', { timeoutMs: 15_000 });
+  } catch (err) {
+    throw new FleetlabError('HIL_ERR_CAPTURE', `cannot reach the device: ${errorText(err)}`);
+  }
+  if (res.status === 401) throw new FleetlabError('HIL_ERR_CAPTURE', "the device refused the key (401): pass the device's key");
+  if (res.status !== 200) throw new FleetlabError('HIL_ERR_CAPTURE', `the device answered GET /v1/device with ${res.status}: ${res.text.slice(0, 300)}`);
+}
+
+/**
+ * A 2xx answer, or the step's error in the device's words. A request that got no answer at
+ * all means the device is gone.
+ */
+async function answered(api: CaptureOptions['api'], method: string, path: string, requestOptions: RequestOptions = {}): Promise<HttpResponse> {
+  let res: HttpResponse;
+  try {
+    res = await api.request(method, path, requestOptions);
+  } catch (err) {
+    throw new DeviceGone(err instanceof Error ? err.message : String(err));
+  }
+  if (res.status < 200 || res.status > 299) throw new Error(`${method} ${path}: ${res.status} ${res.text.slice(0, 300)}`);
+  return res;
+}
+
+/** The journal as JSON lines, newest `journalEntries`, each entry redacted. */
+async function journal(options: CaptureOptions, redact: RedactOptions): Promise<string> {
+  const body = { format: 'json', count: options.journalEntries ?? DEFAULT_JOURNAL_ENTRIES, ...(options.since ? { since: options.since } : {}) };
+  const res = await answered(options.api, 'POST', '/v2/journal-logs', { body, timeoutMs: 120_000 });
+  const lines = res.text.split('\n').filter((line) => line.length > 0);
+  const redacted = lines.map((line) => {
+    try {
+      return JSON.stringify(redactJson(JSON.parse(line) as unknown, redact));
+    } catch {
+      return JSON.stringify({ MESSAGE: redactText(line, redact) });
+    }
+  });
+  return redacted.map((line) => `${line}\n`).join('');
+}

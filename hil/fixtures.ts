@@ -24,12 +24,17 @@ import { loadTarget } from './targets/index.js';
 import type { Capability, DeviceUnderTest, TargetDriver, TargetStartOptions } from './targets/protocols.js';
 import { startFleetCloud, type FleetCloud } from '../sim/stack.js';
 import { Device } from './harness/device.js';
+import { readBundle } from './capture/bundle.js';
+import { captureDevice } from './capture/capture.js';
+import { showBundle } from './capture/show.js';
+import { fleetlabVersion } from '../src/package-root.js';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 
 const JOURNAL_LINES = 500;
 const LOG_TAIL_BYTES = 256 * 1024;
+const CAPTURE_JOURNAL_ENTRIES = 5_000;
 
 interface Held {
   file: string;
@@ -193,9 +198,37 @@ async function attachEvidence(device: DeviceUnderTest, testInfo: TestInfo, since
     return log.length > LOG_TAIL_BYTES ? `…(earlier output cut)\n${log.slice(-LOG_TAIL_BYTES)}` : log;
   });
   if (device.consoleLog) await attach('serial console', () => device.consoleLog!());
+  await attachCapture(device, testInfo);
   if (device.led) {
     await attach('LED transitions', async () =>
       (await device.led!.transitions(since)).map((t) => `+${t.at - since} ms ${t.value}`).join('\n') || '(no transitions during the test)',
     );
   }
+}
+
+/**
+ * The device as a bundle (`fleetlab capture`), with its summary: what a developer reads first,
+ * and what `fleetlab bundle show` reads again later.
+ */
+async function attachCapture(device: DeviceUnderTest, testInfo: TestInfo): Promise<void> {
+  const out = testInfo.outputPath('device-capture.tar.gz');
+  const { identity } = device.api;
+  try {
+    await captureDevice({
+      out,
+      source: { kind: 'api', address: identity.url, ...(identity.uuid ? { uuid: identity.uuid } : {}) },
+      api: device.api,
+      key: identity.apiKey,
+      ...(device.exec ? { exec: device.exec } : {}),
+      redaction: 'default',
+      journalEntries: CAPTURE_JOURNAL_ENTRIES,
+      fleetlab: fleetlabVersion(import.meta.url),
+      force: true,
+    });
+  } catch (err) {
+    await testInfo.attach('device capture', { body: `(could not capture the device: ${err instanceof Error ? err.message : String(err)})`, contentType: 'text/plain' });
+    return;
+  }
+  await testInfo.attach('device capture', { path: out, contentType: 'application/gzip' });
+  await testInfo.attach('device capture summary', { body: showBundle(await readBundle(out)), contentType: 'text/plain' });
 }

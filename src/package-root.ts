@@ -18,3 +18,8 @@ export function fleetlabRoot(moduleUrl: string): string {
     dir = up;
   }
 }
+
+/** The version of the fleetlab a module belongs to, as its package.json says. */
+export function fleetlabVersion(moduleUrl: string): string {
+  return (JSON.parse(readFileSync(join(fleetlabRoot(moduleUrl), 'package.json'), 'utf8')) as { version: string }).version;
+}

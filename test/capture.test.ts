@@ -123,7 +123,7 @@ describe('capture from a simulated device', () => {
     const manifest = await captureDevice(options(out, { exec: undefined }));
     expect(manifest.complete).toBe(true);
     expect(manifest.steps.filter((s) => s.status === 'failed').map((s) => s.name)).toEqual(['tags', 'dmesg', 'clock', 'disk', 'network']);
-    expect(showBundle(await readBundle(out))).toContain('  dmesg, clock, disk, network: needs a shell on the device: capture over SSH');
+    expect(showBundle(await readBundle(out))).toContain('  dmesg, clock, disk, network: needs a shell on the device; this capture has only its API');
   });
 
   it('--redact-env drops every environment value; --no-redact keeps them', async () => {

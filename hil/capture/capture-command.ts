@@ -3,10 +3,8 @@
  * (or its summary) out, progress on stderr. Ctrl-C ends the capture after the step it is in,
  * with the bundle marked incomplete; a second Ctrl-C stops at once (no bundle at `--out`).
  */
-import { readFileSync } from 'node:fs';
-import { join } from 'node:path';
 import { FleetlabError } from '../../src/errors.js';
-import { fleetlabRoot } from '../../src/package-root.js';
+import { fleetlabVersion } from '../../src/package-root.js';
 import { httpApi } from '../lib/http.js';
 import { readBundle, type Redaction } from './bundle.js';
 import { captureDevice, DEFAULT_JOURNAL_ENTRIES } from './capture.js';
@@ -44,7 +42,6 @@ export async function runCapture(options: CaptureCommandOptions): Promise<void> 
   const url = deviceUrl(options.device);
   const out = options.out ?? defaultBundleName(new Date());
   if (options.redaction === 'none') options.log('warning: --no-redact: keys, passwords and every environment value go into the bundle as they are');
-  const version = (JSON.parse(readFileSync(join(fleetlabRoot(import.meta.url), 'package.json'), 'utf8')) as { version: string }).version;
   const api = httpApi({ url, apiKey: options.apiKey, uuid: '', vendor: '', lockRoot: '' });
   const stop = new AbortController();
   const onInt = () => {
@@ -62,7 +59,7 @@ export async function runCapture(options: CaptureCommandOptions): Promise<void> 
       redaction: options.redaction,
       ...(options.since ? { since: options.since } : {}),
       journalEntries: options.journalEntries ?? DEFAULT_JOURNAL_ENTRIES,
-      fleetlab: version,
+      fleetlab: fleetlabVersion(import.meta.url),
       force: options.force,
       signal: stop.signal,
       progress: options.log,

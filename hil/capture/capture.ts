@@ -37,7 +37,7 @@ export const DEFAULT_JOURNAL_ENTRIES = 20_000;
 /** The connection to the device failed: later steps would fail the same way. */
 class DeviceGone extends Error {}
 
-const NO_SHELL = 'needs a shell on the device: capture over SSH (a board, the qemu target) to include it';
+const NO_SHELL = 'needs a shell on the device; this capture has only its API';
 
 export async function captureDevice(options: CaptureOptions): Promise<BundleManifest> {
   const progress = options.progress ?? (() => undefined);

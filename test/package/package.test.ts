@@ -105,6 +105,13 @@ describe('a team app, installed with npm 12', () => {
     expect(failed.out).toContain('from release 9');
     expect(failed.out).toMatch(/attachment #\d+: journal/);
     expect(failed.out).toMatch(/attachment #\d+: supervisor log/);
+    // The failing device, captured as a bundle the team can read again (issue 14).
+    const bundle = /attachment #\d+: device capture \(application\/gzip\)[^\n]*\n\s*(\S+)/.exec(failed.out)?.[1];
+    expect(bundle, failed.out).toBeDefined();
+    const shown = await run('npx', ['fleetlab', 'bundle', 'show', bundle!], dir);
+    expect(shown.code, shown.out).toBe(0);
+    expect(shown.out).toContain('complete: the capture ran every step');
+    expect(shown.out).toMatch(/running:\n {2}app \d+ \S+: Running/);
   }, 300_000);
 
   it('an addon left unbuilt is one sentence with the fix, and exit 1', async () => {

@@ -74,7 +74,6 @@ export interface BundleWriterOptions {
   force?: boolean;
   /** Told when each step starts and ends, for progress. */
   onStep?: (event: { name: string; phase: 'start' | 'ok' | 'failed'; error?: string }) => void;
-  now?: () => Date;
 }
 
 /** A bundle being written. Each step's files land in the staging directory as the step runs. */
@@ -145,7 +144,7 @@ export class BundleWriter {
     const manifest: BundleManifest = {
       format: BUNDLE_FORMAT,
       version: BUNDLE_VERSION,
-      createdAt: (this.options.now?.() ?? new Date()).toISOString(),
+      createdAt: new Date().toISOString(),
       fleetlab: this.options.fleetlab,
       source: this.options.source,
       complete,
@@ -161,13 +160,6 @@ export class BundleWriter {
     await fsyncPath(dirname(this.out));
     await rm(this.staging, { recursive: true, force: true });
     return manifest;
-  }
-
-  /** Drops the staging directory without writing a bundle. */
-  async discard(): Promise<void> {
-    this.done = true;
-    await rm(this.staging, { recursive: true, force: true });
-    await rm(`${this.out}.partial`, { force: true });
   }
 }
 

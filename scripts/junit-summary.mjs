@@ -7,10 +7,12 @@
 // failed before or after its tests: type errors, global setup, teardown), adds one failure,
 // so a broken runner can never read as green. Remove old reports before the runners start.
 //
-// Each failing test is named above the closing line, with its report and the first line of
-// its message: CI keeps only the tail of a long run's output, and a count alone does not say
-// where to look.
+// Each failing test is named above the closing line, with its report and the start of its
+// message (up to MESSAGE_LINES lines): CI keeps only the tail of a long run's output, and a
+// count alone does not say where to look.
 import { existsSync, readFileSync } from 'node:fs';
+
+const MESSAGE_LINES = 40;
 
 const attribute = (tag, name) => {
   const m = new RegExp(`\\b${name}="([^"]*)"`).exec(tag);
@@ -37,8 +39,10 @@ for (const arg of process.argv.slice(2)) {
       const failure = /<(failure|error)\b([^>]*)>?/.exec(body);
       if (failure) {
         fileFailed++;
-        const message = attribute(failure[2], 'message').split('\n')[0].slice(0, 300);
-        failures.push(`${file}: ${attribute(m[1], 'classname')} › ${attribute(m[1], 'name')}${message ? `\n    ${message}` : ''}`);
+        const lines = attribute(failure[2], 'message').split('\n').filter((line) => line.trim() !== '');
+        const shown = lines.slice(0, MESSAGE_LINES).map((line) => `\n    ${line.slice(0, 300)}`).join('');
+        const more = lines.length > MESSAGE_LINES ? `\n    (${lines.length - MESSAGE_LINES} more lines in ${file})` : '';
+        failures.push(`${file}: ${attribute(m[1], 'classname')} › ${attribute(m[1], 'name')}${shown}${more}`);
       } else if (/<skipped\b/.test(body)) skipped++;
       else passed++;
     }

@@ -22,6 +22,7 @@ import { startSupervisorProcess, type SupervisorProcess } from './helpers/superv
 const POINTS = Math.max(2, Number(process.env.FLEETLAB_CRASH_POINTS ?? 50));
 const SEED = Number(process.env.FLEETLAB_CRASH_SEED ?? Math.floor(Math.random() * 2 ** 31));
 const CONVERGE_MS = 30_000;
+const LOG_LINES_ON_FAILURE = 30;
 const APP = 1;
 
 /** mulberry32: small, seedable, good enough to spread kill points. */
@@ -131,7 +132,7 @@ async function divergence(sup: SupervisorProcess, engine: Engine, s: Shape): Pro
   return problems;
 }
 
-async function converge(sup: SupervisorProcess, engine: Engine, s: Shape): Promise<number> {
+async function converge(sup: SupervisorProcess, engine: Engine, s: Shape, logMark = 0): Promise<number> {
   const started = Date.now();
   let last: string[] = [];
   while (Date.now() - started < CONVERGE_MS) {
@@ -139,7 +140,9 @@ async function converge(sup: SupervisorProcess, engine: Engine, s: Shape): Promi
     if (last.length === 0) return Date.now() - started;
     await sleep(100);
   }
-  throw new Error(`not converged within ${CONVERGE_MS} ms of the restart (seed ${SEED}): ${last.join('; ')}; see ${sup.logPath}`);
+  // The log goes with its directory when the run ends, and CI keeps only this message: carry it.
+  const log = readFileSync(sup.logPath, 'utf8').slice(logMark).split('\n').filter(Boolean).slice(-LOG_LINES_ON_FAILURE);
+  throw new Error(`not converged within ${CONVERGE_MS} ms of the restart (seed ${SEED}): ${last.join('; ')}\nthe supervisor's log since the restart (last ${log.length} lines):\n${log.join('\n')}`);
 }
 
 /** Lock files under the lock root that carry the supervisor's mark (left behind if any). */
@@ -245,7 +248,7 @@ async function runPoints(sup: SupervisorProcess, count: number, random: () => nu
       }
       rmSync(lockFile);
     }
-    const ms = await converge(sup, engine, shape);
+    const ms = await converge(sup, engine, shape, logMark);
     figures.convergeMs.push(ms);
     expect(supervisorLockFiles(sup.lockRoot), `${where}: no lock of the supervisor's is left`).toEqual([]);
     for (let m = 0; m <= i; m++) {

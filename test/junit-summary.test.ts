@@ -30,7 +30,7 @@ const report = (name: string, cases: string): string => {
   return file;
 };
 
-it('sums the reports and names each failing test with the first line of its message', () => {
+it('sums the reports and names each failing test with the start of its message', () => {
   const vitest = report(
     'vitest.xml',
     `<testcase classname="test/a.test.ts" name="passes" time="0.1"></testcase>
@@ -43,8 +43,15 @@ it('sums the reports and names each failing test with the first line of its mess
   const { stdout } = summary(`${vitest}:1`, `${hil}:0`);
   const lines = stdout.trimEnd().split('\n');
   expect(lines.at(-1)).toBe('2 passed, 1 failed, 1 skipped');
-  expect(stdout).toContain(`${vitest}: test/crash-safety.test.ts › kill at point 17 & restart\n    not converged: worker "api" not running\n`);
-  expect(stdout).not.toContain('second line');
+  expect(stdout).toContain(`${vitest}: test/crash-safety.test.ts › kill at point 17 & restart\n    not converged: worker "api" not running\n    second line\n`);
+});
+
+it('a long message is cut after 40 lines, saying how many more the report holds', () => {
+  const long = Array.from({ length: 45 }, (_, i) => `log line ${i + 1}`).join('&#10;');
+  const vitest = report('vitest.xml', `<testcase classname="t" name="long"><failure message="${long}">stack</failure></testcase>`);
+  const { stdout } = summary(`${vitest}:1`);
+  expect(stdout).toContain('    log line 40\n    (5 more lines in ');
+  expect(stdout).not.toContain('log line 41');
 });
 
 it('a runner that exited non-zero without a failing test, or without a report, counts one failure and says so', () => {

@@ -124,7 +124,12 @@ describe.each<DbKind>(['sqlite', 'postgres'])('cloud and a simulated device on %
     expect(row.uuid).toBe(uuid);
     expect(row.supervisor_version).toMatch(/^\d+\.\d+\.\d+/);
     deviceId = row.id;
-    const vpn = await call(device.url, device.info().apiKey, 'GET', '/v2/device/vpn');
+    // The cloud marks the device online when it accepts the tunnel; the device sees the tunnel
+    // open a moment later (its WebSocket's open event), so its own view may trail by that moment.
+    const vpn = await until('the device seeing its tunnel open', 10_000, async () => {
+      const res = await call(device.url, device.info().apiKey, 'GET', '/v2/device/vpn');
+      return (res.body as { vpn?: { connected?: boolean } }).vpn?.connected ? res : undefined;
+    });
     expect(vpn.body).toEqual({ status: 'success', vpn: { enabled: true, connected: true } });
     // Another user sees nothing of it.
     expect(d(await call(base, bobKey, 'GET', `/v6/device(uuid='${uuid}')`))).toEqual([]);

@@ -28,6 +28,7 @@ import { readBundle } from './capture/bundle.js';
 import { captureDevice } from './capture/capture.js';
 import { showBundle } from './capture/show.js';
 import { fleetlabVersion } from '../src/package-root.js';
+import { errorText } from '../src/errors.js';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -226,7 +227,7 @@ async function attachCapture(device: DeviceUnderTest, testInfo: TestInfo): Promi
       force: true,
     });
   } catch (err) {
-    await testInfo.attach('device capture', { body: `(could not capture the device: ${err instanceof Error ? err.message : String(err)})`, contentType: 'text/plain' });
+    await testInfo.attach('device capture', { body: `(could not capture the device: ${errorText(err)})`, contentType: 'text/plain' });
     return;
   }
   await testInfo.attach('device capture', { path: out, contentType: 'application/gzip' });

@@ -136,7 +136,7 @@ async function answered(api: CaptureOptions['api'], method: string, path: string
   try {
     res = await api.request(method, path, requestOptions);
   } catch (err) {
-    throw new DeviceGone(err instanceof Error ? err.message : String(err));
+    throw new DeviceGone(errorText(err));
   }
   if (res.status < 200 || res.status > 299) throw new Error(`${method} ${path}: ${res.status} ${res.text.slice(0, 300)}`);
   return res;

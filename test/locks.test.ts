@@ -6,10 +6,11 @@
  * lock at the same path is not.
  */
 import { spawn } from 'node:child_process';
-import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { FleetlabError } from '../src/errors.js';
 import { LOCK_FILE, UpdateLocks, type LockOwner } from '../src/supervisor/state/locks.js';
@@ -55,6 +56,8 @@ function lockedError(fn: () => unknown): FleetlabError | undefined {
   return undefined;
 }
 
+const ledgerFiles = () => (DeviceStore.open(dataDir, initialRecord).get().supervisorLocks ?? []).map((r) => r.file);
+
 describe('UpdateLocks', () => {
   it('an app-held lock refuses both the supervisor\'s acquire and a check, naming the service', () => {
     appTakes('worker');
@@ -89,7 +92,6 @@ describe('UpdateLocks', () => {
 });
 
 describe('UpdateLocks after the supervisor died holding them', () => {
-  const ledgerFiles = () => (DeviceStore.open(dataDir, initialRecord).get().supervisorLocks ?? []).map((r) => r.file);
 
   it('the next process frees the locks the dead one recorded, and the ledger empties', () => {
     locks.acquire(1, ['main', 'worker'], false); // never released: the process is "killed"
@@ -144,3 +146,47 @@ describe('UpdateLocks after the supervisor died holding them', () => {
     }
   });
 });
+
+describe('kill -9 at each step of taking a lock', () => {
+  /** Runs helpers/lock-taker.ts, killed before its nth file-system change; true when it got through. */
+  async function takeKilledAt(nth: number): Promise<boolean> {
+    const script = fileURLToPath(new URL('./helpers/lock-taker.ts', import.meta.url));
+    // No tsx wrapper process: the child that kills itself is the one whose end is checked.
+    const child = spawn(process.execPath, ['--import', 'tsx', script, root, dataDir, String(nth)], { stdio: ['ignore', 'pipe', 'inherit'] });
+    let out = '';
+    child.stdout.on('data', (chunk: Buffer) => (out += chunk.toString()));
+    const [code, signal] = await new Promise<[number | null, NodeJS.Signals | null]>((resolve) => child.once('exit', (c, s) => resolve([c, s])));
+    if (out.includes('taken')) return true;
+    expect(signal, `the taker killed before change ${nth} died of SIGKILL (exit ${code})`).toBe('SIGKILL');
+    return false;
+  }
+  const filesUnder = (dir: string): string[] =>
+    readdirSync(dir, { recursive: true, withFileTypes: true }).filter((e) => e.isFile()).map((e) => join(e.parentPath, e.name));
+
+  it('leaves nothing the next start does not free: the locks can be taken again and no file stays', async () => {
+    let steps = 0;
+    for (let nth = 1; nth <= 100; nth++) {
+      const gotThrough = await takeKilledAt(nth);
+      // The next supervisor process of the same boot (the dead one's pid is gone).
+      const next = supervisorLocks();
+      next.releaseStale();
+      const where = `killed before change ${nth}`;
+      expect(filesUnder(root), `${where}: nothing but the freed lock directories left`).toEqual([]);
+      let refused: unknown;
+      try {
+        next.acquire(1, ['main', 'worker'], false).release();
+      } catch (err) {
+        refused = err;
+      }
+      expect(refused && String(refused), `${where}: the next process takes the locks`).toBeUndefined();
+      expect(ledgerFiles(), `${where}: the ledger is empty again`).toEqual([]);
+      if (gotThrough) {
+        steps = nth - 1;
+        break;
+      }
+    }
+    // Two locks, each a ledger write, a staged mark and its link: more than a dozen steps.
+    expect(steps, 'the taker got through within 100 steps').toBeGreaterThan(12);
+  }, 120_000);
+});
+

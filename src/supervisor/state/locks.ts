@@ -1,8 +1,9 @@
 /**
  * Update locks (DECISIONS.md item 7). A service's lock is the existence of
  * `<lockRoot>/<appId>/<serviceName>/updates.lock`; the directory is mounted into the
- * service's container. The supervisor takes the same files with O_EXCL before it stops or
- * replaces a service, so the app and the supervisor can never both believe they hold it.
+ * service's container. The supervisor takes the same files exclusively (a hard link that fails
+ * when the file exists, as O_EXCL does) before it stops or replaces a service, so the app and
+ * the supervisor can never both believe they hold it.
  *
  * The supervisor's own lock files must never outlive it: a supervisor killed while it holds
  * one would otherwise come back, see the file, take it for the app's and wait forever. So
@@ -11,7 +12,7 @@
  * removes the files a previous supervisor process recorded, but only those whose content is
  * still that process's mark: a file the app created at the same path since is honoured.
  */
-import { mkdirSync, openSync, closeSync, existsSync, rmSync, readFileSync, writeSync } from 'node:fs';
+import { mkdirSync, openSync, closeSync, existsSync, rmSync, readFileSync, writeSync, fsyncSync, linkSync } from 'node:fs';
 import { join } from 'node:path';
 import { locked } from '../../errors.js';
 import { isRunning } from '../../processes.js';
@@ -97,6 +98,8 @@ export class UpdateLocks {
         keep.push(record);
         continue;
       }
+      // A kill while the mark was being staged leaves that file beside the lock; it never held the lock.
+      rmSync(this.stagedOf(record.file, r), { force: true });
       if (readMark(record.file) === markOf(r)) {
         rmSync(record.file, { force: true });
         removed.push(record.file);
@@ -158,21 +161,36 @@ export class UpdateLocks {
     rmSync(join(this.#lockRoot, String(appId)), { recursive: true, force: true });
   }
 
-  /** Creates the file with O_EXCL holding our mark; false when it exists already. */
+  /**
+   * Creates the file holding our mark, or answers false when it exists already. The mark is
+   * written to a file of this process's own first and hard-linked into place, which fails if
+   * the lock exists, as O_EXCL does: the lock file never exists without its mark. (Created
+   * with O_EXCL and written after, a kill between the two left an empty file, the app's kind
+   * of lock, that the next start kept and then waited on forever.)
+   */
   private createMarked(file: string): boolean {
-    let fd: number;
-    try {
-      fd = openSync(file, 'wx');
-    } catch (err) {
-      if ((err as NodeJS.ErrnoException).code === 'EEXIST') return false;
-      throw err;
-    }
+    const staged = this.stagedOf(file, this.deps.owner);
+    const fd = openSync(staged, 'w');
     try {
       writeSync(fd, markOf(this.deps.owner));
+      fsyncSync(fd);
     } finally {
       closeSync(fd);
     }
+    try {
+      linkSync(staged, file);
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code === 'EEXIST') return false;
+      throw err;
+    } finally {
+      rmSync(staged, { force: true });
+    }
     return true;
+  }
+
+  /** Where `createMarked` writes the mark before linking it: beside the lock, named for the process. */
+  private stagedOf(file: string, owner: LockOwner): string {
+    return `${file}.${owner.instance}.staged`;
   }
 
   private record(file: string): void {

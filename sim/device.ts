@@ -209,6 +209,11 @@ export class SimDevice extends EventEmitter<{ reboot: []; poweroff: []; exit: [c
     return join(this.options.dataDir, 'locks');
   }
 
+  /** Where the supervisor keeps its files, as a capture with a shell on this host reads them. */
+  get paths(): { dataDir: string; lockRoot: string; dockerHost: string } {
+    return { dataDir: join(this.options.dataDir, 'supervisor'), lockRoot: this.lockRoot, dockerHost: `unix://${this.options.dockerSocket}` };
+  }
+
   get supervisorLog(): string {
     return join(this.options.dataDir, 'supervisor.log');
   }

@@ -80,6 +80,7 @@ const options = (out: string, extra: Partial<CaptureOptions> = {}): CaptureOptio
   api: httpApi({ url: device.url, apiKey: key, uuid: '', vendor: '', lockRoot: '' }),
   key,
   exec: hostShell,
+  paths: device.paths,
   redaction: 'default',
   fleetlab: '0.0.0-test',
   ...extra,
@@ -92,7 +93,7 @@ describe('capture from a simulated device', () => {
     const manifest = await captureDevice(options(out, { progress: (line) => progress.push(line) }));
     expect(manifest.complete).toBe(true);
     const byName = Object.fromEntries(manifest.steps.map((s) => [s.name, s]));
-    for (const step of ['supervisor', 'device', 'state', 'local-target', 'host-config', 'journal', 'clock', 'disk']) expect(byName[step]?.status, step).toBe('ok');
+    for (const step of ['supervisor', 'device', 'store', 'locks', 'engine', 'state', 'local-target', 'host-config', 'journal', 'clock', 'disk']) expect(byName[step]?.status, step).toBe('ok');
     // This device has no cloud: the device itself says why its tags are missing.
     expect(byName.tags).toMatchObject({ status: 'failed', error: expect.stringMatching(/503 .*cloud/) });
     expect(progress.find((line) => line.startsWith('tags:'))).toMatch(/^tags: failed: GET \/v2\/device\/tags: 503 .* \(\d+ ms\)$/);
@@ -104,6 +105,19 @@ describe('capture from a simulated device', () => {
     const local = bundle.json<any>('state/local-target.json');
     expect(local.state.local.apps['1'].services['11'].environment).toEqual({ LOG_LEVEL: 'debug', DB_PASSWORD: '<redacted>' });
     expect(bundle.text('host/clock.txt')).toMatch(/^\d{4}-\d\d-\d\dT[\d:.]+Z\n[\d.]+ [\d.]+\n$/);
+
+    // The supervisor's own store and what the engine holds for the device, keys blanked.
+    const store = bundle.json<{ uuid: string; deviceKey: string; localTarget: { apps: Array<{ releaseId: number }> } }>('supervisor/store.json');
+    expect(store.uuid).toBe(device.info().uuid);
+    expect(store.deviceKey).toBe('<redacted>');
+    expect(store.localTarget.apps.map((a) => a.releaseId)).toEqual([1]);
+    expect(bundle.json('supervisor/locks.json')).toEqual({ root: device.lockRoot, files: [] });
+    const containers = bundle.json<Array<{ Name: string; State: { Running: boolean }; Config: { Env: string[]; Labels: Record<string, string> } }>>('engine/containers.json');
+    expect(containers.map((c) => [c.Name, c.State.Running, c.Config.Labels['io.fleetlab.service-name']])).toEqual([[`/${store.uuid.slice(0, 7)}_main_1`, true, 'main']]);
+    expect(containers[0]!.Config.Env).toContain('DB_PASSWORD=<redacted>');
+    const images = bundle.json<{ present: Array<{ RepoTags: string[] }>; missing: string[] }>('engine/images.json');
+    expect(images.present.flatMap((i) => i.RepoTags)).toContain('fleetlab/test-app:1');
+    expect(images.missing).toEqual([]);
 
     const bytes = gunzipSync(readFileSync(out));
     expect(bytes.includes(key)).toBe(false);
@@ -122,8 +136,8 @@ describe('capture from a simulated device', () => {
     const out = join(dir, 'api-only.tar.gz');
     const manifest = await captureDevice(options(out, { exec: undefined }));
     expect(manifest.complete).toBe(true);
-    expect(manifest.steps.filter((s) => s.status === 'failed').map((s) => s.name)).toEqual(['tags', 'dmesg', 'clock', 'disk', 'network']);
-    expect(showBundle(await readBundle(out))).toContain('  dmesg, clock, disk, network: needs a shell on the device; this capture has only its API');
+    expect(manifest.steps.filter((s) => s.status === 'failed').map((s) => s.name)).toEqual(['store', 'locks', 'engine', 'tags', 'dmesg', 'clock', 'disk', 'network']);
+    expect(showBundle(await readBundle(out))).toContain('  store, locks, engine, dmesg, clock, disk, network: needs a shell on the device; this capture has only its API');
   });
 
   it('--redact-env drops every environment value; --no-redact keeps them', async () => {
@@ -167,9 +181,13 @@ describe('capture from a simulated device', () => {
     };
     const manifest = await captureDevice(options(out, { api }));
     expect(manifest.complete).toBe(false);
-    expect(manifest.steps.map((s) => `${s.name} ${s.status}`)).toEqual(['supervisor ok', 'device ok', 'state failed']);
+    expect(manifest.steps.map((s) => `${s.name} ${s.status}`)).toEqual(['supervisor ok', 'device ok', 'store ok', 'locks ok', 'engine ok', 'state failed']);
     const bundle = await readBundle(out);
-    expect(bundle.names()).toEqual(['device/device.json', 'device/name.json', 'supervisor/version.json']);
+    expect(bundle.names()).toEqual([
+      'device/device.json', 'device/name.json',
+      'engine/containers.json', 'engine/images.json', 'engine/networks.json', 'engine/volumes.json',
+      'supervisor/locks.json', 'supervisor/store.json', 'supervisor/version.json',
+    ]);
     const shown = showBundle(bundle);
     expect(shown).toContain('INCOMPLETE: the capture stopped before its last step');
     expect(shown).toMatch(/not captured:\n {2}state: GET \/v2\/state\/status: .*ECONNREFUSED/);

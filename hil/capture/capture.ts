@@ -11,6 +11,8 @@ import type { ApiProtocol, CommandProtocol, HttpResponse, RequestOptions } from 
 import { errorText, FleetlabError } from '../../src/errors.js';
 import { BundleWriter, type BundleManifest, type BundleSource, type Redaction } from './bundle.js';
 import { redactJson, redactText, type RedactOptions } from './redact.js';
+import { join } from 'node:path';
+import { LABEL } from '../../src/supervisor/adapters/engine.js';
 
 export interface CaptureOptions {
   out: string;
@@ -21,6 +23,8 @@ export interface CaptureOptions {
   key: string;
   /** A shell on the device, when the capture has one. */
   exec?: CommandProtocol;
+  /** Where the supervisor keeps its files on the device (read with `exec`). */
+  paths?: DevicePaths;
   redaction: Redaction;
   /** The journal from this time on (journalctl's formats); default all of it, up to `journalEntries`. */
   since?: string;
@@ -30,6 +34,16 @@ export interface CaptureOptions {
   force?: boolean;
   signal?: AbortSignal;
   progress?: (line: string) => void;
+}
+
+/** The supervisor's files on the device, as its flags set them. */
+export interface DevicePaths {
+  /** `--data-dir`: the store, device.json. */
+  dataDir?: string;
+  /** `--lock-root`: `<app>/<service>/updates.lock`. */
+  lockRoot?: string;
+  /** The engine for the docker CLI on the device (`-H`); default the CLI's own. */
+  dockerHost?: string;
 }
 
 export const DEFAULT_JOURNAL_ENTRIES = 20_000;
@@ -53,7 +67,10 @@ export async function captureDevice(options: CaptureOptions): Promise<BundleMani
       else progress(`${name}: ${phase === 'ok' ? 'ok' : `failed: ${error}`} (${Date.now() - (started.get(name) ?? Date.now())} ms)`);
     },
   });
+  // The store's keys join the secrets once it is read: later steps (the journal) cut them out too.
   const redact: RedactOptions = { policy: options.redaction, secrets: [options.key] };
+  let uuid = options.source.uuid;
+  let targetImages: string[] = [];
   let gone: string | undefined;
 
   const getJson = async (path: string): Promise<unknown> => (await answered(options.api, 'GET', path)).json();
@@ -71,6 +88,20 @@ export async function captureDevice(options: CaptureOptions): Promise<BundleMani
     ['device', async (put) => {
       await putJson(put, 'device/device.json', await getJson('/v1/device'));
       await putJson(put, 'device/name.json', await getJson('/v2/device/name'));
+    }],
+    ['store', async (put) => {
+      const store = JSON.parse(await shell(['cat', join(required(options.paths?.dataDir, 'dataDir'), 'device.json')])) as Record<string, unknown>;
+      redact.secrets = [...redact.secrets, ...storeSecrets(store)];
+      if (typeof store.uuid === 'string') uuid = store.uuid;
+      targetImages = imagesOfTargets(store);
+      await putJson(put, 'supervisor/store.json', store);
+    }],
+    ['locks', async (put) => putJson(put, 'supervisor/locks.json', await lockFiles(shell, required(options.paths?.lockRoot, 'lockRoot')))],
+    ['engine', async (put) => {
+      if (!options.exec) throw new Error(NO_SHELL);
+      if (!uuid) throw new Error("needs the device's uuid, from its store or the source");
+      const engine = await engineObjects(shell, options.paths?.dockerHost, uuid, targetImages);
+      for (const [name, value] of Object.entries(engine)) await putJson(put, `engine/${name}.json`, value);
     }],
     ['state', async (put) => {
       await putJson(put, 'state/status.json', await getJson('/v2/state/status'));
@@ -155,4 +186,68 @@ async function journal(options: CaptureOptions, redact: RedactOptions): Promise<
     }
   });
   return redacted.map((line) => `${line}\n`).join('');
+}
+
+type Shell = (argv: string[]) => Promise<string>;
+
+/** The images the stored targets (local and cloud) name. */
+function imagesOfTargets(store: Record<string, unknown>): string[] {
+  const images = new Set<string>();
+  for (const target of [store.localTarget, store.cloudTarget] as Array<{ apps?: Array<{ services?: Array<{ image?: unknown }> }> } | null>) {
+    for (const app of target?.apps ?? []) for (const service of app.services ?? []) if (typeof service.image === 'string') images.add(service.image);
+  }
+  return [...images];
+}
+
+function required(value: string | undefined, what: string): string {
+  if (!value) throw new Error(`needs the supervisor's ${what} on the device; this capture was not told it`);
+  return value;
+}
+
+/** Every key the store holds, to cut out wherever else it shows (a URL in the journal). */
+function storeSecrets(store: Record<string, unknown>): string[] {
+  const appKeys = store.appKeys && typeof store.appKeys === 'object' ? Object.values(store.appKeys) : [];
+  return [store.deviceKey, store.cloudKey, ...appKeys].filter((v): v is string => typeof v === 'string' && v.length > 0);
+}
+
+export interface CapturedLocks {
+  root: string;
+  /** Each lock file on disk, relative to the root (`<app>/<service>/updates.lock`), with what it holds. */
+  files: Array<{ path: string; content: string }>;
+}
+
+async function lockFiles(shell: Shell, root: string): Promise<CapturedLocks> {
+  // NUL-separated: a service name may hold any character but / and NUL.
+  const listed = await shell(['find', root, '-name', 'updates.lock', '-type', 'f', '-print0']);
+  const files = [];
+  for (const file of listed.split('\0').filter(Boolean)) {
+    files.push({ path: file.slice(root.length).replace(/^\/+/, ''), content: await shell(['cat', file]) });
+  }
+  return { root, files };
+}
+
+/**
+ * What the device's engine holds for the device, as `docker inspect` shows it: its containers,
+ * volumes and networks (by the device label), and the images those containers run or its
+ * target names (those the engine lacks listed as missing).
+ */
+async function engineObjects(shell: Shell, host: string | undefined, uuid: string, targetImages: string[]): Promise<Record<string, unknown>> {
+  const docker = (...args: string[]) => shell(['docker', ...(host ? ['-H', host] : []), ...args]);
+  const filter = `label=${LABEL.device}=${uuid}`;
+  const inspectAll = async (kind: string[], ids: string[]) => (ids.length ? (JSON.parse(await docker(...kind, 'inspect', ...ids)) as unknown[]) : []);
+  const lines = (text: string) => text.split('\n').map((l) => l.trim()).filter(Boolean);
+  const containers = await inspectAll([], lines(await docker('ps', '-aq', '--no-trunc', '--filter', filter))) as Array<{ Image?: string; Config?: { Image?: string } }>;
+  const volumes = await inspectAll(['volume'], lines(await docker('volume', 'ls', '-q', '--filter', filter)));
+  const networks = await inspectAll(['network'], lines(await docker('network', 'ls', '-q', '--no-trunc', '--filter', filter)));
+  // An update's images may be downloaded before any container runs them: those count too.
+  const refs = new Set<string>(targetImages);
+  for (const c of containers) if (c.Image) refs.add(c.Image);
+  const images = new Map<string, unknown>();
+  const missing: string[] = [];
+  for (const ref of refs) {
+    const found = await docker('image', 'inspect', ref).then((out) => JSON.parse(out) as Array<{ Id: string }>, () => undefined);
+    if (found) for (const image of found) images.set(image.Id, image);
+    else missing.push(ref);
+  }
+  return { containers, volumes, networks, images: { present: [...images.values()], missing } };
 }

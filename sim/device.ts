@@ -45,6 +45,13 @@ export interface SimDeviceOptions {
   vendor?: string;
   /** The LED line: a BCM pin of the simulated pinctrl-bcm2835 chip. */
   ledOffset?: number;
+  /** The device type the supervisor reports; default its own. */
+  deviceType?: string;
+  /**
+   * Runs once the peers and the engine are up and before the supervisor first starts: puts
+   * the device into a state (a replay writes its store, engine objects and lock files).
+   */
+  prepare?: (device: SimDevice) => Promise<void>;
   /** Address the device API listens on; default 127.0.0.1 (0.0.0.0 inside a container, for a mapped port). */
   listenAddress?: string;
   /** Register with a cloud and follow its target state, through a link the sim can partition. */
@@ -112,7 +119,7 @@ export class SimDevice extends EventEmitter<{ reboot: []; poweroff: []; exit: [c
   cloudLink: PartitionableLink | undefined;
 
   private constructor(
-    readonly options: Required<Omit<SimDeviceOptions, 'apiKey' | 'dataDir' | 'bandwidth' | 'scenario' | 'cloud' | 'session'>> & { apiKey?: string; dataDir: string; cloud?: SimCloudOptions },
+    readonly options: Required<Omit<SimDeviceOptions, 'apiKey' | 'dataDir' | 'bandwidth' | 'scenario' | 'cloud' | 'session' | 'deviceType' | 'prepare'>> & { apiKey?: string; dataDir: string; cloud?: SimCloudOptions; deviceType?: string },
     /** The label its processes carry. */
     readonly session: string,
     private readonly teardown: Teardown,
@@ -131,7 +138,7 @@ export class SimDevice extends EventEmitter<{ reboot: []; poweroff: []; exit: [c
     const port = opts.port === 0 ? await freePort() : opts.port;
     for (const d of ['dbus', 'host', 'gpio', 'journal', 'boot', 'locks', 'supervisor']) mkdirSync(join(dataDir, d), { recursive: true });
     const dockerSocket = opts.engine === 'sim' ? join(dataDir, 'engine', 'engine.sock') : opts.dockerSocket;
-    const options = { port, dataDir, engine: opts.engine, dockerSocket, localMode: opts.localMode, apiKey: opts.apiKey, vendor: opts.vendor ?? 'platform', ledOffset: opts.ledOffset ?? 17, listenAddress: opts.listenAddress ?? '127.0.0.1', cloud: opts.cloud };
+    const options = { port, dataDir, engine: opts.engine, dockerSocket, localMode: opts.localMode, apiKey: opts.apiKey, vendor: opts.vendor ?? 'platform', ledOffset: opts.ledOffset ?? 17, listenAddress: opts.listenAddress ?? '127.0.0.1', cloud: opts.cloud, deviceType: opts.deviceType };
     const session = opts.session ?? `sim-${randomUUID()}`;
     const env = sessionEnv(session);
     // Undone in reverse: the supervisor first, then what it created in the engine, then the
@@ -178,6 +185,7 @@ export class SimDevice extends EventEmitter<{ reboot: []; poweroff: []; exit: [c
       teardown.defer({ name: 'the container log follower', stop: () => follower.stop() });
       teardown.defer({ name: 'the supervisor log', stop: () => created.closeLog() });
       teardown.defer({ name: 'the supervisor', stop: () => created.stopSupervisor(), kill: () => created.killSupervisor() });
+      await opts.prepare?.(created);
       await device.boot();
       return device;
     } catch (err) {
@@ -235,6 +243,7 @@ export class SimDevice extends EventEmitter<{ reboot: []; poweroff: []; exit: [c
       '--vendor', o.vendor,
       '--local-mode', String(o.localMode),
       ...(o.apiKey ? ['--api-key', o.apiKey] : []),
+      ...(o.deviceType ? ['--device-type', o.deviceType] : []),
       '--supervisor-address', this.url,
       '--docker-socket', o.dockerSocket,
       '--dbus-address', this.bus.address,

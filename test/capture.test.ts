@@ -4,7 +4,6 @@
  * shows and none of the secrets planted on it; a device that goes away half way gives a
  * bundle marked incomplete; a device that is not there or refuses the key gives no bundle.
  */
-import { execFile } from 'node:child_process';
 import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -14,7 +13,7 @@ import { readBundle } from '../hil/capture/bundle.js';
 import { captureDevice, type CaptureOptions } from '../hil/capture/capture.js';
 import { showBundle } from '../hil/capture/show.js';
 import { httpApi } from '../hil/lib/http.js';
-import type { CommandProtocol, ExecResult } from '../hil/targets/protocols.js';
+import { hostShell } from '../hil/targets/sim.js';
 import { SimDevice } from '../sim/device.js';
 import { freePort } from '../src/free-port.js';
 import { supervisorUnit } from '../sim/journal/journal-sim.js';
@@ -23,16 +22,6 @@ let device: SimDevice;
 let key: string;
 let dir: string;
 const dbPassword = `db-${Date.now().toString(36)}-not-for-bundles`;
-
-/** The sim target's `exec`: the device is this host. */
-const hostShell: CommandProtocol = {
-  run: (argv) =>
-    new Promise<ExecResult>((resolve) => {
-      execFile(argv[0]!, argv.slice(1), { encoding: 'utf8', timeout: 30_000 }, (err, stdout, stderr) => {
-        resolve({ exitCode: err ? (typeof err.code === 'number' ? err.code : 127) : 0, stdout, stderr });
-      });
-    }),
-};
 
 const target = {
   local: {

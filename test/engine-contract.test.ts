@@ -122,10 +122,17 @@ describe.each<EngineKind>(['dockerd', 'sim'])('engine contract on %s', (kind) =>
         writeFileSync(join(dir, 'hello.txt'), `contract ${e.runId}\n`);
         const tar = (await execa('tar', ['-C', dir, '-cf', '-', 'hello.txt'], { encoding: 'buffer' })).stdout;
         const repo = `fleetlab/contract-${e.runId}`;
-        const progress = (await docker.importImage(Readable.from([Buffer.from(tar)]), { repo, tag: 'imported', changes: ['CMD ["sleep","5"]'] } as never)) as unknown as NodeJS.ReadableStream;
+        const progress = (await docker.importImage(Readable.from([Buffer.from(tar)]), {
+          repo, tag: 'imported',
+          // The quoting `fleetlab replay` relies on to give a stand-in image the captured config.
+          changes: ['CMD ["sleep","5"]', 'ENV A="one two" B=3 C="\\$HOME"', 'LABEL "io.example.k"="v \\"q\\" \\\\" plain=x', 'WORKDIR /w'],
+        } as never)) as unknown as NodeJS.ReadableStream;
         await new Promise<void>((r, j) => docker.modem.followProgress(progress, (err: Error | null) => (err ? j(err) : r())));
         const image = await docker.getImage(`${repo}:imported`).inspect();
         expect(image.Config.Cmd).toEqual(['sleep', '5']);
+        expect(image.Config.Env).toEqual(expect.arrayContaining(['A=one two', 'B=3', 'C=$HOME']));
+        expect(image.Config.Labels).toEqual({ 'io.example.k': 'v "q" \\', plain: 'x' });
+        expect(image.Config.WorkingDir).toBe('/w');
         const c = await docker.createContainer({ Image: `${repo}:imported`, name: name('img'), Labels: e.labels });
         const err = await engineError(docker.getImage(`${repo}:imported`).remove());
         expect(err.statusCode).toBe(409);

@@ -76,9 +76,13 @@ export async function captureDevice(options: CaptureOptions): Promise<BundleMani
   const getJson = async (path: string): Promise<unknown> => (await answered(options.api, 'GET', path)).json();
   const putJson = (put: (file: string, data: string) => Promise<void>, file: string, value: unknown) =>
     put(file, `${JSON.stringify(redactJson(value, redact), null, 2)}\n`);
-  const shell = async (argv: string[]): Promise<string> => {
+  // Steps that need a shell say so before anything else they lack.
+  const needShell = () => {
     if (!options.exec) throw new Error(NO_SHELL);
-    const result = await options.exec.run(argv, { timeoutMs: 30_000 });
+  };
+  const shell = async (argv: string[]): Promise<string> => {
+    needShell();
+    const result = await options.exec!.run(argv, { timeoutMs: 30_000 });
     if (result.exitCode !== 0) throw new Error(`${argv.join(' ')} exited ${result.exitCode}: ${result.stderr.trim().slice(0, 300)}`);
     return result.stdout;
   };
@@ -90,15 +94,19 @@ export async function captureDevice(options: CaptureOptions): Promise<BundleMani
       await putJson(put, 'device/name.json', await getJson('/v2/device/name'));
     }],
     ['store', async (put) => {
+      needShell();
       const store = JSON.parse(await shell(['cat', join(required(options.paths?.dataDir, 'dataDir'), 'device.json')])) as Record<string, unknown>;
       redact.secrets = [...redact.secrets, ...storeSecrets(store)];
       if (typeof store.uuid === 'string') uuid = store.uuid;
       targetImages = imagesOfTargets(store);
       await putJson(put, 'supervisor/store.json', store);
     }],
-    ['locks', async (put) => putJson(put, 'supervisor/locks.json', await lockFiles(shell, required(options.paths?.lockRoot, 'lockRoot')))],
+    ['locks', async (put) => {
+      needShell();
+      await putJson(put, 'supervisor/locks.json', await lockFiles(shell, required(options.paths?.lockRoot, 'lockRoot')));
+    }],
     ['engine', async (put) => {
-      if (!options.exec) throw new Error(NO_SHELL);
+      needShell();
       if (!uuid) throw new Error("needs the device's uuid, from its store or the source");
       const engine = await engineObjects(shell, options.paths?.dockerHost, uuid, targetImages);
       for (const [name, value] of Object.entries(engine)) await putJson(put, `engine/${name}.json`, value);

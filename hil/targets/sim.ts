@@ -57,6 +57,11 @@ function run(file: string, args: readonly string[], options: { input?: string; t
   });
 }
 
+/** A shell on the device when the device is this host (the sim target, a capture of a simulated device). */
+export const hostShell: CommandProtocol = {
+  run: (argv, options) => (argv.length ? run(argv[0]!, argv.slice(1), options) : Promise.reject(new Error('exec: empty argv'))),
+};
+
 class SimUnderTest implements DeviceUnderTest {
   readonly target = 'sim';
   readonly api: ApiProtocol;
@@ -88,7 +93,7 @@ class SimUnderTest implements DeviceUnderTest {
       const engineSocket = sim.options.dockerSocket;
       this.images = { prepare: async () => ({ engineSocket }) };
     }
-    this.exec = { run: (argv, options) => (argv.length ? run(argv[0]!, argv.slice(1), options) : Promise.reject(new Error('exec: empty argv'))) };
+    this.exec = hostShell;
     const gpio = sim.ledGpio;
     this.led = {
       line: `gpio ${gpio} (${SIM_LED_CHIP} pin ${sim.options.ledOffset}, simulated sysfs)`,

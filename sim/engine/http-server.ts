@@ -86,6 +86,37 @@ function epochSeconds(v: string | null): number | undefined {
   return t / 1000;
 }
 
+/**
+ * `k=v k2="v 2"` as a Dockerfile's ENV and LABEL read it: words split at unquoted blanks,
+ * double quotes grouping (with \", \\ and \$ inside; no variable is expanded), a word split at its first unquoted `=`.
+ */
+function keyValues(text: string): Array<[string, string]> {
+  const pairs: Array<[string, string]> = [];
+  let i = 0;
+  while (i < text.length) {
+    while (i < text.length && /\s/.test(text[i]!)) i++;
+    if (i >= text.length) break;
+    let key = '';
+    let value: string | undefined;
+    let quoted = false;
+    for (; i < text.length && (quoted || !/\s/.test(text[i]!)); i++) {
+      const ch = text[i]!;
+      if (ch === '"') quoted = !quoted;
+      else if (quoted && ch === '\\' && ['"', '\\', '$'].includes(text[i + 1] ?? '')) {
+        i++;
+        if (value === undefined) key += text[i];
+        else value += text[i];
+      } else if (!quoted && ch === '=' && value === undefined) value = '';
+      else if (value === undefined) key += ch;
+      else value += ch;
+    }
+    if (quoted) throw badParameter(`dockerfile parse error: unmatched quote in ${JSON.stringify(text)}`);
+    if (value === undefined) throw badParameter(`dockerfile parse error: ${JSON.stringify(key)} has no =value`);
+    pairs.push([key, value]);
+  }
+  return pairs;
+}
+
 /** Applies `changes` of an import (CMD, ENTRYPOINT, ENV, WORKDIR, LABEL) to an image config. */
 function applyChanges(changes: string[]) {
   const config = { Cmd: null as string[] | null, Entrypoint: null as string[] | null, Env: null as string[] | null, Labels: null as Record<string, string> | null, WorkingDir: '' };
@@ -102,16 +133,14 @@ function applyChanges(changes: string[]) {
         config.Entrypoint = argv(rest);
         break;
       case 'ENV':
-        config.Env = [...(config.Env ?? []), rest.includes('=') ? rest.trim() : rest.trim().replace(/\s+/, '=')];
+        config.Env = [...(config.Env ?? []), ...(/^\s*[^\s=]+\s*=/.test(rest) ? keyValues(rest).map(([k, v]) => `${k}=${v}`) : [rest.trim().replace(/\s+/, '=')])];
         break;
       case 'WORKDIR':
         config.WorkingDir = rest.trim();
         break;
-      case 'LABEL': {
-        const [k, ...v] = rest.trim().split('=');
-        config.Labels = { ...(config.Labels ?? {}), [k!]: v.join('=').replace(/^"(.*)"$/, '$1') };
+      case 'LABEL':
+        config.Labels = { ...(config.Labels ?? {}), ...Object.fromEntries(keyValues(rest)) };
         break;
-      }
       default:
         throw badParameter(`${instr} is not a valid change command`);
     }

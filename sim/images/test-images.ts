@@ -75,7 +75,7 @@ export interface BuildProgress {
 
 /** Builds (or rebuilds) every test image in the engine at socketPath; returns their refs. */
 export async function buildTestImages(socketPath: string, progress: BuildProgress = () => undefined): Promise<string[]> {
-  await importBusyboxImages(socketPath, testImages.map((i) => ({ ref: i.ref, cmd: defaultCommand(i.banner) })), progress);
+  await importBusyboxImages(socketPath, testImages.map((i) => ({ ref: i.ref, changes: busyboxChanges(defaultCommand(i.banner)) })), progress);
   return testImages.map((i) => i.ref);
 }
 
@@ -90,7 +90,7 @@ export async function ensureTestImages(socketPath: string, progress: BuildProgre
     const cmd = await docker.getImage(image.ref).inspect().then((i) => i.Config?.Cmd, () => undefined);
     if (JSON.stringify(cmd) !== JSON.stringify(defaultCommand(image.banner))) stale.push(image);
   }
-  if (stale.length > 0) await importBusyboxImages(socketPath, stale.map((i) => ({ ref: i.ref, cmd: defaultCommand(i.banner) })), progress);
+  if (stale.length > 0) await importBusyboxImages(socketPath, stale.map((i) => ({ ref: i.ref, changes: busyboxChanges(defaultCommand(i.banner)) })), progress);
 }
 
 /**
@@ -115,7 +115,7 @@ export async function ensureBaseImage(socketPath: string, progress: BuildProgres
   const present = await docker.getImage(BASE_IMAGE).inspect().then(() => true, () => false);
   if (present) return false;
   if (foreign) await loadForeignBase(socketPath, foreign, progress);
-  else await importBusyboxImages(socketPath, [{ ref: BASE_IMAGE, cmd: ['/bin/sh'] }], progress, 'all');
+  else await importBusyboxImages(socketPath, [{ ref: BASE_IMAGE, changes: busyboxChanges(['/bin/sh']) }], progress, 'all');
   return true;
 }
 
@@ -156,19 +156,37 @@ async function loadForeignBase(socketPath: string, foreign: ForeignBase, progres
   }
 }
 
-/** Imports the busybox root filesystem once per image, each with its own default command. */
-async function importBusyboxImages(socketPath: string, images: ReadonlyArray<{ ref: string; cmd: readonly string[] }>, progress: BuildProgress, applets: 'test' | 'all' = 'test'): Promise<void> {
+const busyboxChanges = (cmd: readonly string[]) => [`CMD ${JSON.stringify(cmd)}`, 'WORKDIR /'];
+
+/** `host:5000/app:1` as the Engine API's import takes it: the tag after the last colon of the last path part. */
+function splitRef(ref: string): { repo: string; tag: string } {
+  const slash = ref.lastIndexOf('/');
+  const colon = ref.lastIndexOf(':');
+  return colon > slash ? { repo: ref.slice(0, colon), tag: ref.slice(colon + 1) } : { repo: ref, tag: 'latest' };
+}
+
+/**
+ * Images that stand in for ones a replay cannot have (`fleetlab replay`): the busybox root
+ * filesystem, so they run on dockerd too, with the captured image's config given as import
+ * changes (`CMD [...]`, `LABEL "k"="v"`...); its further tags added.
+ */
+export async function importStandInImages(socketPath: string, images: ReadonlyArray<{ tags: readonly string[]; changes: readonly string[] }>, progress: BuildProgress = () => undefined): Promise<void> {
+  await importBusyboxImages(socketPath, images.map((i) => ({ ref: i.tags[0]!, changes: i.changes })), progress);
+  const docker = await engineAt(socketPath);
+  for (const image of images) {
+    for (const extra of image.tags.slice(1)) await docker.getImage(image.tags[0]!).tag(splitRef(extra));
+  }
+}
+
+/** Imports the busybox root filesystem once per image, each with its own config. */
+async function importBusyboxImages(socketPath: string, images: ReadonlyArray<{ ref: string; changes: readonly string[] }>, progress: BuildProgress, applets: 'test' | 'all' = 'test'): Promise<void> {
   const docker = await engineAt(socketPath);
   const { tarPath, cleanup } = await rootfsTar(applets);
   try {
     for (const image of images) {
-      const [repo, tag] = image.ref.split(':') as [string, string];
+      const { repo, tag } = splitRef(image.ref);
       progress({ image: image.ref, step: 'importing' });
-      const stream = await docker.importImage(createReadStream(tarPath), {
-        repo,
-        tag,
-        changes: [`CMD ${JSON.stringify(image.cmd)}`, 'WORKDIR /'],
-      });
+      const stream = await docker.importImage(createReadStream(tarPath), { repo, tag, changes: [...image.changes] });
       await streamDone(docker, stream).catch((err: Error) => {
         throw new FleetlabError('SUP_ERR_ENGINE', `importing ${image.ref}: ${err.message}`);
       });

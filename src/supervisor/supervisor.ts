@@ -16,7 +16,7 @@ import { defaultBackoff } from './adapters/cloud/backoff.js';
 import { CloudClient } from './adapters/cloud/cloud-client.js';
 import { CloudLink } from './adapters/cloud/cloud-link.js';
 import { currentReport } from './adapters/cloud/report.js';
-import { Engine } from './adapters/engine.js';
+import { Engine, engineArch } from './adapters/engine.js';
 import type { HostPort, JournalPort, LedPort } from './adapters/ports.js';
 import type { SupervisorContext } from './api/context.js';
 import { buildApi } from './api/server.js';
@@ -68,7 +68,6 @@ function readBootId(): string {
   }
 }
 
-const engineArch = (a: string) => ({ arm64: 'aarch64', x64: 'amd64', arm: 'armv7hf', ia32: 'i386' })[a] ?? a;
 
 
 export class Supervisor implements SupervisorContext {

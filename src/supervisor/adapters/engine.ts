@@ -23,6 +23,12 @@ export const LABEL = {
   network: 'io.fleetlab.network',
 } as const;
 
+/** Node's name for a CPU architecture as the platform names it (PLATFORM_DEVICE_ARCH). */
+export const engineArch = (a: string): string => ({ arm64: 'aarch64', x64: 'amd64', arm: 'armv7hf', ia32: 'i386' })[a] ?? a;
+
+/** The engine name of an app's volume or network on a device. */
+export const deviceObjectName = (uuid: string, appId: number, name: string): string => `${uuid.slice(0, 7)}_${appId}_${name}`;
+
 export type ContainerState = 'created' | 'running' | 'paused' | 'restarting' | 'removing' | 'exited' | 'dead';
 
 export interface ManagedContainer {
@@ -293,11 +299,11 @@ export class Engine {
   }
 
   networkName(appId: number, network: string): string {
-    return `${this.options.device.slice(0, 7)}_${appId}_${network}`;
+    return deviceObjectName(this.options.device, appId, network);
   }
 
   volumeName(appId: number, volume: string): string {
-    return `${this.options.device.slice(0, 7)}_${appId}_${volume}`;
+    return deviceObjectName(this.options.device, appId, volume);
   }
 
   async createContainer(spec: ContainerSpec): Promise<string> {

@@ -44,26 +44,38 @@ const nameAtInit = (vendor: string) => `${vendor.toUpperCase()}_DEVICE_NAME_AT_I
 
 export function platformEnvironment(app: TargetApp, service: TargetService, ctx: SpecContext): Record<string, string> {
   const V = ctx.vendor.toUpperCase();
-  const env: Record<string, string> = {
+  const withApi = hasApiLabel(service, ctx.vendor);
+  return {
     [V]: '1',
     [`${V}_APP_NAME`]: app.name,
     [`${V}_SERVICE_NAME`]: service.serviceName,
+    ...deviceEnvironment(app.appId, ctx, withApi),
+    ...(withApi ? { [nameAtInit(ctx.vendor)]: ctx.deviceName } : {}),
+  };
+}
+
+/**
+ * The platform variables that come from the device and its supervisor rather than from the
+ * release: the same for every service of an app (the API ones only with the supervisor-api
+ * label). A replayed device has its own values for these (replay-plan.ts).
+ */
+export function deviceEnvironment(appId: number, ctx: SpecContext, withApi: boolean): Record<string, string> {
+  const V = ctx.vendor.toUpperCase();
+  return {
     [`${V}_DEVICE_UUID`]: ctx.uuid,
     [`${V}_DEVICE_TYPE`]: ctx.deviceType,
     [`${V}_DEVICE_ARCH`]: ctx.arch,
     [`${V}_APP_LOCK_PATH`]: `/tmp/${ctx.vendor}/updates.lock`,
+    ...(withApi
+      ? {
+          [`${V}_SUPERVISOR_ADDRESS`]: ctx.supervisorAddress,
+          [`${V}_SUPERVISOR_HOST`]: new URL(ctx.supervisorAddress).hostname,
+          [`${V}_SUPERVISOR_PORT`]: String(ctx.supervisorPort),
+          [`${V}_SUPERVISOR_API_KEY`]: ctx.appKey(appId),
+          [`${V}_APP_ID`]: String(appId),
+        }
+      : {}),
   };
-  if (hasApiLabel(service, ctx.vendor)) {
-    Object.assign(env, {
-      [`${V}_SUPERVISOR_ADDRESS`]: ctx.supervisorAddress,
-      [`${V}_SUPERVISOR_HOST`]: new URL(ctx.supervisorAddress).hostname,
-      [`${V}_SUPERVISOR_PORT`]: String(ctx.supervisorPort),
-      [`${V}_SUPERVISOR_API_KEY`]: ctx.appKey(app.appId),
-      [`${V}_APP_ID`]: String(app.appId),
-      [nameAtInit(ctx.vendor)]: ctx.deviceName,
-    });
-  }
-  return env;
 }
 
 /** The app networks a service joins, its network mode first; none for the engine's own modes. */

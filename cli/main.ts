@@ -236,6 +236,7 @@ program
   .description("Capture a device into one bundle file: its state, target, host config and journal, secrets redacted; read it with 'fleetlab bundle show'")
   .requiredOption('--device <url>', 'the device API, e.g. http://127.0.0.1:48484')
   .requiredOption('--api-key <key>', "the device's key")
+  .option('--sim-dir <dir>', "a simulated device on this host: its state directory (the 'state:' line of 'fleetlab sim device'); adds its store, lock files and engine objects, which 'fleetlab replay' starts from")
   .option('--out <file>', 'the bundle to write (default: fleetlab-capture-<time>.tar.gz here)')
   .option('--since <time>', 'the journal from this time on, in journalctl\'s formats (default: all, up to --journal-entries)')
   .option('--journal-entries <n>', 'the most journal entries kept, newest first', String(20_000))
@@ -243,12 +244,13 @@ program
   .option('--no-redact', 'keep keys, passwords and environment values in the bundle (warns)')
   .option('--force', 'replace a file at --out', false)
   .action(
-    action(async (opts: { device: string; apiKey: string; out?: string; since?: string; journalEntries: string; redactEnv: boolean; redact: boolean; force: boolean }) => {
+    action(async (opts: { device: string; apiKey: string; simDir?: string; out?: string; since?: string; journalEntries: string; redactEnv: boolean; redact: boolean; force: boolean }) => {
       const { parseJournalEntries, runCapture } = await import('../hil/capture/capture-command.js');
       if (!opts.redact && opts.redactEnv) throw new UsageError('--redact-env and --no-redact contradict each other: pick one');
       await runCapture({
         device: opts.device,
         apiKey: opts.apiKey,
+        ...(opts.simDir ? { simDir: opts.simDir } : {}),
         ...(opts.out ? { out: opts.out } : {}),
         ...(opts.since ? { since: opts.since } : {}),
         journalEntries: parseJournalEntries(opts.journalEntries),
@@ -256,6 +258,18 @@ program
         force: opts.force,
         log: (line) => console.error(`fleetlab capture: ${line}`),
       });
+    }),
+  );
+
+program
+  .command('replay <bundle>')
+  .description('Start a simulated device in the state a bundle captured (store, containers, images stood in, volumes, networks, lock files), and let its supervisor run from there')
+  .option('--port <n>', 'device API port (0: pick a free one)', '0')
+  .option('--data-dir <dir>', 'where the replayed device keeps its state (default: a new temporary directory)')
+  .action(
+    action(async (bundle: string, opts: { port: string; dataDir?: string }) => {
+      const { runReplay } = await import('../hil/capture/capture-command.js');
+      await runReplay({ bundle, port: parsePort('--port', opts.port), ...(opts.dataDir ? { dataDir: opts.dataDir } : {}) });
     }),
   );
 

@@ -221,6 +221,7 @@ async function attachCapture(device: DeviceUnderTest, testInfo: TestInfo): Promi
       api: device.api,
       key: identity.apiKey,
       ...(device.exec ? { exec: device.exec } : {}),
+      ...(device.paths ? { paths: device.paths } : {}),
       redaction: 'default',
       journalEntries: CAPTURE_JOURNAL_ENTRIES,
       fleetlab: fleetlabVersion(import.meta.url),

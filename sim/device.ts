@@ -372,17 +372,26 @@ export class SimDevice extends EventEmitter<{ reboot: []; poweroff: []; exit: [c
 /** `fleetlab sim device`: start, print the ready line, run until a signal or power-off. */
 export async function runSimDevice(opts: SimDeviceOptions): Promise<void> {
   const device = await SimDevice.start(opts);
+  await serveSimDevice(device, `fleetlab: simulated device ${device.info().uuid} is up`);
+}
+
+/**
+ * Prints a started device's ready line (stdout, JSON) and how to reach it (stderr), then runs
+ * until a signal (again to force) or its power-off, and stops it.
+ */
+export async function serveSimDevice(device: SimDevice, heading: string, more: string[] = []): Promise<void> {
   const info = device.info();
   process.stdout.write(`${JSON.stringify({ event: 'ready', ...info })}\n`);
   process.stderr.write(
     [
-      `fleetlab: simulated device ${info.uuid} is up`,
+      heading,
       `  device API:   ${info.url}  (key: ${info.apiKey})`,
       `  try:          curl "${info.url}/v1/device?apikey=${info.apiKey}"`,
       `  state:        ${info.dataDir}`,
       `  supervisor log: ${device.supervisorLog}`,
       `  journal:      journalctl --directory ${join(info.dataDir, 'journal')}`,
       ...(device.simEngine ? [`  engine:       DOCKER_HOST=unix://${device.simEngine.socketPath} docker ps`] : []),
+      ...more,
       '  stop with Ctrl-C',
       '',
     ].join('\n'),

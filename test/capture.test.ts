@@ -11,9 +11,10 @@ import { gunzipSync } from 'node:zlib';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { readBundle } from '../hil/capture/bundle.js';
 import { captureDevice, type CaptureOptions } from '../hil/capture/capture.js';
+import { simDevicePaths } from '../hil/capture/capture-command.js';
 import { showBundle } from '../hil/capture/show.js';
 import { httpApi } from '../hil/lib/http.js';
-import { hostShell } from '../hil/targets/sim.js';
+import { hostShell } from '../hil/targets/host-shell.js';
 import { SimDevice } from '../sim/device.js';
 import { freePort } from '../src/free-port.js';
 import { supervisorUnit } from '../sim/journal/journal-sim.js';
@@ -182,3 +183,11 @@ describe('capture from a simulated device', () => {
     expect(shown).toMatch(/not captured:\n {2}state: GET \/v2\/state\/status: .*ECONNREFUSED/);
   });
 });
+
+describe('--sim-dir', () => {
+  it("finds the supervisor's files and engine from the state directory a simulated device prints", () => {
+    expect(simDevicePaths(device.info().dataDir)).toEqual({ ...device.paths });
+    expect(() => simDevicePaths(dir)).toThrow(/--sim-dir must be a simulated device's state directory \(the "state:" line 'fleetlab sim device' prints\), holding supervisor\/device\.json; \/tmp\/fleetlab-capture-test-\w+ does not/);
+  });
+});
+

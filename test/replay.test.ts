@@ -13,7 +13,7 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { captureDevice } from '../hil/capture/capture.js';
 import { replayOnSim } from '../hil/capture/replay.js';
 import { httpApi } from '../hil/lib/http.js';
-import { hostShell } from '../hil/targets/sim.js';
+import { hostShell } from '../hil/targets/host-shell.js';
 import { SimDevice } from '../sim/device.js';
 import { LABEL } from '../src/supervisor/adapters/engine.js';
 

@@ -8,11 +8,17 @@ import { fleetlabVersion } from '../../src/package-root.js';
 import { httpApi } from '../lib/http.js';
 import { readBundle, type Redaction } from './bundle.js';
 import { captureDevice, DEFAULT_JOURNAL_ENTRIES } from './capture.js';
+import type { DevicePaths } from '../targets/protocols.js';
+import { hostShell } from '../targets/host-shell.js';
+import { existsSync } from 'node:fs';
+import { join, resolve } from 'node:path';
 import { showBundle } from './show.js';
 
 export interface CaptureCommandOptions {
   device: string;
   apiKey: string;
+  /** A simulated device's state directory on this host: the capture gets a shell and its paths. */
+  simDir?: string;
   out?: string;
   since?: string;
   journalEntries?: number;
@@ -43,6 +49,7 @@ export async function runCapture(options: CaptureCommandOptions): Promise<void> 
   const out = options.out ?? defaultBundleName(new Date());
   if (options.redaction === 'none') options.log('warning: --no-redact: keys, passwords and every environment value go into the bundle as they are');
   const api = httpApi({ url, apiKey: options.apiKey, uuid: '', vendor: '', lockRoot: '' });
+  const local = options.simDir ? { exec: hostShell, paths: simDevicePaths(options.simDir) } : {};
   const stop = new AbortController();
   const onInt = () => {
     options.log('stopping after this step (Ctrl-C again to stop at once, with no bundle)');
@@ -56,6 +63,7 @@ export async function runCapture(options: CaptureCommandOptions): Promise<void> 
       source: { kind: 'api', address: url },
       api,
       key: options.apiKey,
+      ...local,
       redaction: options.redaction,
       ...(options.since ? { since: options.since } : {}),
       journalEntries: options.journalEntries ?? DEFAULT_JOURNAL_ENTRIES,
@@ -74,6 +82,23 @@ export async function runCapture(options: CaptureCommandOptions): Promise<void> 
   }
 }
 
+/**
+ * Where a simulated device on this host keeps the supervisor's files (see SimDevice), from the
+ * state directory `fleetlab sim device` prints.
+ */
+export function simDevicePaths(simDir: string): DevicePaths {
+  const dir = resolve(simDir);
+  if (!existsSync(join(dir, 'supervisor', 'device.json'))) {
+    throw usage(`--sim-dir must be a simulated device's state directory (the "state:" line 'fleetlab sim device' prints), holding supervisor/device.json; ${dir} does not`);
+  }
+  const engineSocket = join(dir, 'engine', 'engine.sock');
+  return {
+    dataDir: join(dir, 'supervisor'),
+    lockRoot: join(dir, 'locks'),
+    ...(existsSync(engineSocket) ? { dockerHost: `unix://${engineSocket}` } : {}),
+  };
+}
+
 export async function runBundleShow(path: string): Promise<void> {
   process.stdout.write(showBundle(await readBundle(path)));
 }
@@ -83,4 +108,21 @@ export function parseJournalEntries(value: string): number {
   const n = Number(value);
   if (!Number.isInteger(n) || n < 1 || n > 2 ** 31 - 1) throw usage(`--journal-entries must be a positive integer, not ${JSON.stringify(value)}`);
   return n;
+}
+
+export interface ReplayCommandOptions {
+  bundle: string;
+  port: number;
+  dataDir?: string;
+}
+
+/** `fleetlab replay`: the bundle's device on a fresh simulated device, until Ctrl-C. */
+export async function runReplay(options: ReplayCommandOptions): Promise<void> {
+  const { replayOnSim } = await import('./replay.js');
+  const { serveSimDevice } = await import('../../sim/device.js');
+  const log = (line: string) => console.error(`fleetlab replay: ${line}`);
+  const { device } = await replayOnSim({ bundle: options.bundle, port: options.port, ...(options.dataDir ? { dataDir: options.dataDir } : {}), log });
+  await serveSimDevice(device, `fleetlab: device ${device.info().uuid} replayed from ${options.bundle} is up; its supervisor runs from the captured state`, [
+    `  compare:      fleetlab bundle show ${options.bundle}`,
+  ]);
 }

@@ -7,7 +7,7 @@
  * A device that stops answering half way (the connection fails, not an HTTP error) ends the
  * capture: the bundle keeps what was read and says it is incomplete. So does `signal`.
  */
-import type { ApiProtocol, CommandProtocol, HttpResponse, RequestOptions } from '../targets/protocols.js';
+import type { ApiProtocol, CommandProtocol, DevicePaths, HttpResponse, RequestOptions } from '../targets/protocols.js';
 import { errorText, FleetlabError } from '../../src/errors.js';
 import { BundleWriter, type BundleManifest, type BundleSource, type Redaction } from './bundle.js';
 import { redactJson, redactText, type RedactOptions } from './redact.js';
@@ -23,7 +23,7 @@ export interface CaptureOptions {
   key: string;
   /** A shell on the device, when the capture has one. */
   exec?: CommandProtocol;
-  /** Where the supervisor keeps its files on the device (read with `exec`). */
+  /** Where the supervisor keeps its files on the device (read with `exec`), and its engine. */
   paths?: DevicePaths;
   redaction: Redaction;
   /** The journal from this time on (journalctl's formats); default all of it, up to `journalEntries`. */
@@ -34,16 +34,6 @@ export interface CaptureOptions {
   force?: boolean;
   signal?: AbortSignal;
   progress?: (line: string) => void;
-}
-
-/** The supervisor's files on the device, as its flags set them. */
-export interface DevicePaths {
-  /** `--data-dir`: the store, device.json. */
-  dataDir?: string;
-  /** `--lock-root`: `<app>/<service>/updates.lock`. */
-  lockRoot?: string;
-  /** The engine for the docker CLI on the device (`-H`); default the CLI's own. */
-  dockerHost?: string;
 }
 
 export const DEFAULT_JOURNAL_ENTRIES = 20_000;
@@ -80,11 +70,9 @@ export async function captureDevice(options: CaptureOptions): Promise<BundleMani
   const needShell = () => {
     if (!options.exec) throw new Error(NO_SHELL);
   };
-  const shell = async (argv: string[]): Promise<string> => {
+  const shell: Shell = async (argv) => {
     needShell();
-    const result = await options.exec!.run(argv, { timeoutMs: 30_000 });
-    if (result.exitCode !== 0) throw new Error(`${argv.join(' ')} exited ${result.exitCode}: ${result.stderr.trim().slice(0, 300)}`);
-    return result.stdout;
+    return shellOn(options.exec!)(argv);
   };
 
   const steps: Array<[string, (put: (file: string, data: string) => Promise<void>) => Promise<void>]> = [
@@ -108,7 +96,9 @@ export async function captureDevice(options: CaptureOptions): Promise<BundleMani
     ['engine', async (put) => {
       needShell();
       if (!uuid) throw new Error("needs the device's uuid, from its store or the source");
-      const engine = await engineObjects(shell, options.paths?.dockerHost, uuid, targetImages);
+      const engineShell = options.paths?.engineShell;
+      const docker = engineShell ? shellOn(engineShell) : shell;
+      const engine = await engineObjects(docker, options.paths?.dockerHost, uuid, targetImages);
       for (const [name, value] of Object.entries(engine)) await putJson(put, `engine/${name}.json`, value);
     }],
     ['state', async (put) => {
@@ -197,6 +187,14 @@ async function journal(options: CaptureOptions, redact: RedactOptions): Promise<
 }
 
 type Shell = (argv: string[]) => Promise<string>;
+
+/** Runs argv there: its stdout, or an error with its exit status and stderr. */
+const shellOn = (exec: CommandProtocol): Shell => async (argv) => {
+  const result = await exec.run(argv, { timeoutMs: 30_000 });
+  if (result.exitCode === 127) throw new Error(`${argv[0]} is not installed where it runs (exit 127)${argv[0] === 'docker' ? ': install the docker CLI (Debian: docker.io)' : ''}`);
+  if (result.exitCode !== 0) throw new Error(`${argv.join(' ')} exited ${result.exitCode}: ${result.stderr.trim().slice(0, 300)}`);
+  return result.stdout;
+};
 
 /** The images the stored targets (local and cloud) name. */
 function imagesOfTargets(store: Record<string, unknown>): string[] {

@@ -4,6 +4,7 @@
  * and what the capture could not read. Pure: a bundle in, text out.
  */
 import type { Bundle } from './bundle.js';
+import type { CapturedLocks } from './capture.js';
 
 interface DeviceV1 {
   status?: string;
@@ -74,7 +75,7 @@ export function showBundle(bundle: Bundle): string {
     }
   }
 
-  const waiting = waitingFor(device, status);
+  const waiting = [...lockLines(optional<CapturedLocks>(bundle, 'supervisor/locks.json')), ...waitingFor(device, status)];
   if (waiting.length) out.push('', 'waiting for:', ...waiting.map((w) => `  ${w}`));
 
   const errors = lastSupervisorErrors(bundle);
@@ -100,6 +101,21 @@ function waitingFor(device: DeviceV1 | undefined, status: StatusV2 | undefined):
   }
   if (device?.update_pending && lines.length === 0) lines.push('an update is pending with nothing downloading or stopped: an update lock, or the apply loop (see the log below)');
   return lines;
+}
+
+/** Each lock file on the device, and who holds it: the app (its file is empty or its own), or a supervisor (its mark). */
+function lockLines(locks: CapturedLocks | undefined): string[] {
+  return (locks?.files ?? []).map((f) => {
+    const [appId, service] = f.path.split('/');
+    let holder = 'the app';
+    try {
+      const mark = JSON.parse(f.content) as { lockedBy?: string; pid?: number };
+      if (mark.lockedBy === 'fleetlab-supervisor') holder = `the supervisor (pid ${mark.pid}; freed at its next start if it is gone)`;
+    } catch {
+      // Not a supervisor's mark: the app's lock, whatever it wrote.
+    }
+    return `update lock of service ${service} of app ${appId}, held by ${holder}: ${locks!.root}/${f.path}`;
+  });
 }
 
 function lastSupervisorErrors(bundle: Bundle): string[] {

@@ -27,6 +27,7 @@ import type {
   DeviceUnderTest,
   FilesProtocol,
   JournalProtocol,
+  DevicePaths,
   LedProtocol,
   LedTransition,
   PowerProtocol,
@@ -341,6 +342,7 @@ class BoardUnderTest implements DeviceUnderTest {
   readonly power: PowerProtocol;
   readonly led?: LedProtocol;
   readonly images?: ImagesProtocol;
+  readonly paths: DevicePaths;
   #closed = false;
 
   constructor(
@@ -355,6 +357,7 @@ class BoardUnderTest implements DeviceUnderTest {
     this.facts = { engine: 'docker', imagesArePulled: false, timeScale: config.timeScale };
     this.api = httpApi({ url: config.apiUrl, apiKey: identity.apiKey, uuid: identity.uuid, vendor: config.vendor, lockRoot: config.lockRoot, hostPaths: config.hostPaths });
     this.exec = ssh.exec;
+    this.paths = { dataDir: config.dataDir, lockRoot: config.lockRoot };
     this.journal = ssh.journal;
     this.files = {
       ...ssh.files,

@@ -44,6 +44,7 @@ import type {
   FilesProtocol,
   ImagesProtocol,
   JournalProtocol,
+  DevicePaths,
   LedProtocol,
   LedTransition,
   PowerProtocol,
@@ -51,6 +52,7 @@ import type {
   TargetFacts,
 } from './protocols.js';
 import { freePort } from '../../src/free-port.js';
+import { hostShell } from './host-shell.js';
 
 export interface ContainerTargetOptions {
   /** Image to run; default `FLEETLAB_DEVICE_IMAGE`, else built (cached) from this checkout. */
@@ -124,6 +126,7 @@ class ContainerUnderTest implements DeviceUnderTest {
   readonly journal: JournalProtocol;
   readonly files: FilesProtocol;
   readonly images: ImagesProtocol;
+  readonly paths: DevicePaths;
   readonly #supervisorLogPath: string;
   readonly #uuid: string;
   #readyCount: number;
@@ -152,6 +155,8 @@ class ContainerUnderTest implements DeviceUnderTest {
       lockRoot: join(dataDir, 'locks'),
       hostPaths: { hostname: join(dataDir, 'host', 'hostname'), proxyConfigDir: join(dataDir, 'boot', 'system-proxy'), bootConfig: join(dataDir, 'boot', 'config.txt') },
     });
+    // The device's engine is the host's dockerd: its CLI runs here (the device image has none).
+    this.paths = { dataDir: join(dataDir, 'supervisor'), lockRoot: join(dataDir, 'locks'), dockerHost: `unix://${dockerSocket}`, engineShell: hostShell };
     const run = (argv: readonly string[], opts: { input?: string | Buffer; timeoutMs?: number } = {}) => dockerExec(dockerSocket, id, argv, opts);
     this.exec = {
       run: async (argv, opts) => {

@@ -172,6 +172,21 @@ export interface FilesProtocol {
   volumePath?(appId: number, volume: string): Promise<string | undefined>;
 }
 
+/**
+ * Where the supervisor keeps its files on the device (as its flags set them) and how its engine
+ * is reached: what `fleetlab capture` needs beyond the API to make a bundle a replay starts from.
+ */
+export interface DevicePaths {
+  /** `--data-dir`: the store, device.json. */
+  dataDir?: string;
+  /** `--lock-root`: `<app>/<service>/updates.lock`. */
+  lockRoot?: string;
+  /** The engine for the docker CLI (`-H`); default the CLI's own. */
+  dockerHost?: string;
+  /** Where that docker CLI runs when not on the device: an engine the harness shares (the container target). */
+  engineShell?: CommandProtocol;
+}
+
 /** One device reached through one target. Protocols a target lacks are `undefined`. */
 export interface DeviceUnderTest extends AsyncDisposable {
   readonly target: string;
@@ -186,6 +201,8 @@ export interface DeviceUnderTest extends AsyncDisposable {
   readonly journal?: JournalProtocol;
   readonly files?: FilesProtocol;
   readonly images?: ImagesProtocol;
+  /** Where a capture finds the supervisor's files and engine (with `exec`). */
+  readonly paths?: DevicePaths;
   /** The supervisor's own log so far (attached to failed tests). */
   supervisorLog(): Promise<string>;
   /** The board's serial console (emulated boards): what the guest said when SSH cannot reach it. */

@@ -38,7 +38,7 @@ import { dockerVolumePath, storedIdentity, unitLog, waitApiDown } from './board.
 import { runResetStep, supervisorWipeLines } from './board-reset.js';
 import { PulledImages } from './pulled-images.js';
 import { SshDevice } from './ssh-device.js';
-import type { ApiProtocol, Capability, DeviceUnderTest, ImagesProtocol, LedProtocol, NetworkProtocol, PowerProtocol, TargetDriver, TargetFacts, TargetStartOptions } from './protocols.js';
+import type { ApiProtocol, Capability, DevicePaths, DeviceUnderTest, ImagesProtocol, LedProtocol, NetworkProtocol, PowerProtocol, TargetDriver, TargetFacts, TargetStartOptions } from './protocols.js';
 
 export const QEMU_TARGET = 'qemu';
 export const QEMU_CAPABILITIES: readonly Capability[] = ['api', 'exec', 'led', 'power.reboot', 'power.cycle', 'power.cut', 'network', 'journal', 'files', 'files.volumes', 'images'];
@@ -303,6 +303,7 @@ class QemuUnderTest implements DeviceUnderTest {
   readonly power: PowerProtocol;
   readonly network: NetworkProtocol;
   readonly images: ImagesProtocol;
+  readonly paths: DevicePaths = { dataDir: GUEST.dataDir, lockRoot: GUEST.lockRoot };
   /** This file's API connections, ended with it: the next file may start from a restored snapshot. */
   readonly #connections = new Agent();
   #closed = false;

@@ -11,7 +11,6 @@
  * The container engine is `FLEETLAB_HIL_ENGINE` (`sim` or `docker`; see `defaultEngine`).
  * Specs never see the engine: they reach containers only through the device API.
  */
-import { execFile } from 'node:child_process';
 import { mkdir, readFile, readdir, rm, stat, writeFile } from 'node:fs/promises';
 import { dirname, join } from 'node:path';
 import Docker from 'dockerode';
@@ -19,7 +18,8 @@ import { SIM_LED_CHIP, SimDevice } from '../../sim/device.js';
 import { LABEL } from '../../src/supervisor/adapters/engine.js';
 import { httpApi } from '../lib/http.js';
 import { journalEntries } from '../lib/journal-json.js';
-import type { ApiProtocol, Capability, CommandProtocol, DeviceUnderTest, ExecResult, FilesProtocol, ImagesProtocol, JournalProtocol, LedProtocol, NetworkProtocol, PowerProtocol, TargetDriver, TargetFacts, TargetStartOptions } from './protocols.js';
+import { hostShell, runOnHost } from './host-shell.js';
+import type { ApiProtocol, Capability, CommandProtocol, DevicePaths, DeviceUnderTest, FilesProtocol, ImagesProtocol, JournalProtocol, LedProtocol, NetworkProtocol, PowerProtocol, TargetDriver, TargetFacts, TargetStartOptions } from './protocols.js';
 
 export type SimEngine = 'sim' | 'docker';
 
@@ -47,21 +47,6 @@ export function defaultEngine(): SimEngine {
   return DEFAULT_ENGINE;
 }
 
-function run(file: string, args: readonly string[], options: { input?: string; timeoutMs?: number } = {}): Promise<ExecResult> {
-  return new Promise((resolve) => {
-    const child = execFile(file, [...args], { timeout: options.timeoutMs ?? 30_000, maxBuffer: 64 * 1024 * 1024, encoding: 'utf8' }, (err, stdout, stderr) => {
-      const code = err && typeof (err as NodeJS.ErrnoException).code === 'number' ? ((err as unknown as { code: number }).code) : err ? 127 : 0;
-      resolve({ exitCode: code, stdout, stderr: stderr || (err && !stdout ? err.message : '') });
-    });
-    if (options.input !== undefined) child.stdin?.end(options.input);
-  });
-}
-
-/** A shell on the device when the device is this host (the sim target, a capture of a simulated device). */
-export const hostShell: CommandProtocol = {
-  run: (argv, options) => (argv.length ? run(argv[0]!, argv.slice(1), options) : Promise.reject(new Error('exec: empty argv'))),
-};
-
 class SimUnderTest implements DeviceUnderTest {
   readonly target = 'sim';
   readonly api: ApiProtocol;
@@ -72,6 +57,7 @@ class SimUnderTest implements DeviceUnderTest {
   readonly files: FilesProtocol;
   readonly network: NetworkProtocol;
   readonly images?: ImagesProtocol;
+  readonly paths: DevicePaths;
   readonly facts: TargetFacts;
   #closed = false;
 
@@ -94,6 +80,7 @@ class SimUnderTest implements DeviceUnderTest {
       this.images = { prepare: async () => ({ engineSocket }) };
     }
     this.exec = hostShell;
+    this.paths = sim.paths;
     const gpio = sim.ledGpio;
     this.led = {
       line: `gpio ${gpio} (${SIM_LED_CHIP} pin ${sim.options.ledOffset}, simulated sysfs)`,
@@ -118,7 +105,7 @@ class SimUnderTest implements DeviceUnderTest {
         // Through the OS, as a user of the board would: login1's Reboot on the device's bus.
         const done = rebooted();
         done.catch(() => undefined); // observed below; a failed dbus-send must not leave it unhandled
-        const res = await run('dbus-send', [`--bus=${sim.bus.address}`, '--print-reply', `--dest=${LOGIN1.dest}`, LOGIN1.path, LOGIN1.method, 'boolean:false']);
+        const res = await runOnHost('dbus-send', [`--bus=${sim.bus.address}`, '--print-reply', `--dest=${LOGIN1.dest}`, LOGIN1.path, LOGIN1.method, 'boolean:false']);
         if (res.exitCode !== 0) throw new Error(`login1 Reboot failed: ${res.stderr.trim()}`);
         await done;
         await this.api.waitReady(READY_MS);
@@ -153,7 +140,7 @@ class SimUnderTest implements DeviceUnderTest {
       entries: async (options = {}) => {
         const args = ['--directory', journalDir, '--no-pager', '-o', 'json', '--lines', String(options.lines ?? 500)];
         if (options.unit) args.push('--unit', options.unit);
-        const res = await run('journalctl', args);
+        const res = await runOnHost('journalctl', args);
         return journalEntries(res.stdout, res.exitCode);
       },
     };

@@ -10,7 +10,7 @@
  * Each inner run's JUnit report is copied to test-results/package-<name>-junit.xml, so .ci/run
  * counts its tests too. `npm run test:package` runs this file (a few minutes: two installs).
  */
-import { execFile } from 'node:child_process';
+import { execFile, spawn } from 'node:child_process';
 import { cpSync, existsSync, mkdirSync, mkdtempSync, readdirSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, relative, resolve } from 'node:path';
@@ -112,6 +112,30 @@ describe('a team app, installed with npm 12', () => {
     expect(shown.code, shown.out).toBe(0);
     expect(shown.out).toContain('complete: the capture ran every step');
     expect(shown.out).toMatch(/running:\n {2}app \d+ \S+: Running/);
+
+    // ... and replay: a device on this machine in the state the failing one was in.
+    const replay = spawn(join(dir, 'node_modules', '.bin', 'fleetlab'), ['replay', bundle!], { cwd: dir, stdio: ['ignore', 'pipe', 'pipe'] });
+    let stderr = '';
+    replay.stderr.on('data', (chunk: Buffer) => (stderr += chunk.toString()));
+    try {
+      const ready = await new Promise<{ url: string; apiKey: string }>((resolveReady, reject) => {
+        let out = '';
+        replay.stdout.on('data', (chunk: Buffer) => {
+          out += chunk.toString();
+          const line = out.split('\n').find((l) => l.includes('"event":"ready"'));
+          if (line) resolveReady(JSON.parse(line) as { url: string; apiKey: string });
+        });
+        replay.once('exit', (code) => reject(new Error(`fleetlab replay exited ${code} before it was ready:\n${stderr}`)));
+      });
+      const status = (await (await fetch(`${ready.url}/v2/state/status`, { headers: { authorization: `Bearer ${ready.apiKey}` } })).json()) as { containers: Array<{ serviceName: string }> };
+      expect(status.containers.length, stderr).toBeGreaterThan(0);
+      expect(stderr).toMatch(/fleetlab replay: containers: \S+/);
+    } finally {
+      const exited = new Promise((r) => replay.once('exit', r));
+      replay.kill('SIGINT');
+      await exited;
+    }
+    expect(stderr).toContain('stopping the device');
   }, 300_000);
 
   it('an addon left unbuilt is one sentence with the fix, and exit 1', async () => {

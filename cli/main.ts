@@ -266,10 +266,12 @@ program
   .description('Start a simulated device in the state a bundle captured (store, containers, images stood in, volumes, networks, lock files), and let its supervisor run from there')
   .option('--port <n>', 'device API port (0: pick a free one)', '0')
   .option('--data-dir <dir>', 'where the replayed device keeps its state (default: a new temporary directory)')
+  .option('--spec <file>', 'instead: write a fleetlab/test spec that starts a device from the bundle and asserts it reaches its target (edit it to what the fix must do)')
+  .option('--force', 'with --spec: replace the file', false)
   .action(
-    action(async (bundle: string, opts: { port: string; dataDir?: string }) => {
+    action(async (bundle: string, opts: { port: string; dataDir?: string; spec?: string; force: boolean }) => {
       const { runReplay } = await import('../hil/capture/capture-command.js');
-      await runReplay({ bundle, port: parsePort('--port', opts.port), ...(opts.dataDir ? { dataDir: opts.dataDir } : {}) });
+      await runReplay({ bundle, port: parsePort('--port', opts.port), ...(opts.dataDir ? { dataDir: opts.dataDir } : {}), ...(opts.spec ? { spec: opts.spec } : {}), force: opts.force });
     }),
   );
 

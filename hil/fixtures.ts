@@ -28,10 +28,10 @@ import { readBundle } from './capture/bundle.js';
 import { captureDevice } from './capture/capture.js';
 import { showBundle } from './capture/show.js';
 import { fleetlabVersion } from '../src/package-root.js';
-import { errorText } from '../src/errors.js';
+import { errorText, FleetlabError } from '../src/errors.js';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { dirname, join, resolve } from 'node:path';
 
 const JOURNAL_LINES = 500;
 const LOG_TAIL_BYTES = 256 * 1024;
@@ -62,12 +62,15 @@ class DevicePool {
 
   constructor(private readonly driver: TargetDriver) {}
 
-  async forFile(file: string, withCloud: boolean): Promise<Held> {
+  async forFile(file: string, withCloud: boolean, bundle?: string): Promise<Held> {
     if (this.#held?.file === file) return this.#held;
     await this.retire();
+    if (bundle && !this.driver.startsFromBundle) {
+      throw new FleetlabError('HIL_ERR_CAPABILITY', `target ${this.driver.name} cannot start a device from a bundle yet (fromBundle ${bundle}): run this spec on the sim target`);
+    }
     // A target that cannot partition the device from a cloud gets none; its cloud specs skip.
     const cloud = withCloud && this.driver.provides.includes('network') ? await startLabCloud() : undefined;
-    const options: TargetStartOptions = cloud ? { cloud: { url: cloud.url, provisioningKey: cloud.provisioningKey } } : {};
+    const options: TargetStartOptions = { ...(cloud ? { cloud: { url: cloud.url, provisioningKey: cloud.provisioningKey } } : {}), ...(bundle ? { bundle } : {}) };
     let raw: DeviceUnderTest | undefined;
     try {
       raw = await this.steps.run('target', 'start', { target: this.driver.name, cloud: Boolean(cloud) }, () => this.driver.start(options), (d) => ({ capabilities: [...d.capabilities] }));
@@ -113,6 +116,11 @@ export interface HilTestFixtures {
   withCloud: boolean;
   /** The compose file or directory `device.deploy()` builds when it is given none. */
   app: string | undefined;
+  /**
+   * Start the file's device in the state this bundle captured (`fleetlab capture`), as
+   * `fleetlab replay` does; a path relative to the spec file. The sim target only, for now.
+   */
+  fromBundle: string | undefined;
   device: Device;
   /** The lab cloud of a `withCloud` file; undefined when the target cannot take part. */
   cloud: FleetCloud | undefined;
@@ -138,14 +146,16 @@ export const test = base.extend<HilTestFixtures, HilWorkerFixtures>({
   deviceScope: ['file', { option: true }],
   withCloud: [false, { option: true }],
   app: [undefined, { option: true }],
+  fromBundle: [undefined, { option: true }],
 
-  device: async ({ devicePool, deviceScope, withCloud, app }, use, testInfo) => {
+  device: async ({ devicePool, deviceScope, withCloud, app, fromBundle }, use, testInfo) => {
     const recorder = new StepRecorder(devicePool.steps);
     const origin = Date.now();
     let held: Awaited<ReturnType<DevicePool['forFile']>> | undefined;
     try {
       // A repeat (--repeat-each) of a file is a new run of it: it gets its own device.
-      held = await devicePool.forFile(`${testInfo.file}#${testInfo.repeatEachIndex}`, withCloud);
+      const bundle = fromBundle ? resolve(dirname(testInfo.file), fromBundle) : undefined;
+      held = await devicePool.forFile(`${testInfo.file}#${testInfo.repeatEachIndex}`, withCloud, bundle);
       await use(new Device(held.device, { ...(app ? { app } : {}), startedAt: origin, log: (line) => console.log(`fleetlab: ${line}`) }));
     } finally {
       const failed = !held || testInfo.status !== testInfo.expectedStatus;

@@ -11,7 +11,9 @@ import { join } from 'node:path';
 import Docker from 'dockerode';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { captureDevice } from '../hil/capture/capture.js';
+import { readBundle } from '../hil/capture/bundle.js';
 import { replayOnSim } from '../hil/capture/replay.js';
+import { replaySpec } from '../hil/capture/replay-spec.js';
 import { httpApi } from '../hil/lib/http.js';
 import { hostShell } from '../hil/targets/host-shell.js';
 import { SimDevice } from '../sim/device.js';
@@ -163,6 +165,13 @@ describe('replay of a captured device on a fresh simulated device', () => {
     expect(await stuckStatus(replayed)).toEqual(before.status);
     expect(await engineContainers(replayed.sim)).toEqual(before.containers);
     expect(notes.join('\n')).toMatch(/lock files: .*\/locks\/1\/worker\/updates\.lock/);
+
+    // The spec a developer starts from: release the app's lock, reach release 2, keep the volume.
+    const spec = replaySpec(await readBundle(join(dir, 'locked.tar.gz')), './locked.bundle.tar.gz');
+    expect(spec).toContain("test.use({ fromBundle: './locked.bundle.tar.gz' });");
+    expect(spec).toMatch(/ \*   update lock of service worker of app 1, held by the app: /);
+    expect(spec).toContain("  await device.files!.remove(device.updateLockPath('worker', 1));\n  await device.waitForRelease({ releaseId: 2, services: ['main', 'worker'] }, { timeoutMs: 60_000 });");
+    expect(spec).toContain("  expect(await device.files!.volumePath!(1, 'data'), 'volume data is kept').toBeTruthy();");
 
     // The stuck point is live: once the app lets go, the replayed device updates.
     rmSync(join(replayed.sim.lockRoot, '1', 'worker', 'updates.lock'));

@@ -10,8 +10,8 @@ import { readBundle, type Redaction } from './bundle.js';
 import { captureDevice, DEFAULT_JOURNAL_ENTRIES } from './capture.js';
 import type { DevicePaths } from '../targets/protocols.js';
 import { hostShell } from '../targets/host-shell.js';
-import { existsSync } from 'node:fs';
-import { join, resolve } from 'node:path';
+import { copyFileSync, existsSync, mkdirSync, writeFileSync } from 'node:fs';
+import { basename, dirname, join, relative, resolve } from 'node:path';
 import { showBundle } from './show.js';
 
 export interface CaptureCommandOptions {
@@ -114,10 +114,14 @@ export interface ReplayCommandOptions {
   bundle: string;
   port: number;
   dataDir?: string;
+  /** Write a spec that starts from the bundle to this file, instead of starting a device. */
+  spec?: string;
+  force?: boolean;
 }
 
-/** `fleetlab replay`: the bundle's device on a fresh simulated device, until Ctrl-C. */
+/** `fleetlab replay`: the bundle's device on a fresh simulated device, until Ctrl-C; or, with `spec`, a spec that starts from it. */
 export async function runReplay(options: ReplayCommandOptions): Promise<void> {
+  if (options.spec) return writeReplaySpec(options.bundle, options.spec, options.force ?? false);
   const { replayOnSim } = await import('./replay.js');
   const { serveSimDevice } = await import('../../sim/device.js');
   const log = (line: string) => console.error(`fleetlab replay: ${line}`);
@@ -125,4 +129,25 @@ export async function runReplay(options: ReplayCommandOptions): Promise<void> {
   await serveSimDevice(device, `fleetlab: device ${device.info().uuid} replayed from ${options.bundle} is up; its supervisor runs from the captured state`, [
     `  compare:      fleetlab bundle show ${options.bundle}`,
   ]);
+}
+
+async function writeReplaySpec(bundlePath: string, specPath: string, force: boolean): Promise<void> {
+  const { replaySpec } = await import('./replay-spec.js');
+  const { capturedDevice } = await import('./replay.js');
+  const bundle = await readBundle(bundlePath);
+  // The spec's device is this bundle's replay: refuse here what the replay would refuse there.
+  capturedDevice(bundle, bundlePath);
+  const spec = resolve(specPath);
+  if (!/\.spec\.[cm]?[jt]s$/.test(spec)) throw usage(`--spec must name a spec file (*.spec.ts), not ${JSON.stringify(specPath)}`);
+  if (existsSync(spec) && !force) throw usage(`${specPath} exists: pass --force to replace it`);
+  // The bundle goes beside the spec (test results are wiped by the next run): the two are committed together.
+  const beside = join(dirname(spec), `${basename(spec).replace(/\.spec\.[cm]?[jt]s$/, '')}.bundle.tar.gz`);
+  mkdirSync(dirname(spec), { recursive: true });
+  if (resolve(bundlePath) !== beside) {
+    if (existsSync(beside) && !force) throw usage(`${relative(process.cwd(), beside)} exists: pass --force to replace it`);
+    copyFileSync(resolve(bundlePath), beside);
+  }
+  writeFileSync(spec, replaySpec(bundle, `./${basename(beside)}`));
+  console.error(`fleetlab replay: wrote ${specPath} and the bundle beside it, ${relative(process.cwd(), beside)}; the spec starts a sim device from it. Run it: npx fleetlab test ${basename(spec)}`);
+  console.log(specPath);
 }

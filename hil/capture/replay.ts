@@ -15,7 +15,7 @@ import { freePort } from '../../src/free-port.js';
 import { engineArch } from '../../src/supervisor/adapters/engine.js';
 import { newKey } from '../../src/supervisor/state/keys.js';
 import type { DeviceRecord } from '../../src/supervisor/state/store.js';
-import { SimDevice } from '../../sim/device.js';
+import { SimDevice, type SimDeviceOptions } from '../../sim/device.js';
 import { engineAt } from '../../sim/engine-at.js';
 import { importStandInImages } from '../../sim/images/test-images.js';
 import { readBundle, type Bundle } from './bundle.js';
@@ -34,6 +34,11 @@ export interface ReplayOptions {
 export interface Replayed {
   device: SimDevice;
   plan: ReplayPlan;
+}
+
+export interface Replayable {
+  plan: ReplayPlan;
+  sim: SimDeviceOptions;
 }
 
 const replayError = (message: string) => new FleetlabError('HIL_ERR_CAPTURE', message);
@@ -58,8 +63,11 @@ export function capturedDevice(bundle: Bundle, path: string): CapturedDevice {
   };
 }
 
-/** Starts a simulated device (its own simulated engine) in the bundle's state. */
-export async function replayOnSim(options: ReplayOptions): Promise<Replayed> {
+/**
+ * How to start a simulated device (its own simulated engine) in the bundle's state: the
+ * SimDevice options, whose `prepare` carries the plan out before the supervisor first starts.
+ */
+export async function replaySimOptions(options: ReplayOptions): Promise<Replayable> {
   const log = options.log ?? (() => undefined);
   const captured = capturedDevice(await readBundle(options.bundle), options.bundle);
   const dataDir = options.dataDir ?? (await mkdtemp(join(tmpdir(), 'fleetlab-replay-')));
@@ -72,17 +80,25 @@ export async function replayOnSim(options: ReplayOptions): Promise<Replayed> {
     newKey,
   });
   log(`replaying device ${plan.store.uuid} from ${options.bundle}`);
-  const device = await SimDevice.start({
-    port,
-    dataDir,
-    engine: 'sim',
-    dockerSocket: '',
-    localMode: plan.store.localMode,
-    vendor: plan.vendor,
-    deviceType: plan.deviceType,
-    prepare: (d) => carryOut(plan, d, log),
-  });
-  return { device, plan };
+  return {
+    plan,
+    sim: {
+      port,
+      dataDir,
+      engine: 'sim',
+      dockerSocket: '',
+      localMode: plan.store.localMode,
+      vendor: plan.vendor,
+      deviceType: plan.deviceType,
+      prepare: (d) => carryOut(plan, d, log),
+    },
+  };
+}
+
+/** Starts a simulated device in the bundle's state; its supervisor runs from there. */
+export async function replayOnSim(options: ReplayOptions): Promise<Replayed> {
+  const { plan, sim } = await replaySimOptions(options);
+  return { device: await SimDevice.start(sim), plan };
 }
 
 async function carryOut(plan: ReplayPlan, device: SimDevice, log: (line: string) => void): Promise<void> {

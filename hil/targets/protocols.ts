@@ -237,12 +237,16 @@ export interface TargetStartOptions {
    * protocol then cuts and heals the device's path to it.
    */
   readonly cloud?: { readonly url: string; readonly provisioningKey: string };
+  /** Start the device in the state this bundle captured (`fleetlab replay`); only a driver that `startsFromBundle`. */
+  readonly bundle?: string;
 }
 
 /** A way to reach a device. `provides` is checked against the protocols it returns at start. */
 export interface TargetDriver<Options = unknown> {
   readonly name: string;
   readonly provides: readonly Capability[];
+  /** Whether `start` takes `bundle`: a device in a captured state. */
+  readonly startsFromBundle?: boolean;
   /** Starts (or connects to) the device; tears down what it started if it never becomes ready. */
   start(options: Options): Promise<DeviceUnderTest>;
   /**

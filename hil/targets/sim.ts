@@ -16,6 +16,8 @@ import { dirname, join } from 'node:path';
 import Docker from 'dockerode';
 import { SIM_LED_CHIP, SimDevice } from '../../sim/device.js';
 import { LABEL } from '../../src/supervisor/adapters/engine.js';
+import { FleetlabError } from '../../src/errors.js';
+import { replaySimOptions } from '../capture/replay.js';
 import { httpApi } from '../lib/http.js';
 import { journalEntries } from '../lib/journal-json.js';
 import { hostShell, runOnHost } from './host-shell.js';
@@ -210,11 +212,16 @@ export const simTarget: TargetDriver<SimTargetOptions> & { providesFor(engine: S
     return simCapabilities(defaultEngine());
   },
   providesFor: simCapabilities,
+  startsFromBundle: true,
   async start(options: SimTargetOptions = {}) {
-    const engine = options.engine ?? defaultEngine();
+    // A replayed device runs on an engine of its own, as `fleetlab replay` does.
+    const engine = options.bundle ? 'sim' : (options.engine ?? defaultEngine());
     const dockerSocket = options.dockerSocket ?? DOCKER_SOCKET;
     const cloud = options.cloud ? { ...options.cloud, pollIntervalMs: 2_000, reportIntervalMs: 500, tunnelHeartbeatMs: 1_000 } : undefined;
-    const sim = await SimDevice.start({ port: 0, engine, dockerSocket, localMode: !cloud, ...(cloud ? { cloud } : {}) });
+    if (options.bundle && cloud) throw new FleetlabError('HIL_ERR_CAPTURE', 'a device started from a bundle runs without a lab cloud: drop withCloud from the spec');
+    const sim = options.bundle
+      ? await SimDevice.start((await replaySimOptions({ bundle: options.bundle })).sim)
+      : await SimDevice.start({ port: 0, engine, dockerSocket, localMode: !cloud, ...(cloud ? { cloud } : {}) });
     try {
       const dut = new SimUnderTest(sim, new Set(simCapabilities(engine)), engine);
       await dut.api.waitReady(READY_MS);

@@ -136,6 +136,15 @@ describe('a team app, installed with npm 12', () => {
       await exited;
     }
     expect(stderr).toContain('stopping the device');
+
+    // ... and turned into a spec of the team's own, which starts a device from it and passes
+    // (the captured device had reached its target: nothing held it).
+    const written = await run('npx', ['fleetlab', 'replay', bundle!, '--spec', 'fleetlab/field.spec.ts'], dir);
+    expect(written.code, written.out).toBe(0);
+    expect(existsSync(join(dir, 'fleetlab', 'field.bundle.tar.gz'))).toBe(true);
+    const replayed = await run('npx', ['fleetlab', 'test', 'field.spec.ts'], dir);
+    expect(replayed.code, replayed.out).toBe(0);
+    expect(replayed.out).toMatch(/1 passed/);
   }, 300_000);
 
   it('an addon left unbuilt is one sentence with the fix, and exit 1', async () => {

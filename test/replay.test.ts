@@ -18,6 +18,7 @@ import { httpApi } from '../hil/lib/http.js';
 import { hostShell } from '../hil/targets/host-shell.js';
 import { SimDevice } from '../sim/device.js';
 import { LABEL } from '../src/supervisor/adapters/engine.js';
+import { eventually } from './helpers/engine-targets.js';
 
 let dir: string;
 const started: SimDevice[] = [];
@@ -94,20 +95,7 @@ async function engineContainers(sim: SimDevice): Promise<string[]> {
   return list.map((c) => `${c.Names[0]} ${c.Labels[LABEL.serviceName]} release ${c.Labels[LABEL.releaseId]} ${c.State === 'restarting' ? 'running' : c.State}`).sort();
 }
 
-async function until<T>(what: string, fn: () => Promise<T | undefined>, ms = 30_000): Promise<T> {
-  const deadline = Date.now() + ms;
-  let last: unknown;
-  while (Date.now() < deadline) {
-    try {
-      const value = await fn();
-      if (value !== undefined) return value;
-    } catch (err) {
-      last = err;
-    }
-    await new Promise((r) => setTimeout(r, 100));
-  }
-  throw new Error(`${what} not within ${ms} ms${last ? `: ${String(last)}` : ''}`);
-}
+const until = <T>(what: string, fn: () => Promise<T | undefined>, ms = 30_000) => eventually(fn, ms, what);
 
 const applied = (device: { url: string; key: string }, containers: number) =>
   until('the target applied', async () => {

@@ -52,12 +52,13 @@ sim
   .option('--local-mode', 'start in local mode', false)
   .option('--api-key <key>', 'device API key on first start')
   .option('--vendor <word>', 'vendor word for PLATFORM_* variables', 'platform')
+  .option('--device-type <slug>', 'the device type the supervisor reports (default: its own, raspberrypi3)')
   .option('--listen-address <addr>', 'address the device API listens on (0.0.0.0 inside a container)', '127.0.0.1')
   .option('--cloud-url <url>', 'register with this fleetlab cloud and follow its target state')
   .option('--provisioning-key <key>', "the fleet's provisioning key (with --cloud-url)")
   .option('--poll-interval-ms <ms>', 'target state poll interval (with --cloud-url)')
   .action(
-    action(async (opts: { port: string; dataDir?: string; engine?: 'docker' | 'sim'; dockerSocket: string; localMode: boolean; apiKey?: string; vendor: string; listenAddress: string; bandwidth?: string; scenario?: string; cloudUrl?: string; provisioningKey?: string; pollIntervalMs?: string }) => {
+    action(async (opts: { port: string; dataDir?: string; engine?: 'docker' | 'sim'; dockerSocket: string; localMode: boolean; apiKey?: string; vendor: string; deviceType?: string; listenAddress: string; bandwidth?: string; scenario?: string; cloudUrl?: string; provisioningKey?: string; pollIntervalMs?: string }) => {
       const port = parsePort('--port', opts.port);
       const { existsSync } = await import('node:fs');
       const engine = opts.engine ?? (existsSync(opts.dockerSocket) ? 'docker' : 'sim');
@@ -265,13 +266,17 @@ program
   .command('replay <bundle>')
   .description('Start a simulated device in the state a bundle captured (store, containers, images stood in, volumes, networks, lock files), and let its supervisor run from there')
   .option('--port <n>', 'device API port (0: pick a free one)', '0')
-  .option('--data-dir <dir>', 'where the replayed device keeps its state (default: a new temporary directory)')
+  .option('--data-dir <dir>', 'where the replayed device keeps its state (default: a new temporary directory; one holding a replayed device resumes it)')
+  .addOption(new Option('--engine <kind>', 'sim: an engine of its own; docker: the dockerd at --docker-socket, which must not run the captured device').choices(['sim', 'docker']).default('sim'))
+  .option('--docker-socket <path>', 'with --engine docker: its API socket', '/var/run/docker.sock')
+  .option('--listen-address <addr>', 'address the device API listens on (0.0.0.0 inside a container)', '127.0.0.1')
   .option('--spec <file>', 'instead: write a fleetlab/test spec that starts a device from the bundle and asserts it reaches its target (edit it to what the fix must do)')
   .option('--force', 'with --spec: replace the file', false)
   .action(
-    action(async (bundle: string, opts: { port: string; dataDir?: string; spec?: string; force: boolean }) => {
+    action(async (bundle: string, opts: { port: string; dataDir?: string; engine: 'sim' | 'docker'; dockerSocket: string; listenAddress: string; spec?: string; force: boolean }) => {
       const { runReplay } = await import('../hil/capture/capture-command.js');
-      await runReplay({ bundle, port: parsePort('--port', opts.port), ...(opts.dataDir ? { dataDir: opts.dataDir } : {}), ...(opts.spec ? { spec: opts.spec } : {}), force: opts.force });
+      const { spec, dataDir, port, ...rest } = opts;
+      await runReplay({ bundle, port: parsePort('--port', port), ...rest, ...(dataDir ? { dataDir } : {}), ...(spec ? { spec } : {}) });
     }),
   );
 

@@ -118,7 +118,7 @@ export interface HilTestFixtures {
   app: string | undefined;
   /**
    * Start the file's device in the state this bundle captured (`fleetlab capture`), as
-   * `fleetlab replay` does; a path relative to the spec file. The sim target only, for now.
+   * `fleetlab replay` does; a path relative to the spec file. The sim and container targets, for now.
    */
   fromBundle: string | undefined;
   device: Device;

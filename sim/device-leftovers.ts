@@ -36,6 +36,8 @@ export async function removeDeviceLeftovers(docker: Docker, uuid: string, option
   };
   for (const c of await docker.listContainers({ all: true, filters })) await remove(`container ${c.Names[0] ?? c.Id}`, () => docker.getContainer(c.Id).remove({ force: true, v: true }));
   for (const n of await docker.listNetworks({ filters })) await remove(`network ${n.Name}`, () => docker.getNetwork(n.Id).remove());
+  // Images stood in for a replayed device (fleetlab replay) carry its label; no other image does.
+  for (const i of await docker.listImages({ filters })) await remove(`image ${i.RepoTags?.[0] ?? i.Id}`, () => docker.getImage(i.Id).remove({ force: true }));
   const { Volumes } = options.keepVolumes ? { Volumes: [] } : await docker.listVolumes({ filters });
   for (const v of Volumes ?? []) await remove(`volume ${v.Name}`, () => docker.getVolume(v.Name).remove());
   if (failures.length > 0) throw new FleetlabError('SUP_ERR_ENGINE', `device ${uuid} left ${failures.join('; ')}`);

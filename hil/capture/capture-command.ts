@@ -114,6 +114,9 @@ export interface ReplayCommandOptions {
   bundle: string;
   port: number;
   dataDir?: string;
+  engine: 'sim' | 'docker';
+  dockerSocket: string;
+  listenAddress: string;
   /** Write a spec that starts from the bundle to this file, instead of starting a device. */
   spec?: string;
   force?: boolean;
@@ -125,7 +128,15 @@ export async function runReplay(options: ReplayCommandOptions): Promise<void> {
   const { replayOnSim } = await import('./replay.js');
   const { serveSimDevice } = await import('../../sim/device.js');
   const log = (line: string) => console.error(`fleetlab replay: ${line}`);
-  const { device } = await replayOnSim({ bundle: options.bundle, port: options.port, ...(options.dataDir ? { dataDir: options.dataDir } : {}), log });
+  const { device } = await replayOnSim({
+    bundle: options.bundle,
+    port: options.port,
+    ...(options.dataDir ? { dataDir: options.dataDir } : {}),
+    engine: options.engine,
+    dockerSocket: options.dockerSocket,
+    listenAddress: options.listenAddress,
+    log,
+  });
   await serveSimDevice(device, `fleetlab: device ${device.info().uuid} replayed from ${options.bundle} is up; its supervisor runs from the captured state`, [
     `  compare:      fleetlab bundle show ${options.bundle}`,
   ]);

@@ -215,7 +215,6 @@ export function planReplay(captured: CapturedDevice, ctx: ReplayContext): Replay
   if (redactedLeft > 0) notes.push(`${redactedLeft} environment values were redacted in the bundle and are "${REDACTED}" in the replayed containers`);
 
   const images = captured.images.present.filter((i) => (i.RepoTags ?? []).length > 0).map((i): StandInImage => ({ tags: i.RepoTags!, changes: imageChanges(i) }));
-  if (images.length) notes.push(`images stood in by local images of the same name, config and labels: ${images.map((i) => i.tags.join(' ')).join(', ')}`);
   const untagged = captured.images.present.filter((i) => !(i.RepoTags ?? []).length);
   if (untagged.length) notes.push(`untagged images not replayed (a container on one runs its tag's stand-in): ${untagged.map((i) => i.Id.slice(0, 19)).join(', ')}`);
   if (captured.images.missing.length) notes.push(`images the device did not have, not there either: ${captured.images.missing.join(', ')}`);

@@ -5,19 +5,20 @@
  * networks and volumes, then containers (started, or started and stopped, as captured), the
  * lock files, and last the supervisor's store, which its first start reads.
  */
-import { mkdirSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, writeFileSync } from 'node:fs';
 import { mkdtemp } from 'node:fs/promises';
 import { arch as osArch, tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { FleetlabError, errorText } from '../../src/errors.js';
 import { writeFileAtomicSync } from '../../src/atomic-file.js';
 import { freePort } from '../../src/free-port.js';
-import { engineArch } from '../../src/supervisor/adapters/engine.js';
+import { LABEL, engineArch } from '../../src/supervisor/adapters/engine.js';
 import { newKey } from '../../src/supervisor/state/keys.js';
 import type { DeviceRecord } from '../../src/supervisor/state/store.js';
 import { SimDevice, type SimDeviceOptions } from '../../sim/device.js';
 import { engineAt } from '../../sim/engine-at.js';
 import { importStandInImages } from '../../sim/images/test-images.js';
+import { removeDeviceLeftovers } from '../../sim/device-leftovers.js';
 import { readBundle, type Bundle } from './bundle.js';
 import type { CapturedLocks } from './capture.js';
 import { planReplay, type CapturedDevice, type ReplayPlan } from './replay-plan.js';
@@ -26,8 +27,19 @@ export interface ReplayOptions {
   bundle: string;
   /** Device API port; 0 or absent picks a free one. */
   port?: number;
-  /** Where the replayed device keeps its data; default a new temporary directory. */
+  /**
+   * Where the replayed device keeps its data; default a new temporary directory. One that
+   * holds a replayed device already (its store) resumes it: a power cycle of a replay.
+   */
   dataDir?: string;
+  /**
+   * `sim` (default): an engine of its own. `docker`: the dockerd at `dockerSocket`, shared,
+   * which must not run the captured device already; images it has are used as they are.
+   */
+  engine?: 'sim' | 'docker';
+  dockerSocket?: string;
+  /** Address the device API listens on; default 127.0.0.1 (0.0.0.0 inside a container). */
+  listenAddress?: string;
   log?: (line: string) => void;
 }
 
@@ -63,34 +75,43 @@ export function capturedDevice(bundle: Bundle, path: string): CapturedDevice {
   };
 }
 
-/**
- * How to start a simulated device (its own simulated engine) in the bundle's state: the
- * SimDevice options, whose `prepare` carries the plan out before the supervisor first starts.
- */
-export async function replaySimOptions(options: ReplayOptions): Promise<Replayable> {
-  const log = options.log ?? (() => undefined);
+/** The plan for a device replayed in `dataDir`, its API on `port`. */
+async function planFor(options: ReplayOptions, dataDir: string, port: number): Promise<ReplayPlan> {
   const captured = capturedDevice(await readBundle(options.bundle), options.bundle);
-  const dataDir = options.dataDir ?? (await mkdtemp(join(tmpdir(), 'fleetlab-replay-')));
-  const port = options.port || (await freePort());
-  const plan = planReplay(captured, {
+  return planReplay(captured, {
     lockRoot: join(dataDir, 'locks'),
     supervisorAddress: `http://127.0.0.1:${port}`,
     supervisorPort: port,
     arch: engineArch(osArch()),
     newKey,
   });
-  log(`replaying device ${plan.store.uuid} from ${options.bundle}`);
+}
+
+/** What a simulated device is started with to run as the captured one (vendor, device type, mode). */
+const deviceOptions = (plan: ReplayPlan) => ({ localMode: plan.store.localMode, vendor: plan.vendor, deviceType: plan.deviceType });
+
+/**
+ * How to start a simulated device in the bundle's state: the SimDevice options, whose
+ * `prepare` carries the plan out before the supervisor first starts.
+ */
+export async function replaySimOptions(options: ReplayOptions): Promise<Replayable> {
+  const log = options.log ?? (() => undefined);
+  const dataDir = options.dataDir ?? (await mkdtemp(join(tmpdir(), 'fleetlab-replay-')));
+  const port = options.port || (await freePort());
+  const engine = options.engine ?? 'sim';
+  const plan = await planFor(options, dataDir, port);
+  const resume = existsSync(join(dataDir, 'supervisor', 'device.json'));
+  log(resume ? `resuming the device replayed in ${dataDir}` : `replaying device ${plan.store.uuid} from ${options.bundle}`);
   return {
     plan,
     sim: {
       port,
       dataDir,
-      engine: 'sim',
-      dockerSocket: '',
-      localMode: plan.store.localMode,
-      vendor: plan.vendor,
-      deviceType: plan.deviceType,
-      prepare: (d) => carryOut(plan, d, log),
+      engine,
+      dockerSocket: options.dockerSocket ?? '',
+      ...deviceOptions(plan),
+      ...(options.listenAddress ? { listenAddress: options.listenAddress } : {}),
+      ...(resume ? {} : { prepare: (d: SimDevice) => carryOut(plan, { dockerSocket: d.options.dockerSocket, storeDir: d.paths.dataDir }, engine, log) }),
     },
   };
 }
@@ -101,42 +122,87 @@ export async function replayOnSim(options: ReplayOptions): Promise<Replayed> {
   return { device: await SimDevice.start(sim), plan };
 }
 
-async function carryOut(plan: ReplayPlan, device: SimDevice, log: (line: string) => void): Promise<void> {
-  const socket = device.options.dockerSocket;
+/**
+ * Puts the bundle's device into a shared dockerd and a simulated device's data dir (the
+ * layout SimDevice keeps) before any process of it runs: what a device started elsewhere
+ * on that data dir (the container target's) then boots from. Returns what to start it with.
+ */
+export async function prepareReplayedDevice(options: ReplayOptions & { dataDir: string; port: number; dockerSocket: string }): Promise<ReturnType<typeof deviceOptions>> {
+  const log = options.log ?? (() => undefined);
+  const plan = await planFor(options, options.dataDir, options.port);
+  log(`replaying device ${plan.store.uuid} from ${options.bundle}`);
+  await carryOut(plan, { dockerSocket: options.dockerSocket, storeDir: join(options.dataDir, 'supervisor') }, 'docker', log);
+  return deviceOptions(plan);
+}
+
+/** Where a plan is carried out: the device's engine, and the directory its supervisor's store goes in. */
+interface ReplayPlace {
+  dockerSocket: string;
+  storeDir: string;
+}
+
+async function carryOut(plan: ReplayPlan, place: ReplayPlace, engine: 'sim' | 'docker', log: (line: string) => void): Promise<void> {
+  const socket = place.dockerSocket;
   const docker = await engineAt(socket);
-  const step = async (what: string, fn: () => Promise<void>) => {
-    try {
-      await fn();
-    } catch (err) {
-      throw replayError(`replay: ${what}: ${errorText(err)}`);
-    }
+  const uuid = plan.store.uuid;
+  const ofDevice = { label: [`${LABEL.device}=${uuid}`] };
+  const running = await docker.listContainers({ all: true, filters: ofDevice });
+  if (running.length) {
+    throw replayError(`the engine at ${socket} already has containers of device ${uuid} (${running.map((c) => c.Names[0]).join(', ')}): stop that device (the original, or an earlier replay) first`);
+  }
+  // A shared engine keeps what the device left (its volumes) and what other devices use (images).
+  const has = {
+    image: async (ref: string) => docker.getImage(ref).inspect().then(() => true, () => false),
+    volumes: new Set((await docker.listVolumes({ filters: ofDevice })).Volumes?.map((v) => v.Name) ?? []),
+    networks: new Set((await docker.listNetworks({ filters: ofDevice })).map((n) => n.Name)),
   };
-  if (plan.images.length) log(`images: ${plan.images.length} stand-ins`);
-  await step('importing stand-in images', () => importStandInImages(socket, plan.images));
-  for (const n of plan.networks) {
-    await step(`creating network ${n.Name}`, async () => {
-      await docker.createNetwork({ Name: n.Name, CheckDuplicate: true, ...(n.Driver ? { Driver: n.Driver } : {}), ...(n.Internal ? { Internal: true } : {}), Labels: n.Labels ?? {} });
-    });
+  // Made half way (a failed step, a stop), the device's objects go again: none is left to be
+  // taken for the device's next time. Its volumes stay: they may be what the original left.
+  try {
+    const step = async (what: string, fn: () => Promise<void>) => {
+      try {
+        await fn();
+      } catch (err) {
+        throw replayError(`replay: ${what}: ${errorText(err)}`);
+      }
+    };
+    const standIns: ReplayPlan['images'] = [];
+    for (const image of plan.images) {
+      if (engine === 'docker' && (await has.image(image.tags[0]!))) log(`image ${image.tags[0]}: the engine's own`);
+      // In a shared engine a stand-in carries the device's label, so the device's stop removes it with its containers.
+      else standIns.push(engine === 'docker' ? { ...image, changes: [...image.changes, `LABEL "${LABEL.device}"="${uuid}"`] } : image);
+    }
+    if (standIns.length) log(`images stood in (same tags, config and labels): ${standIns.map((i) => i.tags.join(' ')).join(', ')}`);
+    await step('importing stand-in images', () => importStandInImages(socket, standIns));
+    for (const n of plan.networks.filter((n) => !has.networks.has(n.Name))) {
+      await step(`creating network ${n.Name}`, async () => {
+        await docker.createNetwork({ Name: n.Name, CheckDuplicate: true, ...(n.Driver ? { Driver: n.Driver } : {}), ...(n.Internal ? { Internal: true } : {}), Labels: n.Labels ?? {} });
+      });
+    }
+    for (const v of plan.volumes.filter((v) => !has.volumes.has(v.Name))) {
+      await step(`creating volume ${v.Name}`, async () => {
+        await docker.createVolume({ Name: v.Name, Labels: v.Labels ?? {}, ...(v.Driver ? { Driver: v.Driver } : {}) });
+      });
+    }
+    for (const c of plan.containers) {
+      await step(`creating container ${c.create.name}`, async () => {
+        const container = await docker.createContainer(c.create);
+        for (const join of c.alsoJoins) await docker.getNetwork(join.network).connect({ Container: container.id, EndpointConfig: join.aliases ? { Aliases: join.aliases } : {} });
+        if (c.state !== 'created') await container.start();
+        if (c.state === 'exited') await container.stop({ t: 0 }).catch(() => undefined);
+      });
+    }
+    log(`containers: ${plan.containers.map((c) => `${c.create.name} ${c.state}`).join(', ') || 'none'}`);
+    for (const lock of plan.locks) {
+      mkdirSync(dirname(lock.file), { recursive: true });
+      writeFileSync(lock.file, lock.content);
+    }
+    if (plan.locks.length) log(`lock files: ${plan.locks.map((l) => l.file).join(', ')}`);
+    mkdirSync(place.storeDir, { recursive: true });
+    writeFileAtomicSync(join(place.storeDir, 'device.json'), JSON.stringify(plan.store, null, 2));
+  } catch (err) {
+    await removeDeviceLeftovers(docker, uuid, { keepVolumes: true }).catch(() => undefined);
+    throw err;
   }
-  for (const v of plan.volumes) {
-    await step(`creating volume ${v.Name}`, async () => {
-      await docker.createVolume({ Name: v.Name, Labels: v.Labels ?? {}, ...(v.Driver ? { Driver: v.Driver } : {}) });
-    });
-  }
-  for (const c of plan.containers) {
-    await step(`creating container ${c.create.name}`, async () => {
-      const container = await docker.createContainer(c.create);
-      for (const join of c.alsoJoins) await docker.getNetwork(join.network).connect({ Container: container.id, EndpointConfig: join.aliases ? { Aliases: join.aliases } : {} });
-      if (c.state !== 'created') await container.start();
-      if (c.state === 'exited') await container.stop({ t: 0 }).catch(() => undefined);
-    });
-  }
-  log(`containers: ${plan.containers.map((c) => `${c.create.name} ${c.state}`).join(', ') || 'none'}`);
-  for (const lock of plan.locks) {
-    mkdirSync(dirname(lock.file), { recursive: true });
-    writeFileSync(lock.file, lock.content);
-  }
-  if (plan.locks.length) log(`lock files: ${plan.locks.map((l) => l.file).join(', ')}`);
-  writeFileAtomicSync(join(device.paths.dataDir, 'device.json'), JSON.stringify(plan.store, null, 2));
   for (const note of plan.notes) log(`note: ${note}`);
 }

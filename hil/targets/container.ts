@@ -53,12 +53,16 @@ import type {
 } from './protocols.js';
 import { freePort } from '../../src/free-port.js';
 import { hostShell } from './host-shell.js';
+import { readBundle } from '../capture/bundle.js';
+import { capturedDevice, prepareReplayedDevice } from '../capture/replay.js';
 
 export interface ContainerTargetOptions {
   /** Image to run; default `FLEETLAB_DEVICE_IMAGE`, else built (cached) from this checkout. */
   image?: string;
   dockerSocket?: string;
   vendor?: string;
+  /** Start the device in the state this bundle captured (`fleetlab replay --engine docker` in the container). */
+  bundle?: string;
 }
 
 const READY_MS = 90_000;
@@ -278,10 +282,13 @@ async function usesAppArmor(docker: Docker): Promise<boolean> {
 export const containerTarget: TargetDriver<ContainerTargetOptions> = {
   name: TARGET_NAME,
   provides: CONTAINER_CAPABILITIES,
+  startsFromBundle: true,
   async start(options: ContainerTargetOptions = {}) {
     offlineTestcontainers();
     const dockerSocket = options.dockerSocket ?? process.env.FLEETLAB_DOCKER_SOCKET ?? '/var/run/docker.sock';
-    const vendor = options.vendor ?? 'platform';
+    // A bundle that cannot be replayed is refused here, before a container starts.
+    if (options.bundle) capturedDevice(await readBundle(options.bundle), options.bundle);
+    let vendor = options.vendor ?? 'platform';
     const docker = new Docker({ socketPath: dockerSocket });
     const image = await resolveImage(options, dockerSocket);
     await ensureTestImages(dockerSocket);
@@ -305,19 +312,29 @@ export const containerTarget: TargetDriver<ContainerTargetOptions> = {
     let started: StartedTestContainer | undefined;
     try {
       const hostPort = await freePort();
+      // The host's port inside too: the supervisor hands its services http://127.0.0.1:<port>
+      // as PLATFORM_SUPERVISOR_ADDRESS, and a service with network_mode: host runs in the
+      // host's network namespace (the host's dockerd starts it), where the API is the
+      // published port, not the container's.
+      let localMode = true;
+      let deviceType: string[] = [];
+      if (options.bundle) {
+        // Replayed: the host puts the device's engine objects, lock files and store in place
+        // (the dockerd is the host's, the data dir a bind mount); the sim boots from them.
+        const replayed = await prepareReplayedDevice({ bundle: options.bundle, dataDir, port: hostPort, dockerSocket });
+        ({ localMode, vendor } = replayed);
+        deviceType = ['--device-type', replayed.deviceType];
+      }
       started = await new DeviceContainer(image)
         .withCommand([
           'sim', 'device',
           '--engine', 'docker',
           '--docker-socket', '/var/run/docker.sock',
-          // The host's port inside too: the supervisor hands its services
-          // http://127.0.0.1:<port> as PLATFORM_SUPERVISOR_ADDRESS, and a service with
-          // network_mode: host runs in the host's network namespace (the host's dockerd
-          // starts it), where the API is the published port, not the container's.
           '--port', String(hostPort),
           '--listen-address', '0.0.0.0',
-          '--local-mode',
+          ...(localMode ? ['--local-mode'] : []),
           '--vendor', vendor,
+          ...deviceType,
           '--data-dir', dataDir,
         ])
         // A fixed host port: dockerd picks a new ephemeral one at every container start, and

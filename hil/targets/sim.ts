@@ -214,13 +214,12 @@ export const simTarget: TargetDriver<SimTargetOptions> & { providesFor(engine: S
   providesFor: simCapabilities,
   startsFromBundle: true,
   async start(options: SimTargetOptions = {}) {
-    // A replayed device runs on an engine of its own, as `fleetlab replay` does.
-    const engine = options.bundle ? 'sim' : (options.engine ?? defaultEngine());
+    const engine = options.engine ?? defaultEngine();
     const dockerSocket = options.dockerSocket ?? DOCKER_SOCKET;
     const cloud = options.cloud ? { ...options.cloud, pollIntervalMs: 2_000, reportIntervalMs: 500, tunnelHeartbeatMs: 1_000 } : undefined;
     if (options.bundle && cloud) throw new FleetlabError('HIL_ERR_CAPTURE', 'a device started from a bundle runs without a lab cloud: drop withCloud from the spec');
     const sim = options.bundle
-      ? await SimDevice.start((await replaySimOptions({ bundle: options.bundle })).sim)
+      ? await SimDevice.start((await replaySimOptions({ bundle: options.bundle, engine, dockerSocket })).sim)
       : await SimDevice.start({ port: 0, engine, dockerSocket, localMode: !cloud, ...(cloud ? { cloud } : {}) });
     try {
       const dut = new SimUnderTest(sim, new Set(simCapabilities(engine)), engine);

@@ -21,6 +21,10 @@ import { boardCapabilities, loadBoardConfig, parseBoardConfig, type BoardConfig 
 import { gpioNumberOnBoard, observeLedByCommand, observeSysfsLed, startBoard } from '../hil/targets/board.js';
 import { readHostBaseline, restoreHostFiles } from '../hil/targets/board-reset.js';
 import { SshDevice } from '../hil/targets/ssh-device.js';
+import { readBundle } from '../hil/capture/bundle.js';
+import { runCapture } from '../hil/capture/capture-command.js';
+import { showBundle } from '../hil/capture/show.js';
+import { SimDevice } from '../sim/device.js';
 import { shellQuote } from '../src/shell-quote.js';
 import { freePort } from '../src/free-port.js';
 
@@ -423,6 +427,42 @@ describe('SshDevice against a real sshd', () => {
       await device.close();
       await new Promise((r) => api.close(r));
     }
+  });
+  it('fleetlab capture --board: the device over SSH, its key from its store, a bundle a replay starts from', async () => {
+    // The "board" is a simulated device on this host, reached over the private sshd; its engine is dockerd.
+    const sim = await SimDevice.start({ port: 0, engine: 'docker', dockerSocket: '/var/run/docker.sock', localMode: true });
+    try {
+      const key = sim.info().apiKey;
+      const target = { local: { name: 'pi', config: {}, apps: { 1: { name: 'a', commit: 'c1', releaseId: '1', volumes: {}, networks: {}, services: { 11: { serviceName: 'main', serviceId: 11, imageId: 1, image: 'fleetlab/test-app:1', environment: {}, labels: {} } } } } } };
+      const posted = await fetch(`${sim.url}/v2/local/target-state`, { method: 'POST', headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' }, body: JSON.stringify(target) });
+      expect(posted.status).toBe(200);
+      for (let i = 0; i < 200 && !(await fetch(`${sim.url}/v2/state/status?apikey=${key}`).then((r) => r.json() as Promise<{ appState: string; containers: unknown[] }>).then((st) => st.appState === 'applied' && st.containers.length === 1)); i++) await sleep(100);
+      await mkdir(join(sim.lockRoot, '1', 'main'), { recursive: true });
+      await writeFile(join(sim.lockRoot, '1', 'main', 'updates.lock'), '');
+      await writeFile(join(dir, 'capture_key'), privateKey, { mode: 0o600 });
+      const config = join(dir, 'capture-board.json');
+      await writeFile(config, JSON.stringify({ host: '127.0.0.1', sshPort: sshd.port, privateKey: 'capture_key', apiUrl: sim.url, dataDir: sim.paths.dataDir, lockRoot: sim.lockRoot, reset: false }));
+      const out = join(dir, 'board.tar.gz');
+      const progress: string[] = [];
+      await runCapture({ board: config, out, redaction: 'default', force: false, log: (line) => progress.push(line) });
+      expect(progress[0]).toBe(`capturing root@127.0.0.1:${sshd.port} (API ${sim.url}) into ${out}`);
+
+      const bundle = await readBundle(out);
+      expect(bundle.manifest.source).toEqual({ kind: 'ssh', address: `root@127.0.0.1:${sshd.port}`, uuid: sim.info().uuid });
+      expect(bundle.manifest.steps.filter((st) => st.status === 'failed').map((st) => st.name)).toEqual(['tags']);
+      expect(bundle.json('supervisor/locks.json')).toEqual({ root: sim.lockRoot, files: [{ path: '1/main/updates.lock', content: '' }] });
+      expect(bundle.json<Array<{ Name: string }>>('engine/containers.json').map((c) => c.Name)).toEqual([`/${sim.info().uuid.slice(0, 7)}_main_1`]);
+      expect(readFileSync(out).includes(key)).toBe(false);
+      expect(showBundle(bundle)).toMatch(/update lock of service main of app 1, held by the app: /);
+    } finally {
+      await sim.stop();
+    }
+  }, 120_000);
+
+  it('fleetlab capture says which device to capture when told none, or two ways', async () => {
+    await expect(runCapture({ redaction: 'default', force: false, log: () => undefined })).rejects.toThrow(/say which device: --device URL --api-key KEY .* or --board CONFIG/);
+    await expect(runCapture({ board: 'b.json', device: 'http://127.0.0.1:1', redaction: 'default', force: false, log: () => undefined })).rejects.toThrow(/--board reaches the device by its config: drop --device and --sim-dir/);
+    await expect(runCapture({ device: 'http://127.0.0.1:1', redaction: 'default', force: false, log: () => undefined })).rejects.toThrow(/--device needs --api-key/);
   });
 });
 

@@ -3,20 +3,27 @@
  * (or its summary) out, progress on stderr. Ctrl-C ends the capture after the step it is in,
  * with the bundle marked incomplete; a second Ctrl-C stops at once (no bundle at `--out`).
  */
-import { FleetlabError } from '../../src/errors.js';
+import { errorText, FleetlabError } from '../../src/errors.js';
+import { readFile } from 'node:fs/promises';
+import { BOARD_CONFIG_VARIABLE, loadBoardConfig } from '../targets/board-config.js';
+import { storedIdentity } from '../targets/board.js';
+import { SshDevice } from '../targets/ssh-device.js';
+import type { CommandProtocol, DevicePaths } from '../targets/protocols.js';
 import { fleetlabVersion } from '../../src/package-root.js';
 import { httpApi } from '../lib/http.js';
-import { readBundle, type Redaction } from './bundle.js';
+import { readBundle, type BundleSource, type Redaction } from './bundle.js';
 import { captureDevice, DEFAULT_JOURNAL_ENTRIES } from './capture.js';
-import type { DevicePaths } from '../targets/protocols.js';
 import { hostShell } from '../targets/host-shell.js';
 import { copyFileSync, existsSync, mkdirSync, writeFileSync } from 'node:fs';
 import { basename, dirname, join, relative, resolve } from 'node:path';
 import { showBundle } from './show.js';
 
 export interface CaptureCommandOptions {
-  device: string;
-  apiKey: string;
+  /** The device API (with `apiKey`), or... */
+  device?: string;
+  apiKey?: string;
+  /** ...a lab board's config (the board target's JSON): SSH, its API and where its supervisor keeps its files. */
+  board?: string;
   /** A simulated device's state directory on this host: the capture gets a shell and its paths. */
   simDir?: string;
   out?: string;
@@ -44,12 +51,63 @@ export function deviceUrl(value: string): string {
 
 export const defaultBundleName = (now: Date) => `fleetlab-capture-${now.toISOString().replace(/[:.]/g, '-')}.tar.gz`;
 
-export async function runCapture(options: CaptureCommandOptions): Promise<void> {
+/** How the capture reaches the device: its API, a shell, where its files are; what to close after. */
+interface Access {
+  url: string;
+  apiKey: string;
+  source: BundleSource;
+  exec?: CommandProtocol;
+  paths?: DevicePaths;
+  close(): Promise<void>;
+}
+
+/** `--device` (`--sim-dir`) or `--board`, checked. */
+async function accessOf(options: CaptureCommandOptions): Promise<Access> {
+  if (options.board) {
+    if (options.device || options.simDir) throw usage('--board reaches the device by its config: drop --device and --sim-dir');
+    return boardAccess(options.board, options.apiKey);
+  }
+  if (!options.device) throw usage('say which device: --device URL --api-key KEY (a simulated device here: add --sim-dir), or --board CONFIG (a lab board over SSH)');
+  if (!options.apiKey) throw usage("--device needs --api-key: the device's key");
   const url = deviceUrl(options.device);
+  const local = options.simDir ? { exec: hostShell, paths: simDevicePaths(options.simDir) } : {};
+  return { url, apiKey: options.apiKey, source: { kind: 'api', address: url }, ...local, close: async () => undefined };
+}
+
+/**
+ * A lab board: SSH as its config says, the key from the supervisor's store there unless given
+ * (or in the config). Nothing on the board is changed: a capture never resets it.
+ */
+async function boardAccess(path: string, apiKey: string | undefined): Promise<Access> {
+  const config = loadBoardConfig({ [BOARD_CONFIG_VARIABLE]: path, ...(process.env.HOME ? { HOME: process.env.HOME } : {}) });
+  let privateKey: Buffer;
+  try {
+    privateKey = await readFile(config.privateKey);
+  } catch (err) {
+    throw usage(`board config ${path}: "privateKey": cannot read ${config.privateKey} (${errorText(err)})`);
+  }
+  const ssh = new SshDevice({ host: config.host, port: config.sshPort, username: config.user, privateKey });
+  try {
+    const stored = await storedIdentity(ssh, config.dataDir);
+    return {
+      url: deviceUrl(config.apiUrl),
+      apiKey: apiKey ?? config.apiKey ?? stored.deviceKey,
+      source: { kind: 'ssh', address: `${config.user}@${config.host}:${config.sshPort}`, uuid: stored.uuid },
+      exec: ssh.exec,
+      paths: { dataDir: config.dataDir, lockRoot: config.lockRoot },
+      close: () => ssh.close(),
+    };
+  } catch (err) {
+    await ssh.close();
+    throw err;
+  }
+}
+
+export async function runCapture(options: CaptureCommandOptions): Promise<void> {
+  const access = await accessOf(options);
   const out = options.out ?? defaultBundleName(new Date());
   if (options.redaction === 'none') options.log('warning: --no-redact: keys, passwords and every environment value go into the bundle as they are');
-  const api = httpApi({ url, apiKey: options.apiKey, uuid: '', vendor: '', lockRoot: '' });
-  const local = options.simDir ? { exec: hostShell, paths: simDevicePaths(options.simDir) } : {};
+  const api = httpApi({ url: access.url, apiKey: access.apiKey, uuid: '', vendor: '', lockRoot: '' });
   const stop = new AbortController();
   const onInt = () => {
     options.log('stopping after this step (Ctrl-C again to stop at once, with no bundle)');
@@ -57,13 +115,14 @@ export async function runCapture(options: CaptureCommandOptions): Promise<void> 
   };
   process.once('SIGINT', onInt);
   try {
-    options.log(`capturing ${url} into ${out}`);
+    options.log(`capturing ${access.source.kind === 'ssh' ? `${access.source.address} (API ${access.url})` : access.url} into ${out}`);
     const manifest = await captureDevice({
       out,
-      source: { kind: 'api', address: url },
+      source: access.source,
       api,
-      key: options.apiKey,
-      ...local,
+      key: access.apiKey,
+      ...(access.exec ? { exec: access.exec } : {}),
+      ...(access.paths ? { paths: access.paths } : {}),
       redaction: options.redaction,
       ...(options.since ? { since: options.since } : {}),
       journalEntries: options.journalEntries ?? DEFAULT_JOURNAL_ENTRIES,
@@ -79,6 +138,7 @@ export async function runCapture(options: CaptureCommandOptions): Promise<void> 
     if (!manifest.complete) throw new FleetlabError('HIL_ERR_CAPTURE', `${out} is incomplete: the capture stopped before its last step ('fleetlab bundle show ${out}' says where)`);
   } finally {
     process.off('SIGINT', onInt);
+    await access.close();
   }
 }
 

@@ -238,6 +238,9 @@ program
   .option('--device <url>', 'the device API, e.g. http://127.0.0.1:48484 (with --api-key)')
   .option('--api-key <key>', "the device's key (with --board: default the one in the supervisor's store on the board)")
   .option('--board <config>', "a lab board over SSH, by the board target's JSON config (see hil/boards/example.json): adds its store, lock files, engine objects, dmesg, clock, disk and network")
+  .option('--cloud <url>', "through a fleetlab cloud the device is registered to: its API by the cloud's proxy, plus the device's cloud rows (with --cloud-key and --uuid)")
+  .option('--cloud-key <key>', "with --cloud: a user's API key of that cloud")
+  .option('--uuid <uuid>', 'with --cloud: the device to capture')
   .option('--sim-dir <dir>', "a simulated device on this host: its state directory (the 'state:' line of 'fleetlab sim device'); adds its store, lock files and engine objects, which 'fleetlab replay' starts from")
   .option('--out <file>', 'the bundle to write (default: fleetlab-capture-<time>.tar.gz here)')
   .option('--since <time>', 'the journal from this time on, in journalctl\'s formats (default: all, up to --journal-entries)')
@@ -246,13 +249,16 @@ program
   .option('--no-redact', 'keep keys, passwords and environment values in the bundle (warns)')
   .option('--force', 'replace a file at --out', false)
   .action(
-    action(async (opts: { device?: string; apiKey?: string; board?: string; simDir?: string; out?: string; since?: string; journalEntries: string; redactEnv: boolean; redact: boolean; force: boolean }) => {
+    action(async (opts: { device?: string; apiKey?: string; board?: string; cloud?: string; cloudKey?: string; uuid?: string; simDir?: string; out?: string; since?: string; journalEntries: string; redactEnv: boolean; redact: boolean; force: boolean }) => {
       const { parseJournalEntries, runCapture } = await import('../hil/capture/capture-command.js');
       if (!opts.redact && opts.redactEnv) throw new UsageError('--redact-env and --no-redact contradict each other: pick one');
       await runCapture({
         ...(opts.device ? { device: opts.device } : {}),
         ...(opts.apiKey ? { apiKey: opts.apiKey } : {}),
         ...(opts.board ? { board: opts.board } : {}),
+        ...(opts.cloud ? { cloud: opts.cloud } : {}),
+        ...(opts.cloudKey ? { cloudKey: opts.cloudKey } : {}),
+        ...(opts.uuid ? { uuid: opts.uuid } : {}),
         ...(opts.simDir ? { simDir: opts.simDir } : {}),
         ...(opts.out ? { out: opts.out } : {}),
         ...(opts.since ? { since: opts.since } : {}),

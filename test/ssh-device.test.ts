@@ -445,7 +445,7 @@ describe('SshDevice against a real sshd', () => {
       const out = join(dir, 'board.tar.gz');
       const progress: string[] = [];
       await runCapture({ board: config, out, redaction: 'default', force: false, log: (line) => progress.push(line) });
-      expect(progress[0]).toBe(`capturing root@127.0.0.1:${sshd.port} (API ${sim.url}) into ${out}`);
+      expect(progress[0]).toBe(`capturing ssh root@127.0.0.1:${sshd.port} (device ${sim.info().uuid}) into ${out}`);
 
       const bundle = await readBundle(out);
       expect(bundle.manifest.source).toEqual({ kind: 'ssh', address: `root@127.0.0.1:${sshd.port}`, uuid: sim.info().uuid });
@@ -460,8 +460,8 @@ describe('SshDevice against a real sshd', () => {
   }, 120_000);
 
   it('fleetlab capture says which device to capture when told none, or two ways', async () => {
-    await expect(runCapture({ redaction: 'default', force: false, log: () => undefined })).rejects.toThrow(/say which device: --device URL --api-key KEY .* or --board CONFIG/);
-    await expect(runCapture({ board: 'b.json', device: 'http://127.0.0.1:1', redaction: 'default', force: false, log: () => undefined })).rejects.toThrow(/--board reaches the device by its config: drop --device and --sim-dir/);
+    await expect(runCapture({ redaction: 'default', force: false, log: () => undefined })).rejects.toThrow(/say which device: --device URL --api-key KEY .*, --board CONFIG .*, or --cloud URL --cloud-key KEY --uuid UUID/);
+    await expect(runCapture({ board: 'b.json', device: 'http://127.0.0.1:1', redaction: 'default', force: false, log: () => undefined })).rejects.toThrow(/--device and --board are two ways to reach a device: give one/);
     await expect(runCapture({ device: 'http://127.0.0.1:1', redaction: 'default', force: false, log: () => undefined })).rejects.toThrow(/--device needs --api-key/);
   });
 });

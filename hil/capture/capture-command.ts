@@ -8,11 +8,12 @@ import { readFile } from 'node:fs/promises';
 import { BOARD_CONFIG_VARIABLE, loadBoardConfig } from '../targets/board-config.js';
 import { storedIdentity } from '../targets/board.js';
 import { SshDevice } from '../targets/ssh-device.js';
-import type { CommandProtocol, DevicePaths } from '../targets/protocols.js';
+import type { ApiProtocol, CommandProtocol, DevicePaths } from '../targets/protocols.js';
 import { fleetlabVersion } from '../../src/package-root.js';
 import { httpApi } from '../lib/http.js';
 import { readBundle, type BundleSource, type Redaction } from './bundle.js';
-import { captureDevice, DEFAULT_JOURNAL_ENTRIES } from './capture.js';
+import { captureDevice, DEFAULT_JOURNAL_ENTRIES, type CaptureOptions } from './capture.js';
+import { cloudReader, proxiedApi, readCloudRows } from './cloud-access.js';
 import { hostShell } from '../targets/host-shell.js';
 import { copyFileSync, existsSync, mkdirSync, writeFileSync } from 'node:fs';
 import { basename, dirname, join, relative, resolve } from 'node:path';
@@ -22,8 +23,12 @@ export interface CaptureCommandOptions {
   /** The device API (with `apiKey`), or... */
   device?: string;
   apiKey?: string;
-  /** ...a lab board's config (the board target's JSON): SSH, its API and where its supervisor keeps its files. */
+  /** ...a lab board's config (the board target's JSON): SSH, its API and where its supervisor keeps its files, or... */
   board?: string;
+  /** ...a fleetlab cloud the device is registered to (its proxy and data API), with a user's key, and the device's uuid. */
+  cloud?: string;
+  cloudKey?: string;
+  uuid?: string;
   /** A simulated device's state directory on this host: the capture gets a shell and its paths. */
   simDir?: string;
   out?: string;
@@ -37,15 +42,16 @@ export interface CaptureCommandOptions {
 const usage = (message: string) => new FleetlabError('HIL_ERR_CAPTURE', message);
 
 /** The device API's base URL, checked: http(s), no path, no credentials in it. */
-export function deviceUrl(value: string): string {
+export function deviceUrl(value: string, flag = '--device'): string {
+  const what = flag === '--device' ? "the device API's URL, such as http://127.0.0.1:48484" : 'the cloud API\'s URL, such as http://127.0.0.1:48400';
   let url: URL;
   try {
     url = new URL(value);
   } catch {
-    throw usage(`--device must be the device API's URL, such as http://127.0.0.1:48484, not ${JSON.stringify(value)}`);
+    throw usage(`${flag} must be ${what}, not ${JSON.stringify(value)}`);
   }
-  if (url.protocol !== 'http:' && url.protocol !== 'https:') throw usage(`--device must be an http:// or https:// URL, not ${JSON.stringify(value)}`);
-  if (url.username || url.password) throw usage('--device must not carry credentials: pass the key with --api-key');
+  if (url.protocol !== 'http:' && url.protocol !== 'https:') throw usage(`${flag} must be an http:// or https:// URL, not ${JSON.stringify(value)}`);
+  if (url.username || url.password) throw usage(`${flag} must not carry credentials: pass the key with ${flag === '--device' ? '--api-key' : '--cloud-key'}`);
   return url.origin;
 }
 
@@ -53,25 +59,47 @@ export const defaultBundleName = (now: Date) => `fleetlab-capture-${now.toISOStr
 
 /** How the capture reaches the device: its API, a shell, where its files are; what to close after. */
 interface Access {
-  url: string;
-  apiKey: string;
+  api: Pick<ApiProtocol, 'request'>;
+  /** The key the capture authenticates with (kept out of the bundle). */
+  key: string;
   source: BundleSource;
   exec?: CommandProtocol;
   paths?: DevicePaths;
+  cloudRows?: CaptureOptions['cloudRows'];
   close(): Promise<void>;
 }
 
 /** `--device` (`--sim-dir`) or `--board`, checked. */
 async function accessOf(options: CaptureCommandOptions): Promise<Access> {
+  const ways = [options.device && '--device', options.board && '--board', options.cloud && '--cloud'].filter(Boolean);
+  if (ways.length > 1) throw usage(`${ways.join(' and ')} are two ways to reach a device: give one`);
   if (options.board) {
-    if (options.device || options.simDir) throw usage('--board reaches the device by its config: drop --device and --sim-dir');
+    if (options.simDir) throw usage('--sim-dir goes with --device: --board reaches the device by its config');
     return boardAccess(options.board, options.apiKey);
   }
-  if (!options.device) throw usage('say which device: --device URL --api-key KEY (a simulated device here: add --sim-dir), or --board CONFIG (a lab board over SSH)');
+  if (options.cloud) return cloudAccess(options);
+  if (!options.device) throw usage('say which device: --device URL --api-key KEY (a simulated device here: add --sim-dir), --board CONFIG (a lab board over SSH), or --cloud URL --cloud-key KEY --uuid UUID (through a fleetlab cloud)');
   if (!options.apiKey) throw usage("--device needs --api-key: the device's key");
   const url = deviceUrl(options.device);
   const local = options.simDir ? { exec: hostShell, paths: simDevicePaths(options.simDir) } : {};
-  return { url, apiKey: options.apiKey, source: { kind: 'api', address: url }, ...local, close: async () => undefined };
+  return { api: deviceApi(url, options.apiKey), key: options.apiKey, source: { kind: 'api', address: url }, ...local, close: async () => undefined };
+}
+
+const deviceApi = (url: string, apiKey: string) => httpApi({ url, apiKey, uuid: '', vendor: '', lockRoot: '' });
+
+/** Through a fleetlab cloud: the device API by its proxy, and the device's rows of its data API. */
+function cloudAccess(options: CaptureCommandOptions): Access {
+  const cloud = deviceUrl(options.cloud!, '--cloud');
+  if (!options.cloudKey) throw usage("--cloud needs --cloud-key: a user's API key of that cloud (the proxy takes no device key)");
+  if (!options.uuid) throw usage('--cloud needs --uuid: the device to capture');
+  if (options.simDir || options.apiKey) throw usage('--sim-dir and --api-key go with --device: through --cloud the cloud reaches the device');
+  return {
+    api: proxiedApi(cloud, options.cloudKey, options.uuid),
+    key: options.cloudKey,
+    source: { kind: 'cloud', address: cloud, uuid: options.uuid },
+    cloudRows: (redact) => readCloudRows(cloudReader(cloud, options.cloudKey!), options.uuid!, redact),
+    close: async () => undefined,
+  };
 }
 
 /**
@@ -89,9 +117,10 @@ async function boardAccess(path: string, apiKey: string | undefined): Promise<Ac
   const ssh = new SshDevice({ host: config.host, port: config.sshPort, username: config.user, privateKey });
   try {
     const stored = await storedIdentity(ssh, config.dataDir);
+    const key = apiKey ?? config.apiKey ?? stored.deviceKey;
     return {
-      url: deviceUrl(config.apiUrl),
-      apiKey: apiKey ?? config.apiKey ?? stored.deviceKey,
+      api: deviceApi(deviceUrl(config.apiUrl), key),
+      key,
       source: { kind: 'ssh', address: `${config.user}@${config.host}:${config.sshPort}`, uuid: stored.uuid },
       exec: ssh.exec,
       paths: { dataDir: config.dataDir, lockRoot: config.lockRoot },
@@ -107,7 +136,6 @@ export async function runCapture(options: CaptureCommandOptions): Promise<void> 
   const access = await accessOf(options);
   const out = options.out ?? defaultBundleName(new Date());
   if (options.redaction === 'none') options.log('warning: --no-redact: keys, passwords and every environment value go into the bundle as they are');
-  const api = httpApi({ url: access.url, apiKey: access.apiKey, uuid: '', vendor: '', lockRoot: '' });
   const stop = new AbortController();
   const onInt = () => {
     options.log('stopping after this step (Ctrl-C again to stop at once, with no bundle)');
@@ -115,14 +143,15 @@ export async function runCapture(options: CaptureCommandOptions): Promise<void> 
   };
   process.once('SIGINT', onInt);
   try {
-    options.log(`capturing ${access.source.kind === 'ssh' ? `${access.source.address} (API ${access.url})` : access.url} into ${out}`);
+    options.log(`capturing ${access.source.kind === 'api' ? '' : `${access.source.kind} `}${access.source.address}${access.source.uuid ? ` (device ${access.source.uuid})` : ''} into ${out}`);
     const manifest = await captureDevice({
       out,
       source: access.source,
-      api,
-      key: access.apiKey,
+      api: access.api,
+      key: access.key,
       ...(access.exec ? { exec: access.exec } : {}),
       ...(access.paths ? { paths: access.paths } : {}),
+      ...(access.cloudRows ? { cloudRows: access.cloudRows } : {}),
       redaction: options.redaction,
       ...(options.since ? { since: options.since } : {}),
       journalEntries: options.journalEntries ?? DEFAULT_JOURNAL_ENTRIES,

@@ -11,6 +11,7 @@ import type { ApiProtocol, CommandProtocol, DevicePaths, HttpResponse, RequestOp
 import { errorText, FleetlabError } from '../../src/errors.js';
 import { BundleWriter, type BundleManifest, type BundleSource, type Redaction } from './bundle.js';
 import { redactJson, redactText, type RedactOptions } from './redact.js';
+import type { CloudRows } from './cloud-access.js';
 import { join } from 'node:path';
 import { LABEL } from '../../src/supervisor/adapters/engine.js';
 
@@ -25,6 +26,8 @@ export interface CaptureOptions {
   exec?: CommandProtocol;
   /** Where the supervisor keeps its files on the device (read with `exec`), and its engine. */
   paths?: DevicePaths;
+  /** The device's rows in the cloud it was reached through (`--cloud`), redacted as told. */
+  cloudRows?: (redact: RedactOptions) => Promise<CloudRows>;
   redaction: Redaction;
   /** The journal from this time on (journalctl's formats); default all of it, up to `journalEntries`. */
   since?: string;
@@ -111,6 +114,7 @@ export async function captureDevice(options: CaptureOptions): Promise<BundleMani
     ['host-config', async (put) => putJson(put, 'host/config.json', await getJson('/v1/device/host-config'))],
     // The device reads its tags from the cloud: without one this fails, saying so.
     ['tags', async (put) => putJson(put, 'device/tags.json', await getJson('/v2/device/tags'))],
+    ...(options.cloudRows ? [cloudStep(options.cloudRows, redact)] : []),
     ['journal', async (put) => put('journal/journal.jsonl', await journal(options, redact))],
     ['dmesg', async (put) => put('host/dmesg.txt', redactText(await shell(['dmesg']), redact))],
     ['clock', async (put) => put('host/clock.txt', await shell(['sh', '-c', 'date -u +%Y-%m-%dT%H:%M:%S.%NZ; cat /proc/uptime']))],
@@ -187,6 +191,18 @@ async function journal(options: CaptureOptions, redact: RedactOptions): Promise<
 }
 
 type Shell = (argv: string[]) => Promise<string>;
+type Put = (file: string, data: string) => Promise<void>;
+
+/** The device's cloud rows, one file each. */
+function cloudStep(read: NonNullable<CaptureOptions['cloudRows']>, redact: RedactOptions): [string, (put: Put) => Promise<void>] {
+  return ['cloud', async (put) => {
+    const rows = await read(redact);
+    const files: Record<keyof CloudRows, string> = { device: 'device', tags: 'tags', deviceVariables: 'device-variables', fleet: 'fleet', fleetVariables: 'fleet-variables', release: 'release' };
+    for (const [key, file] of Object.entries(files) as Array<[keyof CloudRows, string]>) {
+      if (rows[key] !== undefined) await put(`cloud/${file}.json`, `${JSON.stringify(rows[key], null, 2)}\n`);
+    }
+  }];
+}
 
 /** Runs argv there: its stdout, or an error with its exit status and stderr. */
 const shellOn = (exec: CommandProtocol): Shell => async (argv) => {

@@ -24,8 +24,11 @@ const SECRET_NAME = /pass(word|wd|phrase)?|secret|token|credential|auth|cookie|s
 const ENV_FIELDS = new Set(['Env', 'env', 'environment']);
 const MIN_SECRET = 8;
 
+// Names the rule above would take for secrets but that name something else: a tag's name.
+const NOT_SECRET = new Set(['tag_key']);
+
 /** Whether a field or variable of this name holds a secret. */
-export const secretName = (name: string): boolean => SECRET_NAME.test(name);
+export const secretName = (name: string): boolean => SECRET_NAME.test(name) && !NOT_SECRET.has(name);
 
 /** A text (a journal, dmesg) with the known secrets and URL passwords cut out. */
 export function redactText(text: string, options: RedactOptions): string {

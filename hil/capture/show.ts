@@ -75,6 +75,14 @@ export function showBundle(bundle: Bundle): string {
     }
   }
 
+  const cloudDevice = optional<{ is_online?: boolean; device_name?: string; last_connectivity_event?: string }>(bundle, 'cloud/device.json');
+  if (cloudDevice) {
+    const fleet = optional<{ app_name?: string }>(bundle, 'cloud/fleet.json');
+    const release = optional<{ commit?: string; id?: number }>(bundle, 'cloud/release.json');
+    const tags = optional<Array<{ tag_key?: string; value?: string }>>(bundle, 'cloud/tags.json') ?? [];
+    out.push(`cloud: ${cloudDevice.is_online ? 'online' : 'OFFLINE'}${fleet?.app_name ? `, fleet ${fleet.app_name}` : ''}${release ? `, should run release ${release.commit ?? release.id}` : ''}${tags.length ? `; tags ${tags.map((t) => `${t.tag_key}=${t.value}`).join(', ')}` : ''}`);
+  }
+
   const waiting = [...lockLines(optional<CapturedLocks>(bundle, 'supervisor/locks.json')), ...waitingFor(device, status)];
   if (waiting.length) out.push('', 'waiting for:', ...waiting.map((w) => `  ${w}`));
 

@@ -278,10 +278,11 @@ program
   .addOption(new Option('--engine <kind>', 'sim: an engine of its own; docker: the dockerd at --docker-socket, which must not run the captured device').choices(['sim', 'docker']).default('sim'))
   .option('--docker-socket <path>', 'with --engine docker: its API socket', '/var/run/docker.sock')
   .option('--listen-address <addr>', 'address the device API listens on (0.0.0.0 inside a container)', '127.0.0.1')
+  .option('--paused', "start the device's supervisor stopped before its first line, for a debugger to attach and step (the inspector's port is printed)", false)
   .option('--spec <file>', 'instead: write a fleetlab/test spec that starts a device from the bundle and asserts it reaches its target (edit it to what the fix must do)')
   .option('--force', 'with --spec: replace the file', false)
   .action(
-    action(async (bundle: string, opts: { port: string; dataDir?: string; engine: 'sim' | 'docker'; dockerSocket: string; listenAddress: string; spec?: string; force: boolean }) => {
+    action(async (bundle: string, opts: { port: string; dataDir?: string; engine: 'sim' | 'docker'; dockerSocket: string; listenAddress: string; paused: boolean; spec?: string; force: boolean }) => {
       const { runReplay } = await import('../hil/capture/capture-command.js');
       const { spec, dataDir, port, ...rest } = opts;
       await runReplay({ bundle, port: parsePort('--port', port), ...rest, ...(dataDir ? { dataDir } : {}), ...(spec ? { spec } : {}) });

@@ -52,6 +52,12 @@ export interface SimDeviceOptions {
    * the device into a state (a replay writes its store, engine objects and lock files).
    */
   prepare?: (device: SimDevice) => Promise<void>;
+  /**
+   * Start the supervisor under Node's inspector on this loopback port, stopped before its
+   * first line until a debugger attaches and lets it run (`fleetlab replay --paused`). The
+   * start returns without waiting for its API; needs a data dir with a store already.
+   */
+  inspectBrk?: number;
   /** Address the device API listens on; default 127.0.0.1 (0.0.0.0 inside a container, for a mapped port). */
   listenAddress?: string;
   /** Register with a cloud and follow its target state, through a link the sim can partition. */
@@ -117,9 +123,11 @@ export class SimDevice extends EventEmitter<{ reboot: []; poweroff: []; exit: [c
   simEngine: SimEngineHandle | undefined;
   /** The device's network path to the cloud (with `cloud`): partition and heal it. */
   cloudLink: PartitionableLink | undefined;
+  /** The inspector port of the supervisor's first start (`inspectBrk`), taken by it. */
+  private inspectBrk: number | undefined;
 
   private constructor(
-    readonly options: Required<Omit<SimDeviceOptions, 'apiKey' | 'dataDir' | 'bandwidth' | 'scenario' | 'cloud' | 'session' | 'deviceType' | 'prepare'>> & { apiKey?: string; dataDir: string; cloud?: SimCloudOptions; deviceType?: string },
+    readonly options: Required<Omit<SimDeviceOptions, 'apiKey' | 'dataDir' | 'bandwidth' | 'scenario' | 'cloud' | 'session' | 'deviceType' | 'prepare' | 'inspectBrk'>> & { apiKey?: string; dataDir: string; cloud?: SimCloudOptions; deviceType?: string; inspectBrk?: number },
     /** The label its processes carry. */
     readonly session: string,
     private readonly teardown: Teardown,
@@ -131,6 +139,7 @@ export class SimDevice extends EventEmitter<{ reboot: []; poweroff: []; exit: [c
   ) {
     super();
     this.docker = new Docker({ socketPath: options.dockerSocket });
+    this.inspectBrk = options.inspectBrk;
   }
 
   static async start(opts: SimDeviceOptions): Promise<SimDevice> {
@@ -138,7 +147,7 @@ export class SimDevice extends EventEmitter<{ reboot: []; poweroff: []; exit: [c
     const port = opts.port === 0 ? await freePort() : opts.port;
     for (const d of ['dbus', 'host', 'gpio', 'journal', 'boot', 'locks', 'supervisor']) mkdirSync(join(dataDir, d), { recursive: true });
     const dockerSocket = opts.engine === 'sim' ? join(dataDir, 'engine', 'engine.sock') : opts.dockerSocket;
-    const options = { port, dataDir, engine: opts.engine, dockerSocket, localMode: opts.localMode, apiKey: opts.apiKey, vendor: opts.vendor ?? 'platform', ledOffset: opts.ledOffset ?? 17, listenAddress: opts.listenAddress ?? '127.0.0.1', cloud: opts.cloud, deviceType: opts.deviceType };
+    const options = { port, dataDir, engine: opts.engine, dockerSocket, localMode: opts.localMode, apiKey: opts.apiKey, vendor: opts.vendor ?? 'platform', ledOffset: opts.ledOffset ?? 17, listenAddress: opts.listenAddress ?? '127.0.0.1', cloud: opts.cloud, deviceType: opts.deviceType, inspectBrk: opts.inspectBrk };
     const session = opts.session ?? `sim-${randomUUID()}`;
     const env = sessionEnv(session);
     // Undone in reverse: the supervisor first, then what it created in the engine, then the
@@ -267,7 +276,10 @@ export class SimDevice extends EventEmitter<{ reboot: []; poweroff: []; exit: [c
   /** Starts the supervisor process and waits until the API answers /ping. */
   private async boot(): Promise<void> {
     const cli = cliCommand(this.supervisorArgs());
-    const cmd = gpioNamespaceCommand(this.gpio.classDir, [cli.file, ...cli.args]);
+    // Once: a reboot of a paused device starts its supervisor as any other.
+    const inspect = this.inspectBrk === undefined ? [] : [`--inspect-brk=127.0.0.1:${this.inspectBrk}`];
+    this.inspectBrk = undefined;
+    const cmd = gpioNamespaceCommand(this.gpio.classDir, [cli.file, ...inspect, ...cli.args]);
     this.logFile ??= createWriteStream(this.supervisorLog, { flags: 'a' });
     // Its own process group: a Ctrl-C meant for the owner must not stop the supervisor before
     // the owner does, in order, with the peers it uses still up.
@@ -281,6 +293,11 @@ export class SimDevice extends EventEmitter<{ reboot: []; poweroff: []; exit: [c
       if (this.child === child) this.child = null;
       if (!this.stopping) this.emit('exit', code);
     });
+    if (inspect.length) {
+      // Stopped for a debugger, it answers once the developer lets it run: the start does not wait.
+      this.follower.start(this.info().uuid);
+      return;
+    }
     const deadline = Date.now() + READY_TIMEOUT_MS;
     while (Date.now() < deadline) {
       if (child.exitCode !== null || child.signalCode !== null) {

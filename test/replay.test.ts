@@ -21,6 +21,8 @@ import type { DeviceUnderTest } from '../hil/targets/protocols.js';
 import { simTarget } from '../hil/targets/sim.js';
 import { LABEL } from '../src/supervisor/adapters/engine.js';
 import { eventually } from './helpers/engine-targets.js';
+import { freePort } from '../src/free-port.js';
+import WebSocket from 'ws';
 
 process.env.TESTCONTAINERS_RYUK_DISABLED = 'true';
 
@@ -255,5 +257,32 @@ describe('replay refuses what it cannot do', () => {
     );
     expect(await engineContainers(original)).toHaveLength(1);
   });
+});
+
+describe('replay --paused', () => {
+  it('starts the supervisor stopped before its first line; it runs once a debugger lets it go', async () => {
+    const original = await simTarget.start({ engine: 'sim' });
+    started.push(original);
+    const out = join(dir, 'paused.tar.gz');
+    await captureDevice({ out, source: { kind: 'api', address: original.api.identity.url }, api: original.api, key: original.api.identity.apiKey, exec: original.exec!, paths: original.paths!, redaction: 'default', fleetlab: '0.0.0-test' });
+    await original.close();
+
+    const inspector = await freePort();
+    const { device } = await replayOnSim({ bundle: out, inspectBrk: inspector });
+    try {
+      const ping = () => fetch(`${device.url}/ping`, { signal: AbortSignal.timeout(1000) }).then((r) => r.status, () => 'no answer');
+      await new Promise((r) => setTimeout(r, 1500));
+      expect(await ping()).toBe('no answer');
+      const [target] = (await eventually(async () => fetch(`http://127.0.0.1:${inspector}/json/list`).then((r) => r.json() as Promise<Array<{ webSocketDebuggerUrl: string }>>, () => undefined), 10_000, 'the inspector')) ?? [];
+      // What a debugger does when the developer presses "continue".
+      const ws = new WebSocket(target!.webSocketDebuggerUrl);
+      await new Promise((resolve, reject) => (ws.once('open', resolve), ws.once('error', reject)));
+      ws.send(JSON.stringify({ id: 1, method: 'Runtime.runIfWaitingForDebugger' }));
+      expect(await eventually(async () => ((await ping()) === 200 ? 200 : undefined), 30_000, 'the supervisor answering')).toBe(200);
+      ws.close();
+    } finally {
+      await device.stop();
+    }
+  }, 120_000);
 });
 

@@ -10,6 +10,7 @@ import { storedIdentity } from '../targets/board.js';
 import { SshDevice } from '../targets/ssh-device.js';
 import type { ApiProtocol, CommandProtocol, DevicePaths } from '../targets/protocols.js';
 import { fleetlabVersion } from '../../src/package-root.js';
+import { freePort } from '../../src/free-port.js';
 import { httpApi } from '../lib/http.js';
 import { readBundle, type BundleSource, type Redaction } from './bundle.js';
 import { captureDevice, DEFAULT_JOURNAL_ENTRIES, type CaptureOptions } from './capture.js';
@@ -208,6 +209,8 @@ export interface ReplayCommandOptions {
   listenAddress: string;
   /** Write a spec that starts from the bundle to this file, instead of starting a device. */
   spec?: string;
+  /** Start the supervisor stopped before its first line, for a debugger. */
+  paused?: boolean;
   force?: boolean;
 }
 
@@ -217,6 +220,7 @@ export async function runReplay(options: ReplayCommandOptions): Promise<void> {
   const { replayOnSim } = await import('./replay.js');
   const { serveSimDevice } = await import('../../sim/device.js');
   const log = (line: string) => console.error(`fleetlab replay: ${line}`);
+  const inspectBrk = options.paused ? await freePort() : undefined;
   const { device } = await replayOnSim({
     bundle: options.bundle,
     port: options.port,
@@ -224,9 +228,14 @@ export async function runReplay(options: ReplayCommandOptions): Promise<void> {
     engine: options.engine,
     dockerSocket: options.dockerSocket,
     listenAddress: options.listenAddress,
+    ...(inspectBrk ? { inspectBrk } : {}),
     log,
   });
-  await serveSimDevice(device, `fleetlab: device ${device.info().uuid} replayed from ${options.bundle} is up; its supervisor runs from the captured state`, [
+  const heading = inspectBrk
+    ? `fleetlab: device ${device.info().uuid} replayed from ${options.bundle} is in the captured state; its supervisor is paused before its first line`
+    : `fleetlab: device ${device.info().uuid} replayed from ${options.bundle} is up; its supervisor runs from the captured state`;
+  await serveSimDevice(device, heading, [
+    ...(inspectBrk ? [`  debugger:     attach to 127.0.0.1:${inspectBrk} (chrome://inspect, or VS Code "Attach to Node Process"); the supervisor runs when the debugger lets it go, and its API answers then`] : []),
     `  compare:      fleetlab bundle show ${options.bundle}`,
   ]);
 }

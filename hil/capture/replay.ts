@@ -40,6 +40,8 @@ export interface ReplayOptions {
   dockerSocket?: string;
   /** Address the device API listens on; default 127.0.0.1 (0.0.0.0 inside a container). */
   listenAddress?: string;
+  /** Start the supervisor stopped for a debugger on this loopback port (`--paused`). */
+  inspectBrk?: number;
   log?: (line: string) => void;
 }
 
@@ -111,6 +113,7 @@ export async function replaySimOptions(options: ReplayOptions): Promise<Replayab
       dockerSocket: options.dockerSocket ?? '',
       ...deviceOptions(plan),
       ...(options.listenAddress ? { listenAddress: options.listenAddress } : {}),
+      ...(options.inspectBrk ? { inspectBrk: options.inspectBrk } : {}),
       ...(resume ? {} : { prepare: (d: SimDevice) => carryOut(plan, { dockerSocket: d.options.dockerSocket, storeDir: d.paths.dataDir }, engine, log) }),
     },
   };
@@ -148,7 +151,10 @@ async function carryOut(plan: ReplayPlan, place: ReplayPlace, engine: 'sim' | 'd
   const ofDevice = { label: [`${LABEL.device}=${uuid}`] };
   const running = await docker.listContainers({ all: true, filters: ofDevice });
   if (running.length) {
-    throw replayError(`the engine at ${socket} already has containers of device ${uuid} (${running.map((c) => c.Names[0]).join(', ')}): stop that device (the original, or an earlier replay) first`);
+    throw replayError(
+      `the engine at ${socket} already has containers of device ${uuid} (${running.map((c) => c.Names[0]).join(', ')}): stop that device (the original, or an earlier replay) first; ` +
+        `if none runs, they are left from one that was killed: docker -H unix://${socket} rm -f $(docker -H unix://${socket} ps -aq --filter label=${LABEL.device}=${uuid})`,
+    );
   }
   // A shared engine keeps what the device left (its volumes) and what other devices use (images).
   const has = {

@@ -245,12 +245,13 @@ program
   .option('--out <file>', 'the bundle to write (default: fleetlab-capture-<time>.tar.gz here)')
   .option('--since <time>', 'the journal from this time on, in journalctl\'s formats (default: all, up to --journal-entries)')
   .option('--journal-entries <n>', 'the most journal entries kept, newest first', String(20_000))
+  .option('--volumes [bytes]', "with a shell on the device: also the contents of its volumes, each up to this many bytes (default 16 MiB); not redacted, so only for volumes that hold no secrets; 'fleetlab replay' restores them")
   .option('--redact-env', 'also drop every environment value (names stay)', false)
   .option('--no-redact', 'keep keys, passwords and environment values in the bundle (warns)')
   .option('--force', 'replace a file at --out', false)
   .action(
-    action(async (opts: { device?: string; apiKey?: string; board?: string; cloud?: string; cloudKey?: string; uuid?: string; simDir?: string; out?: string; since?: string; journalEntries: string; redactEnv: boolean; redact: boolean; force: boolean }) => {
-      const { parseJournalEntries, runCapture } = await import('../hil/capture/capture-command.js');
+    action(async (opts: { device?: string; apiKey?: string; board?: string; cloud?: string; cloudKey?: string; uuid?: string; simDir?: string; out?: string; since?: string; journalEntries: string; volumes?: string | true; redactEnv: boolean; redact: boolean; force: boolean }) => {
+      const { parseJournalEntries, parseVolumeBytes, runCapture } = await import('../hil/capture/capture-command.js');
       if (!opts.redact && opts.redactEnv) throw new UsageError('--redact-env and --no-redact contradict each other: pick one');
       await runCapture({
         ...(opts.device ? { device: opts.device } : {}),
@@ -263,6 +264,7 @@ program
         ...(opts.out ? { out: opts.out } : {}),
         ...(opts.since ? { since: opts.since } : {}),
         journalEntries: parseJournalEntries(opts.journalEntries),
+        ...(opts.volumes !== undefined ? { volumeBytes: parseVolumeBytes(opts.volumes) } : {}),
         redaction: !opts.redact ? 'none' : opts.redactEnv ? 'env' : 'default',
         force: opts.force,
         log: (line) => console.error(`fleetlab capture: ${line}`),

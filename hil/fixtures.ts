@@ -36,6 +36,7 @@ import { dirname, join, resolve } from 'node:path';
 const JOURNAL_LINES = 500;
 const LOG_TAIL_BYTES = 256 * 1024;
 const CAPTURE_JOURNAL_ENTRIES = 5_000;
+const CAPTURE_VOLUME_BYTES = 4 * 1024 * 1024;
 
 interface Held {
   file: string;
@@ -234,6 +235,8 @@ async function attachCapture(device: DeviceUnderTest, testInfo: TestInfo): Promi
       ...(device.paths ? { paths: device.paths } : {}),
       redaction: 'default',
       journalEntries: CAPTURE_JOURNAL_ENTRIES,
+      // A test device's volumes hold test data: the bundle restores them in a replay.
+      volumeBytes: CAPTURE_VOLUME_BYTES,
       fleetlab: fleetlabVersion(import.meta.url),
       force: true,
     });

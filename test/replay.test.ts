@@ -150,8 +150,9 @@ describe.each(targets)('replay on a fresh $name device', (where) => {
       paths: original.paths!,
       redaction: 'default',
       fleetlab: '0.0.0-test',
+      volumeBytes: 1 << 20,
     });
-    expect(manifest.steps.filter((s) => ['store', 'locks', 'engine'].includes(s.name)).map((s) => `${s.name} ${s.status}`)).toEqual(['store ok', 'locks ok', 'engine ok']);
+    expect(manifest.steps.filter((s) => ['store', 'locks', 'engine', 'volumes'].includes(s.name)).map((s) => `${s.name} ${s.status}`)).toEqual(['store ok', 'locks ok', 'engine ok', 'volumes ok']);
     const before = { status: await stuckStatus(original), containers: await engineContainers(original) };
     // The field device is gone: only the bundle is left.
     await original.close();
@@ -166,6 +167,9 @@ describe.each(targets)('replay on a fresh $name device', (where) => {
     const original = await startOriginal();
     await call(original, 'POST', '/v2/local/target-state', target(1, [app('fleetlab/test-app:1'), worker]));
     await applied(original, 2);
+    // What the app keeps in its volume travels with the bundle.
+    const data = (await original.files!.volumePath!(1, 'data'))!;
+    await original.files!.write(`${data}/readings/1.csv`, 't,v\n1,20.5\n');
     // The worker's app takes its update lock, as an app does (the file's existence is the lock).
     await original.files!.write(lockFile(original, 'worker'), '');
     await call(original, 'POST', '/v2/local/target-state', target(2, [app('fleetlab/test-app:2'), worker]));
@@ -178,6 +182,8 @@ describe.each(targets)('replay on a fresh $name device', (where) => {
     expect(await stuckStatus(replayed)).toEqual(before.status);
     expect(await engineContainers(replayed)).toEqual(before.containers);
     expect(await replayed.files!.exists(lockFile(replayed, 'worker'))).toBe(true);
+    const replayedData = (await replayed.files!.volumePath!(1, 'data'))!;
+    expect((await replayed.files!.read(`${replayedData}/readings/1.csv`)).toString()).toBe('t,v\n1,20.5\n');
 
     // The stuck point is live: once the app lets go, the replayed device updates.
     await replayed.files!.remove(lockFile(replayed, 'worker'));

@@ -35,6 +35,8 @@ export interface CaptureCommandOptions {
   out?: string;
   since?: string;
   journalEntries?: number;
+  /** Also the volumes' contents, each up to this many bytes (not redacted). */
+  volumeBytes?: number;
   redaction: Redaction;
   force: boolean;
   log: (line: string) => void;
@@ -156,6 +158,7 @@ export async function runCapture(options: CaptureCommandOptions): Promise<void> 
       redaction: options.redaction,
       ...(options.since ? { since: options.since } : {}),
       journalEntries: options.journalEntries ?? DEFAULT_JOURNAL_ENTRIES,
+      ...(options.volumeBytes ? { volumeBytes: options.volumeBytes } : {}),
       fleetlab: fleetlabVersion(import.meta.url),
       force: options.force,
       signal: stop.signal,
@@ -191,6 +194,14 @@ export function simDevicePaths(simDir: string): DevicePaths {
 
 export async function runBundleShow(path: string): Promise<void> {
   process.stdout.write(showBundle(await readBundle(path)));
+}
+
+/** `--volumes [bytes]`: the limit per volume; bare, 16 MiB. */
+export function parseVolumeBytes(value: string | true): number {
+  if (value === true) return 16 * 1024 * 1024;
+  const n = Number(value);
+  if (!Number.isInteger(n) || n < 1 || n > 2 ** 40) throw usage(`--volumes takes the most bytes of one volume to capture, a positive integer, not ${JSON.stringify(value)}`);
+  return n;
 }
 
 /** `--journal-entries` as a positive integer. */

@@ -33,6 +33,12 @@ export interface CaptureOptions {
   since?: string;
   /** The most journal entries kept (the newest). */
   journalEntries?: number;
+  /**
+   * Also the contents of the device's volumes, each up to this many bytes (a bigger one is
+   * recorded as not captured). Off by default: what an app keeps in its volumes is not
+   * redacted.
+   */
+  volumeBytes?: number;
   fleetlab: string;
   force?: boolean;
   signal?: AbortSignal;
@@ -78,7 +84,9 @@ export async function captureDevice(options: CaptureOptions): Promise<BundleMani
     return shellOn(options.exec!)(argv);
   };
 
-  const steps: Array<[string, (put: (file: string, data: string) => Promise<void>) => Promise<void>]> = [
+  // Read by the engine step: undefined when it could not run.
+  let volumes: Array<{ Name: string; Mountpoint?: string }> | undefined;
+  const steps: Array<[string, (put: Put) => Promise<void>]> = [
     ['supervisor', async (put) => putJson(put, 'supervisor/version.json', await getJson('/v2/version'))],
     ['device', async (put) => {
       await putJson(put, 'device/device.json', await getJson('/v1/device'));
@@ -102,8 +110,10 @@ export async function captureDevice(options: CaptureOptions): Promise<BundleMani
       const engineShell = options.paths?.engineShell;
       const docker = engineShell ? shellOn(engineShell) : shell;
       const engine = await engineObjects(docker, options.paths?.dockerHost, uuid, targetImages);
+      volumes = engine.volumes as typeof volumes;
       for (const [name, value] of Object.entries(engine)) await putJson(put, `engine/${name}.json`, value);
     }],
+    ...(options.volumeBytes ? [volumeStep(() => volumes, options.paths?.engineShell ? shellOn(options.paths.engineShell) : shell, options.volumeBytes)] : []),
     ['state', async (put) => {
       await putJson(put, 'state/status.json', await getJson('/v2/state/status'));
       await putJson(put, 'state/applications.json', await getJson('/v2/applications/state'));
@@ -191,7 +201,46 @@ async function journal(options: CaptureOptions, redact: RedactOptions): Promise<
 }
 
 type Shell = (argv: string[]) => Promise<string>;
-type Put = (file: string, data: string) => Promise<void>;
+type Put = (file: string, data: string | Buffer) => Promise<void>;
+
+/** What `volumes/index.json` says of each volume of the device. */
+export interface CapturedVolume {
+  name: string;
+  bytes: number;
+  /** The archive in the bundle (`volumes/<name>.tar.gz`); absent when not captured. */
+  file?: string;
+  /** Why it was not captured. */
+  skipped?: string;
+}
+
+/**
+ * The contents of each volume as a tar.gz, read where the engine keeps it (the shell that sees
+ * the engine's storage: the device's, or the harness's for an engine it shares). Through a
+ * text channel, so base64.
+ */
+function volumeStep(list: () => Array<{ Name: string; Mountpoint?: string }> | undefined, shell: Shell, limit: number): [string, (put: Put) => Promise<void>] {
+  return ['volumes', async (put) => {
+    const volumes = list();
+    if (!volumes) throw new Error("needs the device's volumes from the engine step, which failed");
+    const index: CapturedVolume[] = [];
+    for (const v of volumes) {
+      if (!v.Mountpoint) {
+        index.push({ name: v.Name, bytes: 0, skipped: 'the engine gives no mount point' });
+        continue;
+      }
+      const bytes = Number((await shell(['du', '-sb', v.Mountpoint])).split(/\s/)[0]);
+      if (!(bytes <= limit)) {
+        index.push({ name: v.Name, bytes, skipped: `${bytes} bytes, over the limit of ${limit}` });
+        continue;
+      }
+      const archive = Buffer.from(await shell(['sh', '-c', 'tar -C "$1" -czf - . | base64 -w0', 'sh', v.Mountpoint]), 'base64');
+      const file = `volumes/${v.Name}.tar.gz`;
+      await put(file, archive);
+      index.push({ name: v.Name, bytes, file });
+    }
+    await put('volumes/index.json', `${JSON.stringify(index, null, 2)}\n`);
+  }];
+}
 
 /** The device's cloud rows, one file each. */
 function cloudStep(read: NonNullable<CaptureOptions['cloudRows']>, redact: RedactOptions): [string, (put: Put) => Promise<void>] {

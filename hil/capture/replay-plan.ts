@@ -70,6 +70,8 @@ export interface CapturedDevice {
   images: { present: InspectedImage[]; missing: string[] };
   volumes: InspectedVolume[];
   networks: InspectedNetwork[];
+  /** The contents of the volumes the capture read (`--volumes`), by name; and why others were not. */
+  volumeData?: { archives: Map<string, Buffer>; skipped: Array<{ name: string; why: string }> };
 }
 
 /** What is the replay's own, not the captured device's. */
@@ -114,6 +116,8 @@ export interface ReplayPlan {
   store: DeviceRecord;
   images: StandInImage[];
   volumes: InspectedVolume[];
+  /** tar.gz archives to unpack into volumes of these names, once created. */
+  volumeArchives: Map<string, Buffer>;
   networks: InspectedNetwork[];
   containers: ReplayContainer[];
   /** Lock files to create: absolute paths under the replay's lock root. */
@@ -218,12 +222,17 @@ export function planReplay(captured: CapturedDevice, ctx: ReplayContext): Replay
   const untagged = captured.images.present.filter((i) => !(i.RepoTags ?? []).length);
   if (untagged.length) notes.push(`untagged images not replayed (a container on one runs its tag's stand-in): ${untagged.map((i) => i.Id.slice(0, 19)).join(', ')}`);
   if (captured.images.missing.length) notes.push(`images the device did not have, not there either: ${captured.images.missing.join(', ')}`);
-  if (captured.volumes.length) notes.push(`volumes created empty (a bundle holds no volume contents): ${captured.volumes.map((v) => v.Name).join(', ')}`);
+  const volumeArchives = captured.volumeData?.archives ?? new Map<string, Buffer>();
+  const empty = captured.volumes.filter((v) => !volumeArchives.has(v.Name));
+  if (empty.length) {
+    const why = captured.volumeData ? captured.volumeData.skipped.map((s) => `${s.name}: ${s.why}`).join('; ') : 'the capture took no volume contents (--volumes)';
+    notes.push(`volumes created empty: ${empty.map((v) => v.Name).join(', ')} (${why || 'none captured'})`);
+  }
   const exited = containers.filter((c) => c.state === 'exited');
   if (exited.length) notes.push(`containers started and stopped to stand for exited ones (their exit codes are not the captured ones): ${exited.map((c) => c.create.name).join(', ')}`);
 
   const locks = captured.locks.files.map((f) => ({ file: posix.join(ctx.lockRoot, f.path), content: f.content }));
-  return { vendor, deviceType, store: replayStore, images, volumes: captured.volumes, networks: captured.networks, containers, locks, notes };
+  return { vendor, deviceType, store: replayStore, images, volumes: captured.volumes, volumeArchives, networks: captured.networks, containers, locks, notes };
 }
 
 /** The target the supervisor applies: the local one in local mode, else the cloud's. */

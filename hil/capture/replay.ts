@@ -20,7 +20,10 @@ import { engineAt } from '../../sim/engine-at.js';
 import { importStandInImages } from '../../sim/images/test-images.js';
 import { removeDeviceLeftovers } from '../../sim/device-leftovers.js';
 import { readBundle, type Bundle } from './bundle.js';
-import type { CapturedLocks } from './capture.js';
+import { Readable } from 'node:stream';
+import { pipeline } from 'node:stream/promises';
+import * as tar from 'tar';
+import type { CapturedLocks, CapturedVolume } from './capture.js';
 import { planReplay, type CapturedDevice, type ReplayPlan } from './replay-plan.js';
 
 export interface ReplayOptions {
@@ -74,6 +77,15 @@ export function capturedDevice(bundle: Bundle, path: string): CapturedDevice {
     images: need('engine/images.json', 'engine') as CapturedDevice['images'],
     volumes: need('engine/volumes.json', 'engine') as CapturedDevice['volumes'],
     networks: need('engine/networks.json', 'engine') as CapturedDevice['networks'],
+    ...(bundle.has('volumes/index.json') ? { volumeData: volumeDataOf(bundle) } : {}),
+  };
+}
+
+function volumeDataOf(bundle: Bundle): NonNullable<CapturedDevice['volumeData']> {
+  const index = bundle.json<CapturedVolume[]>('volumes/index.json');
+  return {
+    archives: new Map(index.filter((v) => v.file).map((v) => [v.name, bundle.read(v.file!)])),
+    skipped: index.filter((v) => !v.file).map((v) => ({ name: v.name, why: v.skipped ?? 'not captured' })),
   };
 }
 
@@ -185,9 +197,19 @@ async function carryOut(plan: ReplayPlan, place: ReplayPlace, engine: 'sim' | 'd
         await docker.createNetwork({ Name: n.Name, CheckDuplicate: true, ...(n.Driver ? { Driver: n.Driver } : {}), ...(n.Internal ? { Internal: true } : {}), Labels: n.Labels ?? {} });
       });
     }
-    for (const v of plan.volumes.filter((v) => !has.volumes.has(v.Name))) {
+    for (const v of plan.volumes) {
+      if (has.volumes.has(v.Name)) {
+        // What the device left there is its own latest data: kept, not overwritten with the bundle's.
+        if (plan.volumeArchives.has(v.Name)) log(`volume ${v.Name}: the engine has it already, kept as it is`);
+        continue;
+      }
       await step(`creating volume ${v.Name}`, async () => {
         await docker.createVolume({ Name: v.Name, Labels: v.Labels ?? {}, ...(v.Driver ? { Driver: v.Driver } : {}) });
+        const archive = plan.volumeArchives.get(v.Name);
+        if (!archive) return;
+        const { Mountpoint } = await docker.getVolume(v.Name).inspect();
+        await unpackInto(archive, Mountpoint);
+        log(`volume ${v.Name}: ${archive.length} bytes of captured contents`);
       });
     }
     for (const c of plan.containers) {
@@ -211,4 +233,9 @@ async function carryOut(plan: ReplayPlan, place: ReplayPlace, engine: 'sim' | 'd
     throw err;
   }
   for (const note of plan.notes) log(`note: ${note}`);
+}
+
+/** A captured volume's tar.gz, unpacked where the engine keeps the volume (this host's view of it). */
+async function unpackInto(archive: Buffer, dir: string): Promise<void> {
+  await pipeline(Readable.from([archive]), tar.x({ cwd: dir, strict: true }));
 }

@@ -65,7 +65,7 @@ export function capturedDevice(bundle: Bundle, path: string): CapturedDevice {
   const need = (file: string, step: string) => {
     if (bundle.names().includes(file)) return bundle.json<unknown>(file);
     const why = bundle.manifest.steps.find((s) => s.name === step)?.error;
-    throw replayError(`${path} has no ${file}, which a replay starts from: the capture's "${step}" step ${why ? `failed: ${why}` : 'did not run'}. Capture with a shell on the device (--sim-dir for a simulated device)`);
+    throw replayError(`${path} has no ${file}, which a replay starts from: the capture's "${step}" step ${why ? `failed: ${why}` : 'did not run'}. Capture with a shell on the device (--sim-dir for a simulated device on this host, --board for a lab board)`);
   };
   const store = need('supervisor/store.json', 'store') as DeviceRecord;
   const locks = need('supervisor/locks.json', 'locks') as CapturedLocks;

@@ -401,6 +401,13 @@ describe.each<EngineKind>(['dockerd', 'sim'])('engine contract on %s', (kind) =>
       const after = (await c.inspect()).RestartCount;
       await new Promise((r) => setTimeout(r, 1000));
       expect((await c.inspect()).RestartCount).toBe(after);
+      // A client's start begins a new run: the count starts again, and the stop no longer holds
+      // the restarts back (a power cycle's stop, then the engine's start at boot, is the same).
+      await c.start();
+      // Counted from 0 again (it may have crashed once already as it is read).
+      expect((await c.inspect()).RestartCount).toBeLessThan(after);
+      await eventually(async () => ((await c.inspect()).RestartCount >= 1 ? true : undefined), 20_000, 'restarting again after a start');
+      await c.remove({ force: true });
     });
   });
 

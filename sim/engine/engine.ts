@@ -127,8 +127,19 @@ export class SimEngine {
       const died = this.diedWithEngine.delete(c.id);
       const policy = c.hostConfig.RestartPolicy.Name;
       const restart = policy === 'always' || (policy === 'unless-stopped' && !c.state.manuallyStopped) || (died && policy === 'on-failure' && c.state.exitCode !== 0);
-      if (restart) this.startContainer(c);
+      if (restart) this.startAnew(c);
     }
+  }
+
+  /**
+   * A start by a client, or by the engine at its boot: as dockerd, a new run, whose restart
+   * count and back-off begin again and which a stop before it no longer holds back.
+   */
+  private startAnew(c: ContainerRecord): void {
+    c.state.manuallyStopped = false;
+    c.restartCount = 0;
+    this.runtime(c.id).backoffMs = RESTART_BACKOFF_START_MS;
+    this.startContainer(c);
   }
 
   /**
@@ -349,9 +360,7 @@ export class SimEngine {
     if (c.state.status === 'running' || c.state.status === 'restarting') throw new NotModified();
     if (c.state.status === 'removing' || c.state.status === 'dead') throw conflict(`cannot start a container that has been removed`);
     if (this.commandOf(c).length === 0) throw badParameter('No command specified');
-    c.state.manuallyStopped = false;
-    this.runtime(c.id).backoffMs = RESTART_BACKOFF_START_MS;
-    this.startContainer(c);
+    this.startAnew(c);
   }
 
   private startContainer(c: ContainerRecord): void {
@@ -467,9 +476,7 @@ export class SimEngine {
   async restart(ref: string, timeoutS: number | undefined): Promise<void> {
     const c = this.findContainer(ref);
     if (c.state.status === 'running' || c.state.status === 'restarting') await this.stopContainer(c, timeoutS);
-    c.state.manuallyStopped = false;
-    this.runtime(c.id).backoffMs = RESTART_BACKOFF_START_MS;
-    this.startContainer(c);
+    this.startAnew(c);
     this.events.emit('container', 'restart', c.id, this.containerAttributes(c));
   }
 

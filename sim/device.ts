@@ -102,6 +102,14 @@ function hostAndPort(url: string): { host: string; port: number } {
 }
 
 
+/**
+ * Where a simulated device keeps the supervisor's files in its data dir, and the socket of
+ * its own engine (engine: 'sim'): one layout for the device and for a capture given only the dir.
+ */
+export function simDeviceFiles(dataDir: string): { dataDir: string; lockRoot: string; engineSocket: string } {
+  return { dataDir: join(dataDir, 'supervisor'), lockRoot: join(dataDir, 'locks'), engineSocket: join(dataDir, 'engine', 'engine.sock') };
+}
+
 const running = (child: ChildProcess) => child.exitCode === null && child.signalCode === null;
 
 async function waitExit(child: ChildProcess, graceMs: number): Promise<void> {
@@ -146,7 +154,7 @@ export class SimDevice extends EventEmitter<{ reboot: []; poweroff: []; exit: [c
     const dataDir = resolve(opts.dataDir ?? (await mkdtemp(join(tmpdir(), 'fleetlab-sim-'))));
     const port = opts.port === 0 ? await freePort() : opts.port;
     for (const d of ['dbus', 'host', 'gpio', 'journal', 'boot', 'locks', 'supervisor']) mkdirSync(join(dataDir, d), { recursive: true });
-    const dockerSocket = opts.engine === 'sim' ? join(dataDir, 'engine', 'engine.sock') : opts.dockerSocket;
+    const dockerSocket = opts.engine === 'sim' ? simDeviceFiles(dataDir).engineSocket : opts.dockerSocket;
     const options = { port, dataDir, engine: opts.engine, dockerSocket, localMode: opts.localMode, apiKey: opts.apiKey, vendor: opts.vendor ?? 'platform', ledOffset: opts.ledOffset ?? 17, listenAddress: opts.listenAddress ?? '127.0.0.1', cloud: opts.cloud, deviceType: opts.deviceType, inspectBrk: opts.inspectBrk };
     const session = opts.session ?? `sim-${randomUUID()}`;
     const env = sessionEnv(session);
@@ -223,12 +231,13 @@ export class SimDevice extends EventEmitter<{ reboot: []; poweroff: []; exit: [c
   }
 
   get lockRoot(): string {
-    return join(this.options.dataDir, 'locks');
+    return simDeviceFiles(this.options.dataDir).lockRoot;
   }
 
   /** Where the supervisor keeps its files, as a capture with a shell on this host reads them. */
   get paths(): { dataDir: string; lockRoot: string; dockerHost: string } {
-    return { dataDir: join(this.options.dataDir, 'supervisor'), lockRoot: this.lockRoot, dockerHost: `unix://${this.options.dockerSocket}` };
+    const { dataDir, lockRoot } = simDeviceFiles(this.options.dataDir);
+    return { dataDir, lockRoot, dockerHost: `unix://${this.options.dockerSocket}` };
   }
 
   get supervisorLog(): string {

@@ -16,6 +16,7 @@ import { readBundle, type BundleSource, type Redaction } from './bundle.js';
 import { captureDevice, DEFAULT_JOURNAL_ENTRIES, type CaptureOptions } from './capture.js';
 import { cloudReader, proxiedApi, readCloudRows } from './cloud-access.js';
 import { hostShell } from '../targets/host-shell.js';
+import { simDeviceFiles } from '../../sim/device.js';
 import { copyFileSync, existsSync, mkdirSync, writeFileSync } from 'node:fs';
 import { basename, dirname, join, relative, resolve } from 'node:path';
 import { showBundle } from './show.js';
@@ -181,15 +182,11 @@ export async function runCapture(options: CaptureCommandOptions): Promise<void> 
  */
 export function simDevicePaths(simDir: string): DevicePaths {
   const dir = resolve(simDir);
-  if (!existsSync(join(dir, 'supervisor', 'device.json'))) {
+  const { engineSocket, ...files } = simDeviceFiles(dir);
+  if (!existsSync(join(files.dataDir, 'device.json'))) {
     throw usage(`--sim-dir must be a simulated device's state directory (the "state:" line 'fleetlab sim device' prints), holding supervisor/device.json; ${dir} does not`);
   }
-  const engineSocket = join(dir, 'engine', 'engine.sock');
-  return {
-    dataDir: join(dir, 'supervisor'),
-    lockRoot: join(dir, 'locks'),
-    ...(existsSync(engineSocket) ? { dockerHost: `unix://${engineSocket}` } : {}),
-  };
+  return { ...files, ...(existsSync(engineSocket) ? { dockerHost: `unix://${engineSocket}` } : {}) };
 }
 
 export async function runBundleShow(path: string): Promise<void> {

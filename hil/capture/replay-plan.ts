@@ -245,7 +245,7 @@ function capturedVendor(captured: CapturedDevice): string {
   for (const c of captured.containers) {
     for (const bind of c.HostConfig.Binds ?? []) {
       const [source, dest] = bind.split(':');
-      if (source && dest && rebased(source, captured.locks.root, '') !== source && dest.startsWith('/tmp/')) return dest.slice('/tmp/'.length);
+      if (source?.startsWith(`${captured.locks.root.replace(/\/+$/, '')}/`) && dest?.startsWith('/tmp/')) return dest.slice('/tmp/'.length);
     }
   }
   return DEFAULT_VENDOR;

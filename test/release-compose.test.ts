@@ -195,17 +195,17 @@ describe('localTargetState', () => {
     'services:\n  web:\n    build: ./web\n    environment: { A: "1" }\n    volumes: [data:/data]\n    restart: unless-stopped\n  side:\n    image: base:1\n    network_mode: host\nvolumes: { data: {} }\n',
     '/p/app/compose.yaml',
   );
-  const release: Release = { project, images: { web: 'app-web:abc', side: 'base:1' }, imageIds: { web: 'sha256:1', side: 'sha256:2' }, commit: 'c0ffee' };
+  const release: Release = { project, images: { web: 'app-web:abc', side: 'base:1' }, imageIds: { web: 'sha256:1', side: 'sha256:2' }, commit: 'c0ffee', pulledAsNamed: [] };
 
   it('carries host settings to the target state', () => {
     const io = parseCompose('services:\n  io: { image: x, privileged: false, cap_add: [NET_ADMIN], devices: [/dev/i2c-1], tmpfs: [/run], ports: ["1:2"] }\n', '/p/app/compose.yaml');
-    const state = localTargetState({ project: io, images: { io: 'x' }, imageIds: { io: 'sha256:9' }, commit: 'c' }, { appId: 1, releaseId: 1 });
+    const state = localTargetState({ project: io, images: { io: 'x' }, imageIds: { io: 'sha256:9' }, commit: 'c', pulledAsNamed: [] }, { appId: 1, releaseId: 1 });
     expect(state.apps['1']!.services['1']).toMatchObject({ privileged: false, cap_add: ['NET_ADMIN'], devices: ['/dev/i2c-1'], tmpfs: ['/run'], ports: ['1:2'] });
   });
 
   it('carries networks and depends_on to the target state, which the device accepts', () => {
     const linked = parseCompose('services:\n  db: { image: x, networks: [back] }\n  api: { image: y, networks: [back, default], depends_on: [db] }\nnetworks: { back: {} }\n', '/p/app/compose.yaml');
-    const state = localTargetState({ project: linked, images: { db: 'x', api: 'y' }, imageIds: { db: 'sha256:1', api: 'sha256:2' }, commit: 'c' }, { appId: 1, releaseId: 1 });
+    const state = localTargetState({ project: linked, images: { db: 'x', api: 'y' }, imageIds: { db: 'sha256:1', api: 'sha256:2' }, commit: 'c', pulledAsNamed: [] }, { appId: 1, releaseId: 1 });
     expect(checkWireState(state)).toEqual([]);
     expect(state.apps['1']!.networks).toEqual({ back: {} });
     expect(state.apps['1']!.services['1']).toMatchObject({ networks: ['back'] });

@@ -30,7 +30,7 @@ const project = parseCompose(
   'services:\n  sensor:\n    build: ./sensor\n    environment: { RELEASE: "1" }\n    volumes: [readings:/data]\n    privileged: true\n    ports: ["8080:80"]\n    networks: [default, telemetry]\n  uploader:\n    image: fleetlab/busybox:latest\n    command: [sleep, "9"]\n    networks: [telemetry]\n    depends_on: [sensor]\nvolumes: { readings: {} }\nnetworks: { telemetry: {} }\n',
   '/t/greenhouse/compose.yaml',
 );
-const release = (commit: string): Release => ({ project, images: { sensor: 'greenhouse-sensor:abc', uploader: 'fleetlab/busybox:latest' }, imageIds: {}, commit });
+const release = (commit: string): Release => ({ project, images: { sensor: 'greenhouse-sensor:abc', uploader: 'fleetlab/busybox:latest' }, imageIds: {}, commit, pulledAsNamed: [] });
 
 describe('publishRelease', () => {
   it('creates the rows, pins the fleet, and says so', async () => {

@@ -10,13 +10,15 @@ import { join } from 'node:path';
 import Docker from 'dockerode';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { loadCompose, parseCompose } from '../hil/release/compose.js';
-import { buildRelease } from '../hil/release/release.js';
+import { buildRelease, localTargetState } from '../hil/release/release.js';
 import { pushRelease, registryRef, repositoryComponent } from '../hil/release/push.js';
-import { ARM64_IMAGE_FIX, reapStaleBuildEngines, startBuildEngine, type BuildEngine } from '../hil/release/build-engine.js';
+import { reapStaleBuildEngines, startBuildEngine, type BuildEngine } from '../hil/release/build-engine.js';
 import { registryConfig, startRegistry, type Registry } from '../hil/release/registry.js';
 import { reapStale } from '../src/owned-dirs.js';
+import { ensureTestImages } from '../sim/images/test-images.js';
 
-const hostDocker = new Docker({ socketPath: process.env.FLEETLAB_DOCKER_SOCKET ?? '/var/run/docker.sock' });
+const hostSocket = process.env.FLEETLAB_DOCKER_SOCKET ?? '/var/run/docker.sock';
+const hostDocker = new Docker({ socketPath: hostSocket });
 let dir: string;
 let registry: Registry;
 let engine: BuildEngine;
@@ -84,11 +86,55 @@ describe('a team release for an arm64 board', () => {
     expect(registry.pulls()).toEqual([expect.stringMatching(new RegExp(`"GET /v2/${repo}/manifests/sha256:[0-9a-f]{64} HTTP/1\\.1" 200 `))]);
   }, 300_000);
 
-  it("an image: the build engine lacks is refused with what to do instead", async () => {
-    const project = parseCompose('services:\n  db:\n    image: postgres:16\n', join(dir, 'compose.yaml'));
-    await expect(buildRelease(project, { docker: new Docker({ socketPath: engine.socketPath }), missingImageFix: ARM64_IMAGE_FIX })).rejects.toThrow(
-      `${join(dir, 'compose.yaml')}: services.db.image: "postgres:16" is not in the engine the release is built in, and fleetlab reaches no outside registry: ${ARM64_IMAGE_FIX}`,
-    );
+  it("an image: this machine's dockerd has for arm64 is copied into the build engine and pushed from there", async () => {
+    const builder = new Docker({ socketPath: engine.socketPath });
+    // A team's arm64 image, loaded into this machine's dockerd (docker load) under its own name.
+    const name = `fleetlab-test/adopted-${process.pid}`;
+    await builder.getImage('fleetlab/busybox:latest').tag({ repo: name, tag: '1' });
+    await new Promise<void>(async (resolve, reject) => {
+      const archive = await builder.getImage(`${name}:1`).get();
+      hostDocker.modem.followProgress(await hostDocker.loadImage(archive), (err: Error | null) => (err ? reject(err) : resolve()));
+    });
+    pulledByHost.push(`${name}:1`);
+    await builder.getImage(`${name}:1`).remove();
+    const hostId = (await hostDocker.getImage(`${name}:1`).inspect()).Id;
+
+    const project = parseCompose(`services:\n  tool:\n    image: ${name}:1\n`, join(dir, 'compose.yaml'));
+    const lines: string[] = [];
+    const built = await buildRelease(project, { docker: builder, devicePulls: true, imageSource: { docker: hostDocker, architecture: 'arm64' }, progress: (e) => e.summary && lines.push(`[${e.service}] ${e.line}`) });
+    expect(lines).toEqual([`[tool] copied ${name}:1 from this machine's dockerd`]);
+    expect(built.imageIds.tool).toBe(hostId);
+    expect(built.pulledAsNamed).toEqual([]);
+    const pushed = await pushRelease(built, { docker: builder, registry: registry.host });
+    const ref = pushed.images.tool!;
+    expect(ref).toBe(registryRef(registry.host, project.name, 'tool', hostId));
+    const repo = ref.slice(registry.host.length + 1, ref.lastIndexOf(':'));
+    const manifest = await fetch(`http://${registry.host}/v2/${repo}/manifests/${ref.slice(ref.lastIndexOf(':') + 1)}`, { headers: { accept: 'application/vnd.docker.distribution.manifest.v2+json' } });
+    expect(manifest.status).toBe(200);
+    expect(((await manifest.json()) as { config: { digest: string } }).config.digest).toBe(hostId);
+  }, 120_000);
+
+  it('an image: no engine here has for the device is left for the device to pull as the compose file names it', async () => {
+    const builder = new Docker({ socketPath: engine.socketPath });
+    // postgres:16 is nowhere here; fleetlab/test-app:1 is in this machine's dockerd, built for the host (amd64).
+    await ensureTestImages(hostSocket);
+    const hostArch = (await hostDocker.getImage('fleetlab/test-app:1').inspect()).Architecture;
+    expect(hostArch).not.toBe('arm64');
+    const project = parseCompose('services:\n  db:\n    image: postgres:16\n  app:\n    image: fleetlab/test-app:1\n', join(dir, 'compose.yaml'));
+    const lines: string[] = [];
+    const built = await buildRelease(project, { docker: builder, devicePulls: true, imageSource: { docker: hostDocker, architecture: 'arm64' }, progress: (e) => e.summary && lines.push(`[${e.service}] ${e.line}`) });
+    expect(lines).toEqual([
+      "[db] postgres:16: the device pulls it as named, from the image's own registry (it is not in this machine's dockerd)",
+      `[app] fleetlab/test-app:1: the device pulls it as named, from the image's own registry (this machine's dockerd has it for ${hostArch}, not arm64)`,
+    ]);
+    expect(built.pulledAsNamed).toEqual(['db', 'app']);
+    const pushed = await pushRelease(built, { docker: builder, registry: registry.host });
+    expect(pushed.images).toEqual({ db: 'postgres:16', app: 'fleetlab/test-app:1' });
+    const services = localTargetState(pushed, { appId: 1, releaseId: 1 }).apps['1']!.services;
+    expect(Object.values(services).map((s) => s.image)).toEqual(['postgres:16', 'fleetlab/test-app:1']);
+    // The reference is the identity: another tag is another release.
+    const other = await buildRelease(parseCompose('services:\n  db:\n    image: postgres:17\n  app:\n    image: fleetlab/test-app:1\n', join(dir, 'compose.yaml')), { docker: builder, devicePulls: true });
+    expect(other.commit).not.toBe(built.commit);
   });
 
   it('a push to a registry that is not there names the service, the reference and the registry', async () => {

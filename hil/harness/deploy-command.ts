@@ -5,13 +5,15 @@
  * dockerd, for simulated devices); with it they are pushed there and the devices pull them,
  * built for arm64 boards with `--arch arm64` (a private build engine, started for the command).
  */
+import { existsSync } from 'node:fs';
 import Docker from 'dockerode';
 import { FleetlabError } from '../../src/errors.js';
 import { engineAt } from '../../sim/engine-at.js';
 import { DeviceApi } from '../lib/device-api.js';
 import { httpApi } from '../lib/http.js';
 import { sleep } from '../lib/wait.js';
-import { ARM64_IMAGE_FIX, startBuildEngine, type BuildEngine } from '../release/build-engine.js';
+import { startBuildEngine, type BuildEngine } from '../release/build-engine.js';
+import type { ImageSource } from '../release/image-source.js';
 import { loadCompose } from '../release/compose.js';
 import { deployLocal } from '../release/local-deploy.js';
 import { fleetProgress, publishRelease } from '../release/publish.js';
@@ -59,20 +61,22 @@ export async function runDeploy(o: DeployCommandOptions): Promise<void> {
   try {
     if (o.arch) engine = await startBuildEngine({ progress: o.log });
     const docker = engine ? new Docker({ socketPath: engine.socketPath }) : await engineAt(o.dockerSocket, 'start dockerd, or pass --docker-socket', 'to build the release in: ');
-    await (o.device ? toDevice(o, project, docker) : toFleet(o, project, docker));
+    // Built for a board: an `image:` service's image comes from this machine's dockerd when it is there for arm64.
+    const imageSource: ImageSource | undefined = engine && existsSync(o.dockerSocket) ? { docker: new Docker({ socketPath: o.dockerSocket }), architecture: engine.architecture } : undefined;
+    await (o.device ? toDevice(o, project, docker, imageSource) : toFleet(o, project, docker, imageSource));
   } finally {
     await engine?.close();
   }
 }
 
-async function toDevice(o: DeployCommandOptions, project: ReturnType<typeof loadCompose>, docker: Docker): Promise<void> {
+async function toDevice(o: DeployCommandOptions, project: ReturnType<typeof loadCompose>, docker: Docker, imageSource?: ImageSource): Promise<void> {
   // The key is all the release path needs of the device's identity.
   const api = new DeviceApi(httpApi({ url: o.device!.replace(/\/+$/, ''), apiKey: o.apiKey!, uuid: '', vendor: 'platform', lockRoot: '' }));
-  await deployLocal({ api, project, docker, ...(o.registry ? { registry: o.registry } : {}), ...(o.arch ? { missingImageFix: ARM64_IMAGE_FIX } : {}), log: o.log, env: o.env, wait: o.wait, timeoutMs: o.timeoutMs });
+  await deployLocal({ api, project, docker, ...(o.registry ? { registry: o.registry } : {}), ...(imageSource ? { imageSource } : {}), log: o.log, env: o.env, wait: o.wait, timeoutMs: o.timeoutMs });
 }
 
-async function toFleet(o: DeployCommandOptions, project: ReturnType<typeof loadCompose>, docker: Docker): Promise<void> {
-  const built = await buildRelease(project, { docker, progress: (e) => e.summary && o.log(`[${e.service}] ${e.line}`), ...(o.arch ? { missingImageFix: ARM64_IMAGE_FIX } : {}) });
+async function toFleet(o: DeployCommandOptions, project: ReturnType<typeof loadCompose>, docker: Docker, imageSource?: ImageSource): Promise<void> {
+  const built = await buildRelease(project, { docker, progress: (e) => e.summary && o.log(`[${e.service}] ${e.line}`), devicePulls: Boolean(o.registry), ...(imageSource ? { imageSource } : {}) });
   const release = o.registry ? await pushRelease(built, { docker, registry: o.registry, log: o.log }) : built;
   const target = { url: o.cloud!.replace(/\/+$/, ''), apiKey: o.apiKey!, fleet: o.fleet! };
   const published = await publishRelease(release, target, o.log);

@@ -156,7 +156,7 @@ export class Device {
       project,
       docker: new Docker({ socketPath: engine.engineSocket }),
       ...(engine.registry ? { registry: engine.registry } : {}),
-      ...(engine.missingImageFix ? { missingImageFix: engine.missingImageFix } : {}),
+      ...(engine.imageSource ? { imageSource: { docker: new Docker({ socketPath: engine.imageSource.engineSocket }), architecture: engine.imageSource.architecture } } : {}),
       log: this.#context.log ?? (() => undefined),
       ...options,
     });

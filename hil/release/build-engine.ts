@@ -33,9 +33,6 @@ const ipTool: ToolSpec = { candidates: ['/usr/sbin/ip', '/sbin/ip', '/usr/bin/ip
 const DIR_PREFIX = 'fleetlab-build-engine-';
 const READY_MS = 60_000;
 
-/** The build engine starts with only the arm64 base image, and nothing can be loaded into it from outside a run. */
-export const ARM64_IMAGE_FIX = 'the arm64 build engine holds only fleetlab/busybox:latest: add a build: section whose Dockerfile starts FROM it';
-
 export interface BuildEngine {
   /** Engine API socket of the private dockerd. */
   readonly socketPath: string;

@@ -9,6 +9,7 @@ import type { DeviceApi, StateStatus } from '../lib/device-api.js';
 import { scaled, sleep } from '../lib/wait.js';
 import type { ComposeProject } from './compose.js';
 import { pushRelease } from './push.js';
+import type { ImageSource } from './image-source.js';
 import { buildRelease, localTargetState } from './release.js';
 
 export interface DeployOptions {
@@ -41,10 +42,10 @@ const DEPLOY_TIMEOUT_MS = 120_000;
  * `registry`: the device pulls, so the images are pushed there and the target state names them
  * by their registry references; without it the device shares `docker`, the engine built in.
  */
-export async function deployLocal(o: DeployOptions & { api: DeviceApi; project: ComposeProject; docker: Docker; registry?: string; missingImageFix?: string; log: (line: string) => void }): Promise<DeployedRelease> {
+export async function deployLocal(o: DeployOptions & { api: DeviceApi; project: ComposeProject; docker: Docker; registry?: string; imageSource?: ImageSource; log: (line: string) => void }): Promise<DeployedRelease> {
   const { api, project, log } = o;
   // Step output only shows again in a failure's message (its last lines); starts and ends are printed.
-  const built = await buildRelease(project, { docker: o.docker, progress: (e) => e.summary && log(`[${e.service}] ${e.line}`), ...(o.missingImageFix ? { missingImageFix: o.missingImageFix } : {}) });
+  const built = await buildRelease(project, { docker: o.docker, progress: (e) => e.summary && log(`[${e.service}] ${e.line}`), devicePulls: Boolean(o.registry), ...(o.imageSource ? { imageSource: o.imageSource } : {}) });
   const release = o.registry ? await pushRelease(built, { docker: o.docker, registry: o.registry, log }) : built;
   const appId = o.appId ?? DEFAULT_APP_ID;
   const status = await api.stateStatus();

@@ -2,7 +2,8 @@
  * A built release onto a registry, for a device that pulls: each service's image tagged
  * `<registry>/<project>/<service>:<tag>` (the tag from the image id, so a rebuilt image is a
  * new reference) and pushed from the engine it was built in. The release that comes back names
- * the registry references; its commit is unchanged (the same images).
+ * the registry references; its commit is unchanged (the same images). A service the device
+ * pulls as named (`pulledAsNamed`) keeps its reference.
  */
 import type Docker from 'dockerode';
 import { FleetlabError, errorText } from '../../src/errors.js';
@@ -25,6 +26,10 @@ export async function pushRelease(release: Release, o: { docker: Docker; registr
   const log = o.log ?? (() => undefined);
   const images: Record<string, string> = {};
   for (const service of release.project.services) {
+    if (release.pulledAsNamed.includes(service.name)) {
+      images[service.name] = release.images[service.name]!;
+      continue;
+    }
     const ref = registryRef(o.registry, release.project.name, service.name, release.imageIds[service.name]!);
     const colon = ref.lastIndexOf(':');
     const where = `${release.project.file}: services.${service.name}`;

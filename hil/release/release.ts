@@ -9,6 +9,7 @@ import type Docker from 'dockerode';
 import { FleetlabError, errorText } from '../../src/errors.js';
 import { hostSettingsToWire, linksToWire, type WireLocalState, type WireService } from '../../src/protocol/target-state.js';
 import { buildServiceImage, type BuildProgress } from './image-build.js';
+import { adoptImage, type ImageSource } from './image-source.js';
 import type { ComposeProject, ComposeService } from './compose.js';
 
 export interface Release {
@@ -19,39 +20,66 @@ export interface Release {
   imageIds: Record<string, string>;
   /** 32 hex digits over services, settings and image ids. */
   commit: string;
+  /**
+   * Services whose `image:` the device pulls as the compose file names it, from that image's
+   * own registry (none of this machine's engines has it for the device); only when `devicePulls`.
+   */
+  pulledAsNamed: readonly string[];
 }
 
 export interface BuildReleaseOptions {
   /** The engine the device's supervisor uses (or shares with the harness), or a build engine for the device's architecture. */
   docker: Docker;
   progress?: BuildProgress;
-  /** What to do about an `image:` the engine lacks; default: build it or load it into the device's engine. */
-  missingImageFix?: string;
+  /**
+   * The device pulls the release from a registry: an `image:` the engine lacks is copied from
+   * `imageSource` when that has it for the device, else left for the device to pull as named.
+   * Without it the device shares `docker`, so such an image is an error.
+   */
+  devicePulls?: boolean;
+  /** This machine's dockerd, when `docker` is a private build engine; only with `devicePulls`. */
+  imageSource?: ImageSource;
 }
 
-/** Builds every `build:` service and checks every `image:` service's image is in the engine. */
+/** Builds every `build:` service and finds every `image:` service's image (see `devicePulls`). */
 export async function buildRelease(project: ComposeProject, options: BuildReleaseOptions): Promise<Release> {
   const images: Record<string, string> = {};
   const imageIds: Record<string, string> = {};
+  const pulledAsNamed: string[] = [];
   for (const service of project.services) {
     const ref = service.build ? await buildServiceImage(project, service, options) : service.image!;
     images[service.name] = ref;
-    imageIds[service.name] = await imageId(options.docker, project, service, ref, options.missingImageFix);
+    const id = await imageId(options.docker, project, service, ref);
+    if (id) {
+      imageIds[service.name] = id;
+      continue;
+    }
+    const where = `${project.file}: services.${service.name}.image`;
+    if (!options.devicePulls) {
+      throw new FleetlabError('HIL_ERR_BUILD', `${where}: "${ref}" is not in the device's engine, and fleetlab reaches no outside registry: build it (add a build: section), or load it with docker load / docker import first`);
+    }
+    const adoption = await adoptImage(ref, options.docker, options.imageSource, where);
+    if (adoption.copied) {
+      const copied = await imageId(options.docker, project, service, ref);
+      if (!copied) throw new FleetlabError('HIL_ERR_BUILD', `${where}: "${ref}" was loaded into the build engine from this machine's dockerd but is not found there under that name`);
+      options.progress?.({ service: service.name, line: `copied ${ref} from this machine's dockerd`, summary: true });
+      imageIds[service.name] = copied;
+      continue;
+    }
+    // The reference is the image's identity here: what it resolves to is the registry's to say.
+    imageIds[service.name] = `ref:${ref}`;
+    pulledAsNamed.push(service.name);
+    options.progress?.({ service: service.name, line: `${ref}: the device pulls it as named, from the image's own registry (${adoption.why})`, summary: true });
   }
-  return { project, images, imageIds, commit: commitOf(project, imageIds) };
+  return { project, images, imageIds, commit: commitOf(project, imageIds), pulledAsNamed };
 }
 
-async function imageId(docker: Docker, project: ComposeProject, service: ComposeService, ref: string, fix?: string): Promise<string> {
+/** The image's id in the engine, or undefined when the engine has no such image. */
+async function imageId(docker: Docker, project: ComposeProject, service: ComposeService, ref: string): Promise<string | undefined> {
   try {
     return (await docker.getImage(ref).inspect()).Id;
   } catch (err) {
-    if ((err as { statusCode?: number }).statusCode === 404) {
-      throw new FleetlabError(
-        'HIL_ERR_BUILD',
-        `${project.file}: services.${service.name}.image: "${ref}" is not in ${fix ? 'the engine the release is built in' : "the device's engine"}, and fleetlab reaches no outside registry: ` +
-          (fix ?? 'build it (add a build: section), or load it with docker load / docker import first'),
-      );
-    }
+    if ((err as { statusCode?: number }).statusCode === 404) return undefined;
     throw new FleetlabError('HIL_ERR_BUILD', `${project.file}: services.${service.name}: cannot inspect image "${ref}": ${errorText(err)}`);
   }
 }

@@ -226,8 +226,11 @@ export interface ReleaseEngine {
   readonly engineSocket: string;
   /** `host:port` of the registry to push to, which the device reaches by the same name; absent when the device shares the build engine. */
   readonly registry?: string;
-  /** What to do about an `image:` the build engine lacks, when that is not to load it there (a private engine). */
-  readonly missingImageFix?: string;
+  /**
+   * When `engineSocket` is a private build engine: this machine's dockerd, from which an `image:`
+   * service's image is copied when it is there for the device's architecture.
+   */
+  readonly imageSource?: { readonly engineSocket: string; readonly architecture: string };
 }
 
 /** What every driver's `start` accepts, whatever its own options add. */

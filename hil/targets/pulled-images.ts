@@ -8,14 +8,21 @@
  * The engine and registry start on the first deploy and are kept for the worker's life (the
  * board's), stopped with it; the forward lives on each SSH session that deploys (`over`).
  */
+import { existsSync } from 'node:fs';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { ARM64_IMAGE_FIX, startBuildEngine, type BuildEngine } from '../release/build-engine.js';
+import { startBuildEngine, type BuildEngine } from '../release/build-engine.js';
 import { reapStale } from '../../src/owned-dirs.js';
 import { startRegistry, type Registry } from '../release/registry.js';
 import type { ImagesProtocol, ReleaseEngine } from './protocols.js';
 import type { SshDevice } from './ssh-device.js';
+
+/** This machine's dockerd as the source of `image:` services' images, when it runs. */
+function hostImageSource(architecture: string): Pick<ReleaseEngine, 'imageSource'> {
+  const engineSocket = process.env.FLEETLAB_DOCKER_SOCKET ?? '/var/run/docker.sock';
+  return existsSync(engineSocket) ? { imageSource: { engineSocket, architecture } } : {};
+}
 
 /** A worker's registry directory; one a killed worker left is reaped by the next. */
 const REGISTRY_DIR_PREFIX = 'fleetlab-registry-';
@@ -34,7 +41,7 @@ export class PulledImages {
       prepare: async (): Promise<ReleaseEngine> => {
         const { engine, registry } = await this.#start();
         await ssh.forwardRemote(registry.port, { host: '127.0.0.1', port: registry.port });
-        return { engineSocket: engine.socketPath, registry: registry.host, missingImageFix: ARM64_IMAGE_FIX };
+        return { engineSocket: engine.socketPath, registry: registry.host, ...hostImageSource(engine.architecture) };
       },
     };
   }

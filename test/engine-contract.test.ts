@@ -16,8 +16,11 @@ import { Readable } from 'node:stream';
 import { execa } from 'execa';
 import Docker from 'dockerode';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { startRegistry, type Registry } from '../hil/release/registry.js';
+import { streamDone } from '../sim/engine-stream.js';
+import { freePort } from '../src/free-port.js';
 import {
-  CONTRACT_LABEL, demux, engineError, eventually, pullMessages, rawRequest, startEngineUnderTest,
+  CONTRACT_LABEL, demux, dockerdSocket, engineError, eventually, pullMessages, rawRequest, startEngineUnderTest,
   type EngineKind, type EngineUnderTest,
 } from './helpers/engine-targets.js';
 
@@ -145,13 +148,15 @@ describe.each<EngineKind>(['dockerd', 'sim'])('engine contract on %s', (kind) =>
       }
     });
 
-    it('fails a pull of an unknown repository before any progress, with a JSON message', async () => {
-      // dockerd here reaches no registry (connection refused: 500); the simulated registry
-      // knows it has no such repository (404). Both refuse before the stream starts.
+    it('fails a pull from a loopback registry nothing answers before any progress, with dockerd\'s message', async () => {
+      // Port 9 (discard): no registry listens; both engines dial it and refuse before the stream starts.
       const err = await engineError(docker.pull(`127.0.0.1:9/fleetlab/nope-${e.runId}:1`));
-      expect([404, 500]).toContain(err.statusCode);
-      expect(err.message.length).toBeGreaterThan(0);
-      expect(err.message).toMatch(kind === 'dockerd' ? /127\.0\.0\.1:9/ : /nope-/);
+      expect(err).toEqual({ statusCode: 500, message: 'Get "http://127.0.0.1:9/v2/": dial tcp 127.0.0.1:9: connect: connection refused' });
+    });
+
+    it.skipIf(kind === 'dockerd')('fails a pull of a repository the catalogue lacks with 404 (sim only: dockerd would ask Docker Hub)', async () => {
+      const err = await engineError(docker.pull(`fleetlab/nope-${e.runId}:1`));
+      expect(err).toEqual({ statusCode: 404, message: `pull access denied for fleetlab/nope-${e.runId}, repository does not exist or may require 'docker login': denied: requested access to the resource is denied` });
     });
 
     it.skipIf(kind === 'dockerd')('streams pull progress in dockerd\'s shape (sim only: dockerd here reaches no registry)', async () => {
@@ -194,6 +199,68 @@ describe.each<EngineKind>(['dockerd', 'sim'])('engine contract on %s', (kind) =>
       // the next pull is not affected (times: 1)
       const messages = await pullMessages(docker, 'busybox:latest');
       expect(messages.at(-1)!.status).toBe('Status: Downloaded newer image for busybox:latest');
+    });
+  });
+
+  describe('pull from a registry on loopback', () => {
+    // A release's path to a device: an image pushed from dockerd to Debian's Distribution
+    // registry on loopback (hil/release/registry.ts), then pulled by the engine under test.
+    // The simulated engine reads the manifest and config from the registry (layers are not
+    // downloaded), so the image id and digest are the registry's on both engines.
+    const host = new Docker({ socketPath: dockerdSocket });
+    let dir: string;
+    let registry: Registry;
+    let ref: string;
+    let pushed: { id: string; digest: string };
+
+    beforeAll(async () => {
+      dir = await mkdtemp(join(tmpdir(), 'fleetlab-contract-registry-'));
+      registry = await startRegistry({ dir });
+      const tag = e.runId;
+      ref = `${registry.host}/contract/app:${tag}`;
+      const id = (await host.getImage(APP1).inspect()).Id;
+      await host.getImage(APP1).tag({ repo: `${registry.host}/contract/app`, tag });
+      await streamDone(host, await host.getImage(ref).push({ authconfig: { serveraddress: registry.host } }));
+      const digest = (await host.getImage(ref).inspect()).RepoDigests.find((d) => d.startsWith(`${registry.host}/contract/app@`))!.split('@')[1]!;
+      pushed = { id, digest };
+      // Only the tag goes (APP1 keeps the image): dockerd's pull below then comes from the registry.
+      await host.getImage(ref).remove();
+    });
+    afterAll(async () => {
+      await host.getImage(ref).remove().catch(() => undefined);
+      await registry?.close();
+      if (dir) await rm(dir, { recursive: true, force: true });
+    });
+
+    it('pulls a tag: the image id is the config digest, RepoDigests carries the manifest digest', async () => {
+      const messages = await pullMessages(docker, ref);
+      expect(messages[0]).toEqual({ status: 'Pulling from contract/app', id: e.runId });
+      expect(messages.at(-2)).toEqual({ status: `Digest: ${pushed.digest}` });
+      expect(messages.at(-1)).toEqual({ status: `Status: Downloaded newer image for ${ref}` });
+      const image = await docker.getImage(ref).inspect();
+      expect(image.Id).toBe(pushed.id);
+      expect(image.RepoTags).toContain(ref);
+      expect(image.RepoDigests).toContain(`${registry.host}/contract/app@${pushed.digest}`);
+      expect(image.Config.Cmd?.join(' ')).toMatch(/test-app v1: tick/);
+      expect(registry.pulls().length).toBeGreaterThan(0);
+      const again = await pullMessages(docker, ref);
+      expect(again.at(-1)).toEqual({ status: `Status: Image is up to date for ${ref}` });
+    });
+
+    it('a tag the registry lacks is a 404 manifest unknown; so is a repository it lacks', async () => {
+      const missingTag = await engineError(docker.pull(`${registry.host}/contract/app:missing`));
+      expect(missingTag).toEqual({ statusCode: 404, message: `manifest for ${registry.host}/contract/app:missing not found: manifest unknown: manifest unknown` });
+      // Debian's registry answers MANIFEST_UNKNOWN (not NAME_UNKNOWN) for a repository it never saw.
+      const missingRepo = await engineError(docker.pull(`${registry.host}/contract/nope-${e.runId}:1`));
+      expect(missingRepo).toEqual({ statusCode: 404, message: `manifest for ${registry.host}/contract/nope-${e.runId}:1 not found: manifest unknown: manifest unknown` });
+    });
+
+    it('a registry that is down is a 500 naming the dial that failed', async () => {
+      const port = await freePort();
+      for (const domain of [`127.0.0.1:${port}`, `localhost:${port}`]) {
+        const err = await engineError(docker.pull(`${domain}/contract/app:1`));
+        expect(err).toEqual({ statusCode: 500, message: `Get "http://${domain}/v2/": dial tcp 127.0.0.1:${port}: connect: connection refused` });
+      }
     });
   });
 

@@ -17,6 +17,7 @@ import type { CreateVolumeBody } from './volume-store.js';
 import { normaliseRef, nowIso } from './model.js';
 import { pullImage, type Link } from './pull.js';
 import type { SimRegistry } from './registry.js';
+import { loopbackRef, type RegistryClient } from './registry-client.js';
 import type { FaultSet } from './scenario.js';
 import { parseSignal } from './sim-process.js';
 import { containerInspect, containerSummary, imageInspect, imageSummary, networkView, volumeView } from './views.js';
@@ -27,6 +28,8 @@ export const ENGINE_VERSION = '20.10.24+fleetlab-sim';
 export interface HttpDeps {
   engine: () => SimEngine;
   registry: SimRegistry;
+  /** Resolves what the catalogue lacks from a real registry on loopback (registry-client.ts). */
+  registryClient: RegistryClient;
   faults: FaultSet;
   link: Link;
   /** Handles `/_sim/...`; returns false when no control route matched. */
@@ -312,7 +315,10 @@ async function createImage(deps: HttpDeps, { req, res, q }: Ctx): Promise<void> 
   const tagParam = q.get('tag');
   const ref = normaliseRef(tagParam && !fromImage.includes('@') ? `${fromImage.replace(/:[^/]*$/, '')}:${tagParam}` : fromImage);
   const repo = ref.slice(0, ref.lastIndexOf(':'));
-  const image = deps.registry.resolve(ref);
+  // The catalogue first; a reference to a loopback registry the catalogue lacks is resolved
+  // there (a release fleetlab pushed); any other registry is out of the simulation's reach.
+  const loopback = loopbackRef(ref);
+  const image = deps.registry.resolve(ref) ?? (loopback ? await deps.registryClient.resolve(ref, loopback) : undefined);
   if (!image) {
     if (!deps.registry.hasRepository(repo)) {
       throw new EngineApiError(404, `pull access denied for ${repo}, repository does not exist or may require 'docker login': denied: requested access to the resource is denied`);

@@ -13,6 +13,7 @@ import { SimEngine } from './engine.js';
 import { createHandler, createUpgradeHandler } from './http-server.js';
 import { Link } from './pull.js';
 import { SimRegistry, type CatalogueEntry } from './registry.js';
+import { RegistryClient } from './registry-client.js';
 import { FaultSet, loadScenarioFile, type ContainerFaultSpec, type PullFaultSpec, type Scenario } from './scenario.js';
 
 /** About a slow field uplink: the test images (≈2 MB) take about 2 s. */
@@ -62,6 +63,7 @@ export async function startSimEngine(options: SimEngineOptions): Promise<SimEngi
   const scenario = typeof options.scenario === 'string' ? loadScenarioFile(options.scenario) : options.scenario;
   const faults = new FaultSet();
   const registry = new SimRegistry(options.registry);
+  const registryClient = new RegistryClient();
   const link = new Link(options.bandwidth ?? scenario?.bandwidth ?? DEFAULT_BANDWIDTH);
   let engine = new SimEngine(dataDir, faults);
   let restarting: Promise<void> = Promise.resolve();
@@ -123,8 +125,9 @@ export async function startSimEngine(options: SimEngineOptions): Promise<SimEngi
     },
   };
 
-  const server = createServer(createHandler({ engine: () => engine, registry, faults, link, control: createControl(() => handle) }));
-  server.on('upgrade', createUpgradeHandler({ engine: () => engine, registry, faults, link, control: createControl(() => handle) }));
+  const httpDeps = { engine: () => engine, registry, registryClient, faults, link, control: createControl(() => handle) };
+  const server = createServer(createHandler(httpDeps));
+  server.on('upgrade', createUpgradeHandler(httpDeps));
   server.keepAliveTimeout = 0;
   server.on('connection', (s) => {
     sockets.add(s);

@@ -1,9 +1,11 @@
 /**
- * Pulling from the simulated registry: the newline-delimited JSON progress stream of
+ * Pulling an image (from the simulated catalogue, or resolved from a loopback registry by
+ * registry-client.ts): the newline-delimited JSON progress stream of
  * `POST /images/create?fromImage=`, in dockerd's order and shape ("Pulling from", per layer
  * "Pulling fs layer" / "Waiting" / "Downloading" with progressDetail / "Verifying Checksum" /
  * "Download complete" / "Extracting" / "Pull complete", then "Digest:" and "Status:").
- * Bytes move over a shared Link, so concurrent pulls split its bandwidth as on a real uplink.
+ * Bytes move over a shared Link, so concurrent pulls split its bandwidth as on a real uplink;
+ * they are counted, never fetched (a loopback registry's layers are not downloaded either).
  * Faults (scenario.ts) fail a pull in-stream after N bytes, stall it, or fail it for a full disk.
  */
 import { randomBytes } from 'node:crypto';
@@ -86,7 +88,9 @@ export async function pullImage(deps: PullDeps, image: ResolvedImage, tagRef: st
   const repo = tagRef.slice(0, tagRef.lastIndexOf(':'));
   const tag = tagRef.slice(tagRef.lastIndexOf(':') + 1);
   const fault = faults.takePull(tagRef);
-  write({ status: `Pulling from ${repo}`, id: tag });
+  // dockerd names the repository without its registry: "Pulling from contract/app".
+  const from = /^([^/]*[.:][^/]*|localhost)\//.test(repo) ? repo.slice(repo.indexOf('/') + 1) : repo;
+  write({ status: `Pulling from ${from}`, id: tag });
   if (engine.findImage(tagRef)?.id === image.id) {
     write({ status: `Digest: ${image.digest}` });
     write({ status: `Status: Image is up to date for ${tagRef}` });

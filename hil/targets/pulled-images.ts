@@ -6,17 +6,15 @@
  * daemon setting on the board, and the same image reference on both ends.
  *
  * The engine and registry start on the first deploy and are kept for the worker's life (the
- * board's), stopped with it; the forward lives on each SSH session that deploys (`over`).
+ * board's), stopped with it; the forward lives on each SSH session that deploys (`over`). The
+ * registry half is worker-registry.ts, which the sim target on the simulated engine shares.
  */
 import { existsSync } from 'node:fs';
-import { mkdtemp, rm } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import { startBuildEngine, type BuildEngine } from '../release/build-engine.js';
-import { reapStale } from '../../src/owned-dirs.js';
-import { startRegistry, type Registry } from '../release/registry.js';
+import type { Registry } from '../release/registry.js';
 import type { ImagesProtocol, ReleaseEngine } from './protocols.js';
 import type { SshDevice } from './ssh-device.js';
+import { WorkerRegistry } from './worker-registry.js';
 
 /** This machine's dockerd as the source of `image:` services' images, when it runs. */
 function hostImageSource(architecture: string): Pick<ReleaseEngine, 'imageSource'> {
@@ -24,16 +22,14 @@ function hostImageSource(architecture: string): Pick<ReleaseEngine, 'imageSource
   return existsSync(engineSocket) ? { imageSource: { engineSocket, architecture } } : {};
 }
 
-/** A worker's registry directory; one a killed worker left is reaped by the next. */
-const REGISTRY_DIR_PREFIX = 'fleetlab-registry-';
-
 export class PulledImages {
   #started: Promise<{ engine: BuildEngine; registry: Registry }> | undefined;
-  #dir: string | undefined;
-  #registry: Registry | undefined;
+  readonly #registry: WorkerRegistry;
   #engine: BuildEngine | undefined;
 
-  constructor(private readonly log: (line: string) => void = (line) => process.stderr.write(`${line}\n`)) {}
+  constructor(private readonly log: (line: string) => void = (line) => process.stderr.write(`${line}\n`)) {
+    this.#registry = new WorkerRegistry(log);
+  }
 
   /** The `images` protocol of the device behind `ssh`: its loopback gets the registry's port. */
   over(ssh: SshDevice): ImagesProtocol {
@@ -48,10 +44,7 @@ export class PulledImages {
 
   #start(): Promise<{ engine: BuildEngine; registry: Registry }> {
     this.#started ??= (async () => {
-      await reapStale(tmpdir(), REGISTRY_DIR_PREFIX);
-      this.#dir = await mkdtemp(join(tmpdir(), REGISTRY_DIR_PREFIX));
-      const registry = await startRegistry({ dir: this.#dir });
-      this.#registry = registry;
+      const registry = await this.#registry.start();
       this.#engine = await startBuildEngine({ progress: this.log });
       this.log(`registry for the device: ${registry.host}, reached on the device's loopback through SSH (log: ${registry.logPath})`);
       return { engine: this.#engine, registry };
@@ -64,18 +57,13 @@ export class PulledImages {
 
   /** The registry's manifest fetches so far: one line per image the device (or anyone) pulled. */
   pulls(): string[] {
-    return this.#registry?.pulls() ?? [];
+    return this.#registry.pulls();
   }
 
   async close(): Promise<void> {
-    const pulls = this.pulls();
-    if (pulls.length) this.log(`registry ${this.#registry!.host} served ${pulls.length} pull(s); the last: ${pulls[pulls.length - 1]}`);
     this.#started = undefined;
     await this.#engine?.close().catch(() => undefined);
-    await this.#registry?.close().catch(() => undefined);
-    if (this.#dir) await rm(this.#dir, { recursive: true, force: true });
+    await this.#registry.close();
     this.#engine = undefined;
-    this.#registry = undefined;
-    this.#dir = undefined;
   }
 }

@@ -6,7 +6,7 @@
 import type { TargetDriver } from './protocols.js';
 
 export const targetRegistry: Record<string, () => Promise<TargetDriver>> = {
-  sim: async () => (await import('./sim.js')).simTarget as TargetDriver,
+  sim: async () => (await import('./sim.js')).createSimTarget() as TargetDriver,
   container: async () => (await import('./container.js')).containerTarget as TargetDriver,
   qemu: async () => (await import('./qemu.js')).createQemuTarget() as TargetDriver,
   board: async () => (await import('./board.js')).createBoardTarget() as TargetDriver,

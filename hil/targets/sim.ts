@@ -10,6 +10,10 @@
  *
  * The container engine is `FLEETLAB_HIL_ENGINE` (`sim` or `docker`; see `defaultEngine`).
  * Specs never see the engine: they reach containers only through the device API.
+ *
+ * A release (`images`) is built in the host's dockerd either way. On dockerd the device finds
+ * it there; on the simulated engine the device pulls it, as a board does, from a registry on
+ * loopback (worker-registry.ts) that the simulated engine reads over plain HTTP.
  */
 import { mkdir, readFile, readdir, rm, stat, writeFile } from 'node:fs/promises';
 import { dirname, join } from 'node:path';
@@ -18,10 +22,12 @@ import { SIM_LED_CHIP, SimDevice } from '../../sim/device.js';
 import { LABEL } from '../../src/supervisor/adapters/engine.js';
 import { FleetlabError } from '../../src/errors.js';
 import { replaySimOptions } from '../capture/replay.js';
+import { engineAt } from '../../sim/engine-at.js';
 import { httpApi } from '../lib/http.js';
 import { journalEntries } from '../lib/journal-json.js';
 import { hostShell, runOnHost } from './host-shell.js';
-import type { ApiProtocol, Capability, CommandProtocol, DevicePaths, DeviceUnderTest, FilesProtocol, ImagesProtocol, JournalProtocol, LedProtocol, NetworkProtocol, PowerProtocol, TargetDriver, TargetFacts, TargetStartOptions } from './protocols.js';
+import type { ApiProtocol, Capability, CommandProtocol, DevicePaths, DeviceUnderTest, FilesProtocol, ImagesProtocol, JournalProtocol, LedProtocol, NetworkProtocol, PowerProtocol, ReleaseEngine, TargetDriver, TargetFacts, TargetStartOptions } from './protocols.js';
+import { WorkerRegistry } from './worker-registry.js';
 
 export type SimEngine = 'sim' | 'docker';
 
@@ -49,6 +55,26 @@ export function defaultEngine(): SimEngine {
   return DEFAULT_ENGINE;
 }
 
+/**
+ * `images` on the simulated engine: the release is built in the host's dockerd and pushed to the
+ * worker's registry, which the device's engine pulls from at the same `127.0.0.1:<port>` (no
+ * forward: the simulated device's loopback is the host's).
+ */
+function pulledFromRegistry(registry: WorkerRegistry, hostDockerSocket: string): ImagesProtocol {
+  return {
+    prepare: async (): Promise<ReleaseEngine> => {
+      // The simulated engine builds nothing, so a release needs the host's dockerd all the same.
+      await engineAt(
+        hostDockerSocket,
+        'install and start dockerd (apt-get install docker.io; systemctl start docker; scripts/provision does both), or set FLEETLAB_DOCKER_SOCKET',
+        'deploy() on the simulated engine builds the release in dockerd and pushes it to a registry the device pulls from, but ',
+      );
+      const { host } = await registry.start();
+      return { engineSocket: hostDockerSocket, registry: host };
+    },
+  };
+}
+
 class SimUnderTest implements DeviceUnderTest {
   readonly target = 'sim';
   readonly api: ApiProtocol;
@@ -62,11 +88,14 @@ class SimUnderTest implements DeviceUnderTest {
   readonly paths: DevicePaths;
   readonly facts: TargetFacts;
   #closed = false;
+  /** A registry this device started for itself (the driver did not lend it one); closed with it. */
+  readonly #ownRegistry: WorkerRegistry | undefined;
 
   constructor(
     private readonly sim: SimDevice,
     readonly capabilities: ReadonlySet<Capability>,
     engine: SimEngine,
+    release: { hostDockerSocket: string; registry?: WorkerRegistry },
   ) {
     const info = sim.info();
     this.api = httpApi({
@@ -80,6 +109,9 @@ class SimUnderTest implements DeviceUnderTest {
     if (engine === 'docker') {
       const engineSocket = sim.options.dockerSocket;
       this.images = { prepare: async () => ({ engineSocket }) };
+    } else {
+      this.#ownRegistry = release.registry ? undefined : new WorkerRegistry();
+      this.images = pulledFromRegistry(release.registry ?? this.#ownRegistry!, release.hostDockerSocket);
     }
     this.exec = hostShell;
     this.paths = sim.paths;
@@ -182,6 +214,7 @@ class SimUnderTest implements DeviceUnderTest {
     try {
       await this.sim.stop();
     } finally {
+      await this.#ownRegistry?.close();
       if (this.facts.engine === 'docker') {
         const docker = new Docker({ socketPath: this.sim.options.dockerSocket });
         const { Volumes } = await docker.listVolumes({ filters: { label: [`${LABEL.device}=${uuid}`] } }).catch(() => ({ Volumes: [] }));
@@ -197,37 +230,59 @@ class SimUnderTest implements DeviceUnderTest {
 }
 
 /**
- * Capabilities of the sim target. Both engines keep volumes in host directories; only
- * dockerd runs a release's own images (`images`), as the simulated engine plays containers
- * rather than running them. `network` cuts the loopback link to the cloud of a `withCloud` device.
+ * Capabilities of the sim target. Both engines keep volumes in host directories. Both take a
+ * release through the `images` protocol, but only dockerd declares `images`: the simulated
+ * engine pulls the release from the registry and plays its containers without running their
+ * code, so a spec that deploys expects what it cannot give (hil/specs/release.spec.ts reads a
+ * file the release's container writes). `network` cuts the loopback link to the cloud of a
+ * `withCloud` device.
  */
 function simCapabilities(engine: SimEngine): Capability[] {
   const always: Capability[] = ['api', 'exec', 'led', 'power.reboot', 'power.cycle', 'power.cut', 'network', 'journal', 'files', 'files.volumes'];
   return engine === 'docker' ? [...always, 'images'] : always;
 }
 
-export const simTarget: TargetDriver<SimTargetOptions> & { providesFor(engine: SimEngine): readonly Capability[] } = {
-  name: 'sim',
-  get provides() {
-    return simCapabilities(defaultEngine());
-  },
-  providesFor: simCapabilities,
-  startsFromBundle: true,
-  async start(options: SimTargetOptions = {}) {
-    const engine = options.engine ?? defaultEngine();
-    const dockerSocket = options.dockerSocket ?? DOCKER_SOCKET;
-    const cloud = options.cloud ? { ...options.cloud, pollIntervalMs: 2_000, reportIntervalMs: 500, tunnelHeartbeatMs: 1_000 } : undefined;
-    if (options.bundle && cloud) throw new FleetlabError('HIL_ERR_CAPTURE', 'a device started from a bundle runs without a lab cloud: drop withCloud from the spec');
-    const sim = options.bundle
-      ? await SimDevice.start((await replaySimOptions({ bundle: options.bundle, engine, dockerSocket })).sim)
-      : await SimDevice.start({ port: 0, engine, dockerSocket, localMode: !cloud, ...(cloud ? { cloud } : {}) });
-    try {
-      const dut = new SimUnderTest(sim, new Set(simCapabilities(engine)), engine);
-      await dut.api.waitReady(READY_MS);
-      return dut;
-    } catch (err) {
-      await sim.stop().catch(() => undefined);
-      throw err;
-    }
-  },
-};
+type SimDriver = TargetDriver<SimTargetOptions> & { providesFor(engine: SimEngine): readonly Capability[] };
+
+function simDriver(registry?: WorkerRegistry): SimDriver {
+  return {
+    name: 'sim',
+    get provides() {
+      return simCapabilities(defaultEngine());
+    },
+    providesFor: simCapabilities,
+    startsFromBundle: true,
+    start: (options: SimTargetOptions = {}) => startSim(options, registry),
+    ...(registry ? { dispose: () => registry.close() } : {}),
+  };
+}
+
+async function startSim(options: SimTargetOptions, registry: WorkerRegistry | undefined): Promise<DeviceUnderTest> {
+  const engine = options.engine ?? defaultEngine();
+  const dockerSocket = options.dockerSocket ?? DOCKER_SOCKET;
+  const cloud = options.cloud ? { ...options.cloud, pollIntervalMs: 2_000, reportIntervalMs: 500, tunnelHeartbeatMs: 1_000 } : undefined;
+  if (options.bundle && cloud) throw new FleetlabError('HIL_ERR_CAPTURE', 'a device started from a bundle runs without a lab cloud: drop withCloud from the spec');
+  const sim = options.bundle
+    ? await SimDevice.start((await replaySimOptions({ bundle: options.bundle, engine, dockerSocket })).sim)
+    : await SimDevice.start({ port: 0, engine, dockerSocket, localMode: !cloud, ...(cloud ? { cloud } : {}) });
+  try {
+    const dut = new SimUnderTest(sim, new Set(simCapabilities(engine)), engine, { hostDockerSocket: dockerSocket, ...(registry ? { registry } : {}) });
+    await dut.api.waitReady(READY_MS);
+    return dut;
+  } catch (err) {
+    await sim.stop().catch(() => undefined);
+    throw err;
+  }
+}
+
+/**
+ * The sim target of one worker (index.ts loads one per worker): its devices on the simulated
+ * engine share one registry, started on the first deploy and stopped by `dispose` once the
+ * worker's last device has closed.
+ */
+export function createSimTarget(): SimDriver {
+  return simDriver(new WorkerRegistry());
+}
+
+/** The sim target outside a worker: a device on the simulated engine starts a registry of its own on its first deploy, and stops it when it closes. */
+export const simTarget: SimDriver = simDriver();

@@ -238,9 +238,9 @@ program
   .option('--device <url>', 'the device API, e.g. http://127.0.0.1:48484 (with --api-key)')
   .option('--api-key <key>', "the device's key (with --board: default the one in the supervisor's store on the board)")
   .option('--board <config>', "a lab board over SSH, by the board target's JSON config (see hil/boards/example.json): adds its store, lock files, engine objects, dmesg, clock, disk and network")
-  .option('--cloud <url>', "through a fleetlab cloud the device is registered to: its API by the cloud's proxy, plus the device's cloud rows (with --cloud-key and --uuid)")
+  .option('--cloud <url>', "a fleetlab cloud the device is registered to: alone, the device through the cloud's proxy, plus its cloud rows (with --cloud-key and --uuid); beside --device or --board, only its cloud rows, which 'fleetlab replay --cloud' seeds a local cloud with")
   .option('--cloud-key <key>', "with --cloud: a user's API key of that cloud")
-  .option('--uuid <uuid>', 'with --cloud: the device to capture')
+  .option('--uuid <uuid>', "with --cloud: the device's uuid (beside --sim-dir or --board, read from the device's store)")
   .option('--sim-dir <dir>', "a simulated device on this host: its state directory (the 'state:' line of 'fleetlab sim device'); adds its store, lock files and engine objects, which 'fleetlab replay' starts from")
   .option('--out <file>', 'the bundle to write (default: fleetlab-capture-<time>.tar.gz here)')
   .option('--since <time>', 'the journal from this time on, in journalctl\'s formats (default: all, up to --journal-entries)')
@@ -281,13 +281,15 @@ program
   .option('--docker-socket <path>', 'with --engine docker: its API socket', '/var/run/docker.sock')
   .option('--listen-address <addr>', 'address the device API listens on (0.0.0.0 inside a container)', '127.0.0.1')
   .option('--paused', "start the device's supervisor stopped before its first line, for a debugger to attach and step (the inspector's port is printed)", false)
+  .option('--cloud', "also start a local cloud seeded with the bundle's cloud rows (a capture with --cloud): the fleet, release, device, tags and variables as captured; the replayed device polls it and reports to it", false)
+  .option('--cloud-port <n>', 'with --cloud: its port (0: pick a free one)', '0')
   .option('--spec <file>', 'instead: write a fleetlab/test spec that starts a device from the bundle and asserts it reaches its target (edit it to what the fix must do)')
   .option('--force', 'with --spec: replace the file', false)
   .action(
-    action(async (bundle: string, opts: { port: string; dataDir?: string; engine: 'sim' | 'docker'; dockerSocket: string; listenAddress: string; paused: boolean; spec?: string; force: boolean }) => {
+    action(async (bundle: string, opts: { port: string; dataDir?: string; engine: 'sim' | 'docker'; dockerSocket: string; listenAddress: string; paused: boolean; cloud: boolean; cloudPort: string; spec?: string; force: boolean }) => {
       const { runReplay } = await import('../hil/capture/capture-command.js');
-      const { spec, dataDir, port, ...rest } = opts;
-      await runReplay({ bundle, port: parsePort('--port', port), ...rest, ...(dataDir ? { dataDir } : {}), ...(spec ? { spec } : {}) });
+      const { spec, dataDir, port, cloud, cloudPort, ...rest } = opts;
+      await runReplay({ bundle, port: parsePort('--port', port), ...rest, ...(cloud ? { cloudPort: parsePort('--cloud-port', cloudPort) } : {}), ...(dataDir ? { dataDir } : {}), ...(spec ? { spec } : {}) });
     }),
   );
 

@@ -13,6 +13,7 @@ import { mkdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import Docker from 'dockerode';
 import { prepareDatabase } from '../src/cloud/bootstrap.js';
+import type { Db } from '../src/cloud/db/port.js';
 import { openSqlite } from '../src/cloud/db/sqlite.js';
 import { buildCloud } from '../src/cloud/server.js';
 import { FleetlabError, errorText } from '../src/errors.js';
@@ -42,22 +43,25 @@ export interface StackInfo {
   device: { url: string; apiKey: string; uuid: string; id: number; dataDir: string };
 }
 
-export interface FleetCloud {
+/** A fresh fleetlab cloud on SQLite, listening on 127.0.0.1, with its admin key. */
+export interface LocalCloud {
   readonly url: string;
   readonly adminKey: string;
   readonly dataDir: string;
-  readonly fleet: { readonly id: number; readonly name: string };
-  readonly provisioningKey: string;
+  /** Its database, for what the API does not offer (a replay's seeding with captured ids). */
+  readonly db: Db;
   /** A call with the admin key; a non-2xx answer throws with its body. */
   call(method: string, path: string, body?: unknown): Promise<unknown>;
   close(): Promise<void>;
 }
 
-/**
- * A fresh fleetlab cloud on SQLite in `dataDir`, listening on 127.0.0.1, with one fleet and
- * a provisioning key for it: what a lab (npm start, the HIL suite) gives its devices.
- */
-export async function startFleetCloud(opts: { port: number; dataDir: string; fleetName: string }): Promise<FleetCloud> {
+export interface FleetCloud extends LocalCloud {
+  readonly fleet: { readonly id: number; readonly name: string };
+  readonly provisioningKey: string;
+}
+
+/** A fresh fleetlab cloud on SQLite in `dataDir` (created), listening on 127.0.0.1:`port` (0: any free one). */
+export async function startLocalCloud(opts: { port: number; dataDir: string; adminKey?: string }): Promise<LocalCloud> {
   mkdirSync(opts.dataDir, { recursive: true, mode: 0o700 });
   const db = openSqlite(join(opts.dataDir, 'cloud.db'));
   const app = buildCloud({ db, tunnelHeartbeatMs: 2_000, proxyTimeoutMs: 10_000 });
@@ -66,9 +70,10 @@ export async function startFleetCloud(opts: { port: number; dataDir: string; fle
     await db.close().catch(() => undefined);
   };
   try {
-    const admin = await prepareDatabase(db);
+    const admin = await prepareDatabase(db, opts.adminKey ? { adminKey: opts.adminKey } : {});
+    if (!admin.key) throw new FleetlabError('SUP_ERR_INTERNAL', `the cloud in ${opts.dataDir} has an admin already: pass its key`);
     const url = (await app.listen({ port: opts.port, host: '127.0.0.1' })).replace('localhost', '127.0.0.1');
-    const adminKey = admin.key!;
+    const adminKey = admin.key;
     const call = async (method: string, path: string, body?: unknown): Promise<unknown> => {
       const res = await fetch(`${url}${path}`, {
         method,
@@ -83,12 +88,31 @@ export async function startFleetCloud(opts: { port: number; dataDir: string; fle
         return text;
       }
     };
-    const orgs = (await call('GET', `/v6/organization?$filter=handle eq 'admin'`)) as { d: Array<{ id: number }> };
-    const fleet = (await call('POST', '/v6/application', { app_name: opts.fleetName, organization: orgs.d[0]!.id, device_type: 'raspberrypi3' })) as { id: number };
-    const provisioningKey = (await call('POST', `/api-key/application/${fleet.id}/provisioning`, { name: opts.fleetName })) as string;
-    return { url, adminKey, dataDir: opts.dataDir, fleet: { id: fleet.id, name: opts.fleetName }, provisioningKey, call, close };
+    return { url, adminKey, dataDir: opts.dataDir, db, call, close };
   } catch (err) {
     await close();
+    throw err;
+  }
+}
+
+/** The id of the organization a fresh cloud's admin owns. */
+export async function adminOrganization(cloud: Pick<LocalCloud, 'call'>): Promise<number> {
+  const orgs = (await cloud.call('GET', `/v6/organization?$filter=handle eq 'admin'`)) as { d: Array<{ id: number }> };
+  return orgs.d[0]!.id;
+}
+
+/**
+ * A fresh fleetlab cloud on SQLite in `dataDir`, listening on 127.0.0.1, with one fleet and
+ * a provisioning key for it: what a lab (npm start, the HIL suite) gives its devices.
+ */
+export async function startFleetCloud(opts: { port: number; dataDir: string; fleetName: string }): Promise<FleetCloud> {
+  const cloud = await startLocalCloud(opts);
+  try {
+    const fleet = (await cloud.call('POST', '/v6/application', { app_name: opts.fleetName, organization: await adminOrganization(cloud), device_type: 'raspberrypi3' })) as { id: number };
+    const provisioningKey = (await cloud.call('POST', `/api-key/application/${fleet.id}/provisioning`, { name: opts.fleetName })) as string;
+    return { ...cloud, fleet: { id: fleet.id, name: opts.fleetName }, provisioningKey };
+  } catch (err) {
+    await cloud.close();
     throw err;
   }
 }

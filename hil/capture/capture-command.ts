@@ -17,6 +17,7 @@ import { captureDevice, DEFAULT_JOURNAL_ENTRIES, type CaptureOptions } from './c
 import { cloudReader, proxiedApi, readCloudRows } from './cloud-access.js';
 import { hostShell } from '../targets/host-shell.js';
 import { simDeviceFiles } from '../../sim/device.js';
+import { storedUuid } from '../../sim/device-leftovers.js';
 import { copyFileSync, existsSync, mkdirSync, writeFileSync } from 'node:fs';
 import { basename, dirname, join, relative, resolve } from 'node:path';
 import { showBundle } from './show.js';
@@ -73,16 +74,39 @@ interface Access {
   close(): Promise<void>;
 }
 
-/** `--device` (`--sim-dir`) or `--board`, checked. */
+/**
+ * `--device` (`--sim-dir`), `--board`, or `--cloud` alone (through its proxy), checked. `--cloud`
+ * beside `--device` or `--board` reaches the device directly and adds its rows of that cloud.
+ */
 async function accessOf(options: CaptureCommandOptions): Promise<Access> {
-  const ways = [options.device && '--device', options.board && '--board', options.cloud && '--cloud'].filter(Boolean);
+  const ways = [options.device && '--device', options.board && '--board'].filter(Boolean);
   if (ways.length > 1) throw usage(`${ways.join(' and ')} are two ways to reach a device: give one`);
+  if (!ways.length && options.cloud) return cloudAccess(options);
+  const access = await directAccess(options);
+  if (!options.cloud) return access;
+  try {
+    return { ...access, cloudRows: rowsOf(options, access.source.uuid ?? (options.simDir ? storedUuid(resolve(options.simDir)) : undefined)) };
+  } catch (err) {
+    await access.close();
+    throw err;
+  }
+}
+
+/** The device's rows of the cloud at `--cloud`, beside a capture that reaches the device directly. */
+function rowsOf(options: CaptureCommandOptions, storedUuid: string | undefined): NonNullable<Access['cloudRows']> {
+  const cloud = deviceUrl(options.cloud!, '--cloud');
+  if (!options.cloudKey) throw usage("--cloud needs --cloud-key: a user's API key of that cloud, to read the device's rows");
+  const uuid = options.uuid ?? storedUuid;
+  if (!uuid) throw usage("--cloud with --device needs --uuid (or --sim-dir, whose store names the device): the device's uuid in that cloud");
+  return (redact) => readCloudRows(cloudReader(cloud, options.cloudKey!), uuid, redact);
+}
+
+async function directAccess(options: CaptureCommandOptions): Promise<Access> {
   if (options.board) {
     if (options.simDir) throw usage('--sim-dir goes with --device: --board reaches the device by its config');
     return boardAccess(options.board, options.apiKey);
   }
-  if (options.cloud) return cloudAccess(options);
-  if (!options.device) throw usage('say which device: --device URL --api-key KEY (a simulated device here: add --sim-dir), --board CONFIG (a lab board over SSH), or --cloud URL --cloud-key KEY --uuid UUID (through a fleetlab cloud)');
+  if (!options.device) throw usage('say which device: --device URL --api-key KEY (a simulated device here: add --sim-dir), --board CONFIG (a lab board over SSH), or --cloud URL --cloud-key KEY --uuid UUID (through a fleetlab cloud; beside --device or --board it adds the device\'s cloud rows)');
   if (!options.apiKey) throw usage("--device needs --api-key: the device's key");
   const url = deviceUrl(options.device);
   const local = options.simDir ? { exec: hostShell, paths: simDevicePaths(options.simDir) } : {};
@@ -219,17 +243,22 @@ export interface ReplayCommandOptions {
   spec?: string;
   /** Start the supervisor stopped before its first line, for a debugger. */
   paused?: boolean;
+  /** Also a local cloud seeded with the bundle's cloud rows, on this port (0: any). */
+  cloudPort?: number;
   force?: boolean;
 }
 
 /** `fleetlab replay`: the bundle's device on a fresh simulated device, until Ctrl-C; or, with `spec`, a spec that starts from it. */
 export async function runReplay(options: ReplayCommandOptions): Promise<void> {
-  if (options.spec) return writeReplaySpec(options.bundle, options.spec, options.force ?? false);
+  if (options.spec) {
+    if (options.cloudPort !== undefined) throw usage('--cloud goes with a replay, not with --spec');
+    return writeReplaySpec(options.bundle, options.spec, options.force ?? false);
+  }
   const { replayOnSim } = await import('./replay.js');
   const { serveSimDevice } = await import('../../sim/device.js');
   const log = (line: string) => console.error(`fleetlab replay: ${line}`);
   const inspectBrk = options.paused ? await freePort() : undefined;
-  const { device } = await replayOnSim({
+  const { device, cloud } = await replayOnSim({
     bundle: options.bundle,
     port: options.port,
     ...(options.dataDir ? { dataDir: options.dataDir } : {}),
@@ -237,15 +266,21 @@ export async function runReplay(options: ReplayCommandOptions): Promise<void> {
     dockerSocket: options.dockerSocket,
     listenAddress: options.listenAddress,
     ...(inspectBrk ? { inspectBrk } : {}),
+    ...(options.cloudPort !== undefined ? { cloud: { port: options.cloudPort } } : {}),
     log,
   });
   const heading = inspectBrk
     ? `fleetlab: device ${device.info().uuid} replayed from ${options.bundle} is in the captured state; its supervisor is paused before its first line`
     : `fleetlab: device ${device.info().uuid} replayed from ${options.bundle} is up; its supervisor runs from the captured state`;
-  await serveSimDevice(device, heading, [
-    ...(inspectBrk ? [`  debugger:     attach to 127.0.0.1:${inspectBrk} (chrome://inspect, or VS Code "Attach to Node Process"); the supervisor runs when the debugger lets it go, and its API answers then`] : []),
-    `  compare:      fleetlab bundle show ${options.bundle}`,
-  ]);
+  try {
+    await serveSimDevice(device, heading, [
+      ...(inspectBrk ? [`  debugger:     attach to 127.0.0.1:${inspectBrk} (chrome://inspect, or VS Code "Attach to Node Process"); the supervisor runs when the debugger lets it go, and its API answers then`] : []),
+      ...(cloud ? [`  cloud:        ${cloud.url}  (admin key: ${cloud.adminKey}; fleet ${cloud.fleet.name}, seeded from the bundle)`, `  try:          curl -H "Authorization: Bearer ${cloud.adminKey}" "${cloud.url}/v6/device?\$select=uuid,is_online,is_running__release"`] : []),
+      `  compare:      fleetlab bundle show ${options.bundle}`,
+    ]);
+  } finally {
+    await cloud?.close();
+  }
 }
 
 async function writeReplaySpec(bundlePath: string, specPath: string, force: boolean): Promise<void> {

@@ -20,6 +20,7 @@ import { engineAt } from '../../sim/engine-at.js';
 import { importStandInImages } from '../../sim/images/test-images.js';
 import { removeDeviceLeftovers } from '../../sim/device-leftovers.js';
 import { readBundle, type Bundle } from './bundle.js';
+import { capturedCloudRows, openReplayCloud, type ReplayCloud } from './replay-cloud.js';
 import { Readable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import * as tar from 'tar';
@@ -45,17 +46,25 @@ export interface ReplayOptions {
   listenAddress?: string;
   /** Start the supervisor stopped for a debugger on this loopback port (`--paused`). */
   inspectBrk?: number;
+  /**
+   * Start a local cloud seeded with the bundle's cloud rows (`--cloud`), on this port (0: any),
+   * and have the replayed device follow it; its poll and report intervals as given.
+   */
+  cloud?: { port?: number; pollIntervalMs?: number; reportIntervalMs?: number };
   log?: (line: string) => void;
 }
 
 export interface Replayed {
   device: SimDevice;
   plan: ReplayPlan;
+  /** The local cloud the device follows (`cloud`); the caller closes it after the device. */
+  cloud?: ReplayCloud;
 }
 
 export interface Replayable {
   plan: ReplayPlan;
   sim: SimDeviceOptions;
+  cloud?: ReplayCloud;
 }
 
 const replayError = (message: string) => new FleetlabError('HIL_ERR_CAPTURE', message);
@@ -90,15 +99,30 @@ function volumeDataOf(bundle: Bundle): NonNullable<CapturedDevice['volumeData']>
 }
 
 /** The plan for a device replayed in `dataDir`, its API on `port`. */
-async function planFor(options: ReplayOptions, dataDir: string, port: number): Promise<ReplayPlan> {
-  const captured = capturedDevice(await readBundle(options.bundle), options.bundle);
-  return planReplay(captured, {
+async function planFor(options: ReplayOptions, dataDir: string, port: number): Promise<ReplayPlan & { bundle: Bundle }> {
+  const bundle = await readBundle(options.bundle);
+  const captured = capturedDevice(bundle, options.bundle);
+  const plan = planReplay(captured, {
     lockRoot: join(dataDir, 'locks'),
     supervisorAddress: `http://127.0.0.1:${port}`,
     supervisorPort: port,
     arch: engineArch(osArch()),
     newKey,
   });
+  return { ...plan, bundle };
+}
+
+/**
+ * The local cloud of a replay with `cloud`, seeded from the bundle (or resumed from `dataDir`),
+ * and the plan with the device following it under the key that cloud knows it by.
+ */
+async function withCloud(plan: ReplayPlan & { bundle: Bundle }, options: ReplayOptions, dataDir: string, log: (line: string) => void): Promise<{ plan: ReplayPlan; cloud: ReplayCloud }> {
+  if (plan.store.localMode) throw replayError(`${options.bundle}: the device was in local mode and followed no cloud; replay it without --cloud`);
+  const rows = capturedCloudRows(plan.bundle, options.bundle);
+  const cloud = await openReplayCloud({ dataDir: join(dataDir, 'cloud'), port: options.cloud?.port ?? 0, rows, store: plan.store, deviceType: plan.deviceType, newKey });
+  log(`local cloud ${cloud.url} (admin key ${cloud.adminKey}): fleet ${cloud.fleet.name} (id ${cloud.fleet.id}) as captured, device ${plan.store.uuid} registered in it`);
+  for (const note of cloud.notes) log(`note: ${note}`);
+  return { plan: { ...plan, store: { ...plan.store, registered: true, cloudKey: cloud.deviceKey } }, cloud };
 }
 
 /** What a simulated device is started with to run as the captured one (vendor, device type, mode). */
@@ -113,11 +137,14 @@ export async function replaySimOptions(options: ReplayOptions): Promise<Replayab
   const dataDir = options.dataDir ?? (await mkdtemp(join(tmpdir(), 'fleetlab-replay-')));
   const port = options.port || (await freePort());
   const engine = options.engine ?? 'sim';
-  const plan = await planFor(options, dataDir, port);
+  const planned = await planFor(options, dataDir, port);
   const resume = existsSync(join(dataDir, 'supervisor', 'device.json'));
-  log(resume ? `resuming the device replayed in ${dataDir}` : `replaying device ${plan.store.uuid} from ${options.bundle}`);
+  log(resume ? `resuming the device replayed in ${dataDir}` : `replaying device ${planned.store.uuid} from ${options.bundle}`);
+  const { plan, cloud } = options.cloud ? await withCloud(planned, options, dataDir, log) : { plan: planned, cloud: undefined };
+  const c = options.cloud;
   return {
     plan,
+    ...(cloud ? { cloud } : {}),
     sim: {
       port,
       dataDir,
@@ -126,6 +153,7 @@ export async function replaySimOptions(options: ReplayOptions): Promise<Replayab
       ...deviceOptions(plan),
       ...(options.listenAddress ? { listenAddress: options.listenAddress } : {}),
       ...(options.inspectBrk ? { inspectBrk: options.inspectBrk } : {}),
+      ...(cloud ? { cloud: { url: cloud.url, provisioningKey: cloud.provisioningKey, ...(c?.pollIntervalMs ? { pollIntervalMs: c.pollIntervalMs } : {}), ...(c?.reportIntervalMs ? { reportIntervalMs: c.reportIntervalMs } : {}) } } : {}),
       ...(resume ? {} : { prepare: (d: SimDevice) => carryOut(plan, { dockerSocket: d.options.dockerSocket, storeDir: d.paths.dataDir }, engine, log) }),
     },
   };
@@ -133,8 +161,13 @@ export async function replaySimOptions(options: ReplayOptions): Promise<Replayab
 
 /** Starts a simulated device in the bundle's state; its supervisor runs from there. */
 export async function replayOnSim(options: ReplayOptions): Promise<Replayed> {
-  const { plan, sim } = await replaySimOptions(options);
-  return { device: await SimDevice.start(sim), plan };
+  const { plan, sim, cloud } = await replaySimOptions(options);
+  try {
+    return { device: await SimDevice.start(sim), plan, ...(cloud ? { cloud } : {}) };
+  } catch (err) {
+    await cloud?.close();
+    throw err;
+  }
 }
 
 /**

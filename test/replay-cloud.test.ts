@@ -87,6 +87,11 @@ beforeAll(async () => {
   const second = await publishRelease(release('fleetlab/test-app:2', 'b'.repeat(32)), target);
   releaseIds = { first: first.releaseId, second: second.releaseId };
   await logSays(device.supervisorLog, /holds the update lock/);
+  // Stuck, and said so to the cloud: release 2 downloaded, nothing more to report.
+  await eventually(async () => {
+    const [d] = ((await cloud.call('GET', `/v6/device(${row.id})?$select=status`)) as { d: Array<{ status: string }> }).d;
+    return d?.status === 'Idle' ? d : undefined;
+  }, 60_000, 'the original reporting Idle');
 
   bundlePath = join(dir, 'stuck.tar.gz');
   await runCapture({ device: info.url, apiKey: info.apiKey, simDir: join(dir, 'original'), cloud: cloud.url, cloudKey: cloud.adminKey, out: bundlePath, redaction: 'default', force: false, log: () => undefined });
@@ -134,12 +139,24 @@ describe('replay with a local cloud seeded from the bundle', () => {
     expect((await call<{ name: string; value: string }>(`/v6/device_environment_variable?$filter=device eq ${row!.id}`)).map((v) => `${v.name}=${v.value}`).sort()).toEqual(['DB_PASSWORD=<redacted>', 'INTERVAL=5']);
     expect((await call<{ name: string; value: string }>('/v6/application_environment_variable')).map((v) => `${v.name}=${v.value}`)).toEqual(['REGION=eu']);
 
+    // The replay reports to its cloud what the original reported to the real one (a report
+    // naming an image or release the cloud lacks would be refused, and set nothing).
+    const reported = ['status', 'update_failed', 'os_version', 'supervisor_version', 'api_heartbeat_state', 'is_running__release'] as const;
+    const pick = (d: Record<string, unknown>) => Object.fromEntries(reported.map((k) => [k, d[k]]));
+    const seen = await eventually(async () => {
+      const [d] = await call<Record<string, unknown>>(`/v6/device?$filter=uuid eq '${uuid}'`);
+      return d?.ip_address ? d : undefined;
+    }, 30_000, "the replay's first report in the local cloud");
+    expect(pick(seen)).toEqual(pick(bundle.json<Record<string, unknown>>('cloud/device.json')));
+    expect(readFileSync(replayed.device.supervisorLog, 'utf8')).not.toMatch(/State report failed|Target state poll failed/);
+    const runs = (id: number) => async () => {
+      const [d] = await call<{ is_running__release: { __id: number } | null }>(`/v6/device?$filter=uuid eq '${uuid}'&$select=is_running__release`);
+      return d?.is_running__release?.__id === id ? d : undefined;
+    };
+
     // The app lets go: the replay installs the pending release and tells its cloud.
     rmSync(join(replayed.device.lockRoot, String(cloud.fleet.id), 'main', 'updates.lock'));
-    await eventually(async () => {
-      const [d] = await call<{ is_running__release: { __id: number } | null }>(`/v6/device?$filter=uuid eq '${uuid}'&$select=is_running__release`);
-      return d?.is_running__release?.__id === releaseIds.second ? d : undefined;
-    }, 90_000, `the local cloud seeing the replay run release ${releaseIds.second}`);
+    await eventually(runs(releaseIds.second), 90_000, `the local cloud seeing the replay run release ${releaseIds.second}`);
   }, 240_000);
 
   it('refuses a bundle without cloud rows, and --cloud with --spec', async () => {

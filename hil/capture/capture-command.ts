@@ -275,7 +275,7 @@ export async function runReplay(options: ReplayCommandOptions): Promise<void> {
   try {
     await serveSimDevice(device, heading, [
       ...(inspectBrk ? [`  debugger:     attach to 127.0.0.1:${inspectBrk} (chrome://inspect, or VS Code "Attach to Node Process"); the supervisor runs when the debugger lets it go, and its API answers then`] : []),
-      ...(cloud ? [`  cloud:        ${cloud.url}  (admin key: ${cloud.adminKey}; fleet ${cloud.fleet.name}, seeded from the bundle)`, `  try:          curl -H "Authorization: Bearer ${cloud.adminKey}" "${cloud.url}/v6/device?\$select=uuid,is_online,is_running__release"`] : []),
+      ...(cloud ? [`  cloud:        ${cloud.url}  (admin key: ${cloud.adminKey}; fleet ${cloud.fleet.name}, seeded from the bundle)`, `  try:          curl -H "Authorization: Bearer ${cloud.adminKey}" "${cloud.url}/v6/device?\\$select=uuid,is_online,is_running__release"`] : []),
       `  compare:      fleetlab bundle show ${options.bundle}`,
     ]);
   } finally {

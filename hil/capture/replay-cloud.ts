@@ -18,7 +18,9 @@ import { FleetlabError } from '../../src/errors.js';
 import { toWireState, type TargetApp, type TargetState } from '../../src/protocol/target-state.js';
 import type { DeviceRecord } from '../../src/supervisor/state/store.js';
 import { adminOrganization, startLocalCloud, type LocalCloud } from '../../sim/stack.js';
+import { LABEL } from '../../src/supervisor/adapters/engine.js';
 import type { Bundle } from './bundle.js';
+import type { InspectedContainer } from './replay-plan.js';
 import type { CloudRows } from './cloud-access.js';
 import { REDACTED } from './redact.js';
 
@@ -39,6 +41,8 @@ export interface ReplayCloudOptions {
   port?: number;
   rows: CloudRows;
   store: DeviceRecord;
+  /** The device's containers as captured: the releases they run are rows of the fleet too. */
+  containers: readonly InspectedContainer[];
   deviceType: string;
   newKey: () => string;
 }
@@ -103,6 +107,38 @@ function compositionFor(app: TargetApp, rows: CloudRows, variables: ReadonlySet<
   return { services, volumes: wire.volumes ?? {}, networks: wire.networks ?? {} };
 }
 
+interface FleetRows {
+  services: Map<number, string>;
+  images: Map<number, { serviceId: number; ref: string }>;
+  releases: Map<number, { commit: string; images: number[] }>;
+}
+
+/**
+ * The fleet's services, images and releases the device knows of: the target's, and those its
+ * containers run (by their labels), so its reports name only rows the cloud has. In id order.
+ */
+export function fleetRows(fleetId: number, app: TargetApp | undefined, containers: readonly InspectedContainer[]): FleetRows {
+  const services = new Map<number, string>();
+  const images = new Map<number, { serviceId: number; ref: string }>();
+  const releases = new Map<number, { commit: string; images: Set<number> }>();
+  const add = (s: { serviceId: number; serviceName: string; imageId: number; image: string }, releaseId: number, commit: string) => {
+    services.set(s.serviceId, s.serviceName);
+    images.set(s.imageId, { serviceId: s.serviceId, ref: s.image });
+    const release = releases.get(releaseId) ?? { commit, images: new Set<number>() };
+    release.images.add(s.imageId);
+    releases.set(releaseId, release);
+  };
+  for (const s of app?.services ?? []) add(s, app!.releaseId, app!.commit);
+  for (const c of containers) {
+    const l = c.Config.Labels ?? {};
+    const n = (key: string) => Number(l[key]);
+    if (n(LABEL.appId) !== fleetId || !Number.isInteger(n(LABEL.releaseId)) || !Number.isInteger(n(LABEL.imageId)) || !Number.isInteger(n(LABEL.serviceId))) continue;
+    add({ serviceId: n(LABEL.serviceId), serviceName: l[LABEL.serviceName] ?? `service${n(LABEL.serviceId)}`, imageId: n(LABEL.imageId), image: c.Config.Image }, n(LABEL.releaseId), l[LABEL.commit] ?? '');
+  }
+  const ordered = <V>(m: Map<number, V>) => new Map([...m].sort(([a], [b]) => a - b));
+  return { services: ordered(services), images: ordered(images), releases: new Map([...ordered(releases)].map(([id, r]) => [id, { commit: r.commit, images: [...r.images].sort((a, b) => a - b) }])) };
+}
+
 /** What a resumed replay needs of its cloud: kept beside the cloud's database. */
 const KEYS_FILE = 'replay-cloud.json';
 type Kept = Pick<ReplayCloud, 'adminKey' | 'provisioningKey' | 'deviceKey' | 'fleet'>;
@@ -141,23 +177,15 @@ async function seedReplayCloud(o: ReplayCloudOptions): Promise<ReplayCloud> {
     const deviceVariables = pairs(rows.deviceVariables);
     for (const v of fleetVariables) await cloud.call('POST', '/v6/application_environment_variable', { application: fleetId, ...v });
 
-    let releaseId: number | undefined;
-    if (app) {
-      for (const s of [...app.services].sort((a, b) => a.serviceId - b.serviceId)) await create(cloud, 'service', s.serviceId, { application: fleetId, service_name: s.serviceName });
-      await create(cloud, 'release', app.releaseId, {
-        belongs_to__application: fleetId,
-        commit: app.commit,
-        status: 'success',
-        composition: compositionFor(app, rows, new Set([...fleetVariables, ...deviceVariables].map((v) => v.name))),
-      });
-      for (const s of [...app.services].sort((a, b) => a.imageId - b.imageId)) {
-        await create(cloud, 'image', s.imageId, { is_a_build_of__service: s.serviceId, is_stored_at__image_location: s.image, status: 'success' });
-        await cloud.call('POST', '/v6/release_image', { image: s.imageId, is_part_of__release: app.releaseId });
-      }
-      releaseId = app.releaseId;
-    } else {
-      notes.push('the device had no target from the cloud for its fleet: the local cloud asks for no release');
-    }
+    const seeds = fleetRows(fleetId, app, o.containers);
+    const composition = app ? compositionFor(app, rows, new Set([...fleetVariables, ...deviceVariables].map((v) => v.name))) : undefined;
+    // Each table's rows in id order: the counter only moves up.
+    for (const [id, name] of seeds.services) await create(cloud, 'service', id, { application: fleetId, service_name: name });
+    for (const [id, r] of seeds.releases) await create(cloud, 'release', id, { belongs_to__application: fleetId, commit: r.commit, status: 'success', ...(id === app?.releaseId ? { composition } : {}) });
+    for (const [id, image] of seeds.images) await create(cloud, 'image', id, { is_a_build_of__service: image.serviceId, is_stored_at__image_location: image.ref, status: 'success' });
+    for (const [id, r] of seeds.releases) for (const image of r.images) await cloud.call('POST', '/v6/release_image', { image, is_part_of__release: id });
+    const releaseId = app?.releaseId;
+    if (!app) notes.push('the device had no target from the cloud for its fleet: the local cloud asks for no release');
 
     const provisioningKey = (await cloud.call('POST', `/api-key/application/${fleetId}/provisioning`, { name: `replay of ${store.uuid}` })) as string;
     const deviceKey = o.newKey();

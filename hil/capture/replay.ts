@@ -99,7 +99,7 @@ function volumeDataOf(bundle: Bundle): NonNullable<CapturedDevice['volumeData']>
 }
 
 /** The plan for a device replayed in `dataDir`, its API on `port`. */
-async function planFor(options: ReplayOptions, dataDir: string, port: number): Promise<ReplayPlan & { bundle: Bundle }> {
+async function planFor(options: ReplayOptions, dataDir: string, port: number): Promise<ReplayPlan & { bundle: Bundle; captured: CapturedDevice }> {
   const bundle = await readBundle(options.bundle);
   const captured = capturedDevice(bundle, options.bundle);
   const plan = planReplay(captured, {
@@ -109,17 +109,17 @@ async function planFor(options: ReplayOptions, dataDir: string, port: number): P
     arch: engineArch(osArch()),
     newKey,
   });
-  return { ...plan, bundle };
+  return { ...plan, bundle, captured };
 }
 
 /**
  * The local cloud of a replay with `cloud`, seeded from the bundle (or resumed from `dataDir`),
  * and the plan with the device following it under the key that cloud knows it by.
  */
-async function withCloud(plan: ReplayPlan & { bundle: Bundle }, options: ReplayOptions, dataDir: string, log: (line: string) => void): Promise<{ plan: ReplayPlan; cloud: ReplayCloud }> {
+async function withCloud(plan: ReplayPlan & { bundle: Bundle; captured: CapturedDevice }, options: ReplayOptions, dataDir: string, log: (line: string) => void): Promise<{ plan: ReplayPlan; cloud: ReplayCloud }> {
   if (plan.store.localMode) throw replayError(`${options.bundle}: the device was in local mode and followed no cloud; replay it without --cloud`);
   const rows = capturedCloudRows(plan.bundle, options.bundle);
-  const cloud = await openReplayCloud({ dataDir: join(dataDir, 'cloud'), port: options.cloud?.port ?? 0, rows, store: plan.store, deviceType: plan.deviceType, newKey });
+  const cloud = await openReplayCloud({ dataDir: join(dataDir, 'cloud'), port: options.cloud?.port ?? 0, rows, store: plan.store, containers: plan.captured.containers, deviceType: plan.deviceType, newKey });
   log(`local cloud ${cloud.url} (admin key ${cloud.adminKey}): fleet ${cloud.fleet.name} (id ${cloud.fleet.id}) as captured, device ${plan.store.uuid} registered in it`);
   for (const note of cloud.notes) log(`note: ${note}`);
   return { plan: { ...plan, store: { ...plan.store, registered: true, cloudKey: cloud.deviceKey } }, cloud };

@@ -25,6 +25,10 @@ import { readBundle } from '../hil/capture/bundle.js';
 import { runCapture } from '../hil/capture/capture-command.js';
 import { showBundle } from '../hil/capture/show.js';
 import { SimDevice } from '../sim/device.js';
+import { removeDeviceLeftovers } from '../sim/device-leftovers.js';
+import { ensureTestImages } from '../sim/images/test-images.js';
+import { prepareReplayOnBoard } from '../hil/capture/replay.js';
+import Docker from 'dockerode';
 import { shellQuote } from '../src/shell-quote.js';
 import { freePort } from '../src/free-port.js';
 
@@ -428,17 +432,30 @@ describe('SshDevice against a real sshd', () => {
       await new Promise((r) => api.close(r));
     }
   });
-  it('fleetlab capture --board: the device over SSH, its key from its store, a bundle a replay starts from', async () => {
+  it('fleetlab capture --board: the device over SSH, its key from its store, a bundle a replay starts from; replayed onto a board over SSH', async () => {
     // The "board" is a simulated device on this host, reached over the private sshd; its engine is dockerd.
+    const docker = new Docker({ socketPath: '/var/run/docker.sock' });
+    // An image only the field device has: the replay stands it in.
+    const fieldOnly = `fleetlab-test/field-only-${process.pid}`;
+    await ensureTestImages('/var/run/docker.sock');
+    await docker.getImage('fleetlab/test-app:1').tag({ repo: fieldOnly, tag: '1' });
     const sim = await SimDevice.start({ port: 0, engine: 'docker', dockerSocket: '/var/run/docker.sock', localMode: true });
+    let replayed: SimDevice | undefined;
+    const boardDir = await mkdtemp(join(tmpdir(), 'fleetlab-board-replay-'));
     try {
       const key = sim.info().apiKey;
-      const target = { local: { name: 'pi', config: {}, apps: { 1: { name: 'a', commit: 'c1', releaseId: '1', volumes: {}, networks: {}, services: { 11: { serviceName: 'main', serviceId: 11, imageId: 1, image: 'fleetlab/test-app:1', environment: {}, labels: {} } } } } } };
+      const target = { local: { name: 'pi', config: {}, apps: { 1: { name: 'a', commit: 'c1', releaseId: '1', volumes: {}, networks: {}, services: { 11: { serviceName: 'main', serviceId: 11, imageId: 1, image: `${fieldOnly}:1`, environment: {}, labels: {} } } } } } };
       const posted = await fetch(`${sim.url}/v2/local/target-state`, { method: 'POST', headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' }, body: JSON.stringify(target) });
       expect(posted.status).toBe(200);
       for (let i = 0; i < 200 && !(await fetch(`${sim.url}/v2/state/status?apikey=${key}`).then((r) => r.json() as Promise<{ appState: string; containers: unknown[] }>).then((st) => st.appState === 'applied' && st.containers.length === 1)); i++) await sleep(100);
       await mkdir(join(sim.lockRoot, '1', 'main'), { recursive: true });
       await writeFile(join(sim.lockRoot, '1', 'main', 'updates.lock'), '');
+      // Release 2 waits for the app's lock: the stuck point.
+      const next = structuredClone(target);
+      Object.assign(next.local.apps[1], { commit: 'c2', releaseId: '2' });
+      next.local.apps[1].services[11] = { ...next.local.apps[1].services[11], imageId: 2, image: 'fleetlab/test-app:2' };
+      expect((await fetch(`${sim.url}/v2/local/target-state`, { method: 'POST', headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' }, body: JSON.stringify(next) })).status).toBe(200);
+      for (let i = 0; i < 200 && !readFileSync(sim.supervisorLog, 'utf8').includes('holds the update lock'); i++) await sleep(100);
       await writeFile(join(dir, 'capture_key'), privateKey, { mode: 0o600 });
       const config = join(dir, 'capture-board.json');
       await writeFile(config, JSON.stringify({ host: '127.0.0.1', sshPort: sshd.port, privateKey: 'capture_key', apiUrl: sim.url, dataDir: sim.paths.dataDir, lockRoot: sim.lockRoot, reset: false }));
@@ -454,10 +471,59 @@ describe('SshDevice against a real sshd', () => {
       expect(bundle.json<Array<{ Name: string }>>('engine/containers.json').map((c) => c.Name)).toEqual([`/${sim.info().uuid.slice(0, 7)}_main_1`]);
       expect(readFileSync(out).includes(key)).toBe(false);
       expect(showBundle(bundle)).toMatch(/update lock of service main of app 1, held by the app: /);
+      const original = await fetch(`${sim.url}/v2/state/status?apikey=${key}`).then((r) => r.json() as Promise<{ appState: string; containers: Array<{ serviceName: string; status: string }> }>);
+
+      // The original goes, with its containers and the image only it had.
+      const uuid = sim.info().uuid;
+      await sim.stop();
+      await removeDeviceLeftovers(docker, uuid);
+      await docker.getImage(`${fieldOnly}:1`).remove();
+
+      // Replayed onto a "board" reached over SSH: its engine through a forwarded socket, its files by SSH.
+      const engine = await ssh.forwardUnixSocket('/var/run/docker.sock');
+      const port = await freePort();
+      const lines: string[] = [];
+      let options;
+      try {
+        options = await prepareReplayOnBoard({
+          bundle: out,
+          board: { engineSocket: engine.path, files: ssh.files, runRaw: (argv, o) => ssh.runRaw(argv, o), dataDir: join(boardDir, 'supervisor'), lockRoot: join(boardDir, 'locks'), port, arch: 'amd64' },
+          log: (line) => lines.push(line),
+        });
+      } finally {
+        await engine.close();
+      }
+      expect(lines).toContain(`images stood in (same tags, config and labels): ${fieldOnly}:1`);
+      expect(lines).toEqual(expect.arrayContaining(["image fleetlab/test-app:1: the engine's own", "image fleetlab/test-app:2: the engine's own"]));
+      expect(lines.join('\n')).toMatch(/stand-ins made from the board's fleetlab\/(busybox:latest|test-app:1)/);
+      expect(lines).toContain(`lock files: ${join(boardDir, 'locks')}/1/main/updates.lock`);
+      expect(readFileSync(join(boardDir, 'locks', '1', 'main', 'updates.lock'), 'utf8')).toBe('');
+      // The stand-in has the captured image's config, on the board's own base.
+      const standIn = await docker.getImage(`${fieldOnly}:1`).inspect();
+      const capturedImage = bundle.json<{ present: Array<{ RepoTags: string[]; Config: { Cmd: string[] } }> }>('engine/images.json').present.find((i) => i.RepoTags.includes(`${fieldOnly}:1`))!;
+      expect(standIn.Config.Cmd).toEqual(capturedImage.Config.Cmd);
+
+      // The board's supervisor then starts from what the replay put there, and is stuck where the original was.
+      replayed = await SimDevice.start({ port, dataDir: boardDir, engine: 'docker', dockerSocket: '/var/run/docker.sock', ...options });
+      const replayKey = replayed.info().apiKey;
+      expect(replayed.info().uuid).toBe(uuid);
+      let now: typeof original | undefined;
+      for (let i = 0; i < 100; i++) {
+        now = await fetch(`${replayed.url}/v2/state/status?apikey=${replayKey}`).then((r) => r.json() as Promise<typeof original>);
+        if (readFileSync(replayed.supervisorLog, 'utf8').includes('holds the update lock')) break;
+        await sleep(200);
+      }
+      const brief = (s: typeof original) => [s.appState, ...s.containers.map((c) => `${c.serviceName} ${c.status}`)];
+      expect(brief(now!)).toEqual(brief(original));
     } finally {
       await sim.stop();
+      await replayed?.stop();
+      const uuid = sim.info().uuid;
+      await removeDeviceLeftovers(docker, uuid).catch(() => undefined);
+      await docker.getImage(`${fieldOnly}:1`).remove({ force: true }).catch(() => undefined);
+      await rm(boardDir, { recursive: true, force: true });
     }
-  }, 120_000);
+  }, 180_000);
 
   it('fleetlab capture says which device to capture when told none, or two ways', async () => {
     await expect(runCapture({ redaction: 'default', force: false, log: () => undefined })).rejects.toThrow(/say which device: --device URL --api-key KEY .*, --board CONFIG .*, or --cloud URL --cloud-key KEY --uuid UUID/);

@@ -19,6 +19,9 @@ import { SimDevice, type SimDeviceOptions } from '../../sim/device.js';
 import { engineAt } from '../../sim/engine-at.js';
 import { importStandInImages } from '../../sim/images/test-images.js';
 import { removeDeviceLeftovers } from '../../sim/device-leftovers.js';
+import type Docker from 'dockerode';
+import type { RawCommandResult } from '../targets/files-over-commands.js';
+import type { FilesProtocol } from '../targets/protocols.js';
 import { readBundle, type Bundle } from './bundle.js';
 import { capturedCloudRows, openReplayCloud, type ReplayCloud } from './replay-cloud.js';
 import { Readable } from 'node:stream';
@@ -154,7 +157,7 @@ export async function replaySimOptions(options: ReplayOptions): Promise<Replayab
       ...(options.listenAddress ? { listenAddress: options.listenAddress } : {}),
       ...(options.inspectBrk ? { inspectBrk: options.inspectBrk } : {}),
       ...(cloud ? { cloud: { url: cloud.url, provisioningKey: cloud.provisioningKey, ...(c?.pollIntervalMs ? { pollIntervalMs: c.pollIntervalMs } : {}), ...(c?.reportIntervalMs ? { reportIntervalMs: c.reportIntervalMs } : {}) } } : {}),
-      ...(resume ? {} : { prepare: (d: SimDevice) => carryOut(plan, { dockerSocket: d.options.dockerSocket, storeDir: d.paths.dataDir }, engine, log) }),
+      ...(resume ? {} : { prepare: (d: SimDevice) => carryOut(plan, hostPlace(d.options.dockerSocket, d.paths.dataDir), engine, log) }),
     },
   };
 }
@@ -179,14 +182,111 @@ export async function prepareReplayedDevice(options: ReplayOptions & { dataDir: 
   const log = options.log ?? (() => undefined);
   const plan = await planFor(options, options.dataDir, options.port);
   log(`replaying device ${plan.store.uuid} from ${options.bundle}`);
-  await carryOut(plan, { dockerSocket: options.dockerSocket, storeDir: join(options.dataDir, 'supervisor') }, 'docker', log);
+  await carryOut(plan, hostPlace(options.dockerSocket, join(options.dataDir, 'supervisor')), 'docker', log);
   return deviceOptions(plan);
 }
 
-/** Where a plan is carried out: the device's engine, and the directory its supervisor's store goes in. */
+/** What a board's replay needs of the board: its engine (forwarded here), its files, its paths. */
+export interface BoardAccess {
+  /** A unix socket on this host that reaches the board's Engine API. */
+  engineSocket: string;
+  files: Pick<FilesProtocol, 'write'>;
+  /** A command on the board with bytes on its stdin. */
+  runRaw(argv: readonly string[], options: { input?: Buffer; timeoutMs?: number }): Promise<RawCommandResult>;
+  dataDir: string;
+  lockRoot: string;
+  /** The supervisor's API port on the board. */
+  port: number;
+  /** The board's architecture as the platform names it (aarch64). */
+  arch: string;
+}
+
+/**
+ * Puts the bundle's device onto a board whose supervisor is stopped and wiped (the qemu and
+ * board targets): its engine objects through the forwarded Engine API, its lock files and
+ * store through SSH. Images the board lacks are stood in by commits of one it has (its own
+ * architecture), with the captured config. Returns what its supervisor must run with.
+ */
+export async function prepareReplayOnBoard(options: Pick<ReplayOptions, 'bundle' | 'log'> & { board: BoardAccess }): Promise<ReturnType<typeof deviceOptions>> {
+  const log = options.log ?? (() => undefined);
+  const { board } = options;
+  const captured = capturedDevice(await readBundle(options.bundle), options.bundle);
+  const plan = planReplay(captured, { lockRoot: board.lockRoot, supervisorAddress: `http://127.0.0.1:${board.port}`, supervisorPort: board.port, arch: board.arch, newKey });
+  log(`replaying device ${plan.store.uuid} from ${options.bundle} on the board`);
+  await carryOut(plan, boardPlace(board), 'docker', log);
+  return deviceOptions(plan);
+}
+
+/** Where a plan is carried out: the device's engine, its files, and how it gets images it lacks. */
 interface ReplayPlace {
   dockerSocket: string;
   storeDir: string;
+  writeFile(path: string, content: string): Promise<void>;
+  /** Unpacks a tar.gz into a directory where the device keeps it. */
+  unpack(archive: Buffer, dir: string): Promise<void>;
+  standIn(images: ReplayPlan['images'], log: (line: string) => void): Promise<void>;
+}
+
+/** This host: the files are here, and stand-ins are imported busybox (the host's architecture). */
+function hostPlace(dockerSocket: string, storeDir: string): ReplayPlace {
+  return {
+    dockerSocket,
+    storeDir,
+    writeFile: async (path, content) => {
+      mkdirSync(dirname(path), { recursive: true });
+      if (path === join(storeDir, 'device.json')) writeFileAtomicSync(path, content);
+      else writeFileSync(path, content);
+    },
+    unpack: (archive, dir) => pipeline(Readable.from([archive]), tar.x({ cwd: dir, strict: true })),
+    standIn: (images) => importStandInImages(dockerSocket, images),
+  };
+}
+
+/** Stand-ins on a board are made from an image it has, so they run on its architecture. */
+const BOARD_BASES = ['fleetlab/busybox:latest', 'fleetlab/test-app:1'];
+
+function boardPlace(board: BoardAccess): ReplayPlace {
+  return {
+    dockerSocket: board.engineSocket,
+    storeDir: board.dataDir,
+    writeFile: (path, content) => board.files.write(path, content),
+    unpack: async (archive, dir) => {
+      const r = await board.runRaw(['tar', '-x', '-z', '-C', dir], { input: archive, timeoutMs: 120_000 });
+      if (r.exitCode !== 0) throw new Error(`tar -x into ${dir} on the board exited ${r.exitCode}: ${r.stderr.toString().trim()}`);
+    },
+    standIn: async (images, log) => {
+      const docker = await engineAt(board.engineSocket);
+      const base = await firstPresent(docker, BOARD_BASES);
+      if (!base) throw new Error(`the board has none of ${BOARD_BASES.join(', ')} to make stand-in images from`);
+      for (const image of images) {
+        // A container is what a commit takes: created from the base, never started.
+        const made = await docker.createContainer({ Image: base, Cmd: ['true'] });
+        try {
+          const [repo, tag] = splitRef(image.tags[0]!);
+          await made.commit({ repo, tag, changes: image.changes });
+        } finally {
+          await made.remove({ force: true });
+        }
+        for (const extra of image.tags.slice(1)) {
+          const [repo, tag] = splitRef(extra);
+          await docker.getImage(image.tags[0]!).tag({ repo, tag });
+        }
+      }
+      log(`stand-ins made from the board's ${base}`);
+    },
+  };
+}
+
+async function firstPresent(docker: Docker, refs: readonly string[]): Promise<string | undefined> {
+  for (const ref of refs) if (await docker.getImage(ref).inspect().then(() => true, () => false)) return ref;
+  return undefined;
+}
+
+/** `repo[:tag]` as [repo, tag]; a port in the registry part is not a tag. */
+function splitRef(ref: string): [string, string] {
+  const slash = ref.lastIndexOf('/');
+  const colon = ref.lastIndexOf(':');
+  return colon > slash ? [ref.slice(0, colon), ref.slice(colon + 1)] : [ref, 'latest'];
 }
 
 async function carryOut(plan: ReplayPlan, place: ReplayPlace, engine: 'sim' | 'docker', log: (line: string) => void): Promise<void> {
@@ -219,12 +319,19 @@ async function carryOut(plan: ReplayPlan, place: ReplayPlace, engine: 'sim' | 'd
     };
     const standIns: ReplayPlan['images'] = [];
     for (const image of plan.images) {
-      if (engine === 'docker' && (await has.image(image.tags[0]!))) log(`image ${image.tags[0]}: the engine's own`);
+      if (engine !== 'docker') {
+        standIns.push(image);
+        continue;
+      }
+      // A tag the engine has is its own, and is never re-pointed at a stand-in.
+      const missing: string[] = [];
+      for (const tag of image.tags) if (!(await has.image(tag))) missing.push(tag);
+      if (missing.length < image.tags.length) log(`image ${image.tags.filter((t) => !missing.includes(t)).join(' ')}: the engine's own`);
       // In a shared engine a stand-in carries the device's label, so the device's stop removes it with its containers.
-      else standIns.push(engine === 'docker' ? { ...image, changes: [...image.changes, `LABEL "${LABEL.device}"="${uuid}"`] } : image);
+      if (missing.length) standIns.push({ ...image, tags: missing, changes: [...image.changes, `LABEL "${LABEL.device}"="${uuid}"`] });
     }
     if (standIns.length) log(`images stood in (same tags, config and labels): ${standIns.map((i) => i.tags.join(' ')).join(', ')}`);
-    await step('importing stand-in images', () => importStandInImages(socket, standIns));
+    if (standIns.length) await step('making stand-in images', () => place.standIn(standIns, log));
     for (const n of plan.networks.filter((n) => !has.networks.has(n.Name))) {
       await step(`creating network ${n.Name}`, async () => {
         await docker.createNetwork({ Name: n.Name, CheckDuplicate: true, ...(n.Driver ? { Driver: n.Driver } : {}), ...(n.Internal ? { Internal: true } : {}), Labels: n.Labels ?? {} });
@@ -241,7 +348,7 @@ async function carryOut(plan: ReplayPlan, place: ReplayPlace, engine: 'sim' | 'd
         const archive = plan.volumeArchives.get(v.Name);
         if (!archive) return;
         const { Mountpoint } = await docker.getVolume(v.Name).inspect();
-        await unpackInto(archive, Mountpoint);
+        await place.unpack(archive, Mountpoint);
         log(`volume ${v.Name}: ${archive.length} bytes of captured contents`);
       });
     }
@@ -254,21 +361,12 @@ async function carryOut(plan: ReplayPlan, place: ReplayPlace, engine: 'sim' | 'd
       });
     }
     log(`containers: ${plan.containers.map((c) => `${c.create.name} ${c.state}`).join(', ') || 'none'}`);
-    for (const lock of plan.locks) {
-      mkdirSync(dirname(lock.file), { recursive: true });
-      writeFileSync(lock.file, lock.content);
-    }
+    for (const lock of plan.locks) await step(`writing lock file ${lock.file}`, () => place.writeFile(lock.file, lock.content));
     if (plan.locks.length) log(`lock files: ${plan.locks.map((l) => l.file).join(', ')}`);
-    mkdirSync(place.storeDir, { recursive: true });
-    writeFileAtomicSync(join(place.storeDir, 'device.json'), JSON.stringify(plan.store, null, 2));
+    await step("writing the supervisor's store", () => place.writeFile(join(place.storeDir, 'device.json'), JSON.stringify(plan.store, null, 2)));
   } catch (err) {
     await removeDeviceLeftovers(docker, uuid, { keepVolumes: true }).catch(() => undefined);
     throw err;
   }
   for (const note of plan.notes) log(`note: ${note}`);
-}
-
-/** A captured volume's tar.gz, unpacked where the engine keeps the volume (this host's view of it). */
-async function unpackInto(archive: Buffer, dir: string): Promise<void> {
-  await pipeline(Readable.from([archive]), tar.x({ cwd: dir, strict: true }));
 }

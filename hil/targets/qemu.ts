@@ -37,6 +37,7 @@ import { httpApi } from '../lib/http.js';
 import { dockerVolumePath, storedIdentity, unitLog, waitApiDown } from './board.js';
 import { runResetStep, supervisorWipeLines } from './board-reset.js';
 import { PulledImages } from './pulled-images.js';
+import { prepareReplayOnBoard } from '../capture/replay.js';
 import { SshDevice } from './ssh-device.js';
 import type { ApiProtocol, Capability, DevicePaths, DeviceUnderTest, ImagesProtocol, LedProtocol, NetworkProtocol, PowerProtocol, TargetDriver, TargetFacts, TargetStartOptions } from './protocols.js';
 
@@ -384,6 +385,29 @@ class QemuUnderTest implements DeviceUnderTest {
   }
 }
 
+/**
+ * A reset board (supervisor stopped, nothing of a device left) put into a bundle's state, its
+ * supervisor set to run as the captured one did; `startSupervisor` then starts it from there.
+ */
+async function replayOnto(ssh: SshDevice, bundle: string): Promise<void> {
+  const engine = await ssh.forwardUnixSocket('/var/run/docker.sock');
+  try {
+    const replayed = await prepareReplayOnBoard({
+      bundle,
+      board: { engineSocket: engine.path, files: ssh.files, runRaw: (argv, o) => ssh.runRaw(argv, o), dataDir: GUEST.dataDir, lockRoot: GUEST.lockRoot, port: GUEST.apiPort, arch: 'aarch64' },
+      log: (line) => process.stderr.write(`qemu target: ${line}\n`),
+    });
+    await ssh.files.write(GUEST.envFile, replayEnv(replayed));
+  } finally {
+    await engine.close();
+  }
+}
+
+/** The env file for a replayed device: its mode, vendor and device type as captured. */
+export function replayEnv(o: { localMode: boolean; vendor: string; deviceType: string }): string {
+  return `FLEETLAB_LOCAL_MODE=${o.localMode}\nFLEETLAB_VENDOR=${o.vendor}\nFLEETLAB_DEVICE_TYPE=${o.deviceType}\n`;
+}
+
 /** The image: the one the global setup built, else built (or found cached) now. */
 async function resolveImage(): Promise<QemuImage> {
   const dir = process.env.FLEETLAB_QEMU_IMAGE_DIR;
@@ -402,6 +426,7 @@ export function createQemuTarget(): TargetDriver<TargetStartOptions> {
   return {
     name: QEMU_TARGET,
     provides: QEMU_CAPABILITIES,
+    startsFromBundle: true,
     async start(options: TargetStartOptions = {}) {
       lab ??= new QemuLab(await resolveImage(), machineFromEnv());
       if (!lab.running) await lab.boot();
@@ -416,6 +441,7 @@ export function createQemuTarget(): TargetDriver<TargetStartOptions> {
           guestUrl.hostname = HOST_FROM_GUEST;
           await ssh.files.write(GUEST.envFile, cloudEnv({ url: guestUrl.origin, provisioningKey: options.cloud.provisioningKey }));
         }
+        if (options.bundle) await replayOnto(ssh, options.bundle);
         await startSupervisor(ssh, lab.board!);
         const stored = await storedIdentity(ssh, GUEST.dataDir);
         return new QemuUnderTest(lab, { uuid: stored.uuid, apiKey: stored.deviceKey }, link);

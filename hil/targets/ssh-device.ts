@@ -7,8 +7,10 @@
  * The host key is not checked: lab boards are reflashed and regenerate it, and the harness
  * only ever talks to the address its config names.
  */
-import { connect as tcpConnect } from 'node:net';
-import { constants } from 'node:os';
+import { mkdtemp, rm } from 'node:fs/promises';
+import { connect as tcpConnect, createServer, type Socket } from 'node:net';
+import { constants, tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { Client, type ClientChannel } from 'ssh2';
 import { FleetlabError, errorText } from '../../src/errors.js';
 import { shellQuote } from '../../src/shell-quote.js';
@@ -250,6 +252,41 @@ export class SshDevice {
       }
     }
     this.#forwards.set(remotePort, forward);
+  }
+
+  /**
+   * A unix socket on this host that reaches `remotePath` on the device (an SSH stream-local
+   * forward per connection): the device's Engine API for dockerode, with no TCP port opened
+   * on the device and no docker CLI needed there. Closed with `close()` of the result.
+   */
+  async forwardUnixSocket(remotePath: string): Promise<{ path: string; close(): Promise<void> }> {
+    const dir = await mkdtemp(join(tmpdir(), 'fleetlab-ssh-socket-'));
+    const path = join(dir, 'forwarded.sock');
+    const sockets = new Set<Socket>();
+    const server = createServer((local) => {
+      sockets.add(local);
+      local.once('close', () => sockets.delete(local));
+      this.#connection()
+        .then((client) => client.openssh_forwardOutStreamLocal(remotePath, (err, remote) => {
+          if (err) return void local.destroy(err);
+          local.pipe(remote).pipe(local);
+          local.once('close', () => remote.destroy());
+          remote.once('close', () => local.destroy());
+        }))
+        .catch((err: unknown) => local.destroy(err instanceof Error ? err : new Error(String(err))));
+    });
+    await new Promise<void>((resolve, reject) => {
+      server.once('error', reject);
+      server.listen(path, () => resolve());
+    });
+    return {
+      path,
+      close: async () => {
+        for (const s of sockets) s.destroy();
+        await new Promise<void>((resolve) => server.close(() => resolve()));
+        await rm(dir, { recursive: true, force: true });
+      },
+    };
   }
 
   /** Closes the connection; later calls reject. */

@@ -57,19 +57,22 @@ sim
   .option('--cloud-url <url>', 'register with this fleetlab cloud and follow its target state')
   .option('--provisioning-key <key>', "the fleet's provisioning key (with --cloud-url)")
   .option('--poll-interval-ms <ms>', 'target state poll interval (with --cloud-url)')
+  .option('--clock-offset-ms <ms>', "the supervisor's wall clock this far off this host's, ahead (negative: behind); what a replay of a device with a wrong clock uses")
   .action(
-    action(async (opts: { port: string; dataDir?: string; engine?: 'docker' | 'sim'; dockerSocket: string; localMode: boolean; apiKey?: string; vendor: string; deviceType?: string; listenAddress: string; bandwidth?: string; scenario?: string; cloudUrl?: string; provisioningKey?: string; pollIntervalMs?: string }) => {
+    action(async (opts: { port: string; dataDir?: string; engine?: 'docker' | 'sim'; dockerSocket: string; localMode: boolean; apiKey?: string; vendor: string; deviceType?: string; listenAddress: string; bandwidth?: string; scenario?: string; cloudUrl?: string; provisioningKey?: string; pollIntervalMs?: string; clockOffsetMs?: string }) => {
       const port = parsePort('--port', opts.port);
       const { existsSync } = await import('node:fs');
       const engine = opts.engine ?? (existsSync(opts.dockerSocket) ? 'docker' : 'sim');
       const bandwidth = parseBandwidth(opts.bandwidth);
       const { runSimDevice } = await import('../sim/device.js');
-      const { bandwidth: _b, scenario, cloudUrl, provisioningKey, pollIntervalMs, ...rest } = opts;
+      const { bandwidth: _b, scenario, cloudUrl, provisioningKey, pollIntervalMs, clockOffsetMs, ...rest } = opts;
+      const offset = clockOffsetMs === undefined ? undefined : Number(clockOffsetMs);
+      if (offset !== undefined && (!Number.isInteger(offset) || Math.abs(offset) > 100 * 365 * 86_400_000)) throw new UsageError(`--clock-offset-ms must be a whole number of milliseconds (within a century), got ${clockOffsetMs}`);
       if (cloudUrl && !provisioningKey) throw new UsageError('--cloud-url needs --provisioning-key (create one with POST /api-key/application/<fleet id>/provisioning)');
       const poll = pollIntervalMs === undefined ? undefined : Number(pollIntervalMs);
       if (poll !== undefined && (!Number.isInteger(poll) || poll < 1000)) throw new UsageError(`--poll-interval-ms must be an integer of at least 1000, got ${pollIntervalMs}`);
       const cloud = cloudUrl ? { url: cloudUrl, provisioningKey: provisioningKey!, ...(poll ? { pollIntervalMs: poll } : {}) } : undefined;
-      await runSimDevice({ ...rest, engine, port, ...(bandwidth ? { bandwidth } : {}), ...(scenario ? { scenario } : {}), ...(cloud ? { cloud } : {}) });
+      await runSimDevice({ ...rest, engine, port, ...(bandwidth ? { bandwidth } : {}), ...(scenario ? { scenario } : {}), ...(cloud ? { cloud } : {}), ...(offset ? { clockOffsetMs: offset } : {}) });
     }),
   );
 
@@ -277,6 +280,7 @@ program
   .description('Start a simulated device in the state a bundle captured (store, containers, images stood in, volumes, networks, lock files), and let its supervisor run from there')
   .option('--port <n>', 'device API port (0: pick a free one)', '0')
   .option('--data-dir <dir>', 'where the replayed device keeps its state (default: a new temporary directory; one holding a replayed device resumes it)')
+  .addOption(new Option('--target <name>', "where: sim (a simulated device here), container (a device container on this machine's dockerd), qemu (the emulated Raspberry Pi; boots first)").choices(['sim', 'container', 'qemu']).default('sim'))
   .addOption(new Option('--engine <kind>', 'sim: an engine of its own; docker: the dockerd at --docker-socket, which must not run the captured device').choices(['sim', 'docker']).default('sim'))
   .option('--docker-socket <path>', 'with --engine docker: its API socket', '/var/run/docker.sock')
   .option('--listen-address <addr>', 'address the device API listens on (0.0.0.0 inside a container)', '127.0.0.1')
@@ -286,7 +290,7 @@ program
   .option('--spec <file>', 'instead: write a fleetlab/test spec that starts a device from the bundle and asserts it reaches its target (edit it to what the fix must do)')
   .option('--force', 'with --spec: replace the file', false)
   .action(
-    action(async (bundle: string, opts: { port: string; dataDir?: string; engine: 'sim' | 'docker'; dockerSocket: string; listenAddress: string; paused: boolean; cloud: boolean; cloudPort: string; spec?: string; force: boolean }) => {
+    action(async (bundle: string, opts: { port: string; dataDir?: string; target: 'sim' | 'container' | 'qemu'; engine: 'sim' | 'docker'; dockerSocket: string; listenAddress: string; paused: boolean; cloud: boolean; cloudPort: string; spec?: string; force: boolean }) => {
       const { runReplay } = await import('../hil/capture/capture-command.js');
       const { spec, dataDir, port, cloud, cloudPort, ...rest } = opts;
       await runReplay({ bundle, port: parsePort('--port', port), ...rest, ...(cloud ? { cloudPort: parsePort('--cloud-port', cloudPort) } : {}), ...(dataDir ? { dataDir } : {}), ...(spec ? { spec } : {}) });

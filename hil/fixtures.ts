@@ -67,7 +67,7 @@ class DevicePool {
     if (this.#held?.file === file) return this.#held;
     await this.retire();
     if (bundle && !this.driver.startsFromBundle) {
-      throw new FleetlabError('HIL_ERR_CAPABILITY', `target ${this.driver.name} cannot start a device from a bundle yet (fromBundle ${bundle}): run this spec on the sim target`);
+      throw new FleetlabError('HIL_ERR_CAPABILITY', `target ${this.driver.name} cannot start a device from a bundle yet (fromBundle ${bundle}): run this spec on the sim, container or qemu target`);
     }
     // A target that cannot partition the device from a cloud gets none; its cloud specs skip.
     const cloud = withCloud && this.driver.provides.includes('network') ? await startLabCloud() : undefined;
@@ -119,7 +119,7 @@ export interface HilTestFixtures {
   app: string | undefined;
   /**
    * Start the file's device in the state this bundle captured (`fleetlab capture`), as
-   * `fleetlab replay` does; a path relative to the spec file. The sim and container targets, for now.
+   * `fleetlab replay` does; a path relative to the spec file. The sim, container and qemu targets.
    */
   fromBundle: string | undefined;
   device: Device;

@@ -17,7 +17,8 @@ import { FleetlabError, errorText } from '../src/errors.js';
 import { LABEL } from '../src/supervisor/adapters/engine.js';
 import { startHostPeer, type HostPeer } from './dbus/host-peer.js';
 import { startPrivateBus, type PrivateBus } from './dbus/private-bus.js';
-import { cliCommand } from './entry.js';
+import { cliCommand, simModule } from './entry.js';
+import { CLOCK_OFFSET_VARIABLE } from './clock/offset.js';
 import { untilStopped } from '../src/stop-signals.js';
 import { killProcesses, sessionEnv, sessionProcesses, stopProcesses } from '../src/processes.js';
 import { Teardown } from '../src/teardown.js';
@@ -58,6 +59,8 @@ export interface SimDeviceOptions {
    * start returns without waiting for its API; needs a data dir with a store already.
    */
   inspectBrk?: number;
+  /** The supervisor's wall clock this far off this host's (ms; a replayed device's captured offset). */
+  clockOffsetMs?: number;
   /** Address the device API listens on; default 127.0.0.1 (0.0.0.0 inside a container, for a mapped port). */
   listenAddress?: string;
   /** Register with a cloud and follow its target state, through a link the sim can partition. */
@@ -106,8 +109,15 @@ function hostAndPort(url: string): { host: string; port: number } {
  * Where a simulated device keeps the supervisor's files in its data dir, and the socket of
  * its own engine (engine: 'sim'): one layout for the device and for a capture given only the dir.
  */
-export function simDeviceFiles(dataDir: string): { dataDir: string; lockRoot: string; engineSocket: string } {
-  return { dataDir: join(dataDir, 'supervisor'), lockRoot: join(dataDir, 'locks'), engineSocket: join(dataDir, 'engine', 'engine.sock') };
+export function simDeviceFiles(dataDir: string): { dataDir: string; lockRoot: string; engineSocket: string; hostnameFile: string; proxyConfigDir: string } {
+  return {
+    dataDir: join(dataDir, 'supervisor'),
+    lockRoot: join(dataDir, 'locks'),
+    engineSocket: join(dataDir, 'engine', 'engine.sock'),
+    // The simulated hostnamed keeps the name here, as /etc/hostname on a board.
+    hostnameFile: join(dataDir, 'host', 'hostname'),
+    proxyConfigDir: join(dataDir, 'boot', 'system-proxy'),
+  };
 }
 
 const running = (child: ChildProcess) => child.exitCode === null && child.signalCode === null;
@@ -135,7 +145,7 @@ export class SimDevice extends EventEmitter<{ reboot: []; poweroff: []; exit: [c
   private inspectBrk: number | undefined;
 
   private constructor(
-    readonly options: Required<Omit<SimDeviceOptions, 'apiKey' | 'dataDir' | 'bandwidth' | 'scenario' | 'cloud' | 'session' | 'deviceType' | 'prepare' | 'inspectBrk'>> & { apiKey?: string; dataDir: string; cloud?: SimCloudOptions; deviceType?: string; inspectBrk?: number },
+    readonly options: Required<Omit<SimDeviceOptions, 'apiKey' | 'dataDir' | 'bandwidth' | 'scenario' | 'cloud' | 'session' | 'deviceType' | 'prepare' | 'inspectBrk' | 'clockOffsetMs'>> & { apiKey?: string; dataDir: string; cloud?: SimCloudOptions; deviceType?: string; inspectBrk?: number; clockOffsetMs?: number },
     /** The label its processes carry. */
     readonly session: string,
     private readonly teardown: Teardown,
@@ -155,7 +165,7 @@ export class SimDevice extends EventEmitter<{ reboot: []; poweroff: []; exit: [c
     const port = opts.port === 0 ? await freePort() : opts.port;
     for (const d of ['dbus', 'host', 'gpio', 'journal', 'boot', 'locks', 'supervisor']) mkdirSync(join(dataDir, d), { recursive: true });
     const dockerSocket = opts.engine === 'sim' ? simDeviceFiles(dataDir).engineSocket : opts.dockerSocket;
-    const options = { port, dataDir, engine: opts.engine, dockerSocket, localMode: opts.localMode, apiKey: opts.apiKey, vendor: opts.vendor ?? 'platform', ledOffset: opts.ledOffset ?? 17, listenAddress: opts.listenAddress ?? '127.0.0.1', cloud: opts.cloud, deviceType: opts.deviceType, inspectBrk: opts.inspectBrk };
+    const options = { port, dataDir, engine: opts.engine, dockerSocket, localMode: opts.localMode, apiKey: opts.apiKey, vendor: opts.vendor ?? 'platform', ledOffset: opts.ledOffset ?? 17, listenAddress: opts.listenAddress ?? '127.0.0.1', cloud: opts.cloud, deviceType: opts.deviceType, inspectBrk: opts.inspectBrk, ...(opts.clockOffsetMs ? { clockOffsetMs: opts.clockOffsetMs } : {}) };
     const session = opts.session ?? `sim-${randomUUID()}`;
     const env = sessionEnv(session);
     // Undone in reverse: the supervisor first, then what it created in the engine, then the
@@ -266,7 +276,7 @@ export class SimDevice extends EventEmitter<{ reboot: []; poweroff: []; exit: [c
       '--docker-socket', o.dockerSocket,
       '--dbus-address', this.bus.address,
       '--led-gpio', `${SIM_LED_CHIP}:${o.ledOffset}`,
-      '--proxy-config-dir', d('boot/system-proxy'),
+      '--proxy-config-dir', simDeviceFiles(this.options.dataDir).proxyConfigDir,
       '--boot-config-path', d('boot/config.txt'),
       '--journal-directory', d('journal'),
       '--lock-root', this.lockRoot,
@@ -284,7 +294,8 @@ export class SimDevice extends EventEmitter<{ reboot: []; poweroff: []; exit: [c
 
   /** Starts the supervisor process and waits until the API answers /ping. */
   private async boot(): Promise<void> {
-    const cli = cliCommand(this.supervisorArgs());
+    const offset = this.options.clockOffsetMs;
+    const cli = cliCommand(this.supervisorArgs(), offset ? [simModule('clock/shifted-clock')] : []);
     // Once: a reboot of a paused device starts its supervisor as any other.
     const inspect = this.inspectBrk === undefined ? [] : [`--inspect-brk=127.0.0.1:${this.inspectBrk}`];
     this.inspectBrk = undefined;
@@ -292,7 +303,7 @@ export class SimDevice extends EventEmitter<{ reboot: []; poweroff: []; exit: [c
     this.logFile ??= createWriteStream(this.supervisorLog, { flags: 'a' });
     // Its own process group: a Ctrl-C meant for the owner must not stop the supervisor before
     // the owner does, in order, with the peers it uses still up.
-    const child = spawn(cmd.file, cmd.args, { stdio: ['ignore', 'pipe', 'pipe'], env: { ...sessionEnv(this.session), FORCE_COLOR: '0' }, detached: true });
+    const child = spawn(cmd.file, cmd.args, { stdio: ['ignore', 'pipe', 'pipe'], env: { ...sessionEnv(this.session), FORCE_COLOR: '0', ...(offset ? { [CLOCK_OFFSET_VARIABLE]: String(offset) } : {}) }, detached: true });
     this.child = child;
     child.stdout!.pipe(this.logFile, { end: false });
     child.stderr!.pipe(this.logFile, { end: false });

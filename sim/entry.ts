@@ -6,8 +6,13 @@ import { fileURLToPath } from 'node:url';
 
 const fromSource = import.meta.url.endsWith('.ts');
 
-/** node arguments that run the `fleetlab` CLI with `args`. */
-export function cliCommand(args: string[]): { file: string; args: string[] } {
+/** A module of sim/ (`clock/shifted-clock`) as this tree has it, to load with `--import`. */
+export function simModule(name: string): string {
+  return fileURLToPath(new URL(`./${name}${fromSource ? '.ts' : '.js'}`, import.meta.url));
+}
+
+/** node arguments that run the `fleetlab` CLI with `args`, after loading the `preload` modules. */
+export function cliCommand(args: string[], preload: readonly string[] = []): { file: string; args: string[] } {
   const main = fileURLToPath(new URL(fromSource ? '../cli/main.ts' : '../cli/main.js', import.meta.url));
-  return { file: process.execPath, args: [...(fromSource ? ['--import', 'tsx'] : []), main, ...args] };
+  return { file: process.execPath, args: [...(fromSource ? ['--import', 'tsx'] : []), ...preload.flatMap((m) => ['--import', m]), main, ...args] };
 }

@@ -7,6 +7,7 @@
 import { describe, expect, it } from 'vitest';
 import { planReplay, type CapturedDevice, type InspectedContainer, type ReplayContext } from '../hil/capture/replay-plan.js';
 import { REDACTED } from '../hil/capture/redact.js';
+import { clockReading } from '../hil/capture/capture.js';
 import { desiredContainer, type SpecContext } from '../src/supervisor/state/container-spec.js';
 import { LABEL, deviceObjectName } from '../src/supervisor/adapters/engine.js';
 import type { TargetApp, TargetState } from '../src/protocol/target-state.js';
@@ -152,5 +153,39 @@ describe('planReplay', () => {
     const net = deviceObjectName(UUID, 1, 'default');
     expect(plan.containers[0]!.create.NetworkingConfig).toEqual({ EndpointsConfig: { [net]: { Aliases: ['sensor'] } } });
     expect(plan.containers[0]!.state).toBe('running');
+  });
+});
+
+describe('the host and the clock of a replay', () => {
+  const plain = () => device(targetOf(app(1, {})), inspected(app(1, {})));
+
+  it("the hostname and the proxy files as the supervisor writes them; the proxy's password is in no capture, said so", () => {
+    const plan = planReplay({ ...plain(), hostConfig: { network: { hostname: 'pi-17', proxy: { type: 'socks5', ip: '10.0.0.9', port: '1080', login: 'ops', noProxy: ['10.0.0.0/8', 'local'] } } } }, replay);
+    expect(plan.host.hostname).toBe('pi-17');
+    expect(plan.host.redsocksConf).toContain('type = socks5;');
+    expect(plan.host.redsocksConf).toContain('login = "ops";');
+    expect(plan.host.redsocksConf).not.toContain('password');
+    expect(plan.host.noProxy).toBe('10.0.0.0/8\nlocal\n');
+    expect(plan.notes).toContain("the proxy's password is in no capture (the API never shows it): the replayed proxy has its login and no password");
+  });
+
+  it('a proxy the supervisor would refuse is not replayed, and the replay says why', () => {
+    const plan = planReplay({ ...plain(), hostConfig: { network: { hostname: 'pi-17', proxy: { type: 'socks5', ip: '10.0.0.9; evil', port: '1080' } } } }, replay);
+    expect(plan.host).toEqual({ hostname: 'pi-17' });
+    expect(plan.notes.join('\n')).toMatch(/the captured proxy is not replayed: .*ip/);
+  });
+
+  it('a clock off by more than the reading can tell is replayed; one within it is not; an unread one is said so', () => {
+    expect(planReplay({ ...plain(), clock: { offsetMs: -3_600_000, roundTripMs: 80 } }, replay).clockOffsetMs).toBe(-3_600_000);
+    const close = planReplay({ ...plain(), clock: { offsetMs: 700, roundTripMs: 80 } }, replay);
+    expect(close.clockOffsetMs).toBeUndefined();
+    expect(planReplay({ ...plain(), clock: { offsetMs: 1500, roundTripMs: 2000 } }, replay).clockOffsetMs).toBeUndefined();
+    expect(planReplay(plain(), replay).notes).toContain("the device's clock was not read against the capturing host's (a bundle older than host/clock.json): the replay runs on time");
+  });
+
+  it("reads the device's date against the host's clock around it", () => {
+    const asked = Date.parse('2026-11-26T10:00:00.000Z');
+    expect(clockReading('2026-11-28T10:00:01.123456789Z\n41239.01 45760.07\n', asked, asked + 100)).toEqual({ device: '2026-11-28T10:00:01.123Z', capturedAt: '2026-11-26T10:00:00.050Z', offsetMs: 172_801_073, roundTripMs: 100 });
+    expect(() => clockReading('not a date\n', asked, asked)).toThrow(/not a time/);
   });
 });

@@ -7,7 +7,7 @@
  * target both run on the host's dockerd, one after the other, as `fleetlab replay --engine
  * docker` inside the device's container.
  */
-import { mkdtempSync, rmSync } from 'node:fs';
+import { copyFileSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import Docker from 'dockerode';
@@ -15,6 +15,8 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { readBundle } from '../hil/capture/bundle.js';
 import { captureDevice } from '../hil/capture/capture.js';
 import { replayOnSim } from '../hil/capture/replay.js';
+import { runReplay } from '../hil/capture/capture-command.js';
+import { fileURLToPath } from 'node:url';
 import { replaySpec } from '../hil/capture/replay-spec.js';
 import { containerTarget } from '../hil/targets/container.js';
 import type { DeviceUnderTest } from '../hil/targets/protocols.js';
@@ -122,6 +124,23 @@ const crasher: Service = { serviceName: 'crasher', serviceId: 13, imageId: 104, 
 // Port 9 (discard) on loopback: no registry answers, on dockerd as on the simulated engine.
 const unpullable = '127.0.0.1:9/fleetlab/field-app:2';
 
+/**
+ * The device's shell, with its clock read as a board whose clock is `seconds` ahead would print
+ * it (this host's clock cannot be set for one device).
+ */
+function clockAhead(exec: NonNullable<DeviceUnderTest['exec']>, seconds: number): NonNullable<DeviceUnderTest['exec']> {
+  return {
+    ...exec,
+    run: (argv, o) => exec.run(argv[0] === 'sh' && argv[2]?.startsWith('date -u') ? ['sh', '-c', `date -u -d @$(( $(date +%s) + ${seconds} )) +%Y-%m-%dT%H:%M:%S.%NZ; cat /proc/uptime`] : argv, o),
+  };
+}
+
+/** The time of the supervisor's last log line (pino's `time`, from its wall clock). */
+async function lastLogTime(device: DeviceUnderTest): Promise<number> {
+  const lines = (await device.supervisorLog()).trim().split('\n').filter((l) => l.startsWith('{'));
+  return (JSON.parse(lines.at(-1)!) as { time: number }).time;
+}
+
 interface Where {
   name: string;
   start(bundle?: string): Promise<DeviceUnderTest>;
@@ -139,14 +158,14 @@ describe.each(targets)('replay on a fresh $name device', (where) => {
     return device;
   }
 
-  async function captureAndReplay(original: DeviceUnderTest, name: string) {
+  async function captureAndReplay(original: DeviceUnderTest, name: string, options: { clockAheadS?: number } = {}) {
     const out = join(dir, `${where.name}-${name}.tar.gz`);
     const manifest = await captureDevice({
       out,
       source: { kind: 'api', address: original.api.identity.url },
       api: original.api,
       key: original.api.identity.apiKey,
-      exec: original.exec!,
+      exec: options.clockAheadS ? clockAhead(original.exec!, options.clockAheadS) : original.exec!,
       paths: original.paths!,
       redaction: 'default',
       fleetlab: '0.0.0-test',
@@ -154,6 +173,8 @@ describe.each(targets)('replay on a fresh $name device', (where) => {
     });
     expect(manifest.steps.filter((s) => ['store', 'locks', 'engine', 'volumes'].includes(s.name)).map((s) => `${s.name} ${s.status}`)).toEqual(['store ok', 'locks ok', 'engine ok', 'volumes ok']);
     const before = { status: await stuckStatus(original), containers: await engineContainers(original) };
+    // FLEETLAB_KEEP_BUNDLES=DIR keeps each bundle (the HIL suite's replay specs start from such bundles).
+    if (process.env.FLEETLAB_KEEP_BUNDLES) copyFileSync(out, join(process.env.FLEETLAB_KEEP_BUNDLES, `${name}.bundle.tar.gz`));
     // The field device is gone: only the bundle is left.
     await original.close();
     const replayed = await where.start(out);
@@ -170,12 +191,16 @@ describe.each(targets)('replay on a fresh $name device', (where) => {
     // What the app keeps in its volume travels with the bundle.
     const data = (await original.files!.volumePath!(1, 'data'))!;
     await original.files!.write(`${data}/readings/1.csv`, 't,v\n1,20.5\n');
+    // The host as the field device had it: its name and its proxy (whose password no API shows).
+    const hostConfig = { network: { hostname: 'field-pi-17', proxy: { type: 'socks5', ip: '10.0.0.9', port: '1080', login: 'fieldops', noProxy: ['10.0.0.0/8'] } } };
+    await original.api.request('PATCH', '/v1/device/host-config', { body: { network: { ...hostConfig.network, proxy: { ...hostConfig.network.proxy, port: 1080, password: 'proxy-pw-never-in-bundles' } } } });
     // The worker's app takes its update lock, as an app does (the file's existence is the lock).
     await original.files!.write(lockFile(original, 'worker'), '');
     await call(original, 'POST', '/v2/local/target-state', target(2, [app('fleetlab/test-app:2'), worker]));
     await logSays(original, /Updates are locked for app 1/);
 
     const { before, replayed, bundle } = await captureAndReplay(original, 'locked');
+    expect(await call(replayed, 'GET', '/v1/device/host-config')).toEqual(hostConfig);
     expect(before.status).toContain('appState applying');
     expect(before.containers.every((c) => c.includes('release 1 running'))).toBe(true);
     await logSays(replayed, /Updates are locked for app 1, retrying: .*service \\"worker\\"/);
@@ -213,7 +238,10 @@ describe.each(targets)('replay on a fresh $name device', (where) => {
     };
     await until('the crasher restarting after the power cut', async () => (((await crasherOf(original))?.RestartCount ?? 0) >= 2 ? true : undefined));
 
-    const { before, replayed } = await captureAndReplay(original, 'crash-loop');
+    // This field device's clock ran two days ahead; the replayed supervisor's does too.
+    const { before, replayed } = await captureAndReplay(original, 'crash-loop', { clockAheadS: 2 * 86_400 });
+    await logSays(replayed, /listening on/);
+    expect(await lastLogTime(replayed)).toBeGreaterThan(Date.now() + 2 * 86_400_000 - 60_000);
     const firstId = (await crasherOf(replayed))!.Id;
     await until('the replayed crasher restarting', async () => (((await crasherOf(replayed))?.RestartCount ?? 0) >= 2 ? true : undefined));
     // The same container keeps crashing: the supervisor took it for what the target wants.
@@ -242,6 +270,14 @@ describe.each(targets)('replay on a fresh $name device', (where) => {
 });
 
 describe('replay refuses what it cannot do', () => {
+  it('--target container or qemu with what only a simulated device here takes: names the flags, starts nothing', async () => {
+    const bundle = join(fileURLToPath(new URL('../hil/specs/bundles', import.meta.url)), 'locked.bundle.tar.gz');
+    const base = { bundle, port: 0, engine: 'sim' as const, dockerSocket: '', listenAddress: '127.0.0.1' };
+    await expect(runReplay({ ...base, target: 'container', paused: true, cloudPort: 0 })).rejects.toThrow('--paused, --cloud go with --target sim: the container target makes its own device');
+    await expect(runReplay({ ...base, target: 'qemu', dataDir: '/tmp/x' })).rejects.toThrow('--data-dir goes with --target sim: the qemu target makes its own device');
+    await expect(runReplay({ ...base, bundle: join(dir, 'no-such.tar.gz'), target: 'container' })).rejects.toThrow(/no-such\.tar\.gz/);
+  });
+
   it('a bundle captured without a shell: names the step and how to capture', async () => {
     const original = await simTarget.start({ engine: 'sim' });
     started.push(original);

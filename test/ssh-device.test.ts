@@ -487,7 +487,18 @@ describe('SshDevice against a real sshd', () => {
       try {
         options = await prepareReplayOnBoard({
           bundle: out,
-          board: { engineSocket: engine.path, files: ssh.files, runRaw: (argv, o) => ssh.runRaw(argv, o), dataDir: join(boardDir, 'supervisor'), lockRoot: join(boardDir, 'locks'), port, arch: 'amd64' },
+          board: {
+            engineSocket: engine.path,
+            files: ssh.files,
+            runRaw: (argv, o) => ssh.runRaw(argv, o),
+            dataDir: join(boardDir, 'supervisor'),
+            lockRoot: join(boardDir, 'locks'),
+            proxyConfigDir: join(boardDir, 'boot', 'system-proxy'),
+            // This "board" is the test's host: its name is the simulated one's file, never the host's.
+            setHostname: (name) => ssh.files.write(join(boardDir, 'host', 'hostname'), `${name}\n`),
+            port,
+            arch: 'amd64',
+          },
           log: (line) => lines.push(line),
         });
       } finally {

@@ -206,7 +206,8 @@ export async function runCapture(options: CaptureCommandOptions): Promise<void> 
  */
 export function simDevicePaths(simDir: string): DevicePaths {
   const dir = resolve(simDir);
-  const { engineSocket, ...files } = simDeviceFiles(dir);
+  const { engineSocket, dataDir, lockRoot } = simDeviceFiles(dir);
+  const files = { dataDir, lockRoot };
   if (!existsSync(join(files.dataDir, 'device.json'))) {
     throw usage(`--sim-dir must be a simulated device's state directory (the "state:" line 'fleetlab sim device' prints), holding supervisor/device.json; ${dir} does not`);
   }
@@ -245,6 +246,8 @@ export interface ReplayCommandOptions {
   paused?: boolean;
   /** Also a local cloud seeded with the bundle's cloud rows, on this port (0: any). */
   cloudPort?: number;
+  /** `sim` (default): a simulated device here; `container`, `qemu`: that HIL target's device. */
+  target?: 'sim' | 'container' | 'qemu';
   force?: boolean;
 }
 
@@ -254,6 +257,7 @@ export async function runReplay(options: ReplayCommandOptions): Promise<void> {
     if (options.cloudPort !== undefined) throw usage('--cloud goes with a replay, not with --spec');
     return writeReplaySpec(options.bundle, options.spec, options.force ?? false);
   }
+  if (options.target && options.target !== 'sim') return replayOnTarget(options.target, options);
   const { replayOnSim } = await import('./replay.js');
   const { serveSimDevice } = await import('../../sim/device.js');
   const log = (line: string) => console.error(`fleetlab replay: ${line}`);
@@ -281,6 +285,47 @@ export async function runReplay(options: ReplayCommandOptions): Promise<void> {
   } finally {
     await cloud?.close();
   }
+}
+
+/**
+ * The bundle's device on a HIL target's device (a container on this dockerd, the emulated
+ * board), as a spec's `fromBundle` starts it, until Ctrl-C; then the target is let go.
+ */
+async function replayOnTarget(name: 'container' | 'qemu', options: ReplayCommandOptions): Promise<void> {
+  const simOnly = [options.paused && '--paused', options.cloudPort !== undefined && '--cloud', options.dataDir && '--data-dir', options.port && '--port', options.engine !== 'sim' && '--engine'].filter(Boolean);
+  if (simOnly.length) throw usage(`${simOnly.join(', ')} ${simOnly.length === 1 ? 'goes' : 'go'} with --target sim: the ${name} target makes its own device`);
+  await readBundle(options.bundle); // a bad bundle is refused before a container or a board starts
+  const { loadTarget } = await import('../targets/index.js');
+  const { untilStopped } = await import('../../src/stop-signals.js');
+  const driver = await loadTarget(name);
+  console.error(`fleetlab replay: starting a ${name} device from ${options.bundle}${name === 'qemu' ? ' (the emulated board boots first: minutes)' : ''}`);
+  let device;
+  try {
+    device = await driver.start({ bundle: resolve(options.bundle) });
+  } catch (err) {
+    await driver.dispose?.();
+    throw err;
+  }
+  const { url, apiKey, uuid } = device.api.identity;
+  process.stdout.write(`${JSON.stringify({ event: 'ready', target: name, url, apiKey, uuid })}\n`);
+  process.stderr.write(
+    [
+      `fleetlab: device ${uuid} replayed from ${options.bundle} on the ${name} target is up; its supervisor runs from the captured state`,
+      `  device API:   ${url}  (key: ${apiKey})`,
+      `  try:          curl "${url}/v2/state/status?apikey=${apiKey}"`,
+      `  compare:      fleetlab bundle show ${options.bundle}`,
+      '  stop with Ctrl-C',
+      '',
+    ].join('\n'),
+  );
+  // Nothing of the device runs in this process: without a timer the process would end here.
+  const alive = setInterval(() => undefined, 60_000);
+  const stop = async () => {
+    clearInterval(alive);
+    await device.close();
+    await driver.dispose?.();
+  };
+  await untilStopped(stop, { onSignal: () => process.stderr.write(`fleetlab: stopping the ${name} device (again to force)\n`) }).done;
 }
 
 async function writeReplaySpec(bundlePath: string, specPath: string, force: boolean): Promise<void> {

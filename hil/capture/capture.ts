@@ -127,7 +127,12 @@ export async function captureDevice(options: CaptureOptions): Promise<BundleMani
     ...(options.cloudRows ? [cloudStep(options.cloudRows, redact)] : []),
     ['journal', async (put) => put('journal/journal.jsonl', await journal(options, redact))],
     ['dmesg', async (put) => put('host/dmesg.txt', redactText(await shell(['dmesg']), redact))],
-    ['clock', async (put) => put('host/clock.txt', await shell(['sh', '-c', 'date -u +%Y-%m-%dT%H:%M:%S.%NZ; cat /proc/uptime']))],
+    ['clock', async (put) => {
+      const asked = Date.now();
+      const text = await shell(['sh', '-c', 'date -u +%Y-%m-%dT%H:%M:%S.%NZ; cat /proc/uptime']);
+      await put('host/clock.txt', text);
+      await putJson(put, 'host/clock.json', clockReading(text, asked, Date.now()));
+    }],
     ['disk', async (put) => put('host/df.txt', await shell(['df', '-P']))],
     ['network', async (put) => {
       await put('host/addresses.json', await shell(['ip', '-j', 'address']));
@@ -251,6 +256,26 @@ function cloudStep(read: NonNullable<CaptureOptions['cloudRows']>, redact: Redac
       if (rows[key] !== undefined) await put(`cloud/${file}.json`, `${JSON.stringify(rows[key], null, 2)}\n`);
     }
   }];
+}
+
+export interface ClockReading {
+  /** What the device's clock said. */
+  device: string;
+  /** This host's clock half way through the reading. */
+  capturedAt: string;
+  /** The device's clock minus this host's (to the reading's round trip). */
+  offsetMs: number;
+  roundTripMs: number;
+}
+
+/** The device's `date` against this host's clock around it: how far off the device's clock was. */
+export function clockReading(dateOutput: string, askedAt: number, answeredAt: number): ClockReading {
+  const line = dateOutput.split('\n')[0]!.trim();
+  // date prints nanoseconds; a Date holds milliseconds.
+  const device = Date.parse(line.replace(/(\.\d{3})\d*Z$/, '$1Z'));
+  if (Number.isNaN(device)) throw new Error(`the device's date printed ${JSON.stringify(line)}, not a time`);
+  const mid = askedAt + (answeredAt - askedAt) / 2;
+  return { device: new Date(device).toISOString(), capturedAt: new Date(mid).toISOString(), offsetMs: Math.round(device - mid), roundTripMs: answeredAt - askedAt };
 }
 
 /** Runs argv there: its stdout, or an error with its exit status and stderr. */

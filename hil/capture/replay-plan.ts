@@ -16,6 +16,9 @@ import type { LockRecord } from '../../src/supervisor/state/locks.js';
 import type { TargetState } from '../../src/protocol/target-state.js';
 import { deviceEnvironment, desiredContainer, type SpecContext } from '../../src/supervisor/state/container-spec.js';
 import { LABEL, deviceObjectName, normaliseImageRef } from '../../src/supervisor/adapters/engine.js';
+import { errorText } from '../../src/errors.js';
+import type { ProxySettings } from '../../src/supervisor/adapters/ports.js';
+import { formatNoProxy, formatRedsocksConf } from '../../src/supervisor/adapters/redsocks-conf.js';
 import { REDACTED } from './redact.js';
 import type { CapturedLocks } from './capture.js';
 
@@ -72,6 +75,14 @@ export interface CapturedDevice {
   networks: InspectedNetwork[];
   /** The contents of the volumes the capture read (`--volumes`), by name; and why others were not. */
   volumeData?: { archives: Map<string, Buffer>; skipped: Array<{ name: string; why: string }> };
+  /** `GET /v1/device/host-config` as captured (the API never shows the proxy's password). */
+  hostConfig?: CapturedHostConfig;
+  /** How far the device's clock was off the capturing host's (`host/clock.json`). */
+  clock?: { offsetMs: number; roundTripMs: number };
+}
+
+export interface CapturedHostConfig {
+  network?: { hostname?: string; proxy?: { type: string; ip: string; port: string | number; login?: string; noProxy?: string[] } };
 }
 
 /** What is the replay's own, not the captured device's. */
@@ -122,6 +133,10 @@ export interface ReplayPlan {
   containers: ReplayContainer[];
   /** Lock files to create: absolute paths under the replay's lock root. */
   locks: Array<{ file: string; content: string }>;
+  /** The replayed device's wall clock this far off (ms), as the captured one was; absent: on time. */
+  clockOffsetMs?: number;
+  /** The host's name and proxy files as the device had them; written before the supervisor starts. */
+  host: { hostname?: string; redsocksConf?: string; noProxy?: string };
   /** What the replay cannot make as it was; the command prints these. */
   notes: string[];
 }
@@ -232,7 +247,44 @@ export function planReplay(captured: CapturedDevice, ctx: ReplayContext): Replay
   if (exited.length) notes.push(`containers started and stopped to stand for exited ones (their exit codes are not the captured ones): ${exited.map((c) => c.create.name).join(', ')}`);
 
   const locks = captured.locks.files.map((f) => ({ file: posix.join(ctx.lockRoot, f.path), content: f.content }));
-  return { vendor, deviceType, store: replayStore, images, volumes: captured.volumes, volumeArchives, networks: captured.networks, containers, locks, notes };
+  const clockOffsetMs = clockOffset(captured.clock, notes);
+  return { vendor, deviceType, store: replayStore, images, volumes: captured.volumes, volumeArchives, networks: captured.networks, containers, locks, host: hostFiles(captured.hostConfig, notes), ...(clockOffsetMs ? { clockOffsetMs } : {}), notes };
+}
+
+/** Below this, an offset is the reading's own error (its round trip), not the device's clock. */
+const CLOCK_SLACK_MS = 1000;
+
+/** The captured clock offset to replay; none when it is within the reading's error or was not read. */
+function clockOffset(clock: CapturedDevice['clock'], notes: string[]): number | undefined {
+  if (!clock) {
+    notes.push("the device's clock was not read against the capturing host's (a bundle older than host/clock.json): the replay runs on time");
+    return undefined;
+  }
+  if (Math.abs(clock.offsetMs) < Math.max(CLOCK_SLACK_MS, clock.roundTripMs)) return undefined;
+  notes.push(`the device's clock was ${Math.abs(clock.offsetMs)} ms ${clock.offsetMs > 0 ? 'ahead of' : 'behind'} the capturing host's: the replayed supervisor's is too`);
+  return clock.offsetMs;
+}
+
+/** The hostname and the proxy files (as the supervisor writes them) of a captured host config. */
+function hostFiles(config: CapturedHostConfig | undefined, notes: string[]): ReplayPlan['host'] {
+  const network = config?.network;
+  if (!network) {
+    notes.push('the host config was not captured: the replay keeps its own hostname and no proxy');
+    return {};
+  }
+  const host: ReplayPlan['host'] = network.hostname ? { hostname: network.hostname } : {};
+  const proxy = network.proxy;
+  if (!proxy) return host;
+  try {
+    const settings = { type: proxy.type as ProxySettings['type'], ip: proxy.ip, port: Number(proxy.port), ...(proxy.login ? { login: proxy.login } : {}), ...(proxy.noProxy ? { noProxy: proxy.noProxy } : {}) };
+    host.redsocksConf = formatRedsocksConf(settings);
+    const noProxy = formatNoProxy(settings.noProxy);
+    if (noProxy) host.noProxy = noProxy;
+    if (settings.login) notes.push("the proxy's password is in no capture (the API never shows it): the replayed proxy has its login and no password");
+  } catch (err) {
+    notes.push(`the captured proxy is not replayed: ${errorText(err)}`);
+  }
+  return host;
 }
 
 /** The target the supervisor applies: the local one in local mode, else the cloud's. */

@@ -51,7 +51,7 @@ export function replaySpec(bundle: Bundle, bundleFromSpec: string): string {
     "import { expect, test } from 'fleetlab/test';",
     '',
     `test.use({ fromBundle: ${quoted(bundleFromSpec)} });`,
-    "test.skip(({ target }) => !['sim', 'container'].includes(target), 'a device starts from a bundle on the sim and container targets, for now');",
+    "test.skip(({ target }) => !['sim', 'container', 'qemu'].includes(target), 'a device starts from a bundle on the sim, container and qemu targets');",
     '',
     `test(${quoted(title)}, async ({ device }) => {`,
     ...body,

@@ -15,7 +15,7 @@ import { freePort } from '../../src/free-port.js';
 import { LABEL, engineArch } from '../../src/supervisor/adapters/engine.js';
 import { newKey } from '../../src/supervisor/state/keys.js';
 import type { DeviceRecord } from '../../src/supervisor/state/store.js';
-import { SimDevice, type SimDeviceOptions } from '../../sim/device.js';
+import { SimDevice, simDeviceFiles, type SimDeviceOptions } from '../../sim/device.js';
 import { engineAt } from '../../sim/engine-at.js';
 import { importStandInImages } from '../../sim/images/test-images.js';
 import { removeDeviceLeftovers } from '../../sim/device-leftovers.js';
@@ -27,8 +27,8 @@ import { capturedCloudRows, openReplayCloud, type ReplayCloud } from './replay-c
 import { Readable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import * as tar from 'tar';
-import type { CapturedLocks, CapturedVolume } from './capture.js';
-import { planReplay, type CapturedDevice, type ReplayPlan } from './replay-plan.js';
+import type { CapturedLocks, CapturedVolume, ClockReading } from './capture.js';
+import { planReplay, type CapturedDevice, type CapturedHostConfig, type ReplayPlan } from './replay-plan.js';
 
 export interface ReplayOptions {
   bundle: string;
@@ -90,6 +90,8 @@ export function capturedDevice(bundle: Bundle, path: string): CapturedDevice {
     volumes: need('engine/volumes.json', 'engine') as CapturedDevice['volumes'],
     networks: need('engine/networks.json', 'engine') as CapturedDevice['networks'],
     ...(bundle.has('volumes/index.json') ? { volumeData: volumeDataOf(bundle) } : {}),
+    ...(bundle.has('host/config.json') ? { hostConfig: bundle.json<CapturedHostConfig>('host/config.json') } : {}),
+    ...(bundle.has('host/clock.json') ? { clock: bundle.json<ClockReading>('host/clock.json') } : {}),
   };
 }
 
@@ -129,7 +131,7 @@ async function withCloud(plan: ReplayPlan & { bundle: Bundle; captured: Captured
 }
 
 /** What a simulated device is started with to run as the captured one (vendor, device type, mode). */
-const deviceOptions = (plan: ReplayPlan) => ({ localMode: plan.store.localMode, vendor: plan.vendor, deviceType: plan.deviceType });
+const deviceOptions = (plan: ReplayPlan) => ({ localMode: plan.store.localMode, vendor: plan.vendor, deviceType: plan.deviceType, ...(plan.clockOffsetMs ? { clockOffsetMs: plan.clockOffsetMs } : {}) });
 
 /**
  * How to start a simulated device in the bundle's state: the SimDevice options, whose
@@ -157,7 +159,7 @@ export async function replaySimOptions(options: ReplayOptions): Promise<Replayab
       ...(options.listenAddress ? { listenAddress: options.listenAddress } : {}),
       ...(options.inspectBrk ? { inspectBrk: options.inspectBrk } : {}),
       ...(cloud ? { cloud: { url: cloud.url, provisioningKey: cloud.provisioningKey, ...(c?.pollIntervalMs ? { pollIntervalMs: c.pollIntervalMs } : {}), ...(c?.reportIntervalMs ? { reportIntervalMs: c.reportIntervalMs } : {}) } } : {}),
-      ...(resume ? {} : { prepare: (d: SimDevice) => carryOut(plan, hostPlace(d.options.dockerSocket, d.paths.dataDir), engine, log) }),
+      ...(resume ? {} : { prepare: (d: SimDevice) => carryOut(plan, hostPlace(d.options.dockerSocket, d.options.dataDir, (name) => d.host.setStaticHostname(name)), engine, log) }),
     },
   };
 }
@@ -182,7 +184,7 @@ export async function prepareReplayedDevice(options: ReplayOptions & { dataDir: 
   const log = options.log ?? (() => undefined);
   const plan = await planFor(options, options.dataDir, options.port);
   log(`replaying device ${plan.store.uuid} from ${options.bundle}`);
-  await carryOut(plan, hostPlace(options.dockerSocket, join(options.dataDir, 'supervisor')), 'docker', log);
+  await carryOut(plan, hostPlace(options.dockerSocket, options.dataDir), 'docker', log);
   return deviceOptions(plan);
 }
 
@@ -195,6 +197,10 @@ export interface BoardAccess {
   runRaw(argv: readonly string[], options: { input?: Buffer; timeoutMs?: number }): Promise<RawCommandResult>;
   dataDir: string;
   lockRoot: string;
+  /** Where the board keeps redsocks.conf and no_proxy. */
+  proxyConfigDir: string;
+  /** Names the board's host as its OS does (hostnamectl on a board). */
+  setHostname(name: string): Promise<void>;
   /** The supervisor's API port on the board. */
   port: number;
   /** The board's architecture as the platform names it (aarch64). */
@@ -225,11 +231,24 @@ interface ReplayPlace {
   /** Unpacks a tar.gz into a directory where the device keeps it. */
   unpack(archive: Buffer, dir: string): Promise<void>;
   standIn(images: ReplayPlan['images'], log: (line: string) => void): Promise<void>;
+  /** The host's name and proxy, as the device's OS keeps them. */
+  writeHost(host: ReplayPlan['host']): Promise<void>;
 }
 
-/** This host: the files are here, and stand-ins are imported busybox (the host's architecture). */
-function hostPlace(dockerSocket: string, storeDir: string): ReplayPlace {
-  return {
+/** Writes the proxy files into the directory the supervisor reads them from. */
+async function writeProxy(host: ReplayPlan['host'], dir: string, write: (path: string, content: string) => Promise<void>): Promise<void> {
+  if (host.redsocksConf) await write(join(dir, 'redsocks.conf'), host.redsocksConf);
+  if (host.noProxy) await write(join(dir, 'no_proxy'), host.noProxy);
+}
+
+/**
+ * A simulated device's data dir on this host (the sim target's, or the container target's bind
+ * mount): the files are here, and stand-ins are imported busybox (the host's architecture).
+ */
+function hostPlace(dockerSocket: string, deviceDir: string, setHostname?: (name: string) => Promise<void>): ReplayPlace {
+  const files = simDeviceFiles(deviceDir);
+  const storeDir = files.dataDir;
+  const place: ReplayPlace = {
     dockerSocket,
     storeDir,
     writeFile: async (path, content) => {
@@ -239,7 +258,13 @@ function hostPlace(dockerSocket: string, storeDir: string): ReplayPlace {
     },
     unpack: (archive, dir) => pipeline(Readable.from([archive]), tar.x({ cwd: dir, strict: true })),
     standIn: (images) => importStandInImages(dockerSocket, images),
+    writeHost: async (host) => {
+      // A device whose host OS already runs is renamed through it; one not yet booted, in its file.
+      if (host.hostname) await (setHostname ? setHostname(host.hostname) : place.writeFile(files.hostnameFile, `${host.hostname}\n`));
+      await writeProxy(host, files.proxyConfigDir, place.writeFile);
+    },
   };
+  return place;
 }
 
 /** Stand-ins on a board are made from an image it has, so they run on its architecture. */
@@ -247,6 +272,12 @@ const BOARD_BASES = ['fleetlab/busybox:latest', 'fleetlab/test-app:1'];
 
 function boardPlace(board: BoardAccess): ReplayPlace {
   return {
+    writeHost: async (host) => {
+      if (host.hostname) await board.setHostname(host.hostname);
+      await writeProxy(host, board.proxyConfigDir, (path, content) => board.files.write(path, content));
+      // redsocks reads its files when it starts, as after the supervisor's own proxy change.
+      if (host.redsocksConf) await board.runRaw(['sh', '-c', 'systemctl try-restart redsocks.service 2>/dev/null || true'], { timeoutMs: 60_000 });
+    },
     dockerSocket: board.engineSocket,
     storeDir: board.dataDir,
     writeFile: (path, content) => board.files.write(path, content),
@@ -363,6 +394,8 @@ async function carryOut(plan: ReplayPlan, place: ReplayPlace, engine: 'sim' | 'd
     log(`containers: ${plan.containers.map((c) => `${c.create.name} ${c.state}`).join(', ') || 'none'}`);
     for (const lock of plan.locks) await step(`writing lock file ${lock.file}`, () => place.writeFile(lock.file, lock.content));
     if (plan.locks.length) log(`lock files: ${plan.locks.map((l) => l.file).join(', ')}`);
+    await step('writing the host config', () => place.writeHost(plan.host));
+    if (plan.host.hostname || plan.host.redsocksConf) log(`host config: ${[plan.host.hostname && `hostname ${plan.host.hostname}`, plan.host.redsocksConf && 'proxy'].filter(Boolean).join(', ')}`);
     await step("writing the supervisor's store", () => place.writeFile(join(place.storeDir, 'device.json'), JSON.stringify(plan.store, null, 2)));
   } catch (err) {
     await removeDeviceLeftovers(docker, uuid, { keepVolumes: true }).catch(() => undefined);

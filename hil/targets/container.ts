@@ -318,12 +318,14 @@ export const containerTarget: TargetDriver<ContainerTargetOptions> = {
       // published port, not the container's.
       let localMode = true;
       let deviceType: string[] = [];
+      let clock: string[] = [];
       if (options.bundle) {
         // Replayed: the host puts the device's engine objects, lock files and store in place
         // (the dockerd is the host's, the data dir a bind mount); the sim boots from them.
         const replayed = await prepareReplayedDevice({ bundle: options.bundle, dataDir, port: hostPort, dockerSocket });
         ({ localMode, vendor } = replayed);
         deviceType = ['--device-type', replayed.deviceType];
+        if (replayed.clockOffsetMs) clock = ['--clock-offset-ms', String(replayed.clockOffsetMs)];
       }
       started = await new DeviceContainer(image)
         .withCommand([
@@ -335,6 +337,7 @@ export const containerTarget: TargetDriver<ContainerTargetOptions> = {
           ...(localMode ? ['--local-mode'] : []),
           '--vendor', vendor,
           ...deviceType,
+          ...clock,
           '--data-dir', dataDir,
         ])
         // A fixed host port: dockerd picks a new ephemeral one at every container start, and

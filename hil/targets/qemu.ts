@@ -394,10 +394,25 @@ async function replayOnto(ssh: SshDevice, bundle: string): Promise<void> {
   try {
     const replayed = await prepareReplayOnBoard({
       bundle,
-      board: { engineSocket: engine.path, files: ssh.files, runRaw: (argv, o) => ssh.runRaw(argv, o), dataDir: GUEST.dataDir, lockRoot: GUEST.lockRoot, port: GUEST.apiPort, arch: 'aarch64' },
+      board: {
+        engineSocket: engine.path,
+        files: ssh.files,
+        runRaw: (argv, o) => ssh.runRaw(argv, o),
+        dataDir: GUEST.dataDir,
+        lockRoot: GUEST.lockRoot,
+        proxyConfigDir: `${GUEST.bootDir}/system-proxy`,
+        setHostname: async (name) => {
+          const r = await ssh.run(['hostnamectl', 'set-hostname', name]);
+          if (r.exitCode !== 0) throw new FleetlabError('SUP_ERR_HOST', `hostnamectl set-hostname ${name} on the board: ${r.stderr.trim()}`);
+        },
+        port: GUEST.apiPort,
+        arch: 'aarch64',
+      },
       log: (line) => process.stderr.write(`qemu target: ${line}\n`),
     });
     await ssh.files.write(GUEST.envFile, replayEnv(replayed));
+    // The board has no RTC: its clock is what the harness sets, here off as the captured one was.
+    if (replayed.clockOffsetMs) await ssh.run(['date', '-u', '-s', `@${((Date.now() + replayed.clockOffsetMs) / 1000).toFixed(3)}`]);
   } finally {
     await engine.close();
   }

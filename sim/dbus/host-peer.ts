@@ -209,6 +209,11 @@ export class HostPeer extends EventEmitter<HostPeerEvents> {
     return this.hostname1.StaticHostname;
   }
 
+  /** What `hostnamectl set-hostname` does on a board: hostnamed's SetStaticHostname, persisted. */
+  setStaticHostname(name: string): Promise<void> {
+    return this.hostname1.SetStaticHostname(name, false);
+  }
+
   get unitRestarts(): UnitRestart[] {
     return this.unitJobs.filter((job) => job.type === 'restart').map(({ unit, mode, at }) => ({ unit, mode, at }));
   }

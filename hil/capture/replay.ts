@@ -17,7 +17,7 @@ import { newKey } from '../../src/supervisor/state/keys.js';
 import type { DeviceRecord } from '../../src/supervisor/state/store.js';
 import { SimDevice, simDeviceFiles, type SimDeviceOptions } from '../../sim/device.js';
 import { engineAt } from '../../sim/engine-at.js';
-import { importStandInImages } from '../../sim/images/test-images.js';
+import { importStandInImages, splitRef } from '../../sim/images/test-images.js';
 import { removeDeviceLeftovers } from '../../sim/device-leftovers.js';
 import type Docker from 'dockerode';
 import type { RawCommandResult } from '../targets/files-over-commands.js';
@@ -293,15 +293,11 @@ function boardPlace(board: BoardAccess): ReplayPlace {
         // A container is what a commit takes: created from the base, never started.
         const made = await docker.createContainer({ Image: base, Cmd: ['true'] });
         try {
-          const [repo, tag] = splitRef(image.tags[0]!);
-          await made.commit({ repo, tag, changes: image.changes });
+          await made.commit({ ...splitRef(image.tags[0]!), changes: image.changes });
         } finally {
           await made.remove({ force: true });
         }
-        for (const extra of image.tags.slice(1)) {
-          const [repo, tag] = splitRef(extra);
-          await docker.getImage(image.tags[0]!).tag({ repo, tag });
-        }
+        for (const extra of image.tags.slice(1)) await docker.getImage(image.tags[0]!).tag(splitRef(extra));
       }
       log(`stand-ins made from the board's ${base}`);
     },
@@ -311,13 +307,6 @@ function boardPlace(board: BoardAccess): ReplayPlace {
 async function firstPresent(docker: Docker, refs: readonly string[]): Promise<string | undefined> {
   for (const ref of refs) if (await docker.getImage(ref).inspect().then(() => true, () => false)) return ref;
   return undefined;
-}
-
-/** `repo[:tag]` as [repo, tag]; a port in the registry part is not a tag. */
-function splitRef(ref: string): [string, string] {
-  const slash = ref.lastIndexOf('/');
-  const colon = ref.lastIndexOf(':');
-  return colon > slash ? [ref.slice(0, colon), ref.slice(colon + 1)] : [ref, 'latest'];
 }
 
 async function carryOut(plan: ReplayPlan, place: ReplayPlace, engine: 'sim' | 'docker', log: (line: string) => void): Promise<void> {

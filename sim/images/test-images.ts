@@ -159,7 +159,7 @@ async function loadForeignBase(socketPath: string, foreign: ForeignBase, progres
 const busyboxChanges = (cmd: readonly string[]) => [`CMD ${JSON.stringify(cmd)}`, 'WORKDIR /'];
 
 /** `host:5000/app:1` as the Engine API's import takes it: the tag after the last colon of the last path part. */
-function splitRef(ref: string): { repo: string; tag: string } {
+export function splitRef(ref: string): { repo: string; tag: string } {
   const slash = ref.lastIndexOf('/');
   const colon = ref.lastIndexOf(':');
   return colon > slash ? { repo: ref.slice(0, colon), tag: ref.slice(colon + 1) } : { repo: ref, tag: 'latest' };

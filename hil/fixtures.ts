@@ -157,7 +157,7 @@ export const test = base.extend<HilTestFixtures, HilWorkerFixtures>({
       // A repeat (--repeat-each) of a file is a new run of it: it gets its own device.
       const bundle = fromBundle ? resolve(dirname(testInfo.file), fromBundle) : undefined;
       held = await devicePool.forFile(`${testInfo.file}#${testInfo.repeatEachIndex}`, withCloud, bundle);
-      await use(new Device(held.device, { ...(app ? { app } : {}), startedAt: origin, log: (line) => console.log(`fleetlab: ${line}`) }));
+      await use(new Device(held.device, { ...(app ? { app } : {}), ...(bundle ? { bundle } : {}), startedAt: origin, log: (line) => console.log(`fleetlab: ${line}`) }));
     } finally {
       const failed = !held || testInfo.status !== testInfo.expectedStatus;
       if (failed && held) await attachEvidence(held.raw, testInfo, origin);

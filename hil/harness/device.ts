@@ -11,6 +11,7 @@ import { FleetlabError } from '../../src/errors.js';
 import { DeviceApi, type StateStatus } from '../lib/device-api.js';
 import { loadCompose } from '../release/compose.js';
 import { deployLocal, waitForLocalRelease, type DeployedRelease, type DeployOptions } from '../release/local-deploy.js';
+import { readBundle } from '../capture/bundle.js';
 import type {
   ApiProtocol,
   Capability,
@@ -55,6 +56,8 @@ export interface Faults {
 export interface DeviceContext {
   /** The compose file or directory of the run's app (`app` in fleetlab.config), for `deploy()` without one. */
   app?: string;
+  /** The bundle the device started from (`fromBundle`), absolute. */
+  bundle?: string;
   /** Epoch ms the test started: `led.timeline()` counts from it. */
   startedAt: number;
   /** Build output and deploy progress, a line at a time. */
@@ -120,6 +123,18 @@ export class Device {
   /** `/v2/state/status`: the release, each container's status, download progress. */
   async status(): Promise<StateStatus> {
     return (await this.client.stateStatus()).body;
+  }
+
+  /**
+   * The `/v2/state/status` the captured device showed, for a device that started from a bundle
+   * (`fromBundle`): where the replay should be stuck too.
+   */
+  async capturedStatus(): Promise<StateStatus> {
+    const path = this.#context.bundle;
+    if (!path) throw new FleetlabError('HIL_ERR_CAPTURE', 'capturedStatus(): this device did not start from a bundle; set test.use({ fromBundle })');
+    const bundle = await readBundle(path);
+    if (!bundle.has('state/status.json')) throw new FleetlabError('HIL_ERR_CAPTURE', `capturedStatus(): ${path} holds no state/status.json (its capture's "state" step did not run)`);
+    return bundle.json<StateStatus>('state/status.json');
   }
 
   /** Journal entries, newest last. */

@@ -8,7 +8,6 @@
  * Each test compares the replay's `/v2/state/status` with the captured one (without what
  * differs between two devices: ids, times, progress), then shows the stuck point is live.
  */
-import { readBundle } from '../capture/bundle.js';
 import { expect, pollUntil, test, type Device } from 'fleetlab/test';
 
 interface Status {
@@ -21,10 +20,6 @@ interface Status {
 const stuck = (s: Status, skip: (line: string) => boolean = () => false) =>
   [`appState ${s.appState}`, `release ${s.release}`, ...s.containers.map((c) => `container ${c.appId}/${c.serviceName} ${c.status} image ${c.imageId}`).sort(), ...s.images.map((i) => `image ${i.name} ${i.status}`).sort()].filter((l) => !skip(l));
 
-async function captured(bundle: string): Promise<Status> {
-  return (await readBundle(new URL(bundle, import.meta.url).pathname)).json<Status>('state/status.json');
-}
-
 const status = async (device: Device) => (await device.status()) as unknown as Status;
 
 // A device per test: each starts from its own bundle.
@@ -34,7 +29,7 @@ test.describe('an update waiting on a lock the app holds', () => {
   test.use({ fromBundle: './bundles/locked.bundle.tar.gz' });
 
   test('waits on it again, and goes on once the app lets go; the host named and proxied as it was', async ({ device, api }) => {
-    const before = await captured('./bundles/locked.bundle.tar.gz');
+    const before = (await device.capturedStatus()) as unknown as Status;
     // The field device's host config (its proxy's password is in no capture).
     expect((await api.hostConfig()).body).toEqual({ network: { hostname: 'field-pi-17', proxy: { type: 'socks5', ip: '10.0.0.9', port: '1080', login: 'fieldops', noProxy: ['10.0.0.0/8'] } } });
     await pollUntil('the captured stuck point', () => status(device), (s) => JSON.stringify(stuck(s)) === JSON.stringify(stuck(before)), { timeoutMs: 120_000 });
@@ -48,7 +43,7 @@ test.describe('a service in a crash loop after a power cut', () => {
   test.use({ fromBundle: './bundles/crash-loop.bundle.tar.gz' });
 
   test('crash-loops again, and its container is kept, not recreated; its clock two days ahead, as it was', async ({ device }) => {
-    const before = await captured('./bundles/crash-loop.bundle.tar.gz');
+    const before = (await device.capturedStatus()) as unknown as Status;
     // The supervisor stamps its log lines with its wall clock (pino's `time`).
     const line = (await device.journal({ unit: 'fleetlab-supervisor.service', grep: /"time":\d+/, lines: 50 })).at(-1);
     expect((JSON.parse(line!.message.slice(line!.message.indexOf('{'))) as { time: number }).time).toBeGreaterThan(Date.now() + 2 * 86_400_000 - 600_000);
@@ -70,7 +65,7 @@ test.describe('an image pull that keeps failing', () => {
   test.use({ fromBundle: './bundles/pull-failing.bundle.tar.gz' });
 
   test('fails again, and the old release keeps running', async ({ device }) => {
-    const before = await captured('./bundles/pull-failing.bundle.tar.gz');
+    const before = (await device.capturedStatus()) as unknown as Status;
     const failing = await pollUntil('the pull failing again', () => status(device), (s) => s.images.some((i) => i.downloadError), { timeoutMs: 120_000 });
     expect(failing.images.filter((i) => i.downloadError).map((i) => i.name)).toEqual(before.images.filter((i) => i.status === 'Downloading').map((i) => i.name));
     expect(stuck(await status(device))).toEqual(stuck(before));

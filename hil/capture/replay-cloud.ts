@@ -15,6 +15,7 @@ import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { writeFileAtomicSync } from '../../src/atomic-file.js';
 import { FleetlabError } from '../../src/errors.js';
+import { CloudClient } from '../../src/supervisor/adapters/cloud/cloud-client.js';
 import { toWireState, type TargetApp, type TargetState } from '../../src/protocol/target-state.js';
 import type { DeviceRecord } from '../../src/supervisor/state/store.js';
 import { adminOrganization, startLocalCloud, type LocalCloud } from '../../sim/stack.js';
@@ -95,8 +96,8 @@ const pairs = (rows: ReadonlyArray<Record<string, unknown>>) => rows.map((r) => 
  */
 function compositionFor(app: TargetApp, rows: CloudRows, variables: ReadonlySet<string>): unknown {
   const captured = rows.release;
-  if (captured && captured.commit === app.commit && typeof captured.composition === 'string') return JSON.parse(captured.composition) as unknown;
-  if (captured && captured.commit === app.commit && captured.composition && typeof captured.composition === 'object') return captured.composition;
+  // The data API gives a composition back as it was stored: JSON text, or an object.
+  if (captured?.commit === app.commit && captured.composition) return typeof captured.composition === 'string' ? (JSON.parse(captured.composition) as unknown) : captured.composition;
   const wire = toWireState({ name: '', config: {}, apps: [app] }).apps[String(app.appId)]!;
   const services: Record<string, unknown> = {};
   for (const s of Object.values(wire.services)) {
@@ -190,13 +191,11 @@ async function seedReplayCloud(o: ReplayCloudOptions): Promise<ReplayCloud> {
     const provisioningKey = (await cloud.call('POST', `/api-key/application/${fleetId}/provisioning`, { name: `replay of ${store.uuid}` })) as string;
     const deviceKey = o.newKey();
     const deviceName = typeof rows.device.device_name === 'string' ? rows.device.device_name : store.deviceName;
-    const registered = await fetch(`${cloud.url}/device/register`, {
-      method: 'POST',
-      headers: { authorization: `Bearer ${provisioningKey}`, 'content-type': 'application/json' },
-      body: JSON.stringify({ uuid: store.uuid, api_key: deviceKey, device_type: o.deviceType, ...(deviceName ? { device_name: deviceName } : {}) }),
+    // Registered as the device itself registers: the supervisor's own cloud client.
+    const device = await new CloudClient({ url: cloud.url, timeoutMs: 30_000, interactiveTimeoutMs: 30_000 }).register(provisioningKey, {
+      uuid: store.uuid, api_key: deviceKey, device_type: o.deviceType, ...(deviceName ? { device_name: deviceName } : {}),
     });
-    if (registered.status !== 201) throw replayError(`seeding the local cloud: registering device ${store.uuid} answered ${registered.status}: ${await registered.text()}`);
-    const device = (await registered.json()) as { id: number };
+    if (device === 'already-registered') throw replayError(`seeding the local cloud: device ${store.uuid} was there already`);
     // The device's own pin (a device pinned apart from its fleet), else the fleet's.
     const pinned = linkId(rows.device.should_be_running__release) !== undefined;
     if (releaseId !== undefined) await cloud.call('PATCH', pinned ? `/v6/device(${device.id})` : `/v6/application(${fleetId})`, { should_be_running__release: releaseId });

@@ -20,7 +20,7 @@ import { mkdir, mkdtemp, readFile, rm } from 'node:fs/promises';
 import { join } from 'node:path';
 import Docker from 'dockerode';
 import type { StartedTestContainer } from 'testcontainers';
-import { LED_TRANSITIONS_FILE } from '../../sim/device.js';
+import { LED_TRANSITIONS_FILE, simDeviceFiles } from '../../sim/device.js';
 import { LABEL } from '../../src/supervisor/adapters/engine.js';
 import { httpApi } from '../lib/http.js';
 import { buildDeviceImage } from './container-image.js';
@@ -157,7 +157,7 @@ class ContainerUnderTest implements DeviceUnderTest {
       uuid,
       vendor,
       lockRoot: join(dataDir, 'locks'),
-      hostPaths: { hostname: join(dataDir, 'host', 'hostname'), proxyConfigDir: join(dataDir, 'boot', 'system-proxy'), bootConfig: join(dataDir, 'boot', 'config.txt') },
+      hostPaths: { hostname: simDeviceFiles(dataDir).hostnameFile, proxyConfigDir: simDeviceFiles(dataDir).proxyConfigDir, bootConfig: join(dataDir, 'boot', 'config.txt') },
     });
     // The device's engine is the host's dockerd: its CLI runs here (the device image has none).
     this.paths = { dataDir: join(dataDir, 'supervisor'), lockRoot: join(dataDir, 'locks'), dockerHost: `unix://${dockerSocket}`, engineShell: hostShell };

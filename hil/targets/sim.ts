@@ -18,7 +18,7 @@
 import { mkdir, readFile, readdir, rm, stat, writeFile } from 'node:fs/promises';
 import { dirname, join } from 'node:path';
 import Docker from 'dockerode';
-import { SIM_LED_CHIP, SimDevice } from '../../sim/device.js';
+import { SIM_LED_CHIP, SimDevice, simDeviceFiles } from '../../sim/device.js';
 import { LABEL } from '../../src/supervisor/adapters/engine.js';
 import { FleetlabError } from '../../src/errors.js';
 import { replaySimOptions } from '../capture/replay.js';
@@ -100,7 +100,7 @@ class SimUnderTest implements DeviceUnderTest {
     const info = sim.info();
     this.api = httpApi({
       url: info.url, apiKey: info.apiKey, uuid: info.uuid, vendor: sim.options.vendor, lockRoot: sim.lockRoot,
-      hostPaths: { hostname: join(info.dataDir, 'host', 'hostname'), proxyConfigDir: join(info.dataDir, 'boot', 'system-proxy'), bootConfig: join(info.dataDir, 'boot', 'config.txt') },
+      hostPaths: { hostname: simDeviceFiles(info.dataDir).hostnameFile, proxyConfigDir: simDeviceFiles(info.dataDir).proxyConfigDir, bootConfig: join(info.dataDir, 'boot', 'config.txt') },
     });
     // With dockerd the test images are built locally and never pulled; the simulated engine
     // pulls from its simulated registry with progress.

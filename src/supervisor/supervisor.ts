@@ -16,7 +16,7 @@ import { defaultBackoff } from './adapters/cloud/backoff.js';
 import { CloudClient } from './adapters/cloud/cloud-client.js';
 import { CloudLink } from './adapters/cloud/cloud-link.js';
 import { currentReport } from './adapters/cloud/report.js';
-import { Engine, engineArch } from './adapters/engine.js';
+import { Engine, engineArch, type EngineOptions } from './adapters/engine.js';
 import type { HostPort, JournalPort, LedPort } from './adapters/ports.js';
 import type { SupervisorContext } from './api/context.js';
 import { buildApi } from './api/server.js';
@@ -48,6 +48,10 @@ export interface SupervisorDeps {
   logger: Logger;
   /** Defaults to dockerode on config.dockerSocket. */
   engine?: Engine;
+  /** The device's IP and MAC addresses as reports show them; default: this host's interfaces. */
+  addresses?: () => { ip: string; mac: string };
+  /** How the default engine adapter reaches its engine beyond config.dockerSocket (see EngineOptions). */
+  engineOptions?: Pick<EngineOptions, 'agent' | 'snapshotFromEvents'>;
 }
 
 function readOsVersion(): string {
@@ -85,14 +89,15 @@ export class Supervisor implements SupervisorContext {
   readonly log: Logger;
   readonly version = supervisorVersion;
   readonly osVersion: string;
-  readonly api: FastifyInstance;
+  /** Built on first use: a device reached only through its cloud link (fleet simulation) may never need it. */
+  private builtApi: FastifyInstance | null = null;
   readonly bootConfig: BootConfig;
   /** Null when no cloud is configured. */
   readonly cloud: CloudLink | null;
   /** Set while a reboot or shutdown is under way. */
   private powerAction: Promise<void> | null = null;
 
-  constructor(deps: SupervisorDeps) {
+  constructor(private readonly deps: SupervisorDeps) {
     const { config } = deps;
     this.config = config;
     this.host = deps.host;
@@ -113,7 +118,7 @@ export class Supervisor implements SupervisorContext {
     const record = this.store.get();
     this.log = this.busLogger(deps.logger);
     this.keys = new ApiKeys(this.store);
-    this.engine = deps.engine ?? new Engine({ socketPath: config.dockerSocket, device: record.uuid });
+    this.engine = deps.engine ?? new Engine({ ...deps.engineOptions, socketPath: config.dockerSocket, device: record.uuid });
     this.locks = new UpdateLocks({
       lockRoot: config.lockRoot,
       ledger: this.store.lockLedger(),
@@ -144,7 +149,6 @@ export class Supervisor implements SupervisorContext {
     );
     this.actions = new AppActions({ state: this.state, engine: this.engine, locks: this.locks, log: this.log });
     this.blinker = new Blinker({ led: deps.led ?? { set: async () => undefined, close: async () => undefined }, log: { warn: (obj, msg) => this.log.warn(`${msg ?? 'blink'}: ${JSON.stringify(obj)}`) } });
-    this.api = buildApi(this);
     this.cloud = config.cloudUrl ? this.buildCloudLink() : null;
   }
 
@@ -170,7 +174,7 @@ export class Supervisor implements SupervisorContext {
       },
       onTarget: (wire) => this.setCloudTarget(wire),
       report: async () => {
-        const { ip, mac } = hostAddresses();
+        const { ip, mac } = (this.deps.addresses ?? hostAddresses)();
         return currentReport(await this.state.view(), {
           osVersion: this.osVersion,
           supervisorVersion: this.version,
@@ -213,6 +217,11 @@ export class Supervisor implements SupervisorContext {
       warn: (m) => (base.warn(m), publish(m)),
       error: (m) => (base.error(m), publish(m)),
     };
+  }
+
+  get api(): FastifyInstance {
+    this.builtApi ??= buildApi(this);
+    return this.builtApi;
   }
 
   get uuid(): string {
@@ -328,7 +337,8 @@ export class Supervisor implements SupervisorContext {
     // A round in flight may still create a container; let it land so callers can clean up.
     await this.state.settled();
     this.blinker.stop();
-    await this.api.close();
+    await this.builtApi?.close();
     await this.host.close();
+    this.engine.close();
   }
 }

@@ -70,6 +70,13 @@ export class StateEngine {
     return this.roundFailed || this.pulls.failures.size > 0;
   }
 
+  /** Why the device is not at its target, in one line: the failed round, else a failed download. */
+  get problem(): string | null {
+    if (this.lastError) return this.lastError;
+    const failure = this.pulls.failures.values().next().value;
+    return failure ? `pull of ${failure.image} failed: ${failure.error}` : null;
+  }
+
   getTarget(): TargetState {
     return this.target;
   }

@@ -5,6 +5,7 @@
  * devices can share one engine.
  */
 import Docker from 'dockerode';
+import type { Agent } from 'node:http';
 import type { HostSettings } from '../../protocol/target-state.js';
 import { PassThrough, type Readable } from 'node:stream';
 import { FleetlabError, errorText } from '../../errors.js';
@@ -138,11 +139,79 @@ export function normaliseImageRef(ref: string): string {
   return ref.slice(lastSlash + 1).includes(':') ? ref : `${ref}:latest`;
 }
 
+export interface EngineOptions {
+  socketPath: string;
+  device: string;
+  /** Carries the requests instead of a connection to `socketPath` (a simulated engine serving in-process). */
+  agent?: Agent;
+  /**
+   * Keep the last snapshot while the engine's event stream reports nothing and this adapter
+   * changed nothing, instead of four list calls per read (fleet simulation: thousands of
+   * devices reading their state every report interval in one process).
+   */
+  snapshotFromEvents?: boolean;
+}
+
+const EVENTS_RETRY_MS = 1_000;
+
 export class Engine {
   private readonly docker: Docker;
+  /** Bumped by every event and every change made here: a snapshot read across a bump is not kept. */
+  private generation = 0;
+  private kept: { generation: number; snapshot: EngineSnapshot } | null = null;
+  private events: Readable | null = null;
+  private eventsRetry: NodeJS.Timeout | undefined;
+  private closed = false;
 
-  constructor(private readonly options: { socketPath: string; device: string }) {
-    this.docker = new Docker({ socketPath: options.socketPath });
+  constructor(private readonly options: EngineOptions) {
+    this.docker = new Docker({ socketPath: options.socketPath, ...(options.agent ? { agent: options.agent } : {}) });
+    if (options.snapshotFromEvents) void this.watchEvents();
+  }
+
+  /** Stops the event stream (only opened with `snapshotFromEvents`). */
+  close(): void {
+    this.closed = true;
+    clearTimeout(this.eventsRetry);
+    this.events?.destroy();
+    this.events = null;
+    this.kept = null;
+  }
+
+  /** Runs a change: a snapshot read while it runs, or kept from before it, is not kept after it. */
+  private async changing<T>(change: () => Promise<T>): Promise<T> {
+    this.changed();
+    try {
+      return await change();
+    } finally {
+      this.changed();
+    }
+  }
+
+  private changed(): void {
+    this.generation += 1;
+    this.kept = null;
+  }
+
+  /** Keeps an event stream open; while it is down nothing is kept, so reads go to the engine. */
+  private async watchEvents(): Promise<void> {
+    if (this.closed) return;
+    try {
+      const stream = (await this.docker.getEvents()) as Readable;
+      if (this.closed) return void stream.destroy();
+      this.events = stream;
+      // Whatever happened before the stream opened is in no kept snapshot: start afresh.
+      this.changed();
+      stream.on('data', () => this.changed());
+      stream.on('error', () => undefined);
+      stream.on('close', () => {
+        if (this.events === stream) this.events = null;
+        this.changed();
+        if (!this.closed) this.eventsRetry = setTimeout(() => void this.watchEvents(), EVENTS_RETRY_MS).unref();
+      });
+    } catch {
+      this.changed();
+      if (!this.closed) this.eventsRetry = setTimeout(() => void this.watchEvents(), EVENTS_RETRY_MS).unref();
+    }
   }
 
   get device(): string {
@@ -161,7 +230,16 @@ export class Engine {
     return { label: [`${LABEL.device}=${this.options.device}`] };
   }
 
+  /** The device's containers, volumes and networks and the engine's images; callers must not change it. */
   async snapshot(): Promise<EngineSnapshot> {
+    if (this.kept && this.kept.generation === this.generation && this.events) return this.kept.snapshot;
+    const generation = this.generation;
+    const snapshot = await this.readSnapshot();
+    if (this.options.snapshotFromEvents && this.events && generation === this.generation) this.kept = { generation, snapshot };
+    return snapshot;
+  }
+
+  private async readSnapshot(): Promise<EngineSnapshot> {
     try {
       const [containers, volumes, networks, images] = await Promise.all([
         this.docker.listContainers({ all: true, filters: this.deviceFilter() }),
@@ -218,84 +296,94 @@ export class Engine {
    * engine reports per-layer `progressDetail`; layers whose size is not yet known count as 0.
    */
   async pull(image: string, onProgress: (p: PullProgress) => void): Promise<void> {
-    let stream: Readable;
-    try {
-      stream = (await this.docker.pull(image)) as Readable;
-    } catch (err) {
-      throw engineError(`pulling ${image}`, err);
-    }
-    const layers = new Map<string, { current: number; total: number }>();
-    await new Promise<void>((resolve, reject) => {
-      this.docker.modem.followProgress(
-        stream,
-        (err: Error | null, output?: Array<{ error?: string }>) => ((err ?? output?.find((e) => e.error)?.error) ? reject(engineError(`pulling ${image}`, err ?? output!.find((e) => e.error)!.error)) : resolve()),
-        (event: { id?: string; status?: string; error?: string; progressDetail?: { current?: number; total?: number } }) => {
-          if (event.error) return;
-          if (!event.id) return;
-          const layer = layers.get(event.id) ?? { current: 0, total: 0 };
-          if (event.status === 'Downloading' && event.progressDetail?.total) {
-            layer.current = event.progressDetail.current ?? 0;
-            layer.total = event.progressDetail.total;
-          } else if (event.status === 'Download complete' || event.status === 'Pull complete' || event.status === 'Already exists') {
-            layer.current = layer.total = Math.max(layer.total, 1);
-          }
-          layers.set(event.id, layer);
-          let current = 0;
-          let total = 0;
-          for (const l of layers.values()) {
-            current += l.current;
-            total += l.total;
-          }
-          if (total > 0) onProgress({ percent: Math.min(100, Math.floor((current / total) * 100)) });
-        },
-      );
+    return this.changing(async () => {
+      let stream: Readable;
+      try {
+        stream = (await this.docker.pull(image)) as Readable;
+      } catch (err) {
+        throw engineError(`pulling ${image}`, err);
+      }
+      const layers = new Map<string, { current: number; total: number }>();
+      await new Promise<void>((resolve, reject) => {
+        this.docker.modem.followProgress(
+          stream,
+          (err: Error | null, output?: Array<{ error?: string }>) => ((err ?? output?.find((e) => e.error)?.error) ? reject(engineError(`pulling ${image}`, err ?? output!.find((e) => e.error)!.error)) : resolve()),
+          (event: { id?: string; status?: string; error?: string; progressDetail?: { current?: number; total?: number } }) => {
+            if (event.error) return;
+            if (!event.id) return;
+            const layer = layers.get(event.id) ?? { current: 0, total: 0 };
+            if (event.status === 'Downloading' && event.progressDetail?.total) {
+              layer.current = event.progressDetail.current ?? 0;
+              layer.total = event.progressDetail.total;
+            } else if (event.status === 'Download complete' || event.status === 'Pull complete' || event.status === 'Already exists') {
+              layer.current = layer.total = Math.max(layer.total, 1);
+            }
+            layers.set(event.id, layer);
+            let current = 0;
+            let total = 0;
+            for (const l of layers.values()) {
+              current += l.current;
+              total += l.total;
+            }
+            if (total > 0) onProgress({ percent: Math.min(100, Math.floor((current / total) * 100)) });
+          },
+        );
+      });
     });
   }
 
   async createNetwork(appId: number, network: string): Promise<void> {
-    try {
-      await this.docker.createNetwork({
-        Name: this.networkName(appId, network),
-        Driver: 'bridge',
-        CheckDuplicate: true,
-        Labels: { [LABEL.supervised]: 'true', [LABEL.device]: this.options.device, [LABEL.appId]: String(appId), [LABEL.network]: network },
-      });
-    } catch (err) {
-      if (statusCode(err) === 409) return;
-      throw engineError(`creating network ${network} of app ${appId}`, err);
-    }
+    return this.changing(async () => {
+      try {
+        await this.docker.createNetwork({
+          Name: this.networkName(appId, network),
+          Driver: 'bridge',
+          CheckDuplicate: true,
+          Labels: { [LABEL.supervised]: 'true', [LABEL.device]: this.options.device, [LABEL.appId]: String(appId), [LABEL.network]: network },
+        });
+      } catch (err) {
+        if (statusCode(err) === 409) return;
+        throw engineError(`creating network ${network} of app ${appId}`, err);
+      }
+    });
   }
 
   async removeNetwork(id: string): Promise<void> {
-    try {
-      await this.docker.getNetwork(id).remove();
-    } catch (err) {
-      if (statusCode(err) === 404) return;
-      throw engineError(`removing network ${id}`, err);
-    }
+    return this.changing(async () => {
+      try {
+        await this.docker.getNetwork(id).remove();
+      } catch (err) {
+        if (statusCode(err) === 404) return;
+        throw engineError(`removing network ${id}`, err);
+      }
+    });
   }
 
   async createVolume(appId: number, volume: string): Promise<void> {
-    try {
-      await this.docker.createVolume({
-        Name: this.volumeName(appId, volume),
-        Labels: { [LABEL.supervised]: 'true', [LABEL.device]: this.options.device, [LABEL.appId]: String(appId), [LABEL.volume]: volume },
-      });
-    } catch (err) {
-      throw engineError(`creating volume ${volume} of app ${appId}`, err);
-    }
+    return this.changing(async () => {
+      try {
+        await this.docker.createVolume({
+          Name: this.volumeName(appId, volume),
+          Labels: { [LABEL.supervised]: 'true', [LABEL.device]: this.options.device, [LABEL.appId]: String(appId), [LABEL.volume]: volume },
+        });
+      } catch (err) {
+        throw engineError(`creating volume ${volume} of app ${appId}`, err);
+      }
+    });
   }
 
   /** False when the volume is still in use (the engine answers 409). */
   async removeVolume(name: string): Promise<boolean> {
-    try {
-      await this.docker.getVolume(name).remove();
-      return true;
-    } catch (err) {
-      if (statusCode(err) === 404) return true;
-      if (statusCode(err) === 409) return false;
-      throw engineError(`removing volume ${name}`, err);
-    }
+    return this.changing(async () => {
+      try {
+        await this.docker.getVolume(name).remove();
+        return true;
+      } catch (err) {
+        if (statusCode(err) === 404) return true;
+        if (statusCode(err) === 409) return false;
+        throw engineError(`removing volume ${name}`, err);
+      }
+    });
   }
 
   networkName(appId: number, network: string): string {
@@ -307,31 +395,33 @@ export class Engine {
   }
 
   async createContainer(spec: ContainerSpec): Promise<string> {
-    const appNetwork = !['host', 'none', 'bridge'].includes(spec.networkMode);
-    const host = hostSettings(spec);
-    try {
-      const container = await this.docker.createContainer({
-        name: spec.name,
-        Image: spec.image,
-        ...(spec.command ? { Cmd: spec.command } : {}),
-        Env: spec.env,
-        Labels: { ...spec.labels, [LABEL.supervised]: 'true', [LABEL.device]: this.options.device },
-        ...(host.exposedPorts ? { ExposedPorts: host.exposedPorts } : {}),
-        HostConfig: {
-          Binds: spec.binds,
-          NetworkMode: spec.networkMode,
-          RestartPolicy: { Name: spec.restart === 'no' ? '' : spec.restart },
-          ...host.hostConfig,
-        },
-        ...(appNetwork
-          ? { NetworkingConfig: { EndpointsConfig: { [spec.networkMode]: { Aliases: spec.aliases } } } }
-          : {}),
-      });
-      await this.joinExtraNetworks(container.id, spec);
-      return container.id;
-    } catch (err) {
-      throw engineError(`creating container ${spec.name}`, err);
-    }
+    return this.changing(async () => {
+      const appNetwork = !['host', 'none', 'bridge'].includes(spec.networkMode);
+      const host = hostSettings(spec);
+      try {
+        const container = await this.docker.createContainer({
+          name: spec.name,
+          Image: spec.image,
+          ...(spec.command ? { Cmd: spec.command } : {}),
+          Env: spec.env,
+          Labels: { ...spec.labels, [LABEL.supervised]: 'true', [LABEL.device]: this.options.device },
+          ...(host.exposedPorts ? { ExposedPorts: host.exposedPorts } : {}),
+          HostConfig: {
+            Binds: spec.binds,
+            NetworkMode: spec.networkMode,
+            RestartPolicy: { Name: spec.restart === 'no' ? '' : spec.restart },
+            ...host.hostConfig,
+          },
+          ...(appNetwork
+            ? { NetworkingConfig: { EndpointsConfig: { [spec.networkMode]: { Aliases: spec.aliases } } } }
+            : {}),
+        });
+        await this.joinExtraNetworks(container.id, spec);
+        return container.id;
+      } catch (err) {
+        throw engineError(`creating container ${spec.name}`, err);
+      }
+    });
   }
 
   /**
@@ -351,30 +441,36 @@ export class Engine {
   }
 
   async start(id: string): Promise<void> {
-    try {
-      await this.docker.getContainer(id).start();
-    } catch (err) {
-      if (statusCode(err) === 304) return;
-      throw engineError(`starting container ${id.slice(0, 12)}`, err);
-    }
+    return this.changing(async () => {
+      try {
+        await this.docker.getContainer(id).start();
+      } catch (err) {
+        if (statusCode(err) === 304) return;
+        throw engineError(`starting container ${id.slice(0, 12)}`, err);
+      }
+    });
   }
 
   async stop(id: string, timeoutSeconds = 10): Promise<void> {
-    try {
-      await this.docker.getContainer(id).stop({ t: timeoutSeconds });
-    } catch (err) {
-      if (statusCode(err) === 304 || statusCode(err) === 404) return;
-      throw engineError(`stopping container ${id.slice(0, 12)}`, err);
-    }
+    return this.changing(async () => {
+      try {
+        await this.docker.getContainer(id).stop({ t: timeoutSeconds });
+      } catch (err) {
+        if (statusCode(err) === 304 || statusCode(err) === 404) return;
+        throw engineError(`stopping container ${id.slice(0, 12)}`, err);
+      }
+    });
   }
 
   async remove(id: string): Promise<void> {
-    try {
-      await this.docker.getContainer(id).remove({ force: true, v: false });
-    } catch (err) {
-      if (statusCode(err) === 404) return;
-      throw engineError(`removing container ${id.slice(0, 12)}`, err);
-    }
+    return this.changing(async () => {
+      try {
+        await this.docker.getContainer(id).remove({ force: true, v: false });
+      } catch (err) {
+        if (statusCode(err) === 404) return;
+        throw engineError(`removing container ${id.slice(0, 12)}`, err);
+      }
+    });
   }
 
   /** Follows a container's output (stdout and stderr, with timestamps) as one stream. */

@@ -4,9 +4,10 @@
  * runs with no dockerd. See sim/README.md ("Simulated engine") for the model and its limits.
  */
 import { existsSync, mkdirSync, rmSync } from 'node:fs';
-import { createServer, type Server } from 'node:http';
+import { Agent, createServer, type Server } from 'node:http';
+import type { Duplex } from 'node:stream';
+import { inspect } from 'node:util';
 import { dirname, resolve } from 'node:path';
-import type { Socket } from 'node:net';
 import { FleetlabError, errorText } from '../../src/errors.js';
 import { createControl, type ControlTarget } from './control.js';
 import { SimEngine } from './engine.js';
@@ -14,13 +15,18 @@ import { createHandler, createUpgradeHandler } from './http-server.js';
 import { Link } from './pull.js';
 import { SimRegistry, type CatalogueEntry } from './registry.js';
 import { RegistryClient } from './registry-client.js';
+import { streamPair } from './stream-pair.js';
 import { FaultSet, loadScenarioFile, type ContainerFaultSpec, type PullFaultSpec, type Scenario } from './scenario.js';
 
 /** About a slow field uplink: the test images (≈2 MB) take about 2 s. */
 export const DEFAULT_BANDWIDTH = 1_000_000;
 
 export interface SimEngineOptions {
-  socketPath: string;
+  /**
+   * The unix socket to serve on. Without one the engine serves only this process, through
+   * `agent()` (fleet simulation: thousands of engines, no socket or descriptor each).
+   */
+  socketPath?: string;
   dataDir: string;
   /** The registry catalogue; default: fleetlab's test images and busybox:latest. */
   registry?: readonly CatalogueEntry[];
@@ -31,10 +37,17 @@ export interface SimEngineOptions {
 }
 
 export interface SimEngineHandle extends ControlTarget, AsyncDisposable {
+  /** Empty when the engine serves only in-process. */
   readonly socketPath: string;
   readonly dataDir: string;
   /** The current engine (a restart replaces it with one loaded from disk). */
   readonly engine: SimEngine;
+  /**
+   * An HTTP agent whose connections reach this engine in-process (give it to the engine
+   * adapter with any socket path): the same requests and answers as over the socket. While
+   * the engine is down (a restart), connections are refused as on a socket nobody serves.
+   */
+  agent(): Agent;
   addPullFault(f: PullFaultSpec): void;
   addContainerFault(f: ContainerFaultSpec): void;
   /** Resolves when a scheduled or requested restart has finished. */
@@ -54,12 +67,12 @@ function listen(server: Server, socketPath: string): Promise<void> {
 }
 
 export async function startSimEngine(options: SimEngineOptions): Promise<SimEngineHandle> {
-  const socketPath = resolve(options.socketPath);
+  const socketPath = options.socketPath === undefined ? '' : resolve(options.socketPath);
   const dataDir = resolve(options.dataDir);
   // sun_path holds 108 bytes with its terminating NUL.
-  if (Buffer.byteLength(socketPath) > 107) throw new FleetlabError('SUP_ERR_ENGINE', `simulated engine: socket path too long for a unix socket (${Buffer.byteLength(socketPath)} > 107 bytes): ${socketPath}`);
+  if (socketPath && Buffer.byteLength(socketPath) > 107) throw new FleetlabError('SUP_ERR_ENGINE', `simulated engine: socket path too long for a unix socket (${Buffer.byteLength(socketPath)} > 107 bytes): ${socketPath}`);
   mkdirSync(dataDir, { recursive: true });
-  mkdirSync(dirname(socketPath), { recursive: true });
+  if (socketPath) mkdirSync(dirname(socketPath), { recursive: true });
   const scenario = typeof options.scenario === 'string' ? loadScenarioFile(options.scenario) : options.scenario;
   const faults = new FaultSet();
   const registry = new SimRegistry(options.registry);
@@ -69,7 +82,8 @@ export async function startSimEngine(options: SimEngineOptions): Promise<SimEngi
   let restarting: Promise<void> = Promise.resolve();
   let closed = false;
   const timers: NodeJS.Timeout[] = [];
-  const sockets = new Set<Socket>();
+  const sockets = new Set<Duplex>();
+  let serving = false;
 
   const handle: SimEngineHandle = {
     socketPath,
@@ -87,6 +101,7 @@ export async function startSimEngine(options: SimEngineOptions): Promise<SimEngi
         timers.push(t);
       }
     },
+    agent: () => inProcessAgent,
     addPullFault: (f) => faults.addPull(f),
     addContainerFault: (f) => faults.addContainer(f),
     clearFaults: () => faults.clear(),
@@ -105,7 +120,7 @@ export async function startSimEngine(options: SimEngineOptions): Promise<SimEngi
         if (closed) return;
         engine = new SimEngine(dataDir, faults);
         engine.boot();
-        await listen(server, socketPath);
+        await startServing();
       });
       return restarting;
     },
@@ -118,7 +133,7 @@ export async function startSimEngine(options: SimEngineOptions): Promise<SimEngi
       await stopServing();
       link.close();
       await engine.shutdown();
-      rmSync(socketPath, { force: true });
+      if (socketPath) rmSync(socketPath, { force: true });
     },
     [Symbol.asyncDispose]() {
       return handle.close();
@@ -129,20 +144,42 @@ export async function startSimEngine(options: SimEngineOptions): Promise<SimEngi
   const server = createServer(createHandler(httpDeps));
   server.on('upgrade', createUpgradeHandler(httpDeps));
   server.keepAliveTimeout = 0;
-  server.on('connection', (s) => {
+  server.on('connection', (s: Duplex) => {
     sockets.add(s);
     s.on('close', () => sockets.delete(s));
   });
+  // keepAlive off: an idle in-process connection would hold memory for nothing.
+  const inProcessAgent = new Agent({ keepAlive: false });
+  // docker-modem formats every request's options with util.inspect (showHidden, no depth
+  // limit) before checking whether debug output is on: walking an Agent costs milliseconds a
+  // request, which a fleet of engines in one process cannot afford.
+  Object.defineProperty(inProcessAgent, inspect.custom, { value: () => 'Agent { in-process simulated engine }' });
+  // Node's Agent takes a returned stream at once, or waits for the callback when none is returned.
+  inProcessAgent.createConnection = (_opts, callback) => {
+    if (!serving) {
+      const refused = Object.assign(new Error(`connect ECONNREFUSED ${socketPath || 'in-process engine'}`), { code: 'ECONNREFUSED' });
+      process.nextTick(() => callback?.(refused, undefined as never));
+      return undefined;
+    }
+    const [client, served] = streamPair();
+    server.emit('connection', served);
+    return client as never;
+  };
+  async function startServing(): Promise<void> {
+    if (socketPath) await listen(server, socketPath);
+    serving = true;
+  }
   async function stopServing(): Promise<void> {
-    if (!server.listening) return;
-    const done = new Promise<void>((r) => server.close(() => r()));
+    if (!serving) return;
+    serving = false;
+    const done = server.listening ? new Promise<void>((r) => server.close(() => r())) : Promise.resolve();
     // Connections drop, as when dockerd goes away: streams (logs, events, pulls) end.
     for (const s of sockets) s.destroy();
     await done;
   }
 
   try {
-    await listen(server, socketPath);
+    await startServing();
   } catch (err) {
     throw new FleetlabError('SUP_ERR_ENGINE', `simulated engine: cannot listen on ${socketPath}: ${errorText(err)}`);
   }

@@ -10,7 +10,7 @@ import { FleetlabError, errorText } from '../../src/errors.js';
 
 const PullFault = Type.Object(
   {
-    image: Type.String({ minLength: 1, description: 'image ref as pulled, e.g. fleetlab/test-app:2' }),
+    image: Type.String({ minLength: 1, description: 'image ref as pulled, e.g. fleetlab/test-app:2; * for every pull' }),
     failAfterBytes: Type.Optional(Type.Integer({ minimum: 0 })),
     message: Type.Optional(Type.String({ minLength: 1 })),
     stallAfterBytes: Type.Optional(Type.Integer({ minimum: 0 })),
@@ -119,7 +119,7 @@ export class FaultSet {
 
   /** The pull fault for this ref, counted as used. */
   takePull(ref: string): PullFaultSpec | undefined {
-    const hit = this.pulls.find((p) => p.spec.image === ref && (p.spec.times === undefined || p.used < p.spec.times));
+    const hit = this.pulls.find((p) => (p.spec.image === ref || p.spec.image === '*') && (p.spec.times === undefined || p.used < p.spec.times));
     if (hit) hit.used += 1;
     return hit?.spec;
   }

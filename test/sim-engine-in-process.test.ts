@@ -1,0 +1,86 @@
+/**
+ * The simulated engine served in-process (no socket), as a fleet's devices reach theirs: the
+ * supervisor's engine adapter works over it unchanged, a restart refuses connections as an
+ * unserved socket does, and the adapter's snapshot kept by the event stream still sees a
+ * change made behind its back.
+ */
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import Docker from 'dockerode';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { startSimEngine, type SimEngineHandle } from '../sim/engine/index.js';
+import { Engine, LABEL } from '../src/supervisor/adapters/engine.js';
+import { eventually } from './helpers/engine-targets.js';
+
+let dir: string;
+let sim: SimEngineHandle;
+
+beforeAll(async () => {
+  dir = mkdtempSync(join(tmpdir(), 'fleetlab-inproc-'));
+  sim = await startSimEngine({ dataDir: join(dir, 'engine') });
+});
+afterAll(async () => {
+  await sim?.close();
+  rmSync(dir, { recursive: true, force: true });
+});
+
+const device = 'd00d'.repeat(8);
+const labels = { [LABEL.supervised]: 'true', [LABEL.device]: device, [LABEL.appId]: '1', [LABEL.serviceId]: '1', [LABEL.serviceName]: 'main', [LABEL.imageId]: '1', [LABEL.releaseId]: '1', [LABEL.commit]: 'c1', [LABEL.configHash]: 'h' };
+
+describe('in-process simulated engine', () => {
+  it('has no socket, and the engine adapter pulls, creates, starts and reads through its agent', async () => {
+    expect(sim.socketPath).toBe('');
+    const engine = new Engine({ socketPath: '/nonexistent/engine.sock', device, agent: sim.agent() });
+    await engine.ping();
+    const progress: number[] = [];
+    await engine.pull('fleetlab/test-app:1', (p) => progress.push(p.percent));
+    expect(progress.at(-1)).toBe(100);
+    const id = await engine.createContainer({ name: 'main_1_1', image: 'fleetlab/test-app:1', command: ['sleep', '1000'], env: [], labels, binds: [], networkMode: 'bridge', aliases: [], restart: 'no' });
+    await engine.start(id);
+    const snap = await engine.snapshot();
+    expect(snap.containers.map((c) => [c.id, c.state, c.serviceName])).toEqual([[id, 'running', 'main']]);
+    expect(snap.images.has('fleetlab/test-app:1')).toBe(true);
+    engine.close();
+  });
+
+  it('snapshotFromEvents: keeps a snapshot while nothing happens, and drops it on a change made elsewhere', async () => {
+    const engine = new Engine({ socketPath: '/nonexistent/engine.sock', device, agent: sim.agent(), snapshotFromEvents: true });
+    try {
+      // Kept only once the event stream is open.
+      const first = await eventually(async () => {
+        const a = await engine.snapshot();
+        expect(await engine.snapshot()).toBe(a);
+        return a;
+      }, 5_000, 'a kept snapshot');
+      const running = first.containers.find((c) => c.state === 'running');
+      expect(running).toBeDefined();
+      // Another client of the engine stops the container: the adapter learns it from the event stream.
+      const other = new Docker({ socketPath: '/nonexistent/engine.sock', agent: sim.agent() } as Docker.DockerOptions);
+      await other.getContainer(running!.id).stop({ t: 0 });
+      await eventually(async () => {
+        const after = await engine.snapshot();
+        expect(after.containers.find((c) => c.id === running!.id)?.state).toBe('exited');
+        return true;
+      }, 5_000, 'the stop seen through the event stream');
+      // A change through the adapter itself is seen by the very next read.
+      await engine.start(running!.id);
+      expect((await engine.snapshot()).containers.find((c) => c.id === running!.id)?.state).toBe('running');
+    } finally {
+      engine.close();
+    }
+  });
+  it('refuses connections while the engine restarts, as an unserved socket does, then serves again', async () => {
+    const engine = new Engine({ socketPath: '/nonexistent/engine.sock', device, agent: sim.agent() });
+    // Nothing running: the engine's shutdown gives a running container its stop timeout.
+    for (const c of (await engine.snapshot()).containers) await engine.remove(c.id);
+    const restarted = sim.restartEngine({ downMs: 400 });
+    await eventually(async () => {
+      await expect(engine.ping()).rejects.toThrow('connect ECONNREFUSED in-process engine');
+      return true;
+    }, 5_000, 'a refused connection while the engine is down');
+    await restarted;
+    await engine.ping();
+  });
+
+});

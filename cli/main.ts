@@ -99,6 +99,74 @@ sim
     }),
   );
 
+sim
+  .command('fleet')
+  .description("Many virtual devices in this process, each the supervisor's real cloud logic over its own simulated engine, registered to a fleet of a fleetlab cloud; a live line shows where they are. Ctrl-C stops them")
+  .requiredOption('--devices <n>', 'devices in the whole fleet (every shard together)')
+  .requiredOption('--cloud <url>', 'the fleetlab cloud, e.g. http://127.0.0.1:48400')
+  .option('--fleet <name>', "the fleet (name or id) to register to, with --api-key (which makes a provisioning key)")
+  .option('--api-key <key>', 'a cloud key that may write the fleet (npm start prints the admin key)')
+  .option('--provisioning-key <key>', "the fleet's provisioning key, instead of --fleet and --api-key")
+  .option('--shard <i/n>', 'run only shard i of n of the devices (several machines run one fleet)')
+  .option('--fault <kind:percent%>', 'a share of the fleet with a fault: partition (cut from the cloud from --partition-after to --heal-after), disk-full, pull-fails; repeat for several', (v: string, all: string[]) => [...all, v], [] as string[])
+  .option('--seed <n>', 'which devices get each fault: the same seed picks the same ones', '1')
+  .option('--partition-after <s>', 'cut the partitioned devices from the cloud this many seconds after the start (default: from the start)')
+  .option('--heal-after <s>', 'give partitioned devices their link back this many seconds after the start')
+  .option('--poll-interval-ms <ms>', 'how often each device polls its target state', '60000')
+  .option('--start-rate <n>', 'devices started per second (default: the fleet comes up over one poll interval, at least 50 a second)')
+  .option('--data-dir <dir>', 'keep the devices\' state here (default: a temporary directory, removed at the stop)')
+  .option('--every <s>', 'seconds between live lines', '5')
+  .action(
+    action(async (opts: { devices: string; cloud: string; fleet?: string; apiKey?: string; provisioningKey?: string; shard?: string; fault: string[]; seed: string; partitionAfter?: string; healAfter?: string; pollIntervalMs: string; startRate?: string; dataDir?: string; every: string }) => {
+      const devices = Number(opts.devices);
+      if (!Number.isInteger(devices) || devices < 1 || devices > 100_000) throw new UsageError(`--devices must be a whole number from 1 to 100000, got ${opts.devices}`);
+      if (!opts.provisioningKey && !(opts.fleet && opts.apiKey)) throw new UsageError('give --fleet and --api-key (a provisioning key is made for the fleet), or --provisioning-key');
+      const poll = Number(opts.pollIntervalMs);
+      if (!Number.isInteger(poll) || poll < 1000) throw new UsageError(`--poll-interval-ms must be an integer of at least 1000, got ${opts.pollIntervalMs}`);
+      const seed = Number(opts.seed);
+      if (!Number.isInteger(seed)) throw new UsageError(`--seed must be a whole number, got ${opts.seed}`);
+      const positive = (flag: string, raw: string | undefined) => {
+        if (raw === undefined) return undefined;
+        const n = Number(raw);
+        if (!(n > 0) || !Number.isFinite(n)) throw new UsageError(`${flag} must be a positive number, got ${raw}`);
+        return n;
+      };
+      const { parseFault, shardRange } = await import('../sim/fleet/fault-plan.js');
+      const faults = opts.fault.map((f) => {
+        try {
+          return parseFault(f);
+        } catch (err) {
+          throw new UsageError((err as Error).message);
+        }
+      });
+      try {
+        shardRange(devices, opts.shard);
+      } catch (err) {
+        throw new UsageError((err as Error).message);
+      }
+      const { runFleet } = await import('../sim/fleet/run.js');
+      const healAfterS = positive('--heal-after', opts.healAfter);
+      const partitionAfterS = positive('--partition-after', opts.partitionAfter);
+      const startRate = positive('--start-rate', opts.startRate);
+      await runFleet({
+        devices,
+        cloud: opts.cloud,
+        ...(opts.provisioningKey ? { provisioningKey: opts.provisioningKey } : {}),
+        ...(opts.fleet ? { fleet: opts.fleet } : {}),
+        ...(opts.apiKey ? { apiKey: opts.apiKey } : {}),
+        ...(opts.shard ? { shard: opts.shard } : {}),
+        faults,
+        seed,
+        pollIntervalMs: poll,
+        ...(startRate ? { startRate } : {}),
+        ...(opts.dataDir ? { dataDir: opts.dataDir } : {}),
+        ...(healAfterS ? { healAfterS } : {}),
+        ...(partitionAfterS ? { partitionAfterS } : {}),
+        everyS: positive('--every', opts.every)!,
+      });
+    }),
+  );
+
 /** A port flag: 0 (pick a free one) to 65535. */
 function parsePort(flag: string, raw: string): number {
   const n = Number(raw);

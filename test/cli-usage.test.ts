@@ -27,6 +27,10 @@ describe('fleetlab usage errors', () => {
       ['cli/main.ts', ['sim', 'stack', '--port', '99999'], 'error: --port must be 0..65535, got 99999', "Run 'fleetlab sim stack --help' for usage."],
       ['cli/main.ts', ['sim', 'device', '--cloud-url', 'http://127.0.0.1:1'], 'error: --cloud-url needs --provisioning-key', "Run 'fleetlab sim device --help' for usage."],
       ['cli/main.ts', ['cloud', '--port', '0', '--database', 'mysql://nope'], 'error: --database must be postgres://... or sqlite:FILE', "Run 'fleetlab cloud --help' for usage."],
+      ['cli/main.ts', ['sim', 'fleet', '--devices', '0', '--cloud', 'http://127.0.0.1:1', '--provisioning-key', 'k'], 'error: --devices must be a whole number from 1 to 100000, got 0', "Run 'fleetlab sim fleet --help' for usage."],
+      ['cli/main.ts', ['sim', 'fleet', '--devices', '10', '--cloud', 'http://127.0.0.1:1'], 'error: give --fleet and --api-key', "Run 'fleetlab sim fleet --help' for usage."],
+      ['cli/main.ts', ['sim', 'fleet', '--devices', '10', '--cloud', 'http://127.0.0.1:1', '--provisioning-key', 'k', '--fault', 'partition:10'], 'error: --fault "partition:10": write it as <kind>:<percent>%', "Run 'fleetlab sim fleet --help' for usage."],
+      ['cli/main.ts', ['sim', 'fleet', '--devices', '10', '--cloud', 'http://127.0.0.1:1', '--provisioning-key', 'k', '--shard', '3/2'], 'error: --shard "3/2": write it as i/n', "Run 'fleetlab sim fleet --help' for usage."],
       ['src/cli/device.ts', ['supervisor', '--bogus'], "error: unknown option '--bogus'", "Run 'fleetlab supervisor --help' for usage."],
     ];
     const results = await Promise.all(cases.map(([entry, args]) => run(entry, args)));

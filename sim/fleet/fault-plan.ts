@@ -1,0 +1,76 @@
+/**
+ * Faults at fleet scale: `--fault partition:10%` names a scenario and the share of the fleet
+ * it hits. Which devices get it is drawn from a seed over the whole fleet's indices, so a
+ * rerun (or the shards of one fleet on several machines) picks the same devices.
+ */
+import { FleetlabError } from '../../src/errors.js';
+
+export const FAULT_KINDS = ['partition', 'disk-full', 'pull-fails'] as const;
+export type FaultKind = (typeof FAULT_KINDS)[number];
+
+export interface FaultSpec {
+  readonly kind: FaultKind;
+  /** Share of the fleet, 0 < percent <= 100. */
+  readonly percent: number;
+}
+
+const usage = `write it as <kind>:<percent>%, e.g. partition:10%; kinds: ${FAULT_KINDS.join(', ')}`;
+
+export function parseFault(text: string): FaultSpec {
+  const match = /^([a-z-]+):([0-9]+(?:\.[0-9]+)?)%$/.exec(text.trim());
+  if (!match) throw new FleetlabError('SUP_ERR_BAD_REQUEST', `--fault ${JSON.stringify(text)}: ${usage}`);
+  const kind = match[1]!;
+  if (kind === 'clock-skew') {
+    throw new FleetlabError('SUP_ERR_BAD_REQUEST', `--fault clock-skew is not simulated at fleet scale yet: the devices of a fleet share one process clock. Skew one device with 'fleetlab sim device --clock-offset-ms'`);
+  }
+  if (!(FAULT_KINDS as readonly string[]).includes(kind)) throw new FleetlabError('SUP_ERR_BAD_REQUEST', `--fault ${JSON.stringify(text)}: unknown kind ${JSON.stringify(kind)}; ${usage}`);
+  const percent = Number(match[2]);
+  if (!(percent > 0 && percent <= 100)) throw new FleetlabError('SUP_ERR_BAD_REQUEST', `--fault ${JSON.stringify(text)}: the share must be above 0% and at most 100%`);
+  return { kind: kind as FaultKind, percent };
+}
+
+/** mulberry32: a small seeded generator; the same seed gives the same draw everywhere. */
+function generator(seed: number): () => number {
+  let a = seed >>> 0;
+  return () => {
+    a = (a + 0x6d2b79f5) >>> 0;
+    let t = a;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
+
+const kindSalt = (kind: string) => [...kind].reduce((h, c) => Math.imul(h ^ c.charCodeAt(0), 16777619) >>> 0, 2166136261);
+
+/**
+ * The faults of each device index in a fleet of `devices`: for each spec, round(devices ×
+ * percent) indices drawn without replacement (a partial Fisher-Yates shuffle). Devices
+ * without a fault are absent from the map.
+ */
+export function assignFaults(devices: number, specs: readonly FaultSpec[], seed: number): Map<number, FaultKind[]> {
+  const byDevice = new Map<number, FaultKind[]>();
+  for (const spec of specs) {
+    const count = Math.round((devices * spec.percent) / 100);
+    const random = generator(seed ^ kindSalt(spec.kind));
+    const order = Array.from({ length: devices }, (_, i) => i);
+    for (let i = 0; i < count; i++) {
+      const j = i + Math.floor(random() * (devices - i));
+      [order[i], order[j]] = [order[j]!, order[i]!];
+      const list = byDevice.get(order[i]!) ?? [];
+      if (!list.includes(spec.kind)) list.push(spec.kind);
+      byDevice.set(order[i]!, list);
+    }
+  }
+  return byDevice;
+}
+
+/** `i/n` (1-based): the device indices [from, to) this shard runs of a fleet of `devices`. */
+export function shardRange(devices: number, shard: string | undefined): { from: number; to: number; label: string } {
+  if (shard === undefined) return { from: 0, to: devices, label: '1/1' };
+  const match = /^([1-9][0-9]*)\/([1-9][0-9]*)$/.exec(shard);
+  const i = Number(match?.[1]);
+  const n = Number(match?.[2]);
+  if (!match || i > n) throw new FleetlabError('SUP_ERR_BAD_REQUEST', `--shard ${JSON.stringify(shard)}: write it as i/n with 1 <= i <= n, e.g. 2/4`);
+  return { from: Math.floor((devices * (i - 1)) / n), to: Math.floor((devices * i) / n), label: `${i}/${n}` };
+}

@@ -10,11 +10,14 @@
  * - `api`: the typed client (lib/device-api.ts) on that device.
  * - `needs(...caps)`: skips the test, with the reason printed and gathered into the end
  *   summary, when the target lacks a capability.
+ * - `fleet`: virtual devices registered to a cloud of their own, for rollout specs
+ *   (`test.use({ fleetOptions: { devices: 500 } })`); `expect(fleet).toConverge(...)` waits
+ *   for a release. It runs in the worker's process whatever the target.
  *
  * Every protocol call is a step (lib/steps.ts); each test gets its timeline attached, and a
  * failed test also gets the journal, the supervisor log and the LED transitions.
  */
-import { test as base, expect } from '@playwright/test';
+import { test as base, expect as baseExpect } from '@playwright/test';
 import type { TestInfo } from '@playwright/test';
 import { DeviceApi } from './lib/device-api.js';
 import { TIME_SCALE_VARIABLE } from './lib/wait.js';
@@ -24,6 +27,7 @@ import { loadTarget } from './targets/index.js';
 import type { Capability, DeviceUnderTest, TargetDriver, TargetStartOptions } from './targets/protocols.js';
 import { startFleetCloud, type FleetCloud } from '../sim/stack.js';
 import { Device } from './harness/device.js';
+import { FleetUnderTest, type ConvergeOptions, type FleetOptions } from './harness/fleet.js';
 import { readBundle } from './capture/bundle.js';
 import { captureDevice } from './capture/capture.js';
 import { showBundle } from './capture/show.js';
@@ -127,6 +131,9 @@ export interface HilTestFixtures {
   cloud: FleetCloud | undefined;
   api: DeviceApi;
   needs: (...capabilities: Capability[]) => void;
+  /** The `fleet` fixture's devices and faults; a spec that uses `fleet` sets it. */
+  fleetOptions: FleetOptions | undefined;
+  fleet: FleetUnderTest;
 }
 
 export const test = base.extend<HilTestFixtures, HilWorkerFixtures>({
@@ -174,6 +181,21 @@ export const test = base.extend<HilTestFixtures, HilWorkerFixtures>({
     await use(devicePool.cloud);
   },
 
+  fleetOptions: [undefined, { option: true }],
+  fleet: async ({ fleetOptions }, use, testInfo) => {
+    if (!fleetOptions) throw new FleetlabError('HIL_ERR_FLEET', 'the fleet fixture needs its size: test.use({ fleetOptions: { devices: 100 } }) in the spec file');
+    const fleet = await FleetUnderTest.start(fleetOptions);
+    try {
+      await use(fleet);
+    } finally {
+      if (testInfo.status !== testInfo.expectedStatus) {
+        const stuck = fleet.stuck(undefined, 50).map((s) => `device ${s.index} ${s.uuid ?? ''}${s.faults.length ? ` (${s.faults.join(', ')})` : ''}: ${s.phase}, release ${s.releaseId ?? 'none'}, ${s.reason}`);
+        await testInfo.attach('fleet', { body: [JSON.stringify(fleet.counts()), ...stuck].join('\n'), contentType: 'text/plain' });
+      }
+      await fleet.dispose();
+    }
+  },
+
   needs: async ({ targetDriver }, use, testInfo) => {
     await use((...capabilities) => {
       const missing = capabilities.filter((c) => !targetDriver.provides.includes(c));
@@ -185,7 +207,13 @@ export const test = base.extend<HilTestFixtures, HilWorkerFixtures>({
   },
 });
 
-export { expect };
+export const expect = baseExpect.extend({
+  /** `await expect(fleet).toConverge({ release, within })`: the devices applied the release in time. */
+  async toConverge(fleet: FleetUnderTest, options: ConvergeOptions) {
+    const result = await fleet.converge(options);
+    return { pass: result.pass, message: () => result.message, name: 'toConverge' };
+  },
+});
 
 /** The journal, the supervisor log and the LED transitions, attached to a failed test. */
 async function attachEvidence(device: DeviceUnderTest, testInfo: TestInfo, since: number): Promise<void> {

@@ -32,6 +32,7 @@ export const errorCatalogue = {
   HIL_ERR_NATIVE_MODULE: { status: 500, summary: 'A native addon fleetlab needs is not built in this installation.' },
   HIL_ERR_CAPTURE: { status: 400, summary: 'Capture and replay: the device cannot be reached or refuses the key, or a bundle file is not one, is cut short or damaged, is of a newer format, or cannot be written where asked.' },
   HIL_ERR_REGISTRY: { status: 500, summary: "Harness: the registry or build engine for a device that pulls could not start, or refused a release's images." },
+  HIL_ERR_FLEET: { status: 400, summary: "Harness: the fleet fixture was not given its size, or a fleet was given a release with a service to build." },
 } as const satisfies Record<string, { status: number; summary: string }>;
 
 export type ErrorCode = keyof typeof errorCatalogue;

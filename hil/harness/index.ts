@@ -9,5 +9,7 @@ export { Device, type DeployOptions, type DeployedRelease, type Faults, type Jou
 export type { DeviceApi, ProxyConfig, StateStatus, StatusContainer } from '../lib/device-api.js';
 export type { ApiProtocol, Capability, CommandProtocol, FilesProtocol, HttpResponse, HttpStream, JournalEntryText, LedTransition, NetworkProtocol, PowerProtocol, RequestOptions } from '../targets/protocols.js';
 export type { FleetCloud } from '../../sim/stack.js';
+export type { FleetUnderTest, FleetOptions, FleetRelease, ConvergeOptions } from './fleet.js';
+export type { FleetCounts, StuckDevice } from '../../sim/fleet/fleet.js';
 export { pollUntil, scaled, sleep } from '../lib/wait.js';
 export { loadCompose, parseCompose, type ComposeProject, type ComposeService } from '../release/compose.js';

@@ -84,7 +84,8 @@ async function imageId(docker: Docker, project: ComposeProject, service: Compose
   }
 }
 
-function commitOf(project: ComposeProject, imageIds: Record<string, string>): string {
+/** 32 hex digits over the services, their settings and image ids: what names a release. */
+export function commitOf(project: ComposeProject, imageIds: Record<string, string>): string {
   const services = project.services.map((s) => ({ ...s, build: undefined, imageId: imageIds[s.name] }));
   // Networks only when declared, so a release without them keeps the commit it had before they were carried.
   const networks = project.networks.length ? { networks: project.networks } : {};

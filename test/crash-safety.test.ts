@@ -18,24 +18,13 @@ import type { WireLocalState } from '../src/protocol/target-state.js';
 import { LABEL } from '../src/supervisor/adapters/engine.js';
 import { LOCK_FILE } from '../src/supervisor/state/locks.js';
 import { startSupervisorProcess, type SupervisorProcess } from './helpers/supervisor-process.js';
+import { seededRandom } from '../src/seeded-random.js';
 
 const POINTS = Math.max(2, Number(process.env.FLEETLAB_CRASH_POINTS ?? 50));
 const SEED = Number(process.env.FLEETLAB_CRASH_SEED ?? Math.floor(Math.random() * 2 ** 31));
 const CONVERGE_MS = 30_000;
 const LOG_LINES_ON_FAILURE = 30;
 const APP = 1;
-
-/** mulberry32: small, seedable, good enough to spread kill points. */
-function rng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 interface Shape {
   release: number;
@@ -192,7 +181,7 @@ async function runPoints(sup: SupervisorProcess, count: number, random: () => nu
   await converge(sup, engine, shape);
   // How long an uninterrupted release change takes here (faults and downloads included) sets
   // the window kill points are drawn from.
-  await faults?.(rng(SEED ^ 0x5eed));
+  await faults?.(seededRandom(SEED ^ 0x5eed));
   shape = changed(shape, 'release');
   const updateStart = Date.now();
   await post(sup, targetOf(shape));
@@ -264,7 +253,7 @@ function summary(label: string, f: Figures): string {
   return `crash-safety ${label}: seed ${SEED}, ${f.points} kill -9 points (${f.storeWritePoints} at store writes, ${f.lockedPoints} with the app holding a lock) drawn from a ${Math.round(f.windowMs)} ms update window, all converged; after restart p50 ${at(0.5)} ms, max ${at(1)} ms`;
 }
 
-const random = rng(SEED);
+const random = seededRandom(SEED);
 const simPoints = Math.max(1, Math.round(POINTS / 5));
 const dockerdPoints = POINTS - simPoints;
 

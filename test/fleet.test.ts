@@ -5,11 +5,14 @@
  * no device loses its volume's data. Devices drawn for `pull-fails` fail with the engine's
  * error, which the fleet reports as why they are stuck. What the cloud believes agrees.
  */
+import { spawn, type ChildProcess } from 'node:child_process';
 import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { createInterface } from 'node:readline';
+import { fileURLToPath } from 'node:url';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { parseCompose } from '../hil/release/compose.js';
+import { fleetRelease } from '../hil/harness/fleet.js';
 import { fleetProgress, publishRelease, type PublishedRelease } from '../hil/release/publish.js';
 import { parseFault } from '../sim/fleet/fault-plan.js';
 import { Fleet } from '../sim/fleet/fleet.js';
@@ -22,14 +25,9 @@ let dir: string;
 let cloud: FleetCloud;
 let fleet: Fleet;
 
-const release = (tag: string, commit: string) => ({
-  project: parseCompose(`services:\n  main:\n    image: fleetlab/test-app:${tag}\n    command: ["sleep", "100000"]\n    volumes: ["data:/data"]\nvolumes:\n  data: {}\n`, '/fleet/compose.yaml'),
-  images: { main: `fleetlab/test-app:${tag}` },
-  imageIds: {},
-  commit,
-  pulledAsNamed: [],
-});
-const deploy = (tag: string, commit: string) => publishRelease(release(tag, commit), { url: cloud.url, apiKey: cloud.adminKey, fleet: cloud.fleet.name });
+/** A release of the test app that sleeps (quiet: ten thousand ticking apps would be what is measured). */
+const release = (tag: string) => fleetRelease(`services:\n  main:\n    image: fleetlab/test-app:${tag}\n    command: ["sleep", "1000000"]\n    volumes: ["data:/data"]\nvolumes:\n  data: {}\n`);
+const deploy = (tag: string) => publishRelease(release(tag), { url: cloud.url, apiKey: cloud.adminKey, fleet: cloud.fleet.name });
 
 const withFault = (kind: string) => (d: FleetDevice) => d.faults.includes(kind as never);
 const without = (...kinds: string[]) => (d: FleetDevice) => !kinds.some((k) => d.faults.includes(k as never));
@@ -62,7 +60,7 @@ afterAll(async () => {
 
 describe('fleet simulation', () => {
   it('registers, rolls out through a partition, catches up after it heals, keeps volumes, and says why devices are stuck', async () => {
-    const v1 = await deploy('1', 'f1eef1eef1eef1eef1eef1eef1eef1ee');
+    const v1 = await deploy('1');
     fleet = await Fleet.start({
       devices: DEVICES,
       cloudUrl: cloud.url,
@@ -89,7 +87,7 @@ describe('fleet simulation', () => {
     }
 
     fleet.partition();
-    const v2 = await deploy('2', 'f2eef2eef2eef2eef2eef2eef2eef2ee');
+    const v2 = await deploy('2');
     await until('the connected devices run release 2', () => appliedOn(healthy, v2), 60_000);
     // Cut off, the partitioned ones still hold release 1 and the fleet says why.
     await until('the partitioned devices are seen offline', () => partitioned.every((d) => d.status().phase === 'offline'), 30_000);
@@ -111,5 +109,56 @@ describe('fleet simulation', () => {
     const data = join(dir, 'fleet');
     await fleet.close();
     expect(existsSync(join(data, 'devices', '0', 'supervisor'))).toBe(true);
+  });
+});
+
+/** `fleetlab sim fleet` as a user runs it, read line by line from its stderr. */
+function runFleetCli(tmp: string): { child: ChildProcess; line: (match: RegExp) => Promise<RegExpExecArray> } {
+  const root = fileURLToPath(new URL('..', import.meta.url));
+  // A cloud nobody serves: the devices start and stay offline, which is all this needs.
+  const child = spawn(process.execPath, ['--import', 'tsx', join(root, 'cli/main.ts'), 'sim', 'fleet', '--devices', '5', '--cloud', 'http://127.0.0.1:9', '--provisioning-key', 'unused-key-0000', '--every', '1'], { cwd: root, env: { ...process.env, TMPDIR: tmp }, stdio: ['ignore', 'ignore', 'pipe'] });
+  const lines: string[] = [];
+  const waiting = new Set<() => void>();
+  createInterface({ input: child.stderr! }).on('line', (l) => (lines.push(l), waiting.forEach((w) => w())));
+  const line = (match: RegExp) =>
+    new Promise<RegExpExecArray>((resolve, reject) => {
+      const timer = setTimeout(() => reject(new Error(`no line matching ${match} within 60 s; got:\n${lines.join('\n')}`)), 60_000);
+      const check = () => {
+        for (const l of lines) {
+          const m = match.exec(l);
+          if (m) return (clearTimeout(timer), waiting.delete(check), resolve(m));
+        }
+      };
+      waiting.add(check);
+      check();
+    });
+  return { child, line };
+}
+
+const exited = (child: ChildProcess) => new Promise<string | number | null>((r) => child.once('exit', (code, signal) => r(signal ?? code)));
+
+describe('fleetlab sim fleet', () => {
+  it('kill -9 leaves its data directory, the next run removes it, and a Ctrl-C stop leaves nothing', { timeout: 120_000 }, async () => {
+    const tmp = mkdtempSync(join(tmpdir(), 'fleetlab-fleet-cli-'));
+    try {
+      const first = runFleetCli(tmp);
+      const dataDir = (await first.line(/data in (\S+); stop with Ctrl-C/))[1]!;
+      expect(existsSync(join(dataDir, 'devices', '4', 'supervisor'))).toBe(true);
+      first.child.kill('SIGKILL');
+      expect(await exited(first.child)).toBe('SIGKILL');
+      expect(existsSync(dataDir)).toBe(true);
+
+      const second = runFleetCli(tmp);
+      await second.line(new RegExp(`removed ${dataDir.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')}, left by a fleet run that was killed`));
+      const secondDir = (await second.line(/data in (\S+); stop with Ctrl-C/))[1]!;
+      expect(existsSync(dataDir)).toBe(false);
+      await second.line(/5 devices · offline 5/);
+      second.child.kill('SIGINT');
+      await second.line(/stopped every device/);
+      await exited(second.child);
+      expect(existsSync(secondDir)).toBe(false);
+    } finally {
+      rmSync(tmp, { recursive: true, force: true });
+    }
   });
 });

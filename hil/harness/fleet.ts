@@ -12,9 +12,9 @@ import { FleetlabError } from '../../src/errors.js';
 import { parseFault } from '../../sim/fleet/fault-plan.js';
 import { Fleet, type FleetCounts, type StuckDevice } from '../../sim/fleet/fleet.js';
 import { startFleetCloud, type FleetCloud } from '../../sim/stack.js';
-import { loadCompose, parseCompose, type ComposeProject } from '../release/compose.js';
+import { loadCompose, parseCompose } from '../release/compose.js';
 import { publishRelease } from '../release/publish.js';
-import { commitOf } from '../release/release.js';
+import { commitOf, type Release } from '../release/release.js';
 
 export interface FleetOptions {
   /** How many virtual devices. */
@@ -50,8 +50,18 @@ export interface ConvergeResult {
   readonly elapsedMs: number;
 }
 
-function projectOf(compose: string): ComposeProject {
-  return /^\s*services\s*:/m.test(compose) ? parseCompose(compose, 'fleet.deploy(compose text)') : loadCompose(compose);
+/**
+ * A compose project (a file, a directory holding one, or compose text) as a release for a
+ * fleet: every service names its `image:`, which the devices pull (a fleet does not build).
+ */
+export function fleetRelease(compose: string): Release {
+  const project = /^\s*services\s*:/m.test(compose) ? parseCompose(compose, 'fleet.deploy(compose text)') : loadCompose(compose);
+  const building = project.services.filter((s) => !s.image);
+  if (building.length) {
+    throw new FleetlabError('HIL_ERR_FLEET', `fleet.deploy: service ${building.map((s) => s.name).join(', ')} has no image: a fleet's simulated engines pull images, they do not build; name an image of the simulated registry (fleetlab/test-app:1) or push yours to a registry on loopback (fleetlab registry) and name it there`);
+  }
+  const images = Object.fromEntries(project.services.map((s) => [s.name, s.image!]));
+  return { project, images, imageIds: {}, commit: commitOf(project, {}), pulledAsNamed: [] };
 }
 
 export class FleetUnderTest {
@@ -97,14 +107,7 @@ export class FleetUnderTest {
    * fleet's release. Every service names its `image:`: a fleet pulls, it does not build.
    */
   async deploy(compose: string): Promise<FleetRelease> {
-    const project = projectOf(compose);
-    const building = project.services.filter((s) => !s.image);
-    if (building.length) {
-      throw new FleetlabError('HIL_ERR_FLEET', `fleet.deploy: service ${building.map((s) => s.name).join(', ')} has no image: a fleet's simulated engines pull images, they do not build; name an image of the simulated registry (fleetlab/test-app:1) or push yours to a registry on loopback (fleetlab registry) and name it there`);
-    }
-    const images = Object.fromEntries(project.services.map((s) => [s.name, s.image!]));
-    const commit = commitOf(project, {});
-    const published = await publishRelease({ project, images, imageIds: {}, commit, pulledAsNamed: [] }, { url: this.cloud.url, apiKey: this.cloud.adminKey, fleet: 'fleet' });
+    const published = await publishRelease(fleetRelease(compose), { url: this.cloud.url, apiKey: this.cloud.adminKey, fleet: 'fleet' });
     return { id: published.releaseId, commit: published.commit };
   }
 

@@ -4,6 +4,7 @@
  * rerun (or the shards of one fleet on several machines) picks the same devices.
  */
 import { FleetlabError } from '../../src/errors.js';
+import { seededRandom } from '../../src/seeded-random.js';
 
 export const FAULT_KINDS = ['partition', 'disk-full', 'pull-fails'] as const;
 export type FaultKind = (typeof FAULT_KINDS)[number];
@@ -29,18 +30,6 @@ export function parseFault(text: string): FaultSpec {
   return { kind: kind as FaultKind, percent };
 }
 
-/** mulberry32: a small seeded generator; the same seed gives the same draw everywhere. */
-function generator(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
-
 const kindSalt = (kind: string) => [...kind].reduce((h, c) => Math.imul(h ^ c.charCodeAt(0), 16777619) >>> 0, 2166136261);
 
 /**
@@ -52,7 +41,7 @@ export function assignFaults(devices: number, specs: readonly FaultSpec[], seed:
   const byDevice = new Map<number, FaultKind[]>();
   for (const spec of specs) {
     const count = Math.round((devices * spec.percent) / 100);
-    const random = generator(seed ^ kindSalt(spec.kind));
+    const random = seededRandom(seed ^ kindSalt(spec.kind));
     const order = Array.from({ length: devices }, (_, i) => i);
     for (let i = 0; i < count; i++) {
       const j = i + Math.floor(random() * (devices - i));

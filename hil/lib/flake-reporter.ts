@@ -2,7 +2,8 @@
  * End-of-run summaries the built-in reporters do not give:
  * - flakes: tests that both passed and failed across repeats (`--repeat-each`) and retries,
  *   with the counts, per project;
- * - capability skips: tests skipped because the target lacks a capability, grouped by reason.
+ * - capability skips: tests skipped because the target lacks a capability, grouped by reason;
+ * - other skips with a reason (a spec that runs under one project only), grouped the same way.
  */
 import type { FullResult, Reporter, TestCase, TestResult } from '@playwright/test/reporter';
 
@@ -17,6 +18,7 @@ const CAPABILITY_SKIP = /^target \S+ lacks capability /;
 export default class FlakeReporter implements Reporter {
   readonly #tallies = new Map<string, Tally>();
   readonly #skips = new Map<string, Set<string>>();
+  readonly #otherSkips = new Map<string, Set<string>>();
 
   onTestEnd(test: TestCase, result: TestResult): void {
     // Repeats are separate TestCases with one title path; the key joins them.
@@ -29,11 +31,11 @@ export default class FlakeReporter implements Reporter {
     this.#tallies.set(key, tally);
     if (result.status === 'skipped') {
       for (const a of [...result.annotations, ...test.annotations]) {
-        if (a.type === 'skip' && a.description && CAPABILITY_SKIP.test(a.description)) {
-          const tests = this.#skips.get(a.description) ?? new Set<string>();
-          tests.add(key);
-          this.#skips.set(a.description, tests);
-        }
+        if (a.type !== 'skip' || !a.description) continue;
+        const group = CAPABILITY_SKIP.test(a.description) ? this.#skips : this.#otherSkips;
+        const tests = group.get(a.description) ?? new Set<string>();
+        tests.add(key);
+        group.set(a.description, tests);
       }
     }
   }
@@ -46,6 +48,10 @@ export default class FlakeReporter implements Reporter {
     lines.push(`HIL capability skips: ${skipped} test${skipped === 1 ? '' : 's'}`);
     for (const [reason, tests] of this.#skips) {
       lines.push(`  ${reason}: ${tests.size}`);
+      for (const t of tests) lines.push(`    - ${t}`);
+    }
+    for (const [reason, tests] of this.#otherSkips) {
+      lines.push(`HIL skipped, ${reason}: ${tests.size}`);
       for (const t of tests) lines.push(`    - ${t}`);
     }
     console.log(lines.join('\n'));

@@ -10,9 +10,10 @@ import { expect, test } from 'fleetlab/test';
 const release = (tag: string) => `services:\n  recorder:\n    image: fleetlab/test-app:${tag}\n    command: ["sleep", "1000000"]\n    volumes: ["readings:/data"]\nvolumes:\n  readings: {}\n`;
 
 test.use({ fleetOptions: { devices: 500, faults: ['partition:10%'], seed: 18 } });
+// Decided from the project alone, before the fleet fixture would start 500 devices for nothing.
+test.skip(({ target }) => target !== 'sim', "a fleet runs in the test's own process whatever the target: it runs under the sim project");
 
-test('a release reaches the fleet through a partition, and the rest once it heals, with volumes kept', async ({ fleet, target }) => {
-  test.skip(target !== 'sim', `a fleet runs in the test's own process whatever the target: run under the sim project, not ${target}`);
+test('a release reaches the fleet through a partition, and the rest once it heals, with volumes kept', async ({ fleet }) => {
   test.setTimeout(900_000);
   const v1 = await fleet.deploy(release('1'));
   await expect(fleet).toConverge({ release: v1, within: 180_000 });

@@ -59,7 +59,7 @@ afterAll(async () => {
 });
 
 describe('fleet simulation', () => {
-  it('registers, rolls out through a partition, catches up after it heals, keeps volumes, and says why devices are stuck', async () => {
+  it('registers, rolls out through a partition, catches up after it heals, keeps volumes, says why devices are stuck, and answers the proxy', { timeout: 300_000 }, async () => {
     const v1 = await deploy('1');
     fleet = await Fleet.start({
       devices: DEVICES,
@@ -105,6 +105,20 @@ describe('fleet simulation', () => {
       const progress = await fleetProgress({ url: cloud.url, apiKey: cloud.adminKey, fleet: cloud.fleet.name }, cloud.fleet.id, v2.releaseId);
       return progress.devices === DEVICES && progress.running === reachable.length && progress.online === DEVICES ? progress : undefined;
     }, 30_000, 'the cloud sees every device online and the reachable ones on release 2');
+
+    // The cloud's proxy reaches every device through its tunnel; each answers with its own address.
+    const answers = (await cloud.call('POST', '/supervisor/v1/device', { appId: cloud.fleet.id, method: 'GET' })) as Array<{ uuid: string; statusCode: number; body: { ip_address: string } }>;
+    expect(answers.map((a) => a.statusCode)).toEqual(all.map(() => 200));
+    expect(new Set(answers.map((a) => a.body.ip_address)).size).toBe(DEVICES);
+
+    // A reboot through the proxy: the device comes back on release 2 with its volume's data.
+    const rebooted = healthy[0]!;
+    const volumeBefore = rebooted.engine.engine.volumes.records().map((v) => [v.name, v.createdAt]);
+    expect(await cloud.call('POST', '/supervisor/v1/reboot', { uuid: rebooted.uuid })).toEqual({ Data: 'OK', Error: '' });
+    await until('the rebooted device goes down', () => rebooted.status().phase === 'starting', 30_000);
+    await until('the rebooted device is back on release 2', () => appliedOn([rebooted], v2), 60_000);
+    expect(rebooted.engine.engine.volumes.records().map((v) => [v.name, v.createdAt])).toEqual(volumeBefore);
+    expect(readFileSync(join(dataDir(rebooted), 'reading.txt'), 'utf8')).toBe(`device ${rebooted.index}`);
 
     const data = join(dir, 'fleet');
     await fleet.close();

@@ -56,6 +56,8 @@ export class FleetDevice {
   private supervisor: Supervisor | null = null;
   private restarting: Promise<void> | null = null;
   private off = false;
+  /** The host outlives a reboot, as a board's static hostname and proxy files do. */
+  private readonly host = new MemoryHost('fleetlab', { reboot: () => void this.reboot(), powerOff: () => void this.powerOff() });
 
   private constructor(
     private readonly options: FleetDeviceOptions,
@@ -138,8 +140,7 @@ export class FleetDevice {
         port: 48484,
       },
     });
-    const host = new MemoryHost('fleetlab', { reboot: () => void this.reboot(), powerOff: () => void this.powerOff() });
-    const supervisor = new Supervisor({ config, host, journal: options.journal, logger: options.logger, engineOptions: { agent: this.engine.agent(), snapshotFromEvents: true }, addresses: () => simulatedAddresses(options.index) });
+    const supervisor = new Supervisor({ config, host: this.host, journal: options.journal, logger: options.logger, engineOptions: { agent: this.engine.agent(), snapshotFromEvents: true }, addresses: () => simulatedAddresses(options.index) });
     await supervisor.start();
     this.supervisor = supervisor;
   }

@@ -174,7 +174,7 @@ export class Supervisor implements SupervisorContext {
       },
       onTarget: (wire) => this.setCloudTarget(wire),
       report: async () => {
-        const { ip, mac } = (this.deps.addresses ?? hostAddresses)();
+        const { ip, mac } = this.addresses();
         return currentReport(await this.state.view(), {
           osVersion: this.osVersion,
           supervisorVersion: this.version,
@@ -238,6 +238,10 @@ export class Supervisor implements SupervisorContext {
 
   get address(): string {
     return this.config.supervisorAddress || `http://127.0.0.1:${this.config.port}`;
+  }
+
+  addresses(): { ip: string; mac: string } {
+    return (this.deps.addresses ?? hostAddresses)();
   }
 
   localMode(): boolean {

@@ -33,6 +33,8 @@ export interface SupervisorContext {
   readonly uuid: string;
   readonly deviceName: string;
   readonly arch: string;
+  /** The device's IP and MAC addresses, as `/v1/device` and the cloud report show them. */
+  addresses(): { ip: string; mac: string };
   localMode(): boolean;
   setLocalTarget(wire: WireLocalState): Promise<void>;
   schedulePower(action: 'reboot' | 'poweroff', force: boolean): void;

@@ -6,7 +6,6 @@ import { Type } from '@sinclair/typebox';
 import type { FastifyInstance, FastifyPluginAsync } from 'fastify';
 import { FleetlabError, notFound } from '../../errors.js';
 import type { TargetApp } from '../../protocol/target-state.js';
-import { hostAddresses } from '../host-addresses.js';
 import type { SupervisorContext } from './context.js';
 import { callerOf, readsFor } from './reads.js';
 
@@ -71,7 +70,7 @@ export function v1Routes(sup: SupervisorContext): FastifyPluginAsync {
     app.get('/v1/device', async (req) => {
       const reads = readsFor(sup, callerOf(req));
       const view = await reads.view();
-      const { ip, mac } = hostAddresses();
+      const { ip, mac } = sup.addresses();
       const firstApp = reads.apps()[0];
       return {
         api_port: sup.config.port,

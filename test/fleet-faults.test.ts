@@ -56,5 +56,6 @@ describe('shardRange', () => {
 
   it('refuses what is not i/n', () => {
     for (const bad of ['0/2', '3/2', '1-2', '1/0', 'a/b']) expect(() => shardRange(10, bad)).toThrow('write it as i/n with 1 <= i <= n');
+    expect(() => shardRange(1, '1/2')).toThrow('--shard 1/2 of 1 devices holds none: split a fleet into at most 1 shards');
   });
 });

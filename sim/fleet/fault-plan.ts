@@ -61,5 +61,7 @@ export function shardRange(devices: number, shard: string | undefined): { from: 
   const i = Number(match?.[1]);
   const n = Number(match?.[2]);
   if (!match || i > n) throw new FleetlabError('SUP_ERR_BAD_REQUEST', `--shard ${JSON.stringify(shard)}: write it as i/n with 1 <= i <= n, e.g. 2/4`);
-  return { from: Math.floor((devices * (i - 1)) / n), to: Math.floor((devices * i) / n), label: `${i}/${n}` };
+  const range = { from: Math.floor((devices * (i - 1)) / n), to: Math.floor((devices * i) / n), label: `${i}/${n}` };
+  if (range.to === range.from) throw new FleetlabError('SUP_ERR_BAD_REQUEST', `--shard ${shard} of ${devices} devices holds none: split a fleet into at most ${devices} shards`);
+  return range;
 }

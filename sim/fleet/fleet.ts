@@ -43,7 +43,7 @@ export interface FleetOptions {
   readonly bandwidth?: number;
   /** The devices' own log lines (default: dropped; a fleet of them would drown a terminal). */
   readonly logger?: Logger;
-  /** Called as devices come up, with how many have. */
+  /** Called as each device comes up, with how many have. */
   readonly onStarted?: (started: number, of: number) => void;
 }
 
@@ -105,7 +105,7 @@ export class Fleet {
     const pollIntervalMs = options.pollIntervalMs ?? 60_000;
     // Spread over a poll interval, the devices' polls stay spread, as a fleet's do.
     const startRate = options.startRate ?? Math.max(50, Math.ceil((range.to - range.from) / (pollIntervalMs / 1000)));
-    const perTick = Math.max(1, Math.round(startRate / 10));
+    const startedAt = Date.now();
     try {
       for (let index = range.from; index < range.to; index++) {
         const faults = faultsByIndex.get(index) ?? [];
@@ -126,12 +126,11 @@ export class Fleet {
             logger: options.logger ?? quiet,
           }),
         );
-        if (devices.length % perTick === 0 && index + 1 < range.to) {
-          options.onStarted?.(devices.length, range.to - range.from);
-          await new Promise((r) => setTimeout(r, 100));
-        }
+        // Paced against the schedule, not by fixed pauses: a slow start must not slow the rate.
+        options.onStarted?.(devices.length, range.to - range.from);
+        const ahead = startedAt + (devices.length * 1000) / startRate - Date.now();
+        if (ahead >= 20 && index + 1 < range.to) await new Promise((r) => setTimeout(r, ahead));
       }
-      options.onStarted?.(devices.length, range.to - range.from);
     } catch (err) {
       await fleet.close();
       throw err;

@@ -70,7 +70,7 @@ async function until(fleet: Fleet, releaseId: number, limitMs: number): Promise<
       said = performance.now();
       process.stderr.write(`bench:fleet ${c.total}: waiting for release ${releaseId}: ${describeCounts(c)}\n`);
     }
-    if (c.applied === c.total && c.byRelease[String(releaseId)] === c.total) return performance.now() - t0;
+    if (fleet.appliedOn(releaseId) === c.total) return performance.now() - t0;
     if (performance.now() - t0 > limitMs) throw new Error(`not converged on release ${releaseId} within ${limitMs / 1000} s: ${JSON.stringify(c)}; ${JSON.stringify(fleet.stuck(releaseId, 3))}`);
     await new Promise((r) => setTimeout(r, 500));
   }

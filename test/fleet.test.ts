@@ -34,7 +34,7 @@ const without = (...kinds: string[]) => (d: FleetDevice) => !kinds.some((k) => d
 
 /** The data volume's directory of an applied device (the simulated engine keeps volumes as directories). */
 function dataDir(d: FleetDevice): string {
-  const volume = d.engine.engine.volumes.records().find((v) => v.name.endsWith('_1_data'));
+  const volume = d.volumes().find((v) => v.name.endsWith('_1_data'));
   if (!volume) throw new Error(`device ${d.index} has no data volume`);
   return volume.mountpoint;
 }
@@ -43,10 +43,7 @@ async function until(what: string, check: () => boolean, timeoutMs: number): Pro
   await eventually(async () => (check() ? true : undefined), timeoutMs, `${what} (${JSON.stringify(fleet.counts())}; stuck: ${JSON.stringify(fleet.stuck(null, 3))})`);
 }
 
-const appliedOn = (devices: readonly FleetDevice[], r: PublishedRelease) => devices.every((d) => {
-  const s = d.status();
-  return s.phase === 'applied' && s.releaseId === r.releaseId;
-});
+const appliedOn = (devices: readonly FleetDevice[], r: PublishedRelease) => fleet.appliedOn(r.releaseId, devices) === devices.length;
 
 beforeAll(async () => {
   dir = mkdtempSync(join(tmpdir(), 'fleetlab-fleet-test-'));
@@ -113,11 +110,11 @@ describe('fleet simulation', () => {
 
     // A reboot through the proxy: the device comes back on release 2 with its volume's data.
     const rebooted = healthy[0]!;
-    const volumeBefore = rebooted.engine.engine.volumes.records().map((v) => [v.name, v.createdAt]);
+    const volumeBefore = rebooted.volumes();
     expect(await cloud.call('POST', '/supervisor/v1/reboot', { uuid: rebooted.uuid })).toEqual({ Data: 'OK', Error: '' });
     await until('the rebooted device goes down', () => rebooted.status().phase === 'starting', 30_000);
     await until('the rebooted device is back on release 2', () => appliedOn([rebooted], v2), 60_000);
-    expect(rebooted.engine.engine.volumes.records().map((v) => [v.name, v.createdAt])).toEqual(volumeBefore);
+    expect(rebooted.volumes()).toEqual(volumeBefore);
     expect(readFileSync(join(dataDir(rebooted), 'reading.txt'), 'utf8')).toBe(`device ${rebooted.index}`);
 
     const data = join(dir, 'fleet');

@@ -131,7 +131,7 @@ export class FleetUnderTest {
 
   /** Each device's volumes with when they were created: a volume made again has a new time. */
   volumes(): Map<number, Array<{ name: string; createdAt: string }>> {
-    return new Map(this.fleet.devices.map((d) => [d.index, d.engine.engine.volumes.records().map((v) => ({ name: v.name, createdAt: v.createdAt }))]));
+    return new Map(this.fleet.devices.map((d) => [d.index, d.volumes().map(({ name, createdAt }) => ({ name, createdAt }))]));
   }
 
   /** Waits until the devices have applied a release; the verdict says how many did and why the others did not. */
@@ -141,10 +141,7 @@ export class FleetUnderTest {
     const t0 = Date.now();
     let applied = 0;
     for (;;) {
-      applied = counted.filter((d) => {
-        const s = d.status();
-        return s.phase === 'applied' && s.releaseId === options.release.id;
-      }).length;
+      applied = this.fleet.appliedOn(options.release.id, counted);
       const elapsedMs = Date.now() - t0;
       if (applied >= Math.ceil(atLeast * counted.length)) {
         return { pass: true, elapsedMs, message: `${applied} of ${counted.length} devices applied release ${options.release.id} in ${(elapsedMs / 1000).toFixed(1)} s` };

@@ -108,9 +108,9 @@ export class FleetDevice {
     return { phase: 'applied', releaseId };
   }
 
-  /** The names of this device's volumes in its engine. */
-  volumes(): string[] {
-    return this.engine.engine.volumes.records().map((v) => v.name);
+  /** This device's volumes in its engine: a volume made again has a new creation time. */
+  volumes(): Array<{ name: string; createdAt: string; mountpoint: string }> {
+    return this.engine.engine.volumes.records().map((v) => ({ name: v.name, createdAt: v.createdAt, mountpoint: v.mountpoint }));
   }
 
   async close(): Promise<void> {

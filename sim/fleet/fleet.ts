@@ -150,6 +150,14 @@ export class Fleet {
     return { ...phases, total: this.devices.length, byRelease };
   }
 
+  /** How many of `devices` (default: all) have applied `releaseId`. */
+  appliedOn(releaseId: number, devices: readonly FleetDevice[] = this.devices): number {
+    return devices.filter((d) => {
+      const s = d.status();
+      return s.phase === 'applied' && s.releaseId === releaseId;
+    }).length;
+  }
+
   /** Devices that have not applied `releaseId` (or are not applied at all), with why; at most `limit`. */
   stuck(releaseId: number | null, limit = 20): StuckDevice[] {
     const out: StuckDevice[] = [];

@@ -100,8 +100,7 @@ export async function runFleet(opts: RunFleetOptions): Promise<void> {
       clearTimeout(cut);
       clearTimeout(heal);
       say(`stopping: ${describeCounts(fleet.counts())}`);
-      const stuck = fleet.stuck(null, 5).filter((s) => s.phase !== 'applied');
-      for (const s of stuck) say(`  device ${s.index} (${s.uuid ?? 'no uuid yet'}) ${s.phase}: ${s.reason}`);
+      for (const s of fleet.stuck(null, 5)) say(`  device ${s.index} (${s.uuid ?? 'no uuid yet'}) ${s.phase}: ${s.reason}`);
       await fleet.close();
       say('stopped every device');
     },

@@ -235,7 +235,8 @@ export class Engine {
     if (this.kept && this.kept.generation === this.generation && this.events) return this.kept.snapshot;
     const generation = this.generation;
     const snapshot = await this.readSnapshot();
-    if (this.options.snapshotFromEvents && this.events && generation === this.generation) this.kept = { generation, snapshot };
+    // `events` is open only with snapshotFromEvents.
+    if (this.events && generation === this.generation) this.kept = { generation, snapshot };
     return snapshot;
   }
 

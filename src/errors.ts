@@ -24,6 +24,7 @@ export const errorCatalogue = {
   CLOUD_ERR_REFERENCED: { status: 409, summary: 'Cloud API: the record is still referenced by another record.' },
   CLOUD_ERR_DEVICE_OFFLINE: { status: 404, summary: 'Cloud API: no online device matched the proxy call.' },
   CLOUD_ERR_DEVICE_TIMEOUT: { status: 504, summary: 'Cloud API: the device did not answer the proxy call in time.' },
+  CLOUD_ERR_REPLICA: { status: 502, summary: "Cloud API: the device's tunnel is on another cloud replica that could not be reached." },
   CLOUD_ERR_INTERNAL: { status: 500, summary: 'Cloud API: anything else (database failure).' },
   HIL_ERR_COMPOSE: { status: 400, summary: 'Harness: a compose file is unreadable, malformed, or uses a key fleetlab does not carry.' },
   HIL_ERR_BUILD: { status: 400, summary: "Harness: a release's image could not be built or is not in the engine." },

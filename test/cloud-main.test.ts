@@ -2,53 +2,19 @@
  * `fleetlab cloud` as a process: one JSON ready line on stdout, the admin key kept in a
  * 0600 file so a restart prints the same key, and the key works over real HTTP.
  */
-import { spawn } from 'node:child_process';
 import { mkdtemp, rm, stat } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { createInterface } from 'node:readline';
-import { fileURLToPath } from 'node:url';
 import { afterAll, describe, expect, it } from 'vitest';
+import { startCloudProcess } from './helpers/cloud-process.js';
 import { startPostgres } from './helpers/postgres.js';
 
-const root = fileURLToPath(new URL('..', import.meta.url));
 const dirs: string[] = [];
 afterAll(async () => {
   for (const d of dirs) await rm(d, { recursive: true, force: true });
 });
 
-interface Ready {
-  event: string;
-  url: string;
-  adminKey: string | null;
-}
-
-/** Starts the CLI, returns its first stdout line and a stop function. */
-async function start(args: string[]): Promise<{ ready: Ready; lines: string[]; stop: () => Promise<number | null> }> {
-  const child = spawn(process.execPath, ['--import', 'tsx', join(root, 'cli/main.ts'), 'cloud', '--port', '0', ...args], {
-    cwd: root,
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
-  const lines: string[] = [];
-  const exited = new Promise<number | null>((resolve) => child.once('exit', (code) => resolve(code)));
-  const first = await new Promise<string>((resolve, reject) => {
-    const rl = createInterface({ input: child.stdout });
-    rl.on('line', (l) => {
-      lines.push(l);
-      if (lines.length === 1) resolve(l);
-    });
-    child.once('exit', (code) => reject(new Error(`fleetlab cloud exited with ${code} before its ready line`)));
-    setTimeout(() => reject(new Error('no ready line within 30 s')), 30_000).unref();
-  });
-  return {
-    ready: JSON.parse(first) as Ready,
-    lines,
-    stop: async () => {
-      child.kill('SIGTERM');
-      return exited;
-    },
-  };
-}
+const start = startCloudProcess;
 
 describe('fleetlab cloud (CLI)', () => {
   it('prints one ready line; a restart prints the same admin key from the 0600 key file', async () => {

@@ -16,6 +16,18 @@ export interface AdminInfo {
 }
 
 export async function prepareDatabase(db: Db, opts: { adminKey?: string; now?: Date } = {}): Promise<AdminInfo> {
+  // Replicas started together on one PostgreSQL database take turns: one migrates and
+  // creates the admin, the others then find both done. (SQLite serialises writers itself.)
+  return db.transaction(async (tx) => {
+    if (tx.dialect.name === 'postgres') await tx.query('SELECT pg_advisory_xact_lock(?)', [BOOTSTRAP_LOCK]);
+    return prepare(tx, opts);
+  });
+}
+
+/** Arbitrary, fixed: the advisory lock key of the bootstrap. */
+const BOOTSTRAP_LOCK = 0x666c6c62;
+
+async function prepare(db: Db, opts: { adminKey?: string; now?: Date }): Promise<AdminInfo> {
   const now = opts.now ?? new Date();
   await migrate(db);
   await seedDeviceTypes(db, now);

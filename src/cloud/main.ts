@@ -11,8 +11,10 @@
 import { mkdirSync, readFileSync } from 'node:fs';
 import { homedir } from 'node:os';
 import { join } from 'node:path';
+import { randomBytes } from 'node:crypto';
 import { writeFileAtomicSync } from '../atomic-file.js';
 import { prepareDatabase } from './bootstrap.js';
+import { startPostgresBus, type ReplicaBus } from './cluster/postgres-bus.js';
 import type { Db } from './db/port.js';
 import { openPostgres } from './db/postgres.js';
 import { openSqlite } from './db/sqlite.js';
@@ -61,7 +63,14 @@ export async function runCloud(opts: CloudOptions): Promise<{ url: string; stopp
       console.error(`fleetlab cloud: the admin key was created earlier and ${keyFile} is gone; start with --admin-key KEY to add a new one`);
     }
   }
-  const app = buildCloud({ db });
+  // On PostgreSQL any number of cloud processes may share the database (replicas behind one
+  // load balancer); they reach each other's device tunnels through LISTEN/NOTIFY.
+  const replicaId = randomBytes(16).toString('hex');
+  let replicaBus: ReplicaBus | null = null;
+  if (db.dialect.name === 'postgres') {
+    replicaBus = await startPostgresBus({ connectionString: opts.database!, db, replica: replicaId, log: { warn: (m) => console.error(`fleetlab cloud: ${m}`) } });
+  }
+  const app = buildCloud({ db, replicaId, replicaBus });
   // Signal handlers go in before the ready line: a supervisor that reads the line and
   // stops us at once must find them installed, not the default (die) disposition.
   let stop: () => void = () => undefined;
@@ -78,6 +87,6 @@ export async function runCloud(opts: CloudOptions): Promise<{ url: string; stopp
   const address = await app.listen({ port: opts.port, host: opts.host });
   const url = address.replace('[::1]', 'localhost');
   console.error(`fleetlab cloud: ${url} (data: ${dataDir}, database: ${opts.database ? opts.database.replace(/\/\/[^@]*@/, '//***@') : 'sqlite'})`);
-  console.log(JSON.stringify({ event: 'ready', url, adminKey }));
+  console.log(JSON.stringify({ event: 'ready', url, adminKey, replica: replicaId }));
   return { url, stopped };
 }

@@ -2,6 +2,7 @@
  * The cloud API as a fastify instance: the composition root. Everything it uses comes in
  * through `deps`; it never listens (main does) and holds no module-level state.
  */
+import { randomBytes } from 'node:crypto';
 import Fastify, { type FastifyInstance, type FastifyRequest } from 'fastify';
 import { bearerKey, type Principal, principalOf } from './auth/principal.js';
 import { cloudFrameworkErrors, installCloudErrors } from './api/errors.js';
@@ -11,6 +12,10 @@ import type { Db } from './db/port.js';
 import { installJsonBodyParser } from '../http/json-body.js';
 import { deviceRoutes } from './device/device-routes.js';
 import { TunnelHub } from './device/tunnel-hub.js';
+import { ClusterCalls } from './cluster/device-calls.js';
+import type { ReplicaBus } from './cluster/postgres-bus.js';
+import { ReplicaDirectory } from './cluster/replica-directory.js';
+import { startReplicaHeartbeat, type ReplicaHeartbeat } from './cluster/replica-heartbeat.js';
 import { proxyRoutes } from './proxy/proxy-routes.js';
 import { buildHooks, type InsertHooks } from './model/hooks.js';
 import { buildModel } from './model/resources.js';
@@ -26,6 +31,12 @@ export interface CloudDeps {
   proxyTimeoutMs?: number;
   /** Tunnel heartbeat: a device that misses one is taken offline. */
   tunnelHeartbeatMs?: number;
+  /** This process's id among the cloud replicas on the database (lowercase hex; random by default). */
+  replicaId?: string;
+  /** How other replicas reach this one (PostgreSQL LISTEN/NOTIFY); none on SQLite. Closed with the app. */
+  replicaBus?: ReplicaBus | null;
+  /** Replica heartbeat; a replica silent for three of these is dead and its devices offline. */
+  replicaHeartbeatMs?: number;
 }
 
 export function buildCloud(deps: CloudDeps): FastifyInstance {
@@ -40,24 +51,34 @@ export function buildCloud(deps: CloudDeps): FastifyInstance {
     principalOf(deps.db, bearerKey(request.headers.authorization), deps.now?.());
 
   const now = deps.now ?? (() => new Date());
+  const log = { warn: (m: string) => app.log.warn(m) };
+  const replicaHeartbeatMs = deps.replicaHeartbeatMs ?? 5_000;
+  const directory = new ReplicaDirectory({ db: deps.db, id: deps.replicaId ?? randomBytes(16).toString('hex'), staleAfterMs: 3 * replicaHeartbeatMs });
   const hub = new TunnelHub({
     authenticate: async (uuid, key) => {
       const p = await principalOf(deps.db, key, deps.now?.());
       return p.kind === 'device' && p.uuid === uuid ? { deviceId: p.deviceId } : null;
     },
-    onChange: async (deviceId, online) => {
-      const at = now().toISOString();
-      await deps.db.query('UPDATE "device" SET is_online = ?, last_connectivity_event = ?, api_heartbeat_state = ? WHERE id = ?', [online, at, online ? 'online' : 'offline', deviceId]);
-    },
+    onChange: (uuid, deviceId, online) => (online ? directory.connected(uuid, deviceId, now().toISOString()) : directory.disconnected(uuid, now().toISOString())),
     heartbeatMs: deps.tunnelHeartbeatMs ?? 15_000,
-    log: { warn: (m) => app.log.warn(m) },
+    log,
   });
   hub.attach(app.server);
-  app.addHook('onClose', async () => hub.close());
+  const calls = new ClusterCalls({ hub, directory, bus: deps.replicaBus ?? null, log });
+  let heartbeat: ReplicaHeartbeat | undefined;
+  app.addHook('onReady', async () => {
+    heartbeat = await startReplicaHeartbeat({ directory, held: () => hub.held(), intervalMs: replicaHeartbeatMs, now, log });
+  });
+  app.addHook('onClose', async () => {
+    calls.close();
+    await hub.close();
+    await deps.replicaBus?.close();
+    await heartbeat?.stop();
+  });
 
   app.get('/ping', async (_req, reply) => reply.type('text/plain').send('OK'));
   void app.register(async (scope) => deviceRoutes(scope, { db: deps.db, authenticate, now }));
-  void app.register(async (scope) => proxyRoutes(scope, { db: deps.db, model, hub, authenticate, timeoutMs: deps.proxyTimeoutMs ?? 30_000 }));
+  void app.register(async (scope) => proxyRoutes(scope, { db: deps.db, model, devices: calls, authenticate, timeoutMs: deps.proxyTimeoutMs ?? 30_000 }));
   void app.register(async (scope) => keyRoutes(scope, { db: deps.db, model, authenticate, now: deps.now }));
   void app.register(async (scope) => odataRoutes(scope, { db: deps.db, model, hooks, authenticate }));
   return app;

@@ -21,6 +21,11 @@ export interface Dialect {
   constraintViolation(err: unknown): ConstraintViolation | null;
   /** A value the database refused (overflow, division by zero): the caller's input, a 400. */
   isDataException(err: unknown): boolean;
+  /**
+   * The database's clock in epoch milliseconds, as an SQL expression. Cloud replicas judge
+   * each other's heartbeats by it, so hosts with skewed clocks still agree who is alive.
+   */
+  nowMs: string;
 }
 
 function pgCast(value: SqlValue): string {
@@ -65,6 +70,7 @@ export const sqliteDialect: Dialect = {
     return null;
   },
   isDataException: (err) => ['SQLITE_MISMATCH', 'SQLITE_TOOBIG', 'SQLITE_RANGE'].includes((err as { code?: string })?.code ?? ''),
+  nowMs: "CAST(unixepoch('subsec') * 1000 AS INTEGER)",
 };
 
 export const postgresDialect: Dialect = {
@@ -97,4 +103,6 @@ export const postgresDialect: Dialect = {
   },
   // SQLSTATE class 22: data exception (numeric out of range, division by zero, bad text).
   isDataException: (err) => /^22/.test((err as { code?: string })?.code ?? ''),
+  // clock_timestamp, not now(): now() is frozen at the start of the transaction.
+  nowMs: 'CAST(extract(epoch FROM clock_timestamp()) * 1000 AS bigint)',
 };

@@ -14,8 +14,8 @@ import { errorResponse } from '../api/errors.js';
 export interface TunnelHubDeps {
   /** The device a tunnel request authenticates as, or null to refuse it (401). */
   authenticate(uuid: string, key: string): Promise<{ deviceId: number } | null>;
-  /** Online/offline bookkeeping (device.is_online, last_connectivity_event). */
-  onChange(deviceId: number, online: boolean): Promise<void>;
+  /** Online/offline bookkeeping (device.is_online, which replica holds the tunnel). Not called while closing. */
+  onChange(uuid: string, deviceId: number, online: boolean): Promise<void>;
   readonly heartbeatMs: number;
   readonly log: { warn(message: string): void };
 }
@@ -31,6 +31,8 @@ interface Connection {
   readonly socket: WebSocket;
   readonly pending: Map<number, { resolve: (answer: DeviceAnswer) => void; reject: (err: Error) => void }>;
   nextId: number;
+  /** The online write; the offline write waits for it, so the two never land out of order. */
+  online: Promise<void>;
 }
 
 const tunnelPath = /^\/device\/v3\/([0-9a-f]{32}|[0-9a-f]{62})\/tunnel$/;
@@ -47,6 +49,7 @@ export class TunnelHub {
   private readonly connections = new Map<string, Connection>();
   private heartbeat: NodeJS.Timeout | undefined;
   private readonly alive = new WeakSet<WebSocket>();
+  private closing = false;
 
   constructor(private readonly deps: TunnelHubDeps) {}
 
@@ -69,6 +72,11 @@ export class TunnelHub {
     return this.connections.has(uuid);
   }
 
+  /** The tunnels held now. */
+  held(): Array<{ uuid: string; deviceId: number }> {
+    return [...this.connections].map(([uuid, c]) => ({ uuid, deviceId: c.deviceId }));
+  }
+
   /** One device API call through the device's tunnel. 404 when offline, 504 after `timeoutMs`. */
   call(uuid: string, request: Omit<TunnelRequest, 'type' | 'id'>, timeoutMs: number): Promise<DeviceAnswer> {
     const conn = this.connections.get(uuid);
@@ -88,6 +96,8 @@ export class TunnelHub {
   }
 
   async close(): Promise<void> {
+    // The replica leaves the directory as a whole (every device offline in one statement).
+    this.closing = true;
     clearInterval(this.heartbeat);
     for (const { socket } of this.connections.values()) socket.terminate();
     await new Promise<void>((r) => this.wss.close(() => r()));
@@ -106,10 +116,10 @@ export class TunnelHub {
   private adopt(uuid: string, deviceId: number, socket: WebSocket): void {
     // A device that reconnects after a partition may still have a half-open old socket here.
     this.connections.get(uuid)?.socket.terminate();
-    const conn: Connection = { deviceId, socket, pending: new Map(), nextId: 1 };
+    const online = this.deps.onChange(uuid, deviceId, true).catch((err) => this.deps.log.warn(`device ${uuid} online bookkeeping: ${String(err)}`));
+    const conn: Connection = { deviceId, socket, pending: new Map(), nextId: 1, online };
     this.connections.set(uuid, conn);
     this.alive.add(socket);
-    void this.deps.onChange(deviceId, true).catch((err) => this.deps.log.warn(`device ${uuid} online bookkeeping: ${String(err)}`));
     socket.on('pong', () => this.alive.add(socket));
     socket.on('message', (data) => {
       let frame: unknown;
@@ -128,7 +138,10 @@ export class TunnelHub {
       conn.pending.clear();
       if (this.connections.get(uuid) !== conn) return;
       this.connections.delete(uuid);
-      void this.deps.onChange(deviceId, false).catch((err) => this.deps.log.warn(`device ${uuid} offline bookkeeping: ${String(err)}`));
+      if (this.closing) return;
+      void conn.online
+        .then(() => this.deps.onChange(uuid, deviceId, false))
+        .catch((err) => this.deps.log.warn(`device ${uuid} offline bookkeeping: ${String(err)}`));
     });
     socket.on('error', () => socket.terminate());
   }

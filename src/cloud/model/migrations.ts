@@ -78,6 +78,18 @@ export const migrations: Migration[] = [
     name: '003-device-update-failed',
     statements: [`ALTER TABLE "device" ADD COLUMN update_failed BOOLEAN NOT NULL DEFAULT FALSE`],
   },
+  {
+    // Several cloud processes (replicas) on one database: which replicas are alive (by the
+    // database's clock), which one holds each device's tunnel, and proxy messages between
+    // replicas too large for a PostgreSQL notification. See src/cloud/cluster/.
+    name: '004-cloud-replicas',
+    statements: [
+      `CREATE TABLE "cloud_replica" (id TEXT PRIMARY KEY, started_at BIGINT NOT NULL, heartbeat_at BIGINT NOT NULL)`,
+      `CREATE TABLE "device_tunnel" (uuid TEXT PRIMARY KEY, replica TEXT NOT NULL, since BIGINT NOT NULL)`,
+      `CREATE INDEX device_tunnel_replica ON "device_tunnel" (replica)`,
+      `CREATE TABLE "cloud_message" (id {pk}, replica TEXT NOT NULL, payload TEXT NOT NULL)`,
+    ],
+  },
 ];
 
 /** Applies the migrations not yet recorded, each in its own transaction. Returns their names. */

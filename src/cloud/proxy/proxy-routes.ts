@@ -8,7 +8,7 @@ import { accessOf } from '../auth/permissions.js';
 import type { Principal } from '../auth/principal.js';
 import type { Db } from '../db/port.js';
 import type { Model } from '../model/types.js';
-import type { TunnelHub } from '../device/tunnel-hub.js';
+import type { DeviceCalls } from '../cluster/device-calls.js';
 import { eqField } from '../odata/expr.js';
 import { QueryRunner } from '../odata/execute.js';
 import { planSelect } from '../odata/plan.js';
@@ -17,7 +17,7 @@ import { ProxyBody, proxyCall, type Selector } from './proxy.js';
 export interface ProxyRouteDeps {
   readonly db: Db;
   readonly model: Model;
-  readonly hub: TunnelHub;
+  readonly devices: DeviceCalls;
   authenticate(request: FastifyRequest): Promise<Principal>;
   readonly timeoutMs: number;
 }
@@ -38,7 +38,7 @@ export async function proxyRoutes(app: FastifyInstance, deps: ProxyRouteDeps): P
     const principal = await deps.authenticate(request);
     if (principal.kind !== 'user') throw new FleetlabError('CLOUD_ERR_FORBIDDEN', 'The supervisor proxy takes a user API key');
     const path = `/${(request.params as { '*': string })['*']}`;
-    const result = await proxyCall({ hub: deps.hub, resolve: devicesOf(principal), timeoutMs: deps.timeoutMs }, path, request.body as ProxyBody);
+    const result = await proxyCall({ devices: deps.devices, resolve: devicesOf(principal), timeoutMs: deps.timeoutMs }, path, request.body as ProxyBody);
     return reply.code(result.status).type(result.contentType ?? 'text/plain; charset=utf-8').send(result.body);
   });
 }

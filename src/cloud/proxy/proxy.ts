@@ -5,7 +5,8 @@
  */
 import { Type, type Static } from '@sinclair/typebox';
 import { FleetlabError } from '../../errors.js';
-import type { DeviceAnswer, TunnelHub } from '../device/tunnel-hub.js';
+import type { DeviceCalls } from '../cluster/device-calls.js';
+import type { DeviceAnswer } from '../device/tunnel-hub.js';
 
 export const ProxyBody = Type.Object(
   {
@@ -52,7 +53,7 @@ const parsedBody = (a: DeviceAnswer): unknown => {
 };
 
 export interface ProxyDeps {
-  readonly hub: TunnelHub;
+  readonly devices: DeviceCalls;
   readonly resolve: DeviceResolver;
   readonly timeoutMs: number;
 }
@@ -61,16 +62,16 @@ export async function proxyCall(deps: ProxyDeps, path: string, body: ProxyBody):
   if (!/^\/(ping|v1\/|v2\/)/.test(path)) throw new FleetlabError('CLOUD_ERR_BAD_REQUEST', `${path} is not a supervisor API path`);
   const selector = selectorOf(body);
   const request = { method: body.method ?? 'POST', path, ...(body.data === undefined ? {} : { body: body.data }) } as const;
-  const online = (await deps.resolve(selector)).filter((uuid) => deps.hub.isOnline(uuid));
+  const online = await deps.devices.reachable(await deps.resolve(selector));
   if (online.length === 0) throw new FleetlabError('CLOUD_ERR_DEVICE_OFFLINE', 'No online device matched the request');
   if (!('appId' in selector)) {
-    const answer = await deps.hub.call(online[0]!, request, deps.timeoutMs);
+    const answer = await deps.devices.call(online[0]!, request, deps.timeoutMs);
     return { status: answer.status, body: answer.body, ...(answer.contentType ? { contentType: answer.contentType } : {}) };
   }
   const results = await Promise.all(
     online.map(async (uuid) => {
       try {
-        const answer = await deps.hub.call(uuid, request, deps.timeoutMs);
+        const answer = await deps.devices.call(uuid, request, deps.timeoutMs);
         return { uuid, statusCode: answer.status, body: parsedBody(answer) };
       } catch (err) {
         const status = err instanceof FleetlabError ? err.statusCode : 502;

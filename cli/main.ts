@@ -101,7 +101,7 @@ sim
 
 sim
   .command('fleet')
-  .description("Many virtual devices in this process, each the supervisor's real cloud logic over its own simulated engine, registered to a fleet of a fleetlab cloud; a live line shows where they are. Ctrl-C stops them")
+  .description("Many virtual devices in this process (or worker processes), each the supervisor's real cloud logic over its own simulated engine, registered to a fleet of a fleetlab cloud; a live line shows where they are. Ctrl-C stops them")
   .requiredOption('--devices <n>', 'devices in the whole fleet (every shard together)')
   .requiredOption('--cloud <url>', 'the fleetlab cloud, e.g. http://127.0.0.1:48400')
   .option('--fleet <name>', "the fleet (name or id) to register to, with --api-key (which makes a provisioning key)")
@@ -116,8 +116,9 @@ sim
   .option('--start-rate <n>', 'devices started per second (default: the fleet comes up over one poll interval, at least 50 a second)')
   .option('--data-dir <dir>', 'keep the devices\' state here (default: a temporary directory, removed at the stop)')
   .option('--every <s>', 'seconds between live lines', '5')
+  .option('--workers <n>', "processes to run the devices in (default: as many as the open-file limit needs; a device holds two connections)")
   .action(
-    action(async (opts: { devices: string; cloud: string; fleet?: string; apiKey?: string; provisioningKey?: string; shard?: string; fault: string[]; seed: string; partitionAfter?: string; healAfter?: string; pollIntervalMs: string; startRate?: string; dataDir?: string; every: string }) => {
+    action(async (opts: { devices: string; cloud: string; fleet?: string; apiKey?: string; provisioningKey?: string; shard?: string; fault: string[]; seed: string; partitionAfter?: string; healAfter?: string; pollIntervalMs: string; startRate?: string; dataDir?: string; every: string; workers?: string }) => {
       const devices = Number(opts.devices);
       if (!Number.isInteger(devices) || devices < 1 || devices > 100_000) throw new UsageError(`--devices must be a whole number from 1 to 100000, got ${opts.devices}`);
       if (!opts.provisioningKey && !(opts.fleet && opts.apiKey)) throw new UsageError('give --fleet and --api-key (a provisioning key is made for the fleet), or --provisioning-key');
@@ -148,6 +149,8 @@ sim
       const healAfterS = positive('--heal-after', opts.healAfter);
       const partitionAfterS = positive('--partition-after', opts.partitionAfter);
       const startRate = positive('--start-rate', opts.startRate);
+      const workers = positive('--workers', opts.workers);
+      if (workers !== undefined && !Number.isInteger(workers)) throw new UsageError(`--workers must be a whole number, got ${opts.workers}`);
       await runFleet({
         devices,
         cloud: opts.cloud,
@@ -163,6 +166,7 @@ sim
         ...(healAfterS ? { healAfterS } : {}),
         ...(partitionAfterS ? { partitionAfterS } : {}),
         everyS: positive('--every', opts.every)!,
+        ...(workers ? { workers } : {}),
       });
     }),
   );

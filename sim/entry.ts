@@ -16,3 +16,8 @@ export function cliCommand(args: string[], preload: readonly string[] = []): { f
   const main = fileURLToPath(new URL(fromSource ? '../cli/main.ts' : '../cli/main.js', import.meta.url));
   return { file: process.execPath, args: [...(fromSource ? ['--import', 'tsx'] : []), ...preload.flatMap((m) => ['--import', m]), main, ...args] };
 }
+
+/** A module of sim/ to run as a forked worker, and the node options it needs in this tree. */
+export function simWorker(name: string): { module: string; execArgv: string[] } {
+  return { module: simModule(name), execArgv: fromSource ? ['--import', 'tsx'] : [] };
+}

@@ -6,7 +6,7 @@
  * error, which the fleet reports as why they are stuck. What the cloud believes agrees.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
-import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 import { tmpdir } from 'node:os';
@@ -14,8 +14,9 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { fleetRelease } from '../hil/harness/fleet.js';
 import { fleetProgress, publishRelease, type PublishedRelease } from '../hil/release/publish.js';
-import { parseFault } from '../sim/fleet/fault-plan.js';
+import { assignFaults, parseFault } from '../sim/fleet/fault-plan.js';
 import { Fleet } from '../sim/fleet/fleet.js';
+import { startFleetControl } from '../sim/fleet/fleet-workers.js';
 import type { FleetDevice } from '../sim/fleet/fleet-device.js';
 import { startFleetCloud, type FleetCloud } from '../sim/stack.js';
 import { eventually } from './helpers/engine-targets.js';
@@ -123,11 +124,39 @@ describe('fleet simulation', () => {
   });
 });
 
+describe('a fleet in worker processes', () => {
+  it('runs the same devices with the same faults as one process, and answers as one fleet', { timeout: 180_000 }, async () => {
+    // A third release: the simulated registry has test-app 1 and 2, so a new command makes it new.
+    const v3 = await publishRelease(fleetRelease(`services:\n  main:\n    image: fleetlab/test-app:1\n    command: ["sleep", "2000000"]\n`), { url: cloud.url, apiKey: cloud.adminKey, fleet: cloud.fleet.name });
+    const faults = [parseFault('partition:25%')];
+    const control = await startFleetControl(
+      { devices: 12, cloudUrl: cloud.url, provisioningKey: cloud.provisioningKey, dataDir: join(dir, 'workers'), faults, seed: 7, partitionFromStart: true, pollIntervalMs: 2_000, reportIntervalMs: 1_000, tunnelHeartbeatMs: 1_000, startRate: 100 },
+      2,
+    );
+    try {
+      const cut = [...assignFaults(12, faults, 7)].filter(([, kinds]) => kinds.includes('partition')).map(([i]) => i).sort((a, b) => a - b);
+      expect(await control.faultCounts()).toEqual({ partition: cut.length });
+      await eventually(async () => ((await control.appliedOn(v3.releaseId)) === 12 - cut.length ? true : undefined), 60_000, 'the connected devices run release 3');
+      const counts = await control.counts();
+      expect(counts).toMatchObject({ total: 12, applied: 12 - cut.length, offline: cut.length, byRelease: { [v3.releaseId]: 12 - cut.length } });
+      const stuck = await control.stuck(v3.releaseId, 12);
+      expect(stuck.map((s) => s.index).sort((a, b) => a - b)).toEqual(cut);
+      expect(new Set(stuck.map((s) => s.reason))).toEqual(new Set(['partitioned from the cloud before it registered']));
+      expect((await control.latency()).targetState.count).toBeGreaterThan(0);
+      expect(await control.memory()).toMatchObject({ processes: 2 });
+      await control.heal();
+      await eventually(async () => ((await control.appliedOn(v3.releaseId)) === 12 ? true : undefined), 90_000, 'every device runs release 3 after the heal');
+    } finally {
+      await control.close();
+    }
+  });
+});
+
 /** `fleetlab sim fleet` as a user runs it, read line by line from its stderr. */
-function runFleetCli(tmp: string): { child: ChildProcess; line: (match: RegExp) => Promise<RegExpExecArray> } {
+function runFleetCli(tmp: string, extra: string[] = []): { child: ChildProcess; line: (match: RegExp) => Promise<RegExpExecArray> } {
   const root = fileURLToPath(new URL('..', import.meta.url));
   // A cloud nobody serves: the devices start and stay offline, which is all this needs.
-  const child = spawn(process.execPath, ['--import', 'tsx', join(root, 'cli/main.ts'), 'sim', 'fleet', '--devices', '5', '--cloud', 'http://127.0.0.1:9', '--provisioning-key', 'unused-key-0000', '--every', '1'], { cwd: root, env: { ...process.env, TMPDIR: tmp }, stdio: ['ignore', 'ignore', 'pipe'] });
+  const child = spawn(process.execPath, ['--import', 'tsx', join(root, 'cli/main.ts'), 'sim', 'fleet', '--devices', '5', '--cloud', 'http://127.0.0.1:9', '--provisioning-key', 'unused-key-0000', '--every', '1', ...extra], { cwd: root, env: { ...process.env, TMPDIR: tmp }, stdio: ['ignore', 'ignore', 'pipe'] });
   const lines: string[] = [];
   const waiting = new Set<() => void>();
   createInterface({ input: child.stderr! }).on('line', (l) => (lines.push(l), waiting.forEach((w) => w())));
@@ -146,28 +175,71 @@ function runFleetCli(tmp: string): { child: ChildProcess; line: (match: RegExp) 
   return { child, line };
 }
 
+/** Fleet worker processes started by a run with this TMPDIR (workers inherit the environment). */
+function workersOf(tmp: string): number[] {
+  const pids: number[] = [];
+  for (const pid of readdirSync('/proc').filter((p) => /^\d+$/.test(p))) {
+    try {
+      if (!readFileSync(`/proc/${pid}/cmdline`, 'utf8').includes('fleet-worker')) continue;
+      if (readFileSync(`/proc/${pid}/environ`, 'utf8').split('\0').includes(`TMPDIR=${tmp}`)) pids.push(Number(pid));
+    } catch {
+      // gone meanwhile
+    }
+  }
+  return pids;
+}
+
 const exited = (child: ChildProcess) => new Promise<string | number | null>((r) => child.once('exit', (code, signal) => r(signal ?? code)));
 
 describe('fleetlab sim fleet', () => {
-  it('kill -9 leaves its data directory, the next run removes it, and a Ctrl-C stop leaves nothing', { timeout: 120_000 }, async () => {
+  it('refuses more devices than its open-file limit allows in one process, and by default spreads them over workers', { timeout: 120_000 }, async () => {
+    const root = fileURLToPath(new URL('..', import.meta.url));
+    const tmp = mkdtempSync(join(tmpdir(), 'fleetlab-fleet-cli-'));
+    // At 600 descriptors, (600 - 512) / 2 = 44 devices fit in one process.
+    const run = (extra: string) =>
+      new Promise<string>((resolve) => {
+        const child = spawn('bash', ['-c', `ulimit -n 600 && exec "${process.execPath}" --import tsx cli/main.ts sim fleet --devices 100 --cloud http://127.0.0.1:9 --provisioning-key unused-key-0000 --every 1 ${extra}`], { cwd: root, env: { ...process.env, TMPDIR: tmp }, stdio: ['ignore', 'ignore', 'pipe'] });
+        let err = '';
+        child.stderr.on('data', (d: Buffer) => {
+          err += d.toString();
+          if (/100 devices · offline 100/.test(err)) child.kill('SIGINT');
+        });
+        child.once('exit', () => resolve(err));
+      });
+    try {
+      expect(await run('--workers 1')).toContain('100 devices in one process need more file descriptors than this process may open (600, ulimit -n); at most 44 fit: run them in 3 processes (fleetlab sim fleet --workers 3');
+      const spread = await run('');
+      expect(spread).toContain('running the devices in 3 worker processes');
+      expect(spread).toContain('stopped every device');
+    } finally {
+      rmSync(tmp, { recursive: true, force: true });
+    }
+  });
+
+  it('kill -9 leaves its data directory (its workers stop), the next run removes it, and a Ctrl-C stop leaves nothing', { timeout: 120_000 }, async () => {
     const tmp = mkdtempSync(join(tmpdir(), 'fleetlab-fleet-cli-'));
     try {
-      const first = runFleetCli(tmp);
+      const first = runFleetCli(tmp, ['--workers', '2']);
+      await first.line(/running the devices in 2 worker processes/);
       const dataDir = (await first.line(/data in (\S+); stop with Ctrl-C/))[1]!;
       expect(existsSync(join(dataDir, 'devices', '4', 'supervisor'))).toBe(true);
+      expect(workersOf(tmp)).toHaveLength(2);
       first.child.kill('SIGKILL');
       expect(await exited(first.child)).toBe('SIGKILL');
       expect(existsSync(dataDir)).toBe(true);
+      // Orphaned, the workers see their channel close, stop their devices and exit.
+      await eventually(async () => (workersOf(tmp).length === 0 ? true : undefined), 30_000, 'the killed run\'s workers exit');
 
-      const second = runFleetCli(tmp);
+      const second = runFleetCli(tmp, ['--workers', '2']);
       await second.line(new RegExp(`removed ${dataDir.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')}, left by a fleet run that was killed`));
       const secondDir = (await second.line(/data in (\S+); stop with Ctrl-C/))[1]!;
       expect(existsSync(dataDir)).toBe(false);
-      await second.line(/5 devices · offline 5/);
+      await second.line(/5 devices · offline 5 .*\(2 workers\)/);
       second.child.kill('SIGINT');
       await second.line(/stopped every device/);
       await exited(second.child);
       expect(existsSync(secondDir)).toBe(false);
+      expect(workersOf(tmp)).toEqual([]);
     } finally {
       rmSync(tmp, { recursive: true, force: true });
     }

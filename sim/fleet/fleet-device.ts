@@ -101,8 +101,9 @@ export class FleetDevice {
     if (this.off) return { phase: 'off', releaseId: null };
     if (!sup) return { phase: 'starting', releaseId: null };
     const releaseId = sup.state.getTarget().apps[0]?.releaseId ?? null;
-    if (!sup.store.get().registered) return { phase: 'offline', releaseId, reason: 'not registered with the cloud yet' };
-    if (!sup.cloud?.tunnelConnected) return { phase: 'offline', releaseId, reason: this.options.faults.includes('partition') ? 'partitioned from the cloud' : 'no tunnel to the cloud' };
+    const cut = this.options.faults.includes('partition');
+    if (!sup.store.get().registered) return { phase: 'offline', releaseId, reason: cut ? 'partitioned from the cloud before it registered' : 'not registered with the cloud yet' };
+    if (!sup.cloud?.tunnelConnected) return { phase: 'offline', releaseId, reason: cut ? 'partitioned from the cloud' : 'no tunnel to the cloud' };
     if (sup.state.updateFailed) return { phase: 'failed', releaseId, reason: sup.state.problem ?? 'update failed' };
     if (sup.state.isApplying() || sup.state.updateLocked) return { phase: 'applying', releaseId };
     return { phase: 'applied', releaseId };

@@ -14,6 +14,7 @@ import type { Logger } from '../../src/supervisor/state/state-engine.js';
 import type { CatalogueEntry } from '../engine/registry.js';
 import { startPartitionableLink, type PartitionableLink } from '../network/partitionable-link.js';
 import { assignFaults, shardRange, type FaultKind, type FaultSpec } from './fault-plan.js';
+import { devicesPerProcess, openFileLimit } from './fd-budget.js';
 import { FleetDevice, type DevicePhase } from './fleet-device.js';
 import { CloudLatency, type LatencySummary } from './latency.js';
 
@@ -94,8 +95,18 @@ export class Fleet {
     if (cloud.protocol !== 'http:') throw new FleetlabError('SUP_ERR_BAD_REQUEST', `--cloud must be an http:// URL (the fleet's partition link forwards plain TCP), got ${options.cloudUrl}`);
     const range = shardRange(options.devices, options.shard);
     const faultsByIndex = assignFaults(options.devices, options.faults ?? [], options.seed ?? 1);
+    const partitionedHere = [...faultsByIndex].filter(([i, kinds]) => i >= range.from && i < range.to && kinds.includes('partition')).length;
+    const here = range.to - range.from;
+    const limit = openFileLimit();
+    const fits = limit === null ? here : devicesPerProcess(limit, partitionedHere / here);
+    if (here > fits) {
+      throw new FleetlabError(
+        'SUP_ERR_BAD_REQUEST',
+        `${here} devices in one process need more file descriptors than this process may open (${limit}, ulimit -n); at most ${fits} fit: run them in ${Math.ceil(here / fits)} processes (fleetlab sim fleet --workers ${Math.ceil(here / fits)}, or --shard), or raise ulimit -n`,
+      );
+    }
     mkdirSync(options.dataDir, { recursive: true });
-    const needsLink = [...faultsByIndex].some(([i, kinds]) => i >= range.from && i < range.to && kinds.includes('partition'));
+    const needsLink = partitionedHere > 0;
     const link = needsLink ? await startPartitionableLink({ host: cloud.hostname, port: Number(cloud.port || 80) }) : null;
     if (options.partitionFromStart) link?.partition();
     const latency = new CloudLatency(new Set([cloud.origin, ...(link ? [new URL(link.url).origin] : [])]));
@@ -174,6 +185,11 @@ export class Fleet {
   /** Target-state polls and reports since the last reset. */
   latency(): { targetState: LatencySummary; report: LatencySummary } {
     return { targetState: this.latencyWatch.summary('target-state'), report: this.latencyWatch.summary('report') };
+  }
+
+  /** The round-trip times behind `latency()`, to merge with other processes' (fleet-workers.ts). */
+  latencySamples(): { targetState: readonly number[]; report: readonly number[] } {
+    return { targetState: this.latencyWatch.raw('target-state'), report: this.latencyWatch.raw('report') };
   }
 
   resetLatency(): void {

@@ -17,6 +17,12 @@ export interface LatencySummary {
 const kindOf = (method: string, path: string): CallKind =>
   method === 'GET' && /^\/device\/v3\/[^/]+\/state/.test(path) ? 'target-state' : method === 'PATCH' && path.startsWith('/device/v3/state') ? 'report' : path.startsWith('/device/register') ? 'register' : 'other';
 
+/** Count and percentiles of round-trip times (any order), e.g. the samples of several processes together. */
+export function summarize(samples: readonly number[]): LatencySummary {
+  const sorted = [...samples].sort((a, b) => a - b);
+  return { count: sorted.length, p50Ms: percentile(sorted, 50), p99Ms: percentile(sorted, 99), maxMs: sorted.at(-1) ?? 0 };
+}
+
 function percentile(sorted: readonly number[], p: number): number {
   if (sorted.length === 0) return 0;
   return sorted[Math.min(sorted.length - 1, Math.ceil((p / 100) * sorted.length) - 1)]!;
@@ -54,8 +60,12 @@ export class CloudLatency {
 
   /** The calls since the last reset, per kind. */
   summary(kind: CallKind): LatencySummary {
-    const sorted = [...(this.samples.get(kind) ?? [])].sort((a, b) => a - b);
-    return { count: sorted.length, p50Ms: percentile(sorted, 50), p99Ms: percentile(sorted, 99), maxMs: sorted.at(-1) ?? 0 };
+    return summarize(this.raw(kind));
+  }
+
+  /** The round-trip times since the last reset, in milliseconds, in arrival order. */
+  raw(kind: CallKind): readonly number[] {
+    return this.samples.get(kind) ?? [];
   }
 
   reset(): void {

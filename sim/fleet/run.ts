@@ -9,8 +9,10 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { reapStale, ownerRecord, writeOwner } from '../../src/owned-dirs.js';
 import { untilStopped } from '../../src/stop-signals.js';
-import type { FaultSpec } from './fault-plan.js';
-import { Fleet, type FleetCounts } from './fleet.js';
+import { shardRange, type FaultSpec } from './fault-plan.js';
+import { processesFor } from './fd-budget.js';
+import type { FleetCounts } from './fleet.js';
+import { startFleetControl } from './fleet-workers.js';
 import { provisioningKeyFor } from './provisioning.js';
 
 export interface RunFleetOptions {
@@ -32,6 +34,8 @@ export interface RunFleetOptions {
   healAfterS?: number;
   /** Seconds between live lines. */
   everyS: number;
+  /** Processes to run the devices in (default: as many as this process's file descriptor limit needs). */
+  workers?: number;
 }
 
 const DIR_PREFIX = 'fleetlab-fleet-';
@@ -60,7 +64,11 @@ export async function runFleet(opts: RunFleetOptions): Promise<void> {
   }
   const started = Date.now();
   let lastStartLine = 0;
-  const fleet = await Fleet.start({
+  const range = shardRange(opts.devices, opts.shard);
+  const partitionedShare = opts.faults.filter((f) => f.kind === 'partition').reduce((s, f) => s + f.percent / 100, 0);
+  const workers = opts.workers ?? processesFor(range.to - range.from, partitionedShare);
+  if (workers > 1) say(`running the devices in ${workers} worker processes`);
+  const fleet = await startFleetControl({
     devices: opts.devices,
     ...(opts.shard ? { shard: opts.shard } : {}),
     cloudUrl: opts.cloud,
@@ -78,29 +86,31 @@ export async function runFleet(opts: RunFleetOptions): Promise<void> {
         say(`started ${n} of ${of} devices`);
       }
     },
-  });
+  }, workers);
   say(`shard ${fleet.range.label}: devices ${fleet.range.from}..${fleet.range.to - 1} of ${opts.devices}, data in ${dataDir}; stop with Ctrl-C`);
-  const faulted = new Map<string, number>();
-  for (const d of fleet.devices) for (const f of d.faults) faulted.set(f, (faulted.get(f) ?? 0) + 1);
-  if (faulted.size) say(`faults (seed ${opts.seed}): ${[...faulted].map(([k, n]) => `${k} ${n}`).join(', ')}${fleet.partitioned ? ' (partitioned from the start)' : ''}`);
+  const faulted = Object.entries(await fleet.faultCounts());
+  if (faulted.length) say(`faults (seed ${opts.seed}): ${faulted.map(([k, n]) => `${k} ${n}`).join(', ')}${faulted.some(([k]) => k === 'partition') && !opts.partitionAfterS ? ' (partitioned from the start)' : ''}`);
 
   const afterStart = (s: number) => Math.max(0, s * 1000 - (Date.now() - started));
-  const cut = opts.partitionAfterS ? setTimeout(() => (fleet.partition(), say('partition: the partitioned devices lost their link to the cloud')), afterStart(opts.partitionAfterS)) : undefined;
-  const heal = opts.healAfterS === undefined ? undefined : setTimeout(() => (fleet.heal(), say('partition healed')), afterStart(opts.healAfterS));
-  const live = setInterval(() => {
-    const { targetState } = fleet.latency();
-    fleet.resetLatency();
+  const later = (what: () => Promise<void>, line: string) => () => void what().then(() => say(line), (err) => say(`${line}: failed: ${String(err)}`));
+  const cut = opts.partitionAfterS ? setTimeout(later(fleet.partition, 'partition: the partitioned devices lost their link to the cloud'), afterStart(opts.partitionAfterS)) : undefined;
+  const heal = opts.healAfterS === undefined ? undefined : setTimeout(later(fleet.heal, 'partition healed'), afterStart(opts.healAfterS));
+  const liveLine = async () => {
+    const { targetState } = await fleet.latency();
+    await fleet.resetLatency();
     const p99 = targetState.count ? ` · target-state ${targetState.count} polls, p99 ${targetState.p99Ms.toFixed(1)} ms` : '';
-    const mem = process.memoryUsage();
-    say(`${describeCounts(fleet.counts())}${p99} · rss ${(mem.rss / 1e6).toFixed(0)} MB (heap ${(mem.heapUsed / 1e6).toFixed(0)} of ${(mem.heapTotal / 1e6).toFixed(0)} MB)`);
-  }, opts.everyS * 1000);
+    const mem = await fleet.memory();
+    const memory = ` · rss ${(mem.rss / 1e6).toFixed(0)} MB, heap ${(mem.heapUsed / 1e6).toFixed(0)} MB${mem.processes > 1 ? ` (${mem.processes} workers)` : ''}`;
+    say(`${describeCounts(await fleet.counts())}${p99}${memory}`);
+  };
+  const live = setInterval(() => void liveLine().catch((err) => say(`live line: ${String(err)}`)), opts.everyS * 1000);
   const { done } = untilStopped(
     async () => {
       clearInterval(live);
       clearTimeout(cut);
       clearTimeout(heal);
-      say(`stopping: ${describeCounts(fleet.counts())}`);
-      for (const s of fleet.stuck(null, 5)) say(`  device ${s.index} (${s.uuid ?? 'no uuid yet'}) ${s.phase}: ${s.reason}`);
+      say(`stopping: ${describeCounts(await fleet.counts())}`);
+      for (const s of await fleet.stuck(null, 5)) say(`  device ${s.index} (${s.uuid ?? 'no uuid yet'}) ${s.phase}: ${s.reason}`);
       await fleet.close();
       say('stopped every device');
     },

@@ -1,27 +1,40 @@
 /**
- * Fleet simulation at scale: N virtual devices (sim/fleet) in this process against a fleetlab
- * cloud on SQLite in its own process, as a fleet and its cloud run. For each size:
+ * Fleet simulation at scale: N virtual devices (sim/fleet, in this process or in worker
+ * processes when one process's open-file limit does not hold them) against a fleetlab cloud in
+ * its own process: on SQLite, or on PostgreSQL with one or more replicas behind a TCP balancer.
+ * For each size:
  *
  *   start      wall time to start the devices (spread over one poll interval, as a fleet comes up)
  *   converge1  from the last device started to every device applying the fleet's first release
  *   steady     one poll interval with nothing to do (after the last reports of release 1):
  *              target-state polls/s, p50, p99
  *   rollout    a new release: time until every device has applied it, polls/s, reports/s, p99
- *   memory     this process's RSS, per 1,000 devices; the cloud's RSS
+ *   memory     the fleet processes' RSS, per 1,000 devices; the cloud processes' RSS
+ *
+ * With two or more replicas: before the rollout, the proxy calls 20 devices through each
+ * replica (each device's tunnel is on one of them); half way through the rollout the first
+ * replica is killed with SIGKILL; the rollout must still reach every device, and the proxy
+ * calls the same 20 through the survivor.
  *
  *   npm run bench:fleet -- [--devices 1000,10000] [--poll-interval-ms 60000]
+ *                          [--db sqlite|postgres] [--replicas 1] [--workers auto|N]
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
+import { randomBytes } from 'node:crypto';
 import { fleetRelease } from '../hil/harness/fleet.js';
-import { publishRelease } from '../hil/release/publish.js';
+import { fleetProgress, publishRelease } from '../hil/release/publish.js';
 import { cliCommand } from '../sim/entry.js';
-import { DEFAULT_REPORT_INTERVAL_MS, Fleet } from '../sim/fleet/fleet.js';
+import { processesFor } from '../sim/fleet/fd-budget.js';
+import { DEFAULT_REPORT_INTERVAL_MS, type FleetCounts } from '../sim/fleet/fleet.js';
+import { startFleetControl, type FleetControl } from '../sim/fleet/fleet-workers.js';
 import { provisioningKeyFor } from '../sim/fleet/provisioning.js';
 import { describeCounts } from '../sim/fleet/run.js';
+import { startBalancer, type Balancer } from '../sim/network/balancer.js';
+import { startPostgres, type PostgresCluster } from '../test/helpers/postgres.js';
 
 function arg(name: string, fallback: string): string {
   const i = process.argv.indexOf(name);
@@ -30,6 +43,13 @@ function arg(name: string, fallback: string): string {
 
 const sizes = arg('--devices', '1000,10000').split(',').map(Number);
 const pollIntervalMs = Number(arg('--poll-interval-ms', '60000'));
+const dbKind = arg('--db', 'sqlite');
+const replicaCount = Number(arg('--replicas', '1'));
+const workersArg = arg('--workers', 'auto');
+if (dbKind !== 'sqlite' && dbKind !== 'postgres') throw new Error(`--db must be sqlite or postgres, got ${dbKind}`);
+if (!Number.isInteger(replicaCount) || replicaCount < 1) throw new Error(`--replicas must be a whole number of at least 1, got ${replicaCount}`);
+if (replicaCount > 1 && dbKind !== 'postgres') throw new Error('--replicas above 1 needs --db postgres: replicas share one PostgreSQL database');
+if (workersArg !== 'auto' && !(Number(workersArg) >= 1)) throw new Error(`--workers must be auto or a whole number, got ${workersArg}`);
 // /dev/shm when there is one: ten thousand devices' state files are not what is measured.
 const scratch = (() => {
   try {
@@ -42,14 +62,62 @@ const scratch = (() => {
 
 const rssMb = (pid: number) => Number(/VmRSS:\s+(\d+)/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'))?.[1] ?? 0) / 1024;
 
-async function startCloud(dataDir: string): Promise<{ url: string; adminKey: string; child: ChildProcess }> {
-  const { file, args } = cliCommand(['cloud', '--port', '0', '--data-dir', dataDir]);
-  const child = spawn(file, args, { stdio: ['ignore', 'pipe', 'inherit'] });
+interface Replica {
+  url: string;
+  child: ChildProcess;
+}
+
+async function startReplica(args: string[]): Promise<Replica & { adminKey: string }> {
+  const { file, args: argv } = cliCommand(['cloud', '--port', '0', ...args]);
+  const child = spawn(file, argv, { stdio: ['ignore', 'pipe', 'inherit'] });
   for await (const line of createInterface({ input: child.stdout! })) {
     const ready = JSON.parse(line) as { event?: string; url?: string; adminKey?: string };
     if (ready.event === 'ready') return { url: ready.url!, adminKey: ready.adminKey!, child };
   }
   throw new Error('the cloud exited before it was ready');
+}
+
+/** The cloud of one run: its processes, and the URL devices and users reach it by. */
+interface BenchCloud {
+  url: string;
+  adminKey: string;
+  replicas: Replica[];
+  close(): Promise<void>;
+}
+
+async function startCloud(dir: string, devices: number): Promise<BenchCloud> {
+  let pgCluster: PostgresCluster | undefined;
+  let balancer: Balancer | undefined;
+  const replicas: Replica[] = [];
+  const close = async () => {
+    await balancer?.close();
+    for (const r of replicas) {
+      if (r.child.exitCode === null && r.child.signalCode === null) {
+        r.child.kill('SIGTERM');
+        await new Promise((done) => r.child.once('exit', done));
+      }
+    }
+    await pgCluster?.stop();
+  };
+  try {
+    if (dbKind === 'sqlite') {
+      const only = await startReplica(['--data-dir', join(dir, 'cloud')]);
+      replicas.push(only);
+      return { url: only.url, adminKey: only.adminKey, replicas, close };
+    }
+    pgCluster = await startPostgres();
+    const database = await pgCluster.createDatabase('fleet');
+    const adminKey = randomBytes(32).toString('base64url');
+    for (let i = 0; i < replicaCount; i++) replicas.push(await startReplica(['--database', database, '--data-dir', join(dir, `cloud-${i}`), '--admin-key', adminKey]));
+    if (replicaCount === 1) return { url: replicas[0]!.url, adminKey, replicas, close };
+    // The balancer holds both ends of every device's two connections: four descriptors a device.
+    const forwarders = processesFor(devices, 1);
+    balancer = await startBalancer(replicas.map((r) => ({ host: '127.0.0.1', port: Number(new URL(r.url).port) })), { processes: forwarders });
+    return { url: balancer.url, adminKey, replicas, close };
+  } catch (err) {
+    await close();
+    throw err;
+  }
 }
 
 async function adminCall(cloud: { url: string; adminKey: string }, method: string, path: string, body?: unknown): Promise<unknown> {
@@ -61,27 +129,48 @@ async function adminCall(cloud: { url: string; adminKey: string }, method: strin
 /** A release of the test app that sleeps (quiet: ten thousand ticking apps would be what is measured). */
 const release = (tag: string) => fleetRelease(`services:\n  main:\n    image: fleetlab/test-app:${tag}\n    command: ["sleep", "1000000"]\n    volumes: ["data:/data"]\nvolumes:\n  data: {}\n`);
 
-async function until(fleet: Fleet, releaseId: number, limitMs: number): Promise<number> {
+async function until(fleet: FleetControl, releaseId: number, limitMs: number, onProgress?: (counts: FleetCounts, applied: number) => Promise<void>): Promise<number> {
   const t0 = performance.now();
   let said = t0;
   for (;;) {
-    const c = fleet.counts();
+    const c = await fleet.counts();
     if (performance.now() - said >= 10_000) {
       said = performance.now();
       process.stderr.write(`bench:fleet ${c.total}: waiting for release ${releaseId}: ${describeCounts(c)}\n`);
     }
-    if (fleet.appliedOn(releaseId) === c.total) return performance.now() - t0;
-    if (performance.now() - t0 > limitMs) throw new Error(`not converged on release ${releaseId} within ${limitMs / 1000} s: ${JSON.stringify(c)}; ${JSON.stringify(fleet.stuck(releaseId, 3))}`);
+    const applied = await fleet.appliedOn(releaseId);
+    await onProgress?.(c, applied);
+    if (applied === c.total) return performance.now() - t0;
+    if (performance.now() - t0 > limitMs) throw new Error(`not converged on release ${releaseId} within ${limitMs / 1000} s: ${JSON.stringify(c)}; ${JSON.stringify(await fleet.stuck(releaseId, 3))}`);
     await new Promise((r) => setTimeout(r, 500));
   }
 }
 
+/** Proxy calls to these devices through one replica: how many answered 200. */
+async function proxied(replica: Replica, adminKey: string, uuids: readonly string[]): Promise<number> {
+  let ok = 0;
+  for (const uuid of uuids) {
+    const res = await fetch(new URL('/supervisor/v1/device', replica.url), { method: 'POST', headers: { authorization: `Bearer ${adminKey}`, 'content-type': 'application/json' }, body: JSON.stringify({ uuid, method: 'GET' }) });
+    await res.arrayBuffer();
+    if (res.status === 200) ok += 1;
+  }
+  return ok;
+}
+
 const fmt = (ms: number) => (ms >= 10_000 ? `${(ms / 1000).toFixed(0)} s` : ms >= 1000 ? `${(ms / 1000).toFixed(1)} s` : `${ms.toFixed(1)} ms`);
+
+const rssOf = (replicas: readonly Replica[]) => replicas.filter((r) => r.child.exitCode === null && r.child.signalCode === null).reduce((sum, r) => sum + rssMb(r.child.pid!), 0);
 
 async function runSize(devices: number): Promise<string[]> {
   const dir = mkdtempSync(join(scratch, 'fleetlab-bench-fleet-'));
-  const cloud = await startCloud(join(dir, 'cloud'));
-  let fleet: Fleet | undefined;
+  const cloud = await startCloud(dir, devices);
+  stopNow = async () => {
+    await fleet?.close();
+    await cloud.close();
+    rmSync(dir, { recursive: true, force: true });
+  };
+  const config = `${devices} | ${dbKind}${dbKind === 'postgres' ? ` × ${replicaCount}` : ''}`;
+  let fleet: FleetControl | undefined;
   try {
     const org = ((await adminCall(cloud, 'GET', `/v6/organization?$filter=handle eq 'admin'`)) as { d: Array<{ id: number }> }).d[0]!.id;
     await adminCall(cloud, 'POST', '/v6/application', { app_name: 'bench', organization: org, device_type: 'raspberrypi3' });
@@ -89,44 +178,103 @@ async function runSize(devices: number): Promise<string[]> {
     const target = { url: cloud.url, apiKey: cloud.adminKey, fleet: 'bench' };
     const v1 = await publishRelease(release('1'), target);
 
+    const workers = workersArg === 'auto' ? processesFor(devices, 0) : Number(workersArg);
     const t0 = performance.now();
-    fleet = await Fleet.start({ devices, cloudUrl: cloud.url, provisioningKey, dataDir: join(dir, 'fleet'), pollIntervalMs });
+    fleet = await startFleetControl({ devices, cloudUrl: cloud.url, provisioningKey, dataDir: join(dir, 'fleet'), pollIntervalMs }, workers);
     const startMs = performance.now() - t0;
     const converge1 = await until(fleet, v1.releaseId, 10 * pollIntervalMs);
-    process.stderr.write(`bench:fleet ${devices}: started in ${fmt(startMs)}, release 1 everywhere ${fmt(converge1)} later\n`);
+    process.stderr.write(`bench:fleet ${devices}: started in ${fmt(startMs)} (${workers} process${workers > 1 ? 'es' : ''}), release 1 everywhere ${fmt(converge1)} later\n`);
 
     // The reports of that release land within one report interval; steady starts after them.
     await new Promise((r) => setTimeout(r, DEFAULT_REPORT_INTERVAL_MS + 1000));
-    fleet.resetLatency();
+    await fleet.resetLatency();
     const steadyT0 = performance.now();
     await new Promise((r) => setTimeout(r, pollIntervalMs));
     const steadyS = (performance.now() - steadyT0) / 1000;
-    const steady = fleet.latency();
-    const rss = rssMb(process.pid);
-    const cloudRss = rssMb(cloud.child.pid!);
+    const steady = await fleet.latency();
+    const rss = (await fleet.memory()).rss / 2 ** 20;
+    const cloudRss = rssOf(cloud.replicas);
 
-    fleet.resetLatency();
+    // Several replicas: the proxy reaches devices from each, whichever holds their tunnel.
+    let proxyNote = '';
+    const sample = ((await adminCall(cloud, 'GET', '/v6/device?$select=uuid&$orderby=id&$top=20')) as { d: Array<{ uuid: string }> }).d.map((d) => d.uuid);
+    if (cloud.replicas.length > 1) {
+      const before = await Promise.all(cloud.replicas.map((r) => proxied(r, cloud.adminKey, sample)));
+      proxyNote = `proxy before: ${before.map((n) => `${n}/${sample.length}`).join(' and ')} through each replica`;
+    }
+
+    await fleet.resetLatency();
     const v2 = await publishRelease(release('2'), target);
     const rolloutT0 = performance.now();
-    const rolloutMs = await until(fleet, v2.releaseId, 10 * pollIntervalMs);
+    // Half way: half the devices have taken the new target (and most are still applying it).
+    let killedAt: string | undefined;
+    const rolloutMs = await until(fleet, v2.releaseId, 10 * pollIntervalMs, async (c, applied) => {
+      const taken = c.byRelease[String(v2.releaseId)] ?? 0;
+      if (cloud.replicas.length > 1 && killedAt === undefined && taken >= c.total / 2) {
+        killedAt = `${taken}/${c.total} had taken release 2, ${applied} applied`;
+        cloud.replicas[0]!.child.kill('SIGKILL');
+        process.stderr.write(`bench:fleet ${devices}: killed replica 1 (SIGKILL): ${killedAt}\n`);
+      }
+    });
     const rolloutS = (performance.now() - rolloutT0) / 1000;
-    const rollout = fleet.latency();
-    const peakRss = rssMb(process.pid);
+    const rollout = await fleet.latency();
+    const peakRss = (await fleet.memory()).rss / 2 ** 20;
+    const rolloutCloudRss = rssOf(cloud.replicas);
+    // The cloud's own view, through a replica still alive: every device reported release 2.
+    const alive = cloud.replicas.find((r) => r.child.signalCode === null)!;
+    const seen = await cloudSees(alive, cloud.adminKey, v2.releaseId, devices, 10 * pollIntervalMs);
+    proxyNote += `${proxyNote ? '; ' : ''}the cloud saw ${seen.running}/${devices} on release 2, ${seen.online} online, ${fmt(seen.afterMs)} after the fleet`;
+    if (killedAt !== undefined) {
+      const after = await waitForProxy(alive, cloud.adminKey, sample, 120_000);
+      proxyNote += `; replica 1 killed when ${killedAt}; proxy after: ${after}/${sample.length} through the survivor`;
+    }
     return [
-      `| ${devices} | steady | ${(steady.targetState.count / steadyS).toFixed(0)} | ${fmt(steady.targetState.p50Ms)} | ${fmt(steady.targetState.p99Ms)} | ${(steady.report.count / steadyS).toFixed(1)} | ${rss.toFixed(0)} MB (${((rss / devices) * 1000).toFixed(0)} MB per 1,000) | ${cloudRss.toFixed(0)} MB | start ${fmt(startMs)}, release 1 ${fmt(converge1)} |`,
-      `| ${devices} | rollout | ${(rollout.targetState.count / rolloutS).toFixed(0)} | ${fmt(rollout.targetState.p50Ms)} | ${fmt(rollout.targetState.p99Ms)} | ${(rollout.report.count / rolloutS).toFixed(1)} | ${peakRss.toFixed(0)} MB | ${rssMb(cloud.child.pid!).toFixed(0)} MB | **every device on release 2 in ${fmt(rolloutMs)}** |`,
+      `| ${config} | steady | ${(steady.targetState.count / steadyS).toFixed(0)} | ${fmt(steady.targetState.p50Ms)} | ${fmt(steady.targetState.p99Ms)} | ${(steady.report.count / steadyS).toFixed(1)} | ${rss.toFixed(0)} MB (${((rss / devices) * 1000).toFixed(0)} MB per 1,000; ${workers} process${workers > 1 ? 'es' : ''}) | ${cloudRss.toFixed(0)} MB | start ${fmt(startMs)}, release 1 ${fmt(converge1)} |`,
+      `| ${config} | rollout | ${(rollout.targetState.count / rolloutS).toFixed(0)} | ${fmt(rollout.targetState.p50Ms)} | ${fmt(rollout.targetState.p99Ms)} | ${(rollout.report.count / rolloutS).toFixed(1)} | ${peakRss.toFixed(0)} MB | ${rolloutCloudRss.toFixed(0)} MB | **every device on release 2 in ${fmt(rolloutMs)}**${proxyNote ? `; ${proxyNote}` : ''} |`,
     ];
   } finally {
-    await fleet?.close();
-    cloud.child.kill('SIGTERM');
-    await new Promise((r) => cloud.child.once('exit', r));
-    rmSync(dir, { recursive: true, force: true });
+    await stopNow();
+    stopNow = null;
   }
+}
+
+/** Waits until the cloud (through this replica) has every device on the release and online. */
+async function cloudSees(replica: Replica, adminKey: string, releaseId: number, devices: number, limitMs: number): Promise<{ running: number; online: number; afterMs: number }> {
+  const t0 = performance.now();
+  for (;;) {
+    const p = await fleetProgress({ url: replica.url, apiKey: adminKey, fleet: 'bench' }, await fleetId(replica, adminKey), releaseId);
+    if ((p.running === devices && p.online === devices) || performance.now() - t0 > limitMs) return { running: p.running, online: p.online, afterMs: performance.now() - t0 };
+    await new Promise((r) => setTimeout(r, 1000));
+  }
+}
+
+async function fleetId(replica: Replica, adminKey: string): Promise<number> {
+  return ((await adminCall({ url: replica.url, adminKey }, 'GET', `/v6/application?$select=id&$filter=app_name eq 'bench'`)) as { d: Array<{ id: number }> }).d[0]!.id;
+}
+
+/** Devices of a killed replica come back through the balancer within their reconnect backoff. */
+async function waitForProxy(replica: Replica, adminKey: string, uuids: readonly string[], limitMs: number): Promise<number> {
+  const t0 = performance.now();
+  for (;;) {
+    const ok = await proxied(replica, adminKey, uuids);
+    if (ok === uuids.length || performance.now() - t0 > limitMs) return ok;
+    await new Promise((r) => setTimeout(r, 2000));
+  }
+}
+
+// A bench stopped with Ctrl-C or SIGTERM stops what it started (cloud, PostgreSQL, workers, balancer).
+let stopNow: (() => Promise<void>) | null = null;
+for (const signal of ['SIGINT', 'SIGTERM'] as const) {
+  process.once(signal, () => {
+    process.stderr.write(`bench:fleet: ${signal}: stopping what the run started\n`);
+    void (stopNow?.() ?? Promise.resolve()).finally(() => process.exit(130));
+  });
 }
 
 const rows: string[] = [];
 for (const n of sizes) rows.push(...(await runSize(n)));
-console.log(`\nfleet simulation, one cloud on SQLite (its own process), poll interval ${pollIntervalMs / 1000} s, this machine: ${(await import('node:os')).cpus().length} cores`);
-console.log('| devices | phase | target-state polls/s | p50 | p99 | reports/s | fleet RSS | cloud RSS | |');
-console.log('|---|---|---|---|---|---|---|---|---|');
+const cloudLine = dbKind === 'sqlite' ? 'one cloud on SQLite (its own process)' : `${replicaCount} cloud replica${replicaCount > 1 ? 's' : ''} on PostgreSQL${replicaCount > 1 ? ' behind a TCP balancer' : ''}`;
+console.log(`\nfleet simulation, ${cloudLine}, poll interval ${pollIntervalMs / 1000} s, this machine: ${(await import('node:os')).cpus().length} cores`);
+console.log('| devices | database | phase | target-state polls/s | p50 | p99 | reports/s | fleet RSS | cloud RSS | |');
+console.log('|---|---|---|---|---|---|---|---|---|---|');
 for (const r of rows) console.log(r);

@@ -73,7 +73,8 @@ describe('cloud replicas on PostgreSQL', () => {
     const key = 'replicas-admin-key-0000000000000';
     const [a, b] = replicas as [CloudProcess, CloudProcess];
     const backends = [a, b].map((r) => ({ host: '127.0.0.1', port: Number(new URL(r.ready.url).port) }));
-    balancer = await startBalancer(backends);
+    // Two forwarding processes: the path a big fleet takes (balancer.ts).
+    balancer = await startBalancer(backends, { processes: 2 });
 
     const org = (await call(balancer.url, key, 'GET', `/v6/organization?$filter=handle eq 'admin'`)).body as { d: Array<{ id: number }> };
     const app = (await call(balancer.url, key, 'POST', '/v6/application', { app_name: 'orchard', organization: org.d[0]!.id, device_type: 'raspberrypi3' })).body as { id: number };

@@ -4,8 +4,15 @@
  * Connections go round-robin; a backend that refuses (its process is dead) is skipped for
  * the next, as a health-checked balancer does. When a backend dies its connections close,
  * and the devices' new connections land on the replicas still alive.
+ *
+ * Each connection holds two descriptors (the client's and the backend's), so ten thousand
+ * devices (two connections each) need 40,000: more than one process may open under a usual
+ * limit. With `processes` above 1 this process only accepts, and hands each connection to one
+ * of that many forwarding processes (balancer-worker.ts), as Node's cluster module does.
  */
-import { createConnection, createServer, type Socket } from 'node:net';
+import { fork, type ChildProcess } from 'node:child_process';
+import { createConnection, createServer, type Server, type Socket } from 'node:net';
+import { simWorker } from '../entry.js';
 
 export interface Balancer {
   /** `http://127.0.0.1:<port>`: give this to devices and users instead of a replica's URL. */
@@ -18,39 +25,54 @@ export interface Backend {
   readonly port: number;
 }
 
-export async function startBalancer(backends: readonly Backend[]): Promise<Balancer> {
+/** Pipes `client` to the first backend that accepts, trying each once from `start` on. */
+export function forward(client: Socket, backends: readonly Backend[], start: number, track: (s: Socket) => void = () => undefined): void {
+  track(client);
+  client.pause();
+  client.on('error', () => undefined);
+  const attempt = (tried: number): void => {
+    if (tried === backends.length || client.destroyed) return void client.destroy();
+    const remote = createConnection(backends[(start + tried) % backends.length]!);
+    track(remote);
+    remote.once('error', () => attempt(tried + 1));
+    remote.once('connect', () => {
+      remote.removeAllListeners('error');
+      remote.on('error', () => client.destroy());
+      client.on('error', () => remote.destroy());
+      client.on('close', () => remote.destroy());
+      remote.on('close', () => client.destroy());
+      client.pipe(remote);
+      remote.pipe(client);
+      client.resume();
+    });
+  };
+  attempt(0);
+}
+
+export async function startBalancer(backends: readonly Backend[], options: { processes?: number } = {}): Promise<Balancer> {
   if (backends.length === 0) throw new Error('balancer: give at least one backend');
+  const processes = options.processes ?? 1;
   const sockets = new Set<Socket>();
-  let next = 0;
   const track = (s: Socket) => {
     sockets.add(s);
     s.on('close', () => sockets.delete(s));
   };
-
-  const server = createServer((client) => {
-    track(client);
-    client.pause();
-    client.on('error', () => undefined);
-    // Each backend at most once per connection, starting from the next in turn.
-    const start = next++ % backends.length;
-    const attempt = (tried: number): void => {
-      if (tried === backends.length || client.destroyed) return void client.destroy();
-      const remote = createConnection(backends[(start + tried) % backends.length]!);
-      track(remote);
-      remote.once('error', () => attempt(tried + 1));
-      remote.once('connect', () => {
-        remote.removeAllListeners('error');
-        remote.on('error', () => client.destroy());
-        client.on('error', () => remote.destroy());
-        client.on('close', () => remote.destroy());
-        remote.on('close', () => client.destroy());
-        client.pipe(remote);
-        remote.pipe(client);
-        client.resume();
-      });
-    };
-    attempt(0);
-  });
+  const workers: ChildProcess[] = [];
+  let next = 0;
+  let server: Server;
+  if (processes <= 1) {
+    server = createServer((client) => forward(client, backends, next++ % backends.length, track));
+  } else {
+    const { module, execArgv } = simWorker('network/balancer-worker');
+    for (let i = 0; i < processes; i++) workers.push(fork(module, [JSON.stringify(backends)], { execArgv, stdio: ['ignore', 'inherit', 'inherit', 'ipc'] }));
+    // Paused until the worker takes it; sent, the handle is closed here.
+    server = createServer({ pauseOnConnect: true }, (client) => {
+      const n = next++;
+      const worker = workers[n % workers.length]!;
+      if (!worker.connected) return void client.destroy();
+      worker.send({ start: n % backends.length }, client);
+    });
+  }
   await new Promise<void>((resolve, reject) => {
     server.once('error', reject);
     server.listen(0, '127.0.0.1', () => resolve());
@@ -61,7 +83,10 @@ export async function startBalancer(backends: readonly Backend[]): Promise<Balan
     url: `http://127.0.0.1:${address.port}`,
     async close() {
       for (const s of sockets) s.destroy();
+      const gone = workers.map((w) => (w.exitCode !== null || w.signalCode !== null ? Promise.resolve() : new Promise<void>((r) => w.once('exit', () => r()))));
+      for (const w of workers) w.kill('SIGTERM');
       await new Promise<void>((r) => server.close(() => r()));
+      await Promise.all(gone);
     },
   };
 }

@@ -31,6 +31,7 @@ describe('fleetlab usage errors', () => {
       ['cli/main.ts', ['sim', 'fleet', '--devices', '10', '--cloud', 'http://127.0.0.1:1'], 'error: give --fleet and --api-key', "Run 'fleetlab sim fleet --help' for usage."],
       ['cli/main.ts', ['sim', 'fleet', '--devices', '10', '--cloud', 'http://127.0.0.1:1', '--provisioning-key', 'k', '--fault', 'partition:10'], 'error: --fault "partition:10": write it as <kind>:<percent>%', "Run 'fleetlab sim fleet --help' for usage."],
       ['cli/main.ts', ['sim', 'fleet', '--devices', '10', '--cloud', 'http://127.0.0.1:1', '--provisioning-key', 'k', '--shard', '3/2'], 'error: --shard "3/2": write it as i/n', "Run 'fleetlab sim fleet --help' for usage."],
+      ['cli/main.ts', ['sim', 'fleet', '--devices', '10', '--cloud', 'http://127.0.0.1:1', '--provisioning-key', 'k', '--workers', '1.5'], 'error: --workers must be a whole number, got 1.5', "Run 'fleetlab sim fleet --help' for usage."],
       ['src/cli/device.ts', ['supervisor', '--bogus'], "error: unknown option '--bogus'", "Run 'fleetlab supervisor --help' for usage."],
     ];
     const results = await Promise.all(cases.map(([entry, args]) => run(entry, args)));

@@ -13,6 +13,7 @@
 import { fork, type ChildProcess } from 'node:child_process';
 import { createConnection, createServer, type Server, type Socket } from 'node:net';
 import { simWorker } from '../entry.js';
+import { listenOnLoopback } from './listen-loopback.js';
 
 export interface Balancer {
   /** `http://127.0.0.1:<port>`: give this to devices and users instead of a replica's URL. */
@@ -73,14 +74,9 @@ export async function startBalancer(backends: readonly Backend[], options: { pro
       worker.send({ start: n % backends.length }, client);
     });
   }
-  await new Promise<void>((resolve, reject) => {
-    server.once('error', reject);
-    server.listen(0, '127.0.0.1', () => resolve());
-  });
-  const address = server.address();
-  if (!address || typeof address !== 'object') throw new Error('balancer: no listening address');
+  const port = await listenOnLoopback(server, 'balancer');
   return {
-    url: `http://127.0.0.1:${address.port}`,
+    url: `http://127.0.0.1:${port}`,
     async close() {
       for (const s of sockets) s.destroy();
       const gone = workers.map((w) => (w.exitCode !== null || w.signalCode !== null ? Promise.resolve() : new Promise<void>((r) => w.once('exit', () => r()))));

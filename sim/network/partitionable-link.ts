@@ -6,6 +6,7 @@
  * the sockets held during the partition are reset, as a NAT that lost its state would.
  */
 import { createConnection, createServer, type Server, type Socket } from 'node:net';
+import { listenOnLoopback } from './listen-loopback.js';
 
 export interface PartitionableLink {
   /** `http://127.0.0.1:<port>`: give this to the device instead of the cloud URL. */
@@ -44,15 +45,9 @@ export async function startPartitionableLink(upstream: { host: string; port: num
     client.pipe(remote);
     remote.pipe(client);
   });
-  await new Promise<void>((resolve, reject) => {
-    server.once('error', reject);
-    server.listen(0, '127.0.0.1', () => resolve());
-  });
-  const address = server.address();
-  if (!address || typeof address !== 'object') throw new Error('link: no listening address');
-
+  const port = await listenOnLoopback(server, 'link');
   return {
-    url: `http://127.0.0.1:${address.port}`,
+    url: `http://127.0.0.1:${port}`,
     get partitioned() {
       return partitioned;
     },

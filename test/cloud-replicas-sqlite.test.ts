@@ -12,6 +12,7 @@ import { fleetRelease } from '../hil/harness/fleet.js';
 import { publishRelease } from '../hil/release/publish.js';
 import { Fleet } from '../sim/fleet/fleet.js';
 import { simulatedAddresses } from '../sim/fleet/fleet-device.js';
+import { provisioningKeyFor } from '../sim/fleet/provisioning.js';
 import { cloudError } from './helpers/cloud-error-shape.js';
 import { startCloudProcess, type CloudProcess } from './helpers/cloud-process.js';
 import { eventually } from './helpers/engine-targets.js';
@@ -48,8 +49,8 @@ describe('two cloud processes on one SQLite file', () => {
     const [a, b] = clouds as [CloudProcess, CloudProcess];
     expect(a.ready.replica).not.toBe(b.ready.replica);
     const org = JSON.parse((await call(a.ready.url, 'GET', `/v6/organization?$filter=handle eq 'admin'`)).body) as { d: Array<{ id: number }> };
-    const app = JSON.parse((await call(a.ready.url, 'POST', '/v6/application', { app_name: 'shed', organization: org.d[0]!.id, device_type: 'raspberrypi3' })).body) as { id: number };
-    const provisioningKey = JSON.parse((await call(a.ready.url, 'POST', `/api-key/application/${app.id}/provisioning`, { name: 'shed' })).body) as string;
+    await call(a.ready.url, 'POST', '/v6/application', { app_name: 'shed', organization: org.d[0]!.id, device_type: 'raspberrypi3' });
+    const { fleetId, provisioningKey } = await provisioningKeyFor({ cloud: a.ready.url, apiKey: KEY, fleet: 'shed' });
     const v1 = await publishRelease(fleetRelease(`services:\n  main:\n    image: fleetlab/test-app:1\n    command: ["sleep", "1000000"]\n`), { url: a.ready.url, apiKey: KEY, fleet: 'shed' });
 
     // Every device's tunnel is on process a: they are given only its address.
@@ -70,7 +71,7 @@ describe('two cloud processes on one SQLite file', () => {
       expect(there.message).toMatch(/PostgreSQL/);
     }
     // Both processes see the same database: the devices process a registered are online in b's view too.
-    const seen = JSON.parse((await call(b.ready.url, 'GET', `/v6/device?$select=uuid,is_online&$filter=belongs_to__application eq ${app.id}&$orderby=uuid`)).body) as { d: Array<{ uuid: string; is_online: boolean }> };
+    const seen = JSON.parse((await call(b.ready.url, 'GET', `/v6/device?$select=uuid,is_online&$filter=belongs_to__application eq ${fleetId}&$orderby=uuid`)).body) as { d: Array<{ uuid: string; is_online: boolean }> };
     expect(seen.d).toEqual(fleet.devices.map((d) => ({ uuid: d.uuid!, is_online: true })).sort((x, y) => x.uuid.localeCompare(y.uuid)));
   });
 });

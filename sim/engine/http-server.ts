@@ -36,7 +36,7 @@ export interface HttpDeps {
   control: (req: IncomingMessage, res: ServerResponse, path: string, body: () => Promise<unknown>) => Promise<boolean>;
 }
 
-type Ctx = { req: IncomingMessage; res: ServerResponse; q: URLSearchParams; params: string[]; body: () => Promise<unknown> };
+type Ctx = { deps: HttpDeps; e: () => SimEngine; req: IncomingMessage; res: ServerResponse; q: URLSearchParams; params: string[]; body: () => Promise<unknown> };
 type Handler = (ctx: Ctx) => Promise<void> | void;
 
 const HEADERS = {
@@ -151,145 +151,148 @@ function applyChanges(changes: string[]) {
   return config;
 }
 
-export function createRoutes(deps: HttpDeps): Array<[string, RegExp, Handler]> {
-  const e = deps.engine;
-  const seg = '([^/]+)';
-  const name = '(.+)';
-  /** Answers a change only once it is on disk, as dockerd does: an acknowledged change survives a kill -9. */
-  const saved = async (res: ServerResponse, status: number, body?: unknown) => {
-    await e().save();
-    send(res, status, body);
-  };
-  return [
-    ['GET', /^\/_ping$/, ({ res }) => void res.writeHead(200, { ...HEADERS, 'Content-Type': 'text/plain; charset=utf-8', 'Cache-Control': 'no-cache, no-store, must-revalidate', Pragma: 'no-cache' }).end('OK')],
-    ['HEAD', /^\/_ping$/, ({ res }) => void res.writeHead(200, { ...HEADERS, 'Content-Type': 'text/plain; charset=utf-8', 'Content-Length': 0 }).end()],
-    ['GET', /^\/version$/, ({ res }) =>
-      send(res, 200, {
-        Platform: { Name: 'fleetlab simulated engine' },
-        Components: [{ Name: 'Engine', Version: ENGINE_VERSION, Details: { ApiVersion: API_VERSION, MinAPIVersion: '1.12', Os: 'linux', Arch: 'amd64' } }],
-        Version: ENGINE_VERSION, ApiVersion: API_VERSION, MinAPIVersion: '1.12', GitCommit: 'sim', GoVersion: 'none', Os: 'linux', Arch: 'amd64',
-        KernelVersion: process.platform === 'linux' ? 'sim' : 'sim', BuildTime: '2026-01-01T00:00:00.000000000+00:00',
-      })],
-    ['GET', /^\/info$/, ({ res }) => {
-      const c = e().counts();
-      send(res, 200, {
-        ID: 'FLEETLAB:SIM', Containers: c.containers, ContainersRunning: c.running, ContainersPaused: 0, ContainersStopped: c.stopped, Images: c.images,
-        Driver: 'sim', DriverStatus: [], DockerRootDir: e().dataDir, Name: 'fleetlab-sim-engine', ServerVersion: ENGINE_VERSION, OperatingSystem: 'fleetlab simulated engine',
-        OSType: 'linux', OSVersion: '', Architecture: 'x86_64', KernelVersion: 'sim', NCPU: 1, MemTotal: 1 << 30, IndexServerAddress: 'https://index.docker.io/v1/',
-        LoggingDriver: 'json-file', CgroupDriver: 'none', CgroupVersion: '2', Plugins: { Volume: ['local'], Network: ['bridge', 'host', 'null'], Log: ['json-file'] },
-        MemoryLimit: false, SwapLimit: false, IPv4Forwarding: true, Debug: false, NFd: 0, NGoroutines: 0, SystemTime: nowIso(), LiveRestoreEnabled: false,
-        RegistryConfig: { IndexConfigs: {}, InsecureRegistryCIDRs: ['127.0.0.0/8'], Mirrors: [] }, SecurityOptions: [], Warnings: null, Labels: [], ExperimentalBuild: false,
-        HttpProxy: '', HttpsProxy: '', NoProxy: '', Swarm: { LocalNodeState: 'inactive', NodeID: '', NodeAddr: '', ControlAvailable: false, Error: '', RemoteManagers: null },
-      });
-    }],
+const seg = '([^/]+)';
+const name = '(.+)';
 
-    /* images */
-    ['GET', /^\/images\/json$/, ({ res, q }) => {
-      const f = parseFilters(q.get('filters'), ['label', 'reference', 'dangling', 'before', 'since']);
-      // Every image is top-level here (no build layers), so `all` changes nothing.
-      const images = e().images.records().filter(
-        (i) =>
-          labelsMatch(f, i.config.Labels) &&
-          (!f.has('dangling') || (f.get('dangling')![0] === 'true') === (i.repoTags.length === 0)) &&
-          (!f.has('reference') || f.get('reference')!.some((r) => i.repoTags.some((t) => t === normaliseRef(r) || t.startsWith(`${r}:`)))),
-      );
-      send(res, 200, images.map(imageSummary));
-    }],
-    ['POST', /^\/images\/create$/, (ctx) => createImage(deps, ctx)],
-    ['GET', new RegExp(`^/images/${name}/json$`), ({ res, params }) => send(res, 200, imageInspect(e().images.inspect(params[0]!)))],
-    ['POST', new RegExp(`^/images/${name}/tag$`), async ({ res, params, q }) => {
-      e().images.tag(params[0]!, q.get('repo') ?? '', q.get('tag'));
-      await saved(res, 201);
-    }],
-    ['DELETE', new RegExp(`^/images/${name}$`), async ({ res, params, q }) => saved(res, 200, e().images.remove(params[0]!, bool(q.get('force'))))],
-
-    /* containers */
-    ['GET', /^\/containers\/json$/, ({ res, q }) => {
-      const f = parseFilters(q.get('filters'), ['label', 'name', 'id', 'status', 'ancestor', 'network', 'volume', 'exited', 'before', 'since', 'health', 'isolation', 'publish', 'expose', 'is-task']);
-      let list = e().listContainers(bool(q.get('all')), f);
-      const limit = Number(q.get('limit') ?? -1);
-      if (limit > 0) list = list.slice(0, limit);
-      send(res, 200, list.map((c) => containerSummary(e(), c)));
-    }],
-    ['POST', /^\/containers\/create$/, async ({ res, q, body }) => {
-      const c = e().createContainer(q.get('name'), (await body()) as CreateContainerBody);
-      await saved(res, 201, { Id: c.id, Warnings: [] });
-    }],
-    ['GET', new RegExp(`^/containers/${seg}/json$`), ({ res, params }) => send(res, 200, containerInspect(e(), e().findContainer(params[0]!)))],
-    ['POST', new RegExp(`^/containers/${seg}/start$`), async ({ res, params }) => {
-      e().start(params[0]!);
-      await saved(res, 204);
-    }],
-    ['POST', new RegExp(`^/containers/${seg}/stop$`), async ({ res, params, q }) => {
-      const t = q.get('t');
-      await e().stop(params[0]!, t === null ? undefined : Number(t));
-      await saved(res, 204);
-    }],
-    ['POST', new RegExp(`^/containers/${seg}/restart$`), async ({ res, params, q }) => {
-      const t = q.get('t');
-      await e().restart(params[0]!, t === null ? undefined : Number(t));
-      await saved(res, 204);
-    }],
-    ['POST', new RegExp(`^/containers/${seg}/kill$`), async ({ res, params, q }) => {
-      const signal = parseSignal(q.get('signal'));
-      if (!signal) throw badParameter(`Invalid signal: ${q.get('signal')}`);
-      e().kill(params[0]!, signal);
-      await saved(res, 204);
-    }],
-    ['DELETE', new RegExp(`^/containers/${seg}$`), async ({ res, params, q }) => {
-      e().remove(params[0]!, { force: bool(q.get('force')), volumes: bool(q.get('v')) });
-      await saved(res, 204);
-    }],
-    ['POST', new RegExp(`^/containers/${seg}/wait$`), async ({ res, params, q }) => {
-      const waiting = e().wait(params[0]!, q.get('condition') ?? 'not-running');
-      stream(res, 'application/json');
-      const code = await waiting;
-      res.end(`${JSON.stringify({ Error: null, StatusCode: code })}\n`);
-    }],
-    ['GET', new RegExp(`^/containers/${seg}/logs$`), (ctx) => containerLogs(deps, ctx)],
-
-    /* volumes */
-    ['GET', /^\/volumes$/, ({ res, q }) => send(res, 200, { Volumes: e().volumes.list(parseFilters(q.get('filters'), ['label', 'name', 'driver', 'dangling'])).map(volumeView), Warnings: null })],
-    ['POST', /^\/volumes\/create$/, async ({ res, body }) => saved(res, 201, volumeView(e().volumes.create((await body()) as CreateVolumeBody)))],
-    ['GET', new RegExp(`^/volumes/${seg}$`), ({ res, params }) => send(res, 200, volumeView(e().volumes.find(params[0]!)))],
-    ['DELETE', new RegExp(`^/volumes/${seg}$`), async ({ res, params, q }) => {
-      e().volumes.remove(params[0]!, bool(q.get('force')));
-      await saved(res, 204);
-    }],
-    ['POST', /^\/volumes\/prune$/, async ({ res, q }) => {
-      const f = parseFilters(q.get('filters'), ['label']);
-      f.set('dangling', ['true']);
-      const removed = e().volumes.list(f).map((v) => v.name);
-      for (const v of removed) e().volumes.remove(v, true);
-      await saved(res, 200, { VolumesDeleted: removed, SpaceReclaimed: 0 });
-    }],
-
-    /* networks */
-    ['GET', /^\/networks$/, ({ res, q }) => send(res, 200, e().networks.list(parseFilters(q.get('filters'), ['label', 'name', 'id', 'driver', 'type', 'scope', 'dangling'])).map((n) => networkView(e(), n)))],
-    ['POST', /^\/networks\/create$/, async ({ res, body }) => {
-      const n = e().networks.create((await body()) as CreateNetworkBody);
-      await saved(res, 201, { Id: n.id, Warning: '' });
-    }],
-    ['GET', new RegExp(`^/networks/${seg}$`), ({ res, params }) => send(res, 200, networkView(e(), e().findNetwork(params[0]!)))],
-    ['DELETE', new RegExp(`^/networks/${seg}$`), async ({ res, params }) => {
-      e().removeNetwork(params[0]!);
-      await saved(res, 204);
-    }],
-    ['POST', new RegExp(`^/networks/${seg}/connect$`), async ({ res, params, body }) => {
-      const b = (await body()) as { Container?: string; EndpointConfig?: { Aliases?: string[] | null } };
-      e().connect(params[0]!, b.Container ?? '', b.EndpointConfig?.Aliases ?? null);
-      await saved(res, 200);
-    }],
-    ['POST', new RegExp(`^/networks/${seg}/disconnect$`), async ({ res, params, body }) => {
-      const b = (await body()) as { Container?: string };
-      e().disconnect(params[0]!, b.Container ?? '');
-      await saved(res, 200);
-    }],
-
-    /* events */
-    ['GET', /^\/events$/, (ctx) => eventStream(deps, ctx)],
-  ];
+/** Answers a change only once it is on disk, as dockerd does: an acknowledged change survives a kill -9. */
+async function saved(e: () => SimEngine, res: ServerResponse, status: number, body?: unknown): Promise<void> {
+  await e().save();
+  send(res, status, body);
 }
+
+/**
+ * The engine API's routes, built once and shared by every engine of the process (a fleet runs
+ * thousands): each handler finds its engine in the request's context.
+ */
+const ROUTES: ReadonlyArray<readonly [string, RegExp, Handler]> = [
+  ['GET', /^\/_ping$/, ({ res }) => void res.writeHead(200, { ...HEADERS, 'Content-Type': 'text/plain; charset=utf-8', 'Cache-Control': 'no-cache, no-store, must-revalidate', Pragma: 'no-cache' }).end('OK')],
+  ['HEAD', /^\/_ping$/, ({ res }) => void res.writeHead(200, { ...HEADERS, 'Content-Type': 'text/plain; charset=utf-8', 'Content-Length': 0 }).end()],
+  ['GET', /^\/version$/, ({ res }) =>
+    send(res, 200, {
+      Platform: { Name: 'fleetlab simulated engine' },
+      Components: [{ Name: 'Engine', Version: ENGINE_VERSION, Details: { ApiVersion: API_VERSION, MinAPIVersion: '1.12', Os: 'linux', Arch: 'amd64' } }],
+      Version: ENGINE_VERSION, ApiVersion: API_VERSION, MinAPIVersion: '1.12', GitCommit: 'sim', GoVersion: 'none', Os: 'linux', Arch: 'amd64',
+      KernelVersion: process.platform === 'linux' ? 'sim' : 'sim', BuildTime: '2026-01-01T00:00:00.000000000+00:00',
+    })],
+  ['GET', /^\/info$/, ({ e, res }) => {
+    const c = e().counts();
+    send(res, 200, {
+      ID: 'FLEETLAB:SIM', Containers: c.containers, ContainersRunning: c.running, ContainersPaused: 0, ContainersStopped: c.stopped, Images: c.images,
+      Driver: 'sim', DriverStatus: [], DockerRootDir: e().dataDir, Name: 'fleetlab-sim-engine', ServerVersion: ENGINE_VERSION, OperatingSystem: 'fleetlab simulated engine',
+      OSType: 'linux', OSVersion: '', Architecture: 'x86_64', KernelVersion: 'sim', NCPU: 1, MemTotal: 1 << 30, IndexServerAddress: 'https://index.docker.io/v1/',
+      LoggingDriver: 'json-file', CgroupDriver: 'none', CgroupVersion: '2', Plugins: { Volume: ['local'], Network: ['bridge', 'host', 'null'], Log: ['json-file'] },
+      MemoryLimit: false, SwapLimit: false, IPv4Forwarding: true, Debug: false, NFd: 0, NGoroutines: 0, SystemTime: nowIso(), LiveRestoreEnabled: false,
+      RegistryConfig: { IndexConfigs: {}, InsecureRegistryCIDRs: ['127.0.0.0/8'], Mirrors: [] }, SecurityOptions: [], Warnings: null, Labels: [], ExperimentalBuild: false,
+      HttpProxy: '', HttpsProxy: '', NoProxy: '', Swarm: { LocalNodeState: 'inactive', NodeID: '', NodeAddr: '', ControlAvailable: false, Error: '', RemoteManagers: null },
+    });
+  }],
+
+  /* images */
+  ['GET', /^\/images\/json$/, ({ e, res, q }) => {
+    const f = parseFilters(q.get('filters'), ['label', 'reference', 'dangling', 'before', 'since']);
+    // Every image is top-level here (no build layers), so `all` changes nothing.
+    const images = e().images.records().filter(
+      (i) =>
+        labelsMatch(f, i.config.Labels) &&
+        (!f.has('dangling') || (f.get('dangling')![0] === 'true') === (i.repoTags.length === 0)) &&
+        (!f.has('reference') || f.get('reference')!.some((r) => i.repoTags.some((t) => t === normaliseRef(r) || t.startsWith(`${r}:`)))),
+    );
+    send(res, 200, images.map(imageSummary));
+  }],
+  ['POST', /^\/images\/create$/, (ctx) => createImage(ctx.deps, ctx)],
+  ['GET', new RegExp(`^/images/${name}/json$`), ({ e, res, params }) => send(res, 200, imageInspect(e().images.inspect(params[0]!)))],
+  ['POST', new RegExp(`^/images/${name}/tag$`), async ({ e, res, params, q }) => {
+    e().images.tag(params[0]!, q.get('repo') ?? '', q.get('tag'));
+    await saved(e, res, 201);
+  }],
+  ['DELETE', new RegExp(`^/images/${name}$`), async ({ e, res, params, q }) => saved(e, res, 200, e().images.remove(params[0]!, bool(q.get('force'))))],
+
+  /* containers */
+  ['GET', /^\/containers\/json$/, ({ e, res, q }) => {
+    const f = parseFilters(q.get('filters'), ['label', 'name', 'id', 'status', 'ancestor', 'network', 'volume', 'exited', 'before', 'since', 'health', 'isolation', 'publish', 'expose', 'is-task']);
+    let list = e().listContainers(bool(q.get('all')), f);
+    const limit = Number(q.get('limit') ?? -1);
+    if (limit > 0) list = list.slice(0, limit);
+    send(res, 200, list.map((c) => containerSummary(e(), c)));
+  }],
+  ['POST', /^\/containers\/create$/, async ({ e, res, q, body }) => {
+    const c = e().createContainer(q.get('name'), (await body()) as CreateContainerBody);
+    await saved(e, res, 201, { Id: c.id, Warnings: [] });
+  }],
+  ['GET', new RegExp(`^/containers/${seg}/json$`), ({ e, res, params }) => send(res, 200, containerInspect(e(), e().findContainer(params[0]!)))],
+  ['POST', new RegExp(`^/containers/${seg}/start$`), async ({ e, res, params }) => {
+    e().start(params[0]!);
+    await saved(e, res, 204);
+  }],
+  ['POST', new RegExp(`^/containers/${seg}/stop$`), async ({ e, res, params, q }) => {
+    const t = q.get('t');
+    await e().stop(params[0]!, t === null ? undefined : Number(t));
+    await saved(e, res, 204);
+  }],
+  ['POST', new RegExp(`^/containers/${seg}/restart$`), async ({ e, res, params, q }) => {
+    const t = q.get('t');
+    await e().restart(params[0]!, t === null ? undefined : Number(t));
+    await saved(e, res, 204);
+  }],
+  ['POST', new RegExp(`^/containers/${seg}/kill$`), async ({ e, res, params, q }) => {
+    const signal = parseSignal(q.get('signal'));
+    if (!signal) throw badParameter(`Invalid signal: ${q.get('signal')}`);
+    e().kill(params[0]!, signal);
+    await saved(e, res, 204);
+  }],
+  ['DELETE', new RegExp(`^/containers/${seg}$`), async ({ e, res, params, q }) => {
+    e().remove(params[0]!, { force: bool(q.get('force')), volumes: bool(q.get('v')) });
+    await saved(e, res, 204);
+  }],
+  ['POST', new RegExp(`^/containers/${seg}/wait$`), async ({ e, res, params, q }) => {
+    const waiting = e().wait(params[0]!, q.get('condition') ?? 'not-running');
+    stream(res, 'application/json');
+    const code = await waiting;
+    res.end(`${JSON.stringify({ Error: null, StatusCode: code })}\n`);
+  }],
+  ['GET', new RegExp(`^/containers/${seg}/logs$`), (ctx) => containerLogs(ctx.deps, ctx)],
+
+  /* volumes */
+  ['GET', /^\/volumes$/, ({ e, res, q }) => send(res, 200, { Volumes: e().volumes.list(parseFilters(q.get('filters'), ['label', 'name', 'driver', 'dangling'])).map(volumeView), Warnings: null })],
+  ['POST', /^\/volumes\/create$/, async ({ e, res, body }) => saved(e, res, 201, volumeView(e().volumes.create((await body()) as CreateVolumeBody)))],
+  ['GET', new RegExp(`^/volumes/${seg}$`), ({ e, res, params }) => send(res, 200, volumeView(e().volumes.find(params[0]!)))],
+  ['DELETE', new RegExp(`^/volumes/${seg}$`), async ({ e, res, params, q }) => {
+    e().volumes.remove(params[0]!, bool(q.get('force')));
+    await saved(e, res, 204);
+  }],
+  ['POST', /^\/volumes\/prune$/, async ({ e, res, q }) => {
+    const f = parseFilters(q.get('filters'), ['label']);
+    f.set('dangling', ['true']);
+    const removed = e().volumes.list(f).map((v) => v.name);
+    for (const v of removed) e().volumes.remove(v, true);
+    await saved(e, res, 200, { VolumesDeleted: removed, SpaceReclaimed: 0 });
+  }],
+
+  /* networks */
+  ['GET', /^\/networks$/, ({ e, res, q }) => send(res, 200, e().networks.list(parseFilters(q.get('filters'), ['label', 'name', 'id', 'driver', 'type', 'scope', 'dangling'])).map((n) => networkView(e(), n)))],
+  ['POST', /^\/networks\/create$/, async ({ e, res, body }) => {
+    const n = e().networks.create((await body()) as CreateNetworkBody);
+    await saved(e, res, 201, { Id: n.id, Warning: '' });
+  }],
+  ['GET', new RegExp(`^/networks/${seg}$`), ({ e, res, params }) => send(res, 200, networkView(e(), e().findNetwork(params[0]!)))],
+  ['DELETE', new RegExp(`^/networks/${seg}$`), async ({ e, res, params }) => {
+    e().removeNetwork(params[0]!);
+    await saved(e, res, 204);
+  }],
+  ['POST', new RegExp(`^/networks/${seg}/connect$`), async ({ e, res, params, body }) => {
+    const b = (await body()) as { Container?: string; EndpointConfig?: { Aliases?: string[] | null } };
+    e().connect(params[0]!, b.Container ?? '', b.EndpointConfig?.Aliases ?? null);
+    await saved(e, res, 200);
+  }],
+  ['POST', new RegExp(`^/networks/${seg}/disconnect$`), async ({ e, res, params, body }) => {
+    const b = (await body()) as { Container?: string };
+    e().disconnect(params[0]!, b.Container ?? '');
+    await saved(e, res, 200);
+  }],
+
+  /* events */
+  ['GET', /^\/events$/, (ctx) => eventStream(ctx.deps, ctx)],
+];
 
 async function createImage(deps: HttpDeps, { req, res, q }: Ctx): Promise<void> {
   const engine = deps.engine();
@@ -433,7 +436,6 @@ const HEADER_LINES = Object.entries(HEADERS).map(([k, v]) => `${k}: ${v}\r\n`).j
 
 /** Returns the request handler: version prefix, routing, errors as dockerd sends them. */
 export function createHandler(deps: HttpDeps): (req: IncomingMessage, res: ServerResponse) => void {
-  const routes = createRoutes(deps);
   return (req, res) => {
     void (async () => {
       const url = new URL(req.url ?? '/', 'http://engine');
@@ -451,10 +453,10 @@ export function createHandler(deps: HttpDeps): (req: IncomingMessage, res: Serve
           if (await deps.control(req, res, path, body)) return;
           throw new EngineApiError(404, `page not found`);
         }
-        for (const [method, re, handler] of routes) {
+        for (const [method, re, handler] of ROUTES) {
           const m = re.exec(path);
           if (!m || method !== req.method) continue;
-          await handler({ req, res, q: url.searchParams, params: m.slice(1), body });
+          await handler({ deps, e: deps.engine, req, res, q: url.searchParams, params: m.slice(1), body });
           return;
         }
         throw new EngineApiError(404, 'page not found');

@@ -9,7 +9,8 @@
  *   steady     one poll interval with nothing to do (after the last reports of release 1):
  *              target-state polls/s, p50, p99
  *   rollout    a new release: time until every device has applied it, polls/s, reports/s, p99
- *   memory     the fleet processes' RSS, per 1,000 devices; the cloud processes' RSS
+ *   memory     the fleet processes' RSS, per 1,000 devices, and their peak (each process's
+ *              high-water mark, summed); the cloud processes' RSS
  *
  * With two or more replicas: before the rollout, the proxy calls 20 devices through each
  * replica (each device's tunnel is on one of them); half way through the rollout the first
@@ -218,7 +219,9 @@ async function runSize(devices: number): Promise<string[]> {
     });
     const rolloutS = (performance.now() - rolloutT0) / 1000;
     const rollout = await fleet.latency();
-    const peakRss = (await fleet.memory()).rss / 2 ** 20;
+    const afterRollout = await fleet.memory();
+    // Each process's own high-water mark, summed: the most the fleet can have held at once.
+    const [rolloutRss, peakRss] = [afterRollout.rss / 2 ** 20, afterRollout.peakRss / 2 ** 20];
     const rolloutCloudRss = rssOf(cloud.replicas);
     // The cloud's own view, through a replica still alive: every device reported release 2.
     const alive = cloud.replicas.find((r) => r.child.signalCode === null)!;
@@ -230,7 +233,7 @@ async function runSize(devices: number): Promise<string[]> {
     }
     return [
       `| ${config} | steady | ${(steady.targetState.count / steadyS).toFixed(0)} | ${fmt(steady.targetState.p50Ms)} | ${fmt(steady.targetState.p99Ms)} | ${(steady.report.count / steadyS).toFixed(1)} | ${rss.toFixed(0)} MB (${((rss / devices) * 1000).toFixed(0)} MB per 1,000; ${workers} process${workers > 1 ? 'es' : ''}) | ${cloudRss.toFixed(0)} MB | start ${fmt(startMs)}, release 1 ${fmt(converge1)} |`,
-      `| ${config} | rollout | ${(rollout.targetState.count / rolloutS).toFixed(0)} | ${fmt(rollout.targetState.p50Ms)} | ${fmt(rollout.targetState.p99Ms)} | ${(rollout.report.count / rolloutS).toFixed(1)} | ${peakRss.toFixed(0)} MB | ${rolloutCloudRss.toFixed(0)} MB | **every device on release 2 in ${fmt(rolloutMs)}**${proxyNote ? `; ${proxyNote}` : ''} |`,
+      `| ${config} | rollout | ${(rollout.targetState.count / rolloutS).toFixed(0)} | ${fmt(rollout.targetState.p50Ms)} | ${fmt(rollout.targetState.p99Ms)} | ${(rollout.report.count / rolloutS).toFixed(1)} | ${rolloutRss.toFixed(0)} MB (peak ${peakRss.toFixed(0)} MB) | ${rolloutCloudRss.toFixed(0)} MB | **every device on release 2 in ${fmt(rolloutMs)}**${proxyNote ? `; ${proxyNote}` : ''} |`,
     ];
   } finally {
     await stopNow();

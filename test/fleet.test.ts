@@ -11,12 +11,14 @@ import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { getHeapStatistics } from 'node:v8';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { fleetRelease } from '../hil/harness/fleet.js';
 import { fleetProgress, publishRelease, type PublishedRelease } from '../hil/release/publish.js';
 import { assignFaults, parseFault } from '../sim/fleet/fault-plan.js';
 import { Fleet } from '../sim/fleet/fleet.js';
 import { startFleetControl } from '../sim/fleet/fleet-workers.js';
+import { heapLimitMb } from '../sim/fleet/heap-budget.js';
 import type { FleetDevice } from '../sim/fleet/fleet-device.js';
 import { startFleetCloud, type FleetCloud } from '../sim/stack.js';
 import { eventually } from './helpers/engine-targets.js';
@@ -143,7 +145,13 @@ describe('a fleet in worker processes', () => {
       expect(stuck.map((s) => s.index).sort((a, b) => a - b)).toEqual(cut);
       expect(new Set(stuck.map((s) => s.reason))).toEqual(new Set(['partitioned from the cloud before it registered']));
       expect((await control.latency()).targetState.count).toBeGreaterThan(0);
-      expect(await control.memory()).toMatchObject({ processes: 2 });
+      // Each worker's heap is sized to its six devices (heap-budget.ts), not the machine's default.
+      const memory = await control.memory();
+      expect(memory).toMatchObject({ processes: 2 });
+      const perWorkerLimitMb = memory.heapLimit / 2 / 2 ** 20;
+      expect(perWorkerLimitMb).toBeGreaterThanOrEqual(heapLimitMb(6));
+      expect(perWorkerLimitMb).toBeLessThan(heapLimitMb(6) + 128);
+      expect(perWorkerLimitMb).toBeLessThan(getHeapStatistics().heap_size_limit / 2 ** 20);
       await control.heal();
       await eventually(async () => ((await control.appliedOn(v3.releaseId)) === 12 ? true : undefined), 90_000, 'every device runs release 3 after the heal');
     } finally {

@@ -8,9 +8,11 @@
  */
 import { fork, type ChildProcess } from 'node:child_process';
 import { rmSync } from 'node:fs';
+import { getHeapStatistics } from 'node:v8';
 import { FleetlabError } from '../../src/errors.js';
 import { simWorker } from '../entry.js';
 import { shardRange } from './fault-plan.js';
+import { heapLimitFlag } from './heap-budget.js';
 import { Fleet, type FleetCounts, type FleetOptions, type StuckDevice } from './fleet.js';
 import { summarize, type LatencySummary } from './latency.js';
 
@@ -25,8 +27,8 @@ export interface FleetControl {
   stuck(releaseId: number | null, limit: number): Promise<StuckDevice[]>;
   latency(): Promise<{ targetState: LatencySummary; report: LatencySummary }>;
   resetLatency(): Promise<void>;
-  /** Resident and heap bytes of the processes that run the devices, summed. */
-  memory(): Promise<{ rss: number; heapUsed: number; processes: number }>;
+  /** Resident bytes now and at their peak, and heap bytes, of the processes that run the devices, summed. */
+  memory(): Promise<FleetMemory & { processes: number }>;
   partition(): Promise<void>;
   heal(): Promise<void>;
   close(): Promise<void>;
@@ -60,9 +62,18 @@ export function inProcess(fleet: Fleet): FleetControl {
   };
 }
 
-export function memoryOf(): { rss: number; heapUsed: number } {
+export interface FleetMemory {
+  readonly rss: number;
+  /** The kernel's high-water mark of the resident set since the process started. */
+  readonly peakRss: number;
+  readonly heapUsed: number;
+  /** The most the V8 heap may grow to (heap-budget.ts sets it for workers). */
+  readonly heapLimit: number;
+}
+
+export function memoryOf(): FleetMemory {
   const { rss, heapUsed } = process.memoryUsage();
-  return { rss, heapUsed };
+  return { rss, peakRss: process.resourceUsage().maxRSS * 1024, heapUsed, heapLimit: getHeapStatistics().heap_size_limit };
 }
 
 export function faultCountsOf(fleet: Fleet): Record<string, number> {
@@ -83,8 +94,9 @@ export async function startFleetControl(options: FleetOptions, workers: number):
   const { logger: _logger, onStarted, removeDataDir, startRate, ...plain } = options;
   const perWorker = { ...plain, ...(startRate ? { startRate: startRate / workers } : {}) };
   const started = new Array<number>(workers).fill(0);
+  const perWorkerDevices = Math.ceil((range.to - range.from) / workers);
   const children = Array.from({ length: workers }, (_, w) =>
-    new WorkerHandle((count) => {
+    new WorkerHandle(perWorkerDevices, (count) => {
       started[w] = count;
       onStarted?.(started.reduce((a, b) => a + b, 0), range.to - range.from);
     }),
@@ -122,8 +134,9 @@ export async function startFleetControl(options: FleetOptions, workers: number):
     },
     resetLatency: async () => void (await all('resetLatency')),
     async memory() {
-      const parts = await all<{ rss: number; heapUsed: number }>('memory');
-      return { rss: parts.reduce((a, p) => a + p.rss, 0), heapUsed: parts.reduce((a, p) => a + p.heapUsed, 0), processes: parts.length };
+      const parts = await all<FleetMemory>('memory');
+      const sum = (key: keyof FleetMemory) => parts.reduce((a, p) => a + p[key], 0);
+      return { rss: sum('rss'), peakRss: sum('peakRss'), heapUsed: sum('heapUsed'), heapLimit: sum('heapLimit'), processes: parts.length };
     },
     partition: async () => void (await all('partition')),
     heal: async () => void (await all('heal')),
@@ -153,9 +166,9 @@ class WorkerHandle {
   private nextId = 1;
   private readonly exited: Promise<void>;
 
-  constructor(onStarted: (started: number) => void) {
+  constructor(devices: number, onStarted: (started: number) => void) {
     const { module, execArgv } = simWorker('fleet/fleet-worker');
-    this.child = fork(module, [], { execArgv, stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
+    this.child = fork(module, [], { execArgv: [...execArgv, heapLimitFlag(devices)], stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
     this.exited = new Promise((resolve) =>
       this.child.once('exit', (code, signal) => {
         for (const p of this.pending.values()) p.reject(new FleetlabError('SUP_ERR_INTERNAL', `a fleet worker exited (${signal ?? `code ${code}`}) before it answered`));

@@ -108,7 +108,7 @@ sim
   .option('--api-key <key>', 'a cloud key that may write the fleet (npm start prints the admin key)')
   .option('--provisioning-key <key>', "the fleet's provisioning key, instead of --fleet and --api-key")
   .option('--shard <i/n>', 'run only shard i of n of the devices (several machines run one fleet)')
-  .option('--fault <kind:percent%>', 'a share of the fleet with a fault: partition (cut from the cloud from --partition-after to --heal-after), disk-full, pull-fails; repeat for several', (v: string, all: string[]) => [...all, v], [] as string[])
+  .option('--fault <kind:percent%>', 'a share of the fleet with a fault: partition (cut from the cloud from --partition-after to --heal-after), disk-full, pull-fails, clock-skew (the device wall clock an hour to 30 days off); repeat for several', (v: string, all: string[]) => [...all, v], [] as string[])
   .option('--seed <n>', 'which devices get each fault: the same seed picks the same ones', '1')
   .option('--partition-after <s>', 'cut the partitioned devices from the cloud this many seconds after the start (default: from the start)')
   .option('--heal-after <s>', 'give partitioned devices their link back this many seconds after the start')

@@ -3,21 +3,21 @@
  * count, and the same whether the fleet runs in one process or in shards.
  */
 import { describe, expect, it } from 'vitest';
-import { assignFaults, parseFault, shardRange } from '../sim/fleet/fault-plan.js';
+import { assignFaults, clockSkewOf, MAX_SKEW_MS, MIN_SKEW_MS, parseFault, shardRange } from '../sim/fleet/fault-plan.js';
 
 describe('parseFault', () => {
   it('reads kind:percent%', () => {
     expect(parseFault('partition:10%')).toEqual({ kind: 'partition', percent: 10 });
     expect(parseFault(' disk-full:0.5% ')).toEqual({ kind: 'disk-full', percent: 0.5 });
     expect(parseFault('pull-fails:100%')).toEqual({ kind: 'pull-fails', percent: 100 });
+    expect(parseFault('clock-skew:5%')).toEqual({ kind: 'clock-skew', percent: 5 });
   });
 
   it('says what to fix', () => {
-    expect(() => parseFault('partition')).toThrow('--fault "partition": write it as <kind>:<percent>%, e.g. partition:10%; kinds: partition, disk-full, pull-fails');
+    expect(() => parseFault('partition')).toThrow('--fault "partition": write it as <kind>:<percent>%, e.g. partition:10%; kinds: partition, disk-full, pull-fails, clock-skew');
     expect(() => parseFault('flood:10%')).toThrow('unknown kind "flood"');
     expect(() => parseFault('partition:0%')).toThrow('the share must be above 0% and at most 100%');
     expect(() => parseFault('partition:150%')).toThrow('the share must be above 0% and at most 100%');
-    expect(() => parseFault('clock-skew:5%')).toThrow("the devices of a fleet share one process clock. Skew one device with 'fleetlab sim device --clock-offset-ms'");
   });
 });
 
@@ -39,6 +39,19 @@ describe('assignFaults', () => {
     const both = assignFaults(500, [parseFault('partition:10%'), parseFault('disk-full:5%')], 3);
     const partitioned = (m: Map<number, string[]>) => [...m].filter(([, k]) => k.includes('partition')).map(([i]) => i).sort((x, y) => x - y);
     expect(partitioned(both)).toEqual(partitioned(alone));
+  });
+});
+
+describe('clockSkewOf', () => {
+  it('sets each skewed clock an hour to thirty days off, ahead or behind, the same for the same seed and index', () => {
+    const skews = Array.from({ length: 1000 }, (_, i) => clockSkewOf(i, 7));
+    expect(skews.every((s) => Math.abs(s) >= MIN_SKEW_MS && Math.abs(s) <= MAX_SKEW_MS && s % 1000 === 0)).toBe(true);
+    const ahead = skews.filter((s) => s > 0).length;
+    expect(ahead).toBeGreaterThan(400);
+    expect(ahead).toBeLessThan(600);
+    expect(new Set(skews).size).toBeGreaterThan(990);
+    expect(Array.from({ length: 1000 }, (_, i) => clockSkewOf(i, 7))).toEqual(skews);
+    expect(clockSkewOf(3, 8)).not.toBe(clockSkewOf(3, 7));
   });
 });
 

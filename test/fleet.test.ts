@@ -15,7 +15,7 @@ import { getHeapStatistics } from 'node:v8';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { fleetRelease } from '../hil/harness/fleet.js';
 import { fleetProgress, publishRelease, type PublishedRelease } from '../hil/release/publish.js';
-import { assignFaults, parseFault } from '../sim/fleet/fault-plan.js';
+import { assignFaults, clockSkewOf, parseFault } from '../sim/fleet/fault-plan.js';
 import { Fleet } from '../sim/fleet/fleet.js';
 import { startFleetControl } from '../sim/fleet/fleet-workers.js';
 import { heapLimitMb } from '../sim/fleet/heap-budget.js';
@@ -32,6 +32,8 @@ let fleet: Fleet;
 const release = (tag: string) => fleetRelease(`services:\n  main:\n    image: fleetlab/test-app:${tag}\n    command: ["sleep", "1000000"]\n    volumes: ["data:/data"]\nvolumes:\n  data: {}\n`);
 const deploy = (tag: string) => publishRelease(release(tag), { url: cloud.url, apiKey: cloud.adminKey, fleet: cloud.fleet.name });
 
+/** When the device's engine says its (one) container started, in ms since the epoch. */
+const containerStartedAt = (d: FleetDevice) => Date.parse(d.engine.engine.listContainers(false, new Map())[0]!.state.startedAt);
 const withFault = (kind: string) => (d: FleetDevice) => d.faults.includes(kind as never);
 const without = (...kinds: string[]) => (d: FleetDevice) => !kinds.some((k) => d.faults.includes(k as never));
 
@@ -66,7 +68,7 @@ describe('fleet simulation', () => {
       cloudUrl: cloud.url,
       provisioningKey: cloud.provisioningKey,
       dataDir: join(dir, 'fleet'),
-      faults: [parseFault('partition:20%'), parseFault('pull-fails:10%')],
+      faults: [parseFault('partition:20%'), parseFault('pull-fails:10%'), parseFault('clock-skew:20%')],
       seed: 42,
       pollIntervalMs: 2_000,
       reportIntervalMs: 1_000,
@@ -77,11 +79,19 @@ describe('fleet simulation', () => {
     const partitioned = all.filter(withFault('partition'));
     const pullFails = all.filter(withFault('pull-fails'));
     const healthy = all.filter(without('partition', 'pull-fails'));
-    expect([all.length, partitioned.length, pullFails.length]).toEqual([DEVICES, 4, 2]);
+    const skewed = all.filter(withFault('clock-skew'));
+    expect([all.length, partitioned.length, pullFails.length, skewed.length]).toEqual([DEVICES, 4, 2, 4]);
 
     const reachable = all.filter(without('pull-fails'));
     await until('every device without pull-fails runs release 1', () => appliedOn(reachable, v1), 60_000);
     for (const d of reachable) writeFileSync(join(dataDir(d), 'reading.txt'), `device ${d.index}`);
+    // A skewed device's engine stamps its containers with the device's own wrong time; the
+    // others with this host's. The rollout does not depend on it (the cloud keeps its own time).
+    for (const d of reachable) {
+      const offBy = containerStartedAt(d) - Date.now();
+      if (d.faults.includes('clock-skew')) expect(Math.abs(offBy - clockSkewOf(d.index, 42))).toBeLessThan(120_000);
+      else expect(Math.abs(offBy)).toBeLessThan(120_000);
+    }
     for (const d of pullFails.filter(without('partition'))) {
       expect(d.status()).toMatchObject({ phase: 'failed', reason: expect.stringContaining('connection reset by peer') });
     }

@@ -83,4 +83,37 @@ describe('in-process simulated engine', () => {
     await engine.ping();
   });
 
+  it("with clockOffsetMs, keeps the device's wrong time through a restart: container times, events, logs and SystemTime are that far off", async () => {
+    const dayAhead = 24 * 3_600_000;
+    const skewed = await startSimEngine({ dataDir: join(dir, 'skewed'), clockOffsetMs: dayAhead });
+    const docker = new Docker({ socketPath: '/nonexistent/engine.sock', agent: skewed.agent() } as Docker.DockerOptions);
+    const offBy = (iso: string) => Date.parse(iso) - Date.now();
+    const nearADayAhead = (ms: number) => expect(Math.abs(ms - dayAhead)).toBeLessThan(60_000);
+    try {
+      const adapter = new Engine({ socketPath: '/nonexistent/engine.sock', device, agent: skewed.agent() });
+      await adapter.pull('fleetlab/test-app:1', () => undefined);
+      adapter.close();
+      const container = await docker.createContainer({ Image: 'fleetlab/test-app:1', Cmd: ['echo', 'hello'] });
+      const since = Math.floor((Date.now() + dayAhead) / 1000) - 5;
+      await container.start();
+      await eventually(async () => ((await container.inspect()).State.Status === 'exited' ? true : undefined), 5_000, 'the container ran');
+      const inspected = await container.inspect();
+      nearADayAhead(offBy(inspected.Created));
+      nearADayAhead(offBy(inspected.State.StartedAt));
+      nearADayAhead(offBy((await docker.info()).SystemTime));
+      const logs = (await container.logs({ stdout: true, timestamps: true })).toString('utf8');
+      nearADayAhead(offBy(/(\d{4}-\d\d-\d\dT[^ ]+Z) hello/.exec(logs)![1]!));
+      // Events asked for "since a moment ago" on the device's clock find the start.
+      let events = '';
+      for await (const chunk of await docker.getEvents({ since, until: since + 6 })) events += String(chunk);
+      expect(events).toContain('"Action":"start"');
+      await skewed.restartEngine({ downMs: 50 });
+      nearADayAhead(offBy((await docker.info()).SystemTime));
+    } finally {
+      await skewed.close();
+    }
+    // The unskewed engine of this file keeps the host's time.
+    const plain = new Docker({ socketPath: '/nonexistent/engine.sock', agent: sim.agent() } as Docker.DockerOptions);
+    expect(Math.abs(Date.parse((await plain.info()).SystemTime) - Date.now())).toBeLessThan(60_000);
+  });
 });

@@ -19,7 +19,7 @@ import { commitOf, type Release } from '../release/release.js';
 export interface FleetOptions {
   /** How many virtual devices. */
   devices: number;
-  /** `kind:percent%` each, e.g. `partition:10%`: partition, disk-full, pull-fails. */
+  /** `kind:percent%` each, e.g. `partition:10%`: partition, disk-full, pull-fails, clock-skew. */
   faults?: string[];
   /** Which devices get each fault (default 1). */
   seed?: number;

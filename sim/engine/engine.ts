@@ -15,8 +15,8 @@ import { anyOf, labelsMatch, type Filters } from './filters.js';
 import { ImageStore } from './image-store.js';
 import { LogBook } from './logs.js';
 import {
-  nowIso, normaliseRef, randomId, ZERO_TIME,
-  type ContainerRecord, type ImageRecord, type MountRecord, type NetworkRecord, type RestartPolicyName,
+  isoAt, normaliseRef, randomId, ZERO_TIME,
+  type ContainerRecord, type ImageRecord, type MountRecord, type NetworkRecord, type RestartPolicyName, type WallClock,
 } from './model.js';
 import { behaviourOf } from './process-model.js';
 import type { FaultSet } from './scenario.js';
@@ -63,7 +63,7 @@ export interface CreateContainerBody {
 }
 
 export class SimEngine {
-  readonly events = new EventBus();
+  readonly events: EventBus;
   readonly images: ImageStore;
   readonly volumes: VolumeStore;
   readonly networks: NetworkStore;
@@ -78,13 +78,15 @@ export class SimEngine {
   constructor(
     readonly dataDir: string,
     readonly faults: FaultSet,
+    readonly clock: WallClock = Date.now,
   ) {
     mkdirSync(join(dataDir, 'containers'), { recursive: true });
+    this.events = new EventBus(clock);
     const save = () => this.save();
     const all = () => [...this.containers.values()];
     this.images = new ImageStore({ events: this.events, save, usersOf: (id) => all().filter((c) => c.imageId === id).map((c) => c.id) });
-    this.volumes = new VolumeStore({ dataDir, faults, events: this.events, save, usersOf: (name) => all().filter((c) => c.mounts.some((m) => m.Type === 'volume' && m.Name === name)).map((c) => c.id) });
-    this.networks = new NetworkStore({ dataDir, events: this.events, save, activeEndpoints: (n) => this.networkContainers(n).map((c) => c.id) });
+    this.volumes = new VolumeStore({ dataDir, faults, events: this.events, clock, save, usersOf: (name) => all().filter((c) => c.mounts.some((m) => m.Type === 'volume' && m.Name === name)).map((c) => c.id) });
+    this.networks = new NetworkStore({ dataDir, events: this.events, clock, save, activeEndpoints: (n) => this.networkContainers(n).map((c) => c.id) });
     this.store = new StateFile(dataDir, () => this.persisted());
     const saved = StateFile.read(dataDir);
     if (saved) this.restore(saved);
@@ -110,7 +112,7 @@ export class SimEngine {
     for (const c of saved.containers) {
       // The engine went away under a running container: it died with it.
       if (c.state.status === 'running' || c.state.status === 'restarting') {
-        c.state = { ...c.state, status: 'exited', exitCode: c.state.status === 'running' ? 137 : c.state.exitCode, pid: 0, finishedAt: nowIso() };
+        c.state = { ...c.state, status: 'exited', exitCode: c.state.status === 'running' ? 137 : c.state.exitCode, pid: 0, finishedAt: isoAt(this.clock()) };
         this.diedWithEngine.add(c.id);
       }
       this.containers.set(c.id, c);
@@ -182,7 +184,7 @@ export class SimEngine {
   private runtime(id: string): Runtime {
     let rt = this.runtimes.get(id);
     if (!rt) {
-      rt = { backoffMs: RESTART_BACKOFF_START_MS, log: new LogBook(join(this.dataDir, 'containers', id, 'log.jsonl')), exitWaiters: [], removeWaiters: [] };
+      rt = { backoffMs: RESTART_BACKOFF_START_MS, log: new LogBook(join(this.dataDir, 'containers', id, 'log.jsonl'), this.clock), exitWaiters: [], removeWaiters: [] };
       this.runtimes.set(id, rt);
     }
     return rt;
@@ -268,7 +270,7 @@ export class SimEngine {
     const c: ContainerRecord = {
       id,
       name: cleanName,
-      created: nowIso(),
+      created: isoAt(this.clock()),
       imageId: image.id,
       imageRef: body.Image,
       config: {
@@ -370,7 +372,7 @@ export class SimEngine {
     const fault = this.faults.takeContainer({ name: c.name, image: c.imageRef, labels: c.config.Labels });
     const behaviour = behaviourOf(this.commandOf(c), c.config.Labels);
     const played = fault ? { ...behaviour, exitAfterMs: fault.afterMs, exitCode: fault.exitCode } : behaviour;
-    c.state = { ...c.state, status: 'running', pid: this.nextPid++, exitCode: 0, error: '', startedAt: nowIso(), finishedAt: c.state.finishedAt };
+    c.state = { ...c.state, status: 'running', pid: this.nextPid++, exitCode: 0, error: '', startedAt: isoAt(this.clock()), finishedAt: c.state.finishedAt };
     for (const name of Object.keys(c.networks)) {
       this.assignAddress(c, name);
       const n = this.networks.byName(name);
@@ -387,8 +389,8 @@ export class SimEngine {
   private onExit(c: ContainerRecord, code: number, opts: { shutdown?: boolean } = {}): void {
     const rt = this.runtime(c.id);
     rt.proc = undefined;
-    const ranMs = Date.now() - Date.parse(c.state.startedAt);
-    c.state = { ...c.state, status: 'exited', pid: 0, exitCode: code, finishedAt: nowIso() };
+    const ranMs = this.clock() - Date.parse(c.state.startedAt);
+    c.state = { ...c.state, status: 'exited', pid: 0, exitCode: code, finishedAt: isoAt(this.clock()) };
     this.events.emit('container', 'die', c.id, this.containerAttributes(c, { exitCode: String(code) }));
     for (const [name, ep] of Object.entries(c.networks)) {
       const n = this.networks.byId(ep.networkId);

@@ -5,6 +5,7 @@
  */
 import { EventEmitter } from 'node:events';
 import { anyOf, labelsMatch, type Filters } from './filters.js';
+import type { WallClock } from './model.js';
 
 export interface EngineEvent {
   status?: string;
@@ -24,12 +25,12 @@ export class EventBus {
   private readonly emitter = new EventEmitter();
   private readonly backlog: EngineEvent[] = [];
 
-  constructor() {
+  constructor(private readonly clock: WallClock) {
     this.emitter.setMaxListeners(0);
   }
 
   emit(type: EngineEvent['Type'], action: string, id: string, attributes: Record<string, string>): void {
-    const nowNs = BigInt(Date.now()) * 1_000_000n + process.hrtime.bigint() % 1_000_000n;
+    const nowNs = BigInt(this.clock()) * 1_000_000n + process.hrtime.bigint() % 1_000_000n;
     const legacy = type === 'container' || type === 'image' ? { status: action, id, ...(attributes.image ? { from: attributes.image } : {}) } : {};
     const event: EngineEvent = {
       ...legacy,

@@ -14,7 +14,7 @@ import { labelsMatch, parseFilters } from './filters.js';
 import { frame, type LogLine } from './logs.js';
 import type { CreateNetworkBody } from './network-store.js';
 import type { CreateVolumeBody } from './volume-store.js';
-import { normaliseRef, nowIso } from './model.js';
+import { isoAt, normaliseRef } from './model.js';
 import { pullImage, type Link } from './pull.js';
 import type { SimRegistry } from './registry.js';
 import { loopbackRef, type RegistryClient } from './registry-client.js';
@@ -181,7 +181,7 @@ const ROUTES: ReadonlyArray<readonly [string, RegExp, Handler]> = [
       Driver: 'sim', DriverStatus: [], DockerRootDir: e().dataDir, Name: 'fleetlab-sim-engine', ServerVersion: ENGINE_VERSION, OperatingSystem: 'fleetlab simulated engine',
       OSType: 'linux', OSVersion: '', Architecture: 'x86_64', KernelVersion: 'sim', NCPU: 1, MemTotal: 1 << 30, IndexServerAddress: 'https://index.docker.io/v1/',
       LoggingDriver: 'json-file', CgroupDriver: 'none', CgroupVersion: '2', Plugins: { Volume: ['local'], Network: ['bridge', 'host', 'null'], Log: ['json-file'] },
-      MemoryLimit: false, SwapLimit: false, IPv4Forwarding: true, Debug: false, NFd: 0, NGoroutines: 0, SystemTime: nowIso(), LiveRestoreEnabled: false,
+      MemoryLimit: false, SwapLimit: false, IPv4Forwarding: true, Debug: false, NFd: 0, NGoroutines: 0, SystemTime: isoAt(e().clock()), LiveRestoreEnabled: false,
       RegistryConfig: { IndexConfigs: {}, InsecureRegistryCIDRs: ['127.0.0.0/8'], Mirrors: [] }, SecurityOptions: [], Warnings: null, Labels: [], ExperimentalBuild: false,
       HttpProxy: '', HttpsProxy: '', NoProxy: '', Swarm: { LocalNodeState: 'inactive', NodeID: '', NodeAddr: '', ControlAvailable: false, Error: '', RemoteManagers: null },
     });
@@ -305,7 +305,7 @@ async function createImage(deps: HttpDeps, { req, res, q }: Ctx): Promise<void> 
     const id = `sha256:${createHash('sha256').update(tar).update(JSON.stringify(config)).digest('hex')}`;
     const repo = q.get('repo');
     const tag = repo ? `${repo}:${q.get('tag') || 'latest'}` : null;
-    engine.images.add({ id, created: nowIso(), size: tar.length, layers: [`sha256:${createHash('sha256').update(tar).digest('hex')}`], config }, tag, null);
+    engine.images.add({ id, created: isoAt(engine.clock()), size: tar.length, layers: [`sha256:${createHash('sha256').update(tar).digest('hex')}`], config }, tag, null);
     engine.events.emit('image', 'import', id, { name: id });
     if (tag) engine.events.emit('image', 'tag', id, { name: tag });
     await engine.save();
@@ -377,9 +377,9 @@ function eventStream(deps: HttpDeps, { res, q }: Ctx): void {
   };
   stream(res, 'application/json');
   if (since !== undefined) for (const ev of engine.events.since(since, until ?? Infinity)) write(ev);
-  if (until !== undefined && until <= Date.now() / 1000) return void res.end();
+  if (until !== undefined && until <= engine.clock() / 1000) return void res.end();
   const off = engine.events.subscribe(write);
-  const timer = until !== undefined ? setTimeout(() => res.end(), until * 1000 - Date.now()) : undefined;
+  const timer = until !== undefined ? setTimeout(() => res.end(), until * 1000 - engine.clock()) : undefined;
   res.on('close', () => {
     off();
     if (timer) clearTimeout(timer);

@@ -34,6 +34,11 @@ export interface SimEngineOptions {
   bandwidth?: number;
   /** A scenario object or the path of a scenario file. */
   scenario?: Scenario | string;
+  /**
+   * How far this engine's wall clock is off the host's, in ms (a device with a wrong clock:
+   * its containers' times, logs and events carry it). Default 0.
+   */
+  clockOffsetMs?: number;
 }
 
 export interface SimEngineHandle extends ControlTarget, AsyncDisposable {
@@ -78,7 +83,9 @@ export async function startSimEngine(options: SimEngineOptions): Promise<SimEngi
   const registry = new SimRegistry(options.registry);
   const registryClient = new RegistryClient();
   const link = new Link(options.bandwidth ?? scenario?.bandwidth ?? DEFAULT_BANDWIDTH);
-  let engine = new SimEngine(dataDir, faults);
+  const offset = options.clockOffsetMs ?? 0;
+  const clock = offset === 0 ? Date.now : () => Date.now() + offset;
+  let engine = new SimEngine(dataDir, faults, clock);
   let restarting: Promise<void> = Promise.resolve();
   let closed = false;
   const timers: NodeJS.Timeout[] = [];
@@ -118,7 +125,7 @@ export async function startSimEngine(options: SimEngineOptions): Promise<SimEngi
         await engine.shutdown();
         await new Promise((r) => setTimeout(r, opts.downMs ?? 500));
         if (closed) return;
-        engine = new SimEngine(dataDir, faults);
+        engine = new SimEngine(dataDir, faults, clock);
         engine.boot();
         await startServing();
       });

@@ -7,6 +7,7 @@
 import { EventEmitter } from 'node:events';
 import { appendFileSync, existsSync, mkdirSync, readFileSync } from 'node:fs';
 import { dirname } from 'node:path';
+import type { WallClock } from './model.js';
 
 export interface LogLine {
   stream: 'stdout' | 'stderr';
@@ -25,7 +26,10 @@ export class LogBook {
   private lastMs = 0;
   private seq = 0;
 
-  constructor(private readonly file: string) {
+  constructor(
+    private readonly file: string,
+    private readonly clock: WallClock,
+  ) {
     this.emitter.setMaxListeners(0);
     if (existsSync(file)) {
       for (const l of readFileSync(file, 'utf8').split('\n')) {
@@ -41,7 +45,7 @@ export class LogBook {
   }
 
   write(stream: LogLine['stream'], text: string): void {
-    const now = Date.now();
+    const now = this.clock();
     // Distinct, increasing nanosecond stamps so `since` and ordering are exact.
     this.seq = now === this.lastMs ? this.seq + 1 : 0;
     this.lastMs = now;

@@ -114,7 +114,13 @@ export interface NetworkRecord {
 
 export const randomId = () => randomBytes(32).toString('hex');
 export const sha256 = (data: string | Buffer) => createHash('sha256').update(data).digest('hex');
-export const nowIso = () => new Date().toISOString();
+/**
+ * The engine's wall clock in ms since the epoch: the host's, or set off from it for a device
+ * whose clock is wrong (a fleet's clock-skew fault). Timers stay on the real clock, as a wrong
+ * wall clock on a board leaves them.
+ */
+export type WallClock = () => number;
+export const isoAt = (ms: number) => new Date(ms).toISOString();
 
 /** go-units HumanDuration, which dockerd uses for the Status column. */
 export function humanDuration(ms: number): string {

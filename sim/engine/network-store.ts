@@ -5,11 +5,12 @@
 import { anyOf, labelsMatch, type Filters } from './filters.js';
 import { badParameter, conflict, EngineApiError, noSuchNetwork } from './api-error.js';
 import type { EventBus } from './events.js';
-import { nowIso, randomId, sha256, type NetworkRecord } from './model.js';
+import { isoAt, randomId, sha256, type NetworkRecord, type WallClock } from './model.js';
 
 export interface NetworkStoreDeps {
   dataDir: string;
   events: EventBus;
+  clock: WallClock;
   save: () => Promise<void>;
   /** Ids of the running containers attached to the network. */
   activeEndpoints: (n: NetworkRecord) => string[];
@@ -40,7 +41,7 @@ export class NetworkStore {
       if (this.byName(name)) continue;
       const id = sha256(`predefined-${name}-${this.deps.dataDir}`);
       this.networks.set(id, {
-        id, name, driver, created: nowIso(), labels: {}, internal: false, attachable: false, subnet,
+        id, name, driver, created: isoAt(this.deps.clock()), labels: {}, internal: false, attachable: false, subnet,
         gateway: subnet ? '172.17.0.1' : '', options: name === 'bridge' ? { 'com.docker.network.bridge.default_bridge': 'true' } : {}, predefined: true,
       });
     }
@@ -76,7 +77,7 @@ export class NetworkStore {
     let octet = 18;
     while (used.has(`172.${octet}.0.0/16`) && octet < 255) octet++;
     const n: NetworkRecord = {
-      id: randomId(), name, driver: body.Driver || 'bridge', created: nowIso(), labels: body.Labels ?? {}, internal: !!body.Internal,
+      id: randomId(), name, driver: body.Driver || 'bridge', created: isoAt(this.deps.clock()), labels: body.Labels ?? {}, internal: !!body.Internal,
       attachable: !!body.Attachable, subnet: `172.${octet}.0.0/16`, gateway: `172.${octet}.0.1`, options: body.Options ?? {}, predefined: false,
     };
     this.networks.set(n.id, n);

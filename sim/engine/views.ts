@@ -36,7 +36,7 @@ export function containerSummary(engine: SimEngine, c: ContainerRecord) {
     Ports: [],
     Labels: c.config.Labels,
     State: c.state.status,
-    Status: statusText(c.state),
+    Status: statusText(c.state, engine.clock()),
     HostConfig: { NetworkMode: c.hostConfig.NetworkMode },
     NetworkSettings: { Networks: networkEntries(c) },
     Mounts: c.mounts,

@@ -7,13 +7,14 @@ import { join } from 'node:path';
 import { anyOf, labelsMatch, type Filters } from './filters.js';
 import { badParameter, conflict, noSpace, noSuchVolume, serverError } from './api-error.js';
 import type { EventBus } from './events.js';
-import { randomId, type VolumeRecord } from './model.js';
+import { isoAt, randomId, type VolumeRecord, type WallClock } from './model.js';
 import type { FaultSet } from './scenario.js';
 
 export interface VolumeStoreDeps {
   dataDir: string;
   faults: FaultSet;
   events: EventBus;
+  clock: WallClock;
   save: () => Promise<void>;
   /** Ids of the containers (any state) that mount this volume. */
   usersOf: (name: string) => string[];
@@ -62,7 +63,7 @@ export class VolumeStore {
     const mountpoint = join(this.deps.dataDir, 'volumes', name, '_data');
     if (this.deps.faults.diskFull) throw serverError(`create ${name}: ${noSpace(`mkdir ${mountpoint}`)}`);
     mkdirSync(mountpoint, { recursive: true });
-    const v: VolumeRecord = { name, driver: body.Driver || 'local', labels: body.Labels ?? {}, options: body.DriverOpts ?? null, createdAt: new Date().toISOString().replace(/\.\d+Z$/, 'Z'), mountpoint };
+    const v: VolumeRecord = { name, driver: body.Driver || 'local', labels: body.Labels ?? {}, options: body.DriverOpts ?? null, createdAt: isoAt(this.deps.clock()).replace(/\.\d+Z$/, 'Z'), mountpoint };
     this.volumes.set(name, v);
     this.deps.events.emit('volume', 'create', name, { driver: v.driver });
     void this.deps.save();

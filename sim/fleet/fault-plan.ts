@@ -6,7 +6,7 @@
 import { FleetlabError } from '../../src/errors.js';
 import { seededRandom } from '../../src/seeded-random.js';
 
-export const FAULT_KINDS = ['partition', 'disk-full', 'pull-fails'] as const;
+export const FAULT_KINDS = ['partition', 'disk-full', 'pull-fails', 'clock-skew'] as const;
 export type FaultKind = (typeof FAULT_KINDS)[number];
 
 export interface FaultSpec {
@@ -21,9 +21,6 @@ export function parseFault(text: string): FaultSpec {
   const match = /^([a-z-]+):([0-9]+(?:\.[0-9]+)?)%$/.exec(text.trim());
   if (!match) throw new FleetlabError('SUP_ERR_BAD_REQUEST', `--fault ${JSON.stringify(text)}: ${usage}`);
   const kind = match[1]!;
-  if (kind === 'clock-skew') {
-    throw new FleetlabError('SUP_ERR_BAD_REQUEST', `--fault clock-skew is not simulated at fleet scale yet: the devices of a fleet share one process clock. Skew one device with 'fleetlab sim device --clock-offset-ms'`);
-  }
   if (!(FAULT_KINDS as readonly string[]).includes(kind)) throw new FleetlabError('SUP_ERR_BAD_REQUEST', `--fault ${JSON.stringify(text)}: unknown kind ${JSON.stringify(kind)}; ${usage}`);
   const percent = Number(match[2]);
   if (!(percent > 0 && percent <= 100)) throw new FleetlabError('SUP_ERR_BAD_REQUEST', `--fault ${JSON.stringify(text)}: the share must be above 0% and at most 100%`);
@@ -52,6 +49,23 @@ export function assignFaults(devices: number, specs: readonly FaultSpec[], seed:
     }
   }
   return byDevice;
+}
+
+const HOUR_MS = 3_600_000;
+/** A skewed clock is off by at least this much (less is what NTP drift looks like). */
+export const MIN_SKEW_MS = HOUR_MS;
+/** And at most this much: a board without a real-time clock, a month without power. */
+export const MAX_SKEW_MS = 30 * 24 * HOUR_MS;
+
+/**
+ * How far a clock-skewed device's wall clock is off, from its index and the fleet's seed:
+ * between one hour and thirty days, ahead or behind (a Raspberry Pi has no real-time clock;
+ * it boots at the time it last saved, or at its image's build date). Whole seconds.
+ */
+export function clockSkewOf(index: number, seed: number): number {
+  const random = seededRandom(seed ^ kindSalt('clock-skew') ^ Math.imul(index + 1, 0x9e3779b1));
+  const magnitude = MIN_SKEW_MS + random() * (MAX_SKEW_MS - MIN_SKEW_MS);
+  return Math.round(magnitude / 1000) * 1000 * (random() < 0.5 ? -1 : 1);
 }
 
 /** `i/n` (1-based): the device indices [from, to) this shard runs of a fleet of `devices`. */

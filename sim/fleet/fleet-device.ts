@@ -36,6 +36,8 @@ export interface FleetDeviceOptions {
   readonly tunnelHeartbeatMs: number;
   readonly journal: JournalPort;
   readonly faults: readonly FaultKind[];
+  /** How far the device's wall clock is off (its supervisor's and its engine's); default 0. */
+  readonly clockOffsetMs?: number;
   readonly registry?: readonly CatalogueEntry[];
   /** Bytes/s of this device's own uplink to the registry. */
   readonly bandwidth?: number;
@@ -69,6 +71,7 @@ export class FleetDevice {
       dataDir: join(options.dataDir, 'engine'),
       ...(options.registry ? { registry: options.registry } : {}),
       ...(options.bandwidth ? { bandwidth: options.bandwidth } : {}),
+      ...(options.clockOffsetMs ? { clockOffsetMs: options.clockOffsetMs } : {}),
     });
     if (options.faults.includes('disk-full')) engine.setDiskFull(true);
     if (options.faults.includes('pull-fails')) engine.addPullFault({ image: '*', failAfterBytes: 0, message: 'read tcp: connection reset by peer' });
@@ -141,7 +144,7 @@ export class FleetDevice {
         port: 48484,
       },
     });
-    const supervisor = new Supervisor({ config, host: this.host, journal: options.journal, logger: options.logger, engineOptions: { agent: this.engine.agent(), snapshotFromEvents: true }, addresses: () => simulatedAddresses(options.index) });
+    const supervisor = new Supervisor({ config, host: this.host, journal: options.journal, logger: options.logger, engineOptions: { agent: this.engine.agent(), snapshotFromEvents: true }, addresses: () => simulatedAddresses(options.index), clock: this.engine.engine.clock });
     await supervisor.start();
     this.supervisor = supervisor;
   }

@@ -4,7 +4,7 @@
  * engine (fleet-device.ts). Devices come up at a steady rate, as a fleet does, not in one
  * burst. Devices drawn for `partition` reach the cloud through one partitionable link, which
  * `partition()` cuts and `heal()` restores; `disk-full` and `pull-fails` are set on their
- * engines from the start.
+ * engines from the start; `clock-skew` sets the device's wall clock off (fault-plan.ts).
  */
 import { mkdirSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
@@ -13,7 +13,7 @@ import { createJournalAdapter } from '../../src/supervisor/adapters/journal.js';
 import type { Logger } from '../../src/supervisor/state/state-engine.js';
 import type { CatalogueEntry } from '../engine/registry.js';
 import { startPartitionableLink, type PartitionableLink } from '../network/partitionable-link.js';
-import { assignFaults, shardRange, type FaultKind, type FaultSpec } from './fault-plan.js';
+import { assignFaults, clockSkewOf, shardRange, type FaultKind, type FaultSpec } from './fault-plan.js';
 import { devicesPerProcess, openFileLimit } from './fd-budget.js';
 import { FleetDevice, type DevicePhase } from './fleet-device.js';
 import { CloudLatency, type LatencySummary } from './latency.js';
@@ -132,6 +132,7 @@ export class Fleet {
             tunnelHeartbeatMs: options.tunnelHeartbeatMs ?? 15_000,
             journal,
             faults,
+            ...(faults.includes('clock-skew') ? { clockOffsetMs: clockSkewOf(index, options.seed ?? 1) } : {}),
             ...(options.registry ? { registry: options.registry } : {}),
             ...(options.bandwidth ? { bandwidth: options.bandwidth } : {}),
             logger: options.logger ?? quiet,

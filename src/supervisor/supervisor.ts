@@ -50,6 +50,8 @@ export interface SupervisorDeps {
   engine?: Engine;
   /** The device's IP and MAC addresses as reports show them; default: this host's interfaces. */
   addresses?: () => { ip: string; mac: string };
+  /** The device's wall clock in ms since the epoch; default: this host's (Date.now). */
+  clock?: () => number;
   /** How the default engine adapter reaches its engine beyond config.dockerSocket (see EngineOptions). */
   engineOptions?: Pick<EngineOptions, 'agent' | 'snapshotFromEvents'>;
 }
@@ -211,7 +213,7 @@ export class Supervisor implements SupervisorContext {
 
   /** State-engine messages also go to /v2/local/logs, as the supervisor's own lines. */
   private busLogger(base: Logger): Logger {
-    const publish = (message: string) => this.logs.publish({ message, timestamp: Date.now(), serviceName: 'supervisor' });
+    const publish = (message: string) => this.logs.publish({ message, timestamp: this.now(), serviceName: 'supervisor' });
     return {
       info: (m) => (base.info(m), publish(m)),
       warn: (m) => (base.warn(m), publish(m)),
@@ -242,6 +244,10 @@ export class Supervisor implements SupervisorContext {
 
   addresses(): { ip: string; mac: string } {
     return (this.deps.addresses ?? hostAddresses)();
+  }
+
+  now(): number {
+    return (this.deps.clock ?? Date.now)();
   }
 
   localMode(): boolean {

@@ -35,6 +35,8 @@ export interface SupervisorContext {
   readonly arch: string;
   /** The device's IP and MAC addresses, as `/v1/device` and the cloud report show them. */
   addresses(): { ip: string; mac: string };
+  /** The device's wall clock, ms since the epoch (log times). */
+  now(): number;
   localMode(): boolean;
   setLocalTarget(wire: WireLocalState): Promise<void>;
   schedulePower(action: 'reboot' | 'poweroff', force: boolean): void;

@@ -22,10 +22,10 @@ function requireLocalMode(sup: SupervisorContext): void {
 }
 
 /** docker logs with timestamps: "<RFC3339Nano> <message>". */
-function parseEngineLine(line: string): { timestamp: number; message: string } {
+function parseEngineLine(line: string, now: number): { timestamp: number; message: string } {
   const space = line.indexOf(' ');
   const ts = space > 0 ? Date.parse(line.slice(0, space)) : NaN;
-  return Number.isNaN(ts) ? { timestamp: Date.now(), message: line } : { timestamp: ts, message: line.slice(space + 1) };
+  return Number.isNaN(ts) ? { timestamp: now, message: line } : { timestamp: ts, message: line.slice(space + 1) };
 }
 
 /** The caller's services' lines (and, for the device key, the supervisor's). */
@@ -35,7 +35,7 @@ function serviceLogStream(sup: SupervisorContext, reads: ScopedReads, signal: Ab
     if (!out.writableEnded) out.write(`${JSON.stringify(line)}\n`);
   };
   const followed = new Map<string, Readable>();
-  const since = Math.floor(Date.now() / 1000);
+  const since = Math.floor(sup.now() / 1000);
   const scan = async () => {
     const snapshot = await reads.snapshot();
     for (const c of snapshot.containers) {
@@ -43,13 +43,13 @@ function serviceLogStream(sup: SupervisorContext, reads: ScopedReads, signal: Ab
       const logs = await sup.engine.logs(c.id, { follow: true, since });
       followed.set(c.id, logs);
       const lines = createInterface({ input: logs });
-      lines.on('line', (l) => write({ ...parseEngineLine(l), serviceName: c.serviceName }));
+      lines.on('line', (l) => write({ ...parseEngineLine(l, sup.now()), serviceName: c.serviceName }));
       logs.on('close', () => followed.delete(c.id));
     }
   };
   const unsubscribe = reads.supervisorLines(write);
   const timer = setInterval(() => void scan().catch(() => undefined), RESCAN_MS);
-  void scan().catch((err) => write({ message: `cannot follow service logs: ${String(err)}`, timestamp: Date.now(), serviceName: 'supervisor' }));
+  void scan().catch((err) => write({ message: `cannot follow service logs: ${String(err)}`, timestamp: sup.now(), serviceName: 'supervisor' }));
   signal.addEventListener('abort', () => {
     clearInterval(timer);
     unsubscribe();

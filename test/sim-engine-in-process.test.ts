@@ -26,6 +26,17 @@ afterAll(async () => {
 });
 
 const device = 'd00d'.repeat(8);
+
+/** The payloads of a multiplexed log stream (8-byte frame headers), joined. */
+function demux(buf: Buffer): string {
+  let out = '';
+  for (let at = 0; at + 8 <= buf.length; ) {
+    const size = buf.readUInt32BE(at + 4);
+    out += buf.subarray(at + 8, at + 8 + size).toString('utf8');
+    at += 8 + size;
+  }
+  return out;
+}
 const labels = { [LABEL.supervised]: 'true', [LABEL.device]: device, [LABEL.appId]: '1', [LABEL.serviceId]: '1', [LABEL.serviceName]: 'main', [LABEL.imageId]: '1', [LABEL.releaseId]: '1', [LABEL.commit]: 'c1', [LABEL.configHash]: 'h' };
 
 describe('in-process simulated engine', () => {
@@ -81,6 +92,31 @@ describe('in-process simulated engine', () => {
     }, 5_000, 'a refused connection while the engine is down');
     await restarted;
     await engine.ping();
+  });
+
+  it('with a small history, keeps only the last events and log lines, through a restart too', async () => {
+    const small = await startSimEngine({ dataDir: join(dir, 'small'), history: { events: 4, logLines: 3 } });
+    const docker = new Docker({ socketPath: '/nonexistent/engine.sock', agent: small.agent() } as Docker.DockerOptions);
+    try {
+      const adapter = new Engine({ socketPath: '/nonexistent/engine.sock', device, agent: small.agent() });
+      await adapter.pull('fleetlab/test-app:1', () => undefined);
+      adapter.close();
+      const container = await docker.createContainer({ Image: 'fleetlab/test-app:1', Cmd: ['sh', '-c', 'echo one; echo two; echo three; echo four; echo five'] });
+      await container.start();
+      await eventually(async () => ((await container.inspect()).State.Status === 'exited' ? true : undefined), 5_000, 'the container ran');
+      const lines = async () => demux(await container.logs({ stdout: true }));
+      expect(await lines()).toBe('three\nfour\nfive\n');
+      // The pull and the create came first: only the last four (start, die, network disconnect among them) are kept.
+      const kept = small.engine.events.since(0).map((e) => e.Action);
+      expect(kept).toHaveLength(4);
+      expect(kept).toEqual(expect.arrayContaining(['start', 'die', 'disconnect']));
+      expect(kept).not.toContain('pull');
+      expect(kept).not.toContain('create');
+      await small.restartEngine({ downMs: 50 });
+      expect(await lines()).toBe('three\nfour\nfive\n');
+    } finally {
+      await small.close();
+    }
   });
 
   it("with clockOffsetMs, keeps the device's wrong time through a restart: container times, events, logs and SystemTime are that far off", async () => {

@@ -15,8 +15,8 @@ import { anyOf, labelsMatch, type Filters } from './filters.js';
 import { ImageStore } from './image-store.js';
 import { LogBook } from './logs.js';
 import {
-  isoAt, normaliseRef, randomId, ZERO_TIME,
-  type ContainerRecord, type ImageRecord, type MountRecord, type NetworkRecord, type RestartPolicyName, type WallClock,
+  DEFAULT_HISTORY, isoAt, normaliseRef, randomId, ZERO_TIME,
+  type ContainerRecord, type ImageRecord, type MountRecord, type NetworkRecord, type EngineHistory, type RestartPolicyName, type WallClock,
 } from './model.js';
 import { behaviourOf } from './process-model.js';
 import type { FaultSet } from './scenario.js';
@@ -79,9 +79,10 @@ export class SimEngine {
     readonly dataDir: string,
     readonly faults: FaultSet,
     readonly clock: WallClock = Date.now,
+    private readonly history: EngineHistory = DEFAULT_HISTORY,
   ) {
     mkdirSync(join(dataDir, 'containers'), { recursive: true });
-    this.events = new EventBus(clock);
+    this.events = new EventBus(clock, history.events);
     const save = () => this.save();
     const all = () => [...this.containers.values()];
     this.images = new ImageStore({ events: this.events, save, usersOf: (id) => all().filter((c) => c.imageId === id).map((c) => c.id) });
@@ -184,7 +185,7 @@ export class SimEngine {
   private runtime(id: string): Runtime {
     let rt = this.runtimes.get(id);
     if (!rt) {
-      rt = { backoffMs: RESTART_BACKOFF_START_MS, log: new LogBook(join(this.dataDir, 'containers', id, 'log.jsonl'), this.clock), exitWaiters: [], removeWaiters: [] };
+      rt = { backoffMs: RESTART_BACKOFF_START_MS, log: new LogBook(join(this.dataDir, 'containers', id, 'log.jsonl'), this.clock, this.history.logLines), exitWaiters: [], removeWaiters: [] };
       this.runtimes.set(id, rt);
     }
     return rt;

@@ -19,13 +19,14 @@ export interface EngineEvent {
   timeNano: number;
 }
 
-const BACKLOG = 1000;
-
 export class EventBus {
   private readonly emitter = new EventEmitter();
   private readonly backlog: EngineEvent[] = [];
 
-  constructor(private readonly clock: WallClock) {
+  constructor(
+    private readonly clock: WallClock,
+    private readonly keep: number,
+  ) {
     this.emitter.setMaxListeners(0);
   }
 
@@ -42,7 +43,7 @@ export class EventBus {
       timeNano: Number(nowNs),
     };
     this.backlog.push(event);
-    if (this.backlog.length > BACKLOG) this.backlog.shift();
+    if (this.backlog.length > this.keep) this.backlog.shift();
     this.emitter.emit('event', event);
   }
 

@@ -11,6 +11,7 @@ import { dirname, resolve } from 'node:path';
 import { FleetlabError, errorText } from '../../src/errors.js';
 import { createControl, type ControlTarget } from './control.js';
 import { SimEngine } from './engine.js';
+import type { EngineHistory } from './model.js';
 import { createHandler, createUpgradeHandler } from './http-server.js';
 import { Link } from './pull.js';
 import { SimRegistry, type CatalogueEntry } from './registry.js';
@@ -39,6 +40,8 @@ export interface SimEngineOptions {
    * its containers' times, logs and events carry it). Default 0.
    */
   clockOffsetMs?: number;
+  /** Events and log lines kept in memory; default dockerd's (DEFAULT_HISTORY). */
+  history?: EngineHistory;
 }
 
 export interface SimEngineHandle extends ControlTarget, AsyncDisposable {
@@ -85,7 +88,7 @@ export async function startSimEngine(options: SimEngineOptions): Promise<SimEngi
   const link = new Link(options.bandwidth ?? scenario?.bandwidth ?? DEFAULT_BANDWIDTH);
   const offset = options.clockOffsetMs ?? 0;
   const clock = offset === 0 ? Date.now : () => Date.now() + offset;
-  let engine = new SimEngine(dataDir, faults, clock);
+  let engine = new SimEngine(dataDir, faults, clock, options.history);
   let restarting: Promise<void> = Promise.resolve();
   let closed = false;
   const timers: NodeJS.Timeout[] = [];
@@ -125,7 +128,7 @@ export async function startSimEngine(options: SimEngineOptions): Promise<SimEngi
         await engine.shutdown();
         await new Promise((r) => setTimeout(r, opts.downMs ?? 500));
         if (closed) return;
-        engine = new SimEngine(dataDir, faults, clock);
+        engine = new SimEngine(dataDir, faults, clock, options.history);
         engine.boot();
         await startServing();
       });

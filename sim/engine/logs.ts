@@ -18,8 +18,6 @@ export interface LogLine {
 }
 
 /** In memory, the newest lines only; the file keeps everything. */
-const KEEP = 5000;
-
 export class LogBook {
   private readonly lines: LogLine[] = [];
   private readonly emitter = new EventEmitter();
@@ -29,6 +27,7 @@ export class LogBook {
   constructor(
     private readonly file: string,
     private readonly clock: WallClock,
+    private readonly keep: number,
   ) {
     this.emitter.setMaxListeners(0);
     if (existsSync(file)) {
@@ -40,7 +39,7 @@ export class LogBook {
           // a line torn by a kill mid-append: skip it, as dockerd skips a bad json-file line
         }
       }
-      if (this.lines.length > KEEP) this.lines.splice(0, this.lines.length - KEEP);
+      if (this.lines.length > keep) this.lines.splice(0, this.lines.length - keep);
     }
   }
 
@@ -54,7 +53,7 @@ export class LogBook {
     mkdirSync(dirname(this.file), { recursive: true });
     appendFileSync(this.file, `${JSON.stringify(line)}\n`);
     this.lines.push(line);
-    if (this.lines.length > KEEP) this.lines.shift();
+    if (this.lines.length > this.keep) this.lines.shift();
     this.emitter.emit('line', line);
   }
 

@@ -122,6 +122,17 @@ export const sha256 = (data: string | Buffer) => createHash('sha256').update(dat
 export type WallClock = () => number;
 export const isoAt = (ms: number) => new Date(ms).toISOString();
 
+/**
+ * How much an engine keeps in memory: events for `since` queries (dockerd keeps about a
+ * thousand) and log lines per container for `docker logs`. A fleet's thousands of engines keep
+ * fewer: their supervisors read events as they come and never ask for the past.
+ */
+export interface EngineHistory {
+  readonly events: number;
+  readonly logLines: number;
+}
+export const DEFAULT_HISTORY: EngineHistory = { events: 1000, logLines: 5000 };
+
 /** go-units HumanDuration, which dockerd uses for the Status column. */
 export function humanDuration(ms: number): string {
   const seconds = Math.round(ms / 1000);

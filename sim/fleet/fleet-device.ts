@@ -11,9 +11,19 @@ import type { JournalPort } from '../../src/supervisor/adapters/ports.js';
 import { Supervisor } from '../../src/supervisor/supervisor.js';
 import type { Logger } from '../../src/supervisor/state/state-engine.js';
 import { startSimEngine, type SimEngineHandle } from '../engine/index.js';
+import type { EngineHistory } from '../engine/model.js';
 import type { CatalogueEntry } from '../engine/registry.js';
 import type { FaultKind } from './fault-plan.js';
 import { MemoryHost } from './memory-host.js';
+
+/**
+ * What each device's engine keeps in memory. dockerd's thousand events (half a kilobyte of
+ * JSON each, a container's labels included; ten for a container's pull-to-removal) would grow
+ * every device by 5-10 KB a rollout until each held over half a megabyte: ten thousand
+ * devices, gigabytes. The supervisor reads events as they come and never asks for the past;
+ * `docker logs` through the proxy still sees a container's last 200 lines.
+ */
+export const FLEET_ENGINE_HISTORY: EngineHistory = { events: 50, logLines: 200 };
 
 export type DevicePhase = 'starting' | 'offline' | 'applying' | 'applied' | 'failed' | 'off';
 
@@ -72,6 +82,7 @@ export class FleetDevice {
       ...(options.registry ? { registry: options.registry } : {}),
       ...(options.bandwidth ? { bandwidth: options.bandwidth } : {}),
       ...(options.clockOffsetMs ? { clockOffsetMs: options.clockOffsetMs } : {}),
+      history: FLEET_ENGINE_HISTORY,
     });
     if (options.faults.includes('disk-full')) engine.setDiskFull(true);
     if (options.faults.includes('pull-fails')) engine.addPullFault({ image: '*', failAfterBytes: 0, message: 'read tcp: connection reset by peer' });

@@ -12,7 +12,7 @@ import { getHeapStatistics } from 'node:v8';
 import { FleetlabError } from '../../src/errors.js';
 import { simWorker } from '../entry.js';
 import { shardRange } from './fault-plan.js';
-import { heapLimitFlag } from './heap-budget.js';
+import { heapLimitFlags } from './heap-budget.js';
 import { Fleet, type FleetCounts, type FleetOptions, type StuckDevice } from './fleet.js';
 import { summarize, type LatencySummary } from './latency.js';
 
@@ -168,7 +168,7 @@ class WorkerHandle {
 
   constructor(devices: number, onStarted: (started: number) => void) {
     const { module, execArgv } = simWorker('fleet/fleet-worker');
-    this.child = fork(module, [], { execArgv: [...execArgv, heapLimitFlag(devices)], stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
+    this.child = fork(module, [], { execArgv: [...execArgv, ...heapLimitFlags(devices)], stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
     this.exited = new Promise((resolve) =>
       this.child.once('exit', (code, signal) => {
         for (const p of this.pending.values()) p.reject(new FleetlabError('SUP_ERR_INTERNAL', `a fleet worker exited (${signal ?? `code ${code}`}) before it answered`));

@@ -45,7 +45,7 @@ export function readOwner(dir: string): Owner | undefined {
 }
 
 /**
- * Stops the programs of `<root>/<prefix>*` directories whose owner is gone (its recorded
+ * Stops the programs of `<root>/<prefix>*` directories whose recorded owner is gone (its recorded
  * program, then every process carrying its session label), lets `undo` clean what else they
  * made, and removes the directories; returns those it removed.
  */
@@ -60,12 +60,12 @@ export async function reapStale(root: string, prefix: string, undo: (owner: Owne
   for (const name of names) {
     const dir = join(root, name);
     const owner = readOwner(dir);
-    if (owner && isRunning(owner.owner, owner.ownerStart)) continue;
-    if (owner) {
-      if (owner.pid && isRunning(owner.pid, owner.pidStart)) await stopPid(owner.pid);
-      if (owner.session) await stopProcesses(sessionProcesses(owner.session));
-      await undo(owner, dir);
-    }
+    // No owner file: not provably a run's (another tool's or a test's directory with the same
+    // prefix, or a run between making it and writing its owner); left alone.
+    if (!owner || isRunning(owner.owner, owner.ownerStart)) continue;
+    if (owner.pid && isRunning(owner.pid, owner.pidStart)) await stopPid(owner.pid);
+    if (owner.session) await stopProcesses(sessionProcesses(owner.session));
+    await undo(owner, dir);
     await rm(dir, { recursive: true, force: true }).catch(() => undefined);
     reaped.push(dir);
   }

@@ -11,6 +11,7 @@ import { odataRoutes } from './api/odata-routes.js';
 import type { Db } from './db/port.js';
 import { installJsonBodyParser } from '../http/json-body.js';
 import { deviceRoutes } from './device/device-routes.js';
+import { TargetCache } from './device/target-cache.js';
 import { TunnelHub } from './device/tunnel-hub.js';
 import { ClusterCalls } from './cluster/device-calls.js';
 import type { ReplicaBus } from './cluster/postgres-bus.js';
@@ -37,6 +38,8 @@ export interface CloudDeps {
   replicaBus?: ReplicaBus | null;
   /** Replica heartbeat; a replica silent for three of these is dead and its devices offline. */
   replicaHeartbeatMs?: number;
+  /** Device targets kept built (a few KB each); past this, the least recently polled is rebuilt on its next poll. */
+  targetCacheEntries?: number;
 }
 
 export function buildCloud(deps: CloudDeps): FastifyInstance {
@@ -76,8 +79,9 @@ export function buildCloud(deps: CloudDeps): FastifyInstance {
     await heartbeat?.stop();
   });
 
+  const targets = new TargetCache({ db: deps.db, maxEntries: deps.targetCacheEntries ?? 20_000 });
   app.get('/ping', async (_req, reply) => reply.type('text/plain').send('OK'));
-  void app.register(async (scope) => deviceRoutes(scope, { db: deps.db, authenticate, now }));
+  void app.register(async (scope) => deviceRoutes(scope, { db: deps.db, authenticate, now, targets }));
   void app.register(async (scope) => proxyRoutes(scope, { db: deps.db, model, devices: calls, authenticate, timeoutMs: deps.proxyTimeoutMs ?? 30_000 }));
   void app.register(async (scope) => keyRoutes(scope, { db: deps.db, model, authenticate, now: deps.now }));
   void app.register(async (scope) => odataRoutes(scope, { db: deps.db, model, hooks, authenticate }));

@@ -6,16 +6,17 @@ import type { FastifyInstance, FastifyRequest } from 'fastify';
 import { FleetlabError } from '../../errors.js';
 import { devicePaths, RegisterRequest, StateReportBody } from '../../protocol/device-cloud.js';
 import { storeApiKey } from '../auth/keys.js';
-import type { Principal } from '../auth/principal.js';
+import { bearerKey, type Principal } from '../auth/principal.js';
 import type { Db } from '../db/port.js';
 import { newActor } from '../model/hooks.js';
 import { applyReport } from './state-report.js';
-import { composeTarget, etagOf, loadTargetRows } from './target-state.js';
+import { deviceTargetVersion, type DeviceTargetVersion, type TargetCache } from './target-cache.js';
 
 export interface DeviceRouteDeps {
   readonly db: Db;
   authenticate(request: FastifyRequest): Promise<Principal>;
   readonly now: () => Date;
+  readonly targets: TargetCache;
 }
 
 function deviceOf(p: Principal): Extract<Principal, { kind: 'device' }> {
@@ -47,12 +48,23 @@ export async function deviceRoutes(app: FastifyInstance, deps: DeviceRouteDeps):
     return reply.code(201).send(created);
   });
 
+  /** The polling device and its target version in one lookup; any other key gets the general answer (401, 403). */
+  const pollingDevice = async (request: FastifyRequest): Promise<DeviceTargetVersion> => {
+    const key = bearerKey(request.headers.authorization);
+    const found = await deviceTargetVersion(db, key, deps.now());
+    if (found) return found;
+    deviceOf(await deps.authenticate(request));
+    // A device key that the lookup missed was created between the two reads: look again.
+    const again = await deviceTargetVersion(db, key, deps.now());
+    if (!again) throw new FleetlabError('CLOUD_ERR_UNAUTHORIZED', 'Unauthorized');
+    return again;
+  };
+
   app.get('/device/v3/:uuid/state', async (request, reply) => {
-    const p = deviceOf(await deps.authenticate(request));
+    const device = await pollingDevice(request);
     const { uuid } = request.params as { uuid: string };
-    if (uuid !== p.uuid) throw new FleetlabError('CLOUD_ERR_FORBIDDEN', 'A device key reads only its own target state');
-    const body = JSON.stringify({ [uuid]: composeTarget(await loadTargetRows(db, p.deviceId)) });
-    const etag = etagOf(body);
+    if (uuid !== device.uuid) throw new FleetlabError('CLOUD_ERR_FORBIDDEN', 'A device key reads only its own target state');
+    const { body, etag } = await deps.targets.target(device);
     reply.header('etag', etag).header('cache-control', 'no-cache');
     if (request.headers['if-none-match'] === etag) return reply.code(304).send();
     return reply.type('application/json').send(body);

@@ -8,11 +8,14 @@
  * A plain migration table (name, applied_at) is all the bookkeeping needed for a list run
  * in order inside one transaction; umzug would add a second abstraction for that.
  */
+import type { DialectName } from '../db/dialect.js';
 import type { Db } from '../db/port.js';
 
 export interface Migration {
   name: string;
   statements: string[];
+  /** What the two databases spell too differently for tokens (triggers); run after `statements`. */
+  only?: Partial<Record<DialectName, string[]>>;
 }
 
 const ts = 'TEXT NOT NULL';
@@ -90,7 +93,92 @@ export const migrations: Migration[] = [
       `CREATE TABLE "cloud_message" (id {pk}, replica TEXT NOT NULL, payload TEXT NOT NULL)`,
     ],
   },
+  targetVersionsMigration(),
 ];
+
+/**
+ * 005: a device's target state is a function of its own row and variables, its fleet's row
+ * and variables, and the content of the release it runs. Each of the three rows carries a
+ * `target_version` that triggers raise on every write that can change that part of the
+ * target, so a replica knows in one indexed lookup whether the target it built before is
+ * still the target (src/cloud/device/target-cache.ts). Triggers, not application code:
+ * every write path (OData, device routes, cascades, another replica) is covered.
+ */
+function targetVersionsMigration(): Migration {
+  // [child table, its link column, the parent (device, application or release) it changes]
+  const children: Array<[string, string, string]> = [
+    ['device_environment_variable', 'device', 'device'],
+    ['device_config_variable', 'device', 'device'],
+    ['application_environment_variable', 'application', 'application'],
+    ['application_config_variable', 'application', 'application'],
+    ['image__is_part_of__release', 'is_part_of__release', 'release'],
+  ];
+  // [table, the columns of its own row the target shows]
+  const selves: Array<[string, string[]]> = [
+    ['device', ['uuid', 'device_name', 'should_be_running__release', 'belongs_to__application']],
+    ['application', ['app_name', 'should_be_running__release']],
+    ['release', ['commit', 'composition']],
+  ];
+  // [table, columns, the releases a change of one row reaches]
+  const reaching: Array<[string, string[], string]> = [
+    ['image', ['is_stored_at__image_location', 'is_a_build_of__service'], `SELECT is_part_of__release FROM "image__is_part_of__release" WHERE image = NEW.id`],
+    ['service', ['service_name'], `SELECT ir.is_part_of__release FROM "image__is_part_of__release" ir JOIN "image" i ON i.id = ir.image WHERE i.is_a_build_of__service = NEW.id`],
+  ];
+  const bump = (table: string, where: string) => `UPDATE "${table}" SET target_version = target_version + 1 WHERE ${where}`;
+  const changed = (cols: string[], op: 'IS NOT' | 'IS DISTINCT FROM') => cols.map((c) => `OLD."${c}" ${op} NEW."${c}"`).join(' OR ');
+  const colList = (cols: string[]) => cols.map((c) => `"${c}"`).join(', ');
+
+  const sqlite: string[] = [];
+  for (const [child, link, parent] of children) {
+    sqlite.push(
+      `CREATE TRIGGER "${child}_target_insert" AFTER INSERT ON "${child}" BEGIN ${bump(parent, `id = NEW."${link}"`)}; END`,
+      `CREATE TRIGGER "${child}_target_update" AFTER UPDATE ON "${child}" BEGIN ${bump(parent, `id IN (OLD."${link}", NEW."${link}")`)}; END`,
+      `CREATE TRIGGER "${child}_target_delete" AFTER DELETE ON "${child}" BEGIN ${bump(parent, `id = OLD."${link}"`)}; END`,
+    );
+  }
+  // SQLite's recursive triggers are off, and target_version is not among the watched columns.
+  for (const [table, cols] of selves) {
+    sqlite.push(`CREATE TRIGGER "${table}_target_self" AFTER UPDATE OF ${colList(cols)} ON "${table}" WHEN ${changed(cols, 'IS NOT')} BEGIN ${bump(table, 'id = NEW.id')}; END`);
+  }
+  for (const [table, cols, releases] of reaching) {
+    sqlite.push(`CREATE TRIGGER "${table}_target_releases" AFTER UPDATE OF ${colList(cols)} ON "${table}" WHEN ${changed(cols, 'IS NOT')} BEGIN ${bump('release', `id IN (${releases})`)}; END`);
+  }
+
+  const postgres: string[] = [
+    // TG_ARGV: the parent table and the child's link column; an update that moves a row
+    // changes both parents.
+    `CREATE FUNCTION fleetlab_target_parent() RETURNS trigger LANGUAGE plpgsql AS $$
+     BEGIN
+       IF TG_OP <> 'INSERT' THEN
+         EXECUTE format('UPDATE %I SET target_version = target_version + 1 WHERE id = $1', TG_ARGV[0]) USING (to_jsonb(OLD) ->> TG_ARGV[1])::integer;
+       END IF;
+       IF TG_OP <> 'DELETE' THEN
+         EXECUTE format('UPDATE %I SET target_version = target_version + 1 WHERE id = $1', TG_ARGV[0]) USING (to_jsonb(NEW) ->> TG_ARGV[1])::integer;
+       END IF;
+       RETURN NULL;
+     END $$`,
+    `CREATE FUNCTION fleetlab_target_self() RETURNS trigger LANGUAGE plpgsql AS $$
+     BEGIN NEW.target_version := OLD.target_version + 1; RETURN NEW; END $$`,
+  ];
+  for (const [child, link, parent] of children) {
+    postgres.push(`CREATE TRIGGER "${child}_target" AFTER INSERT OR UPDATE OR DELETE ON "${child}" FOR EACH ROW EXECUTE FUNCTION fleetlab_target_parent('${parent}', '${link}')`);
+  }
+  for (const [table, cols] of selves) {
+    postgres.push(`CREATE TRIGGER "${table}_target_self" BEFORE UPDATE OF ${colList(cols)} ON "${table}" FOR EACH ROW WHEN (${changed(cols, 'IS DISTINCT FROM')}) EXECUTE FUNCTION fleetlab_target_self()`);
+  }
+  for (const [table, cols, releases] of reaching) {
+    postgres.push(
+      `CREATE FUNCTION "fleetlab_${table}_target"() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN ${bump('release', `id IN (${releases})`)}; RETURN NULL; END $$`,
+      `CREATE TRIGGER "${table}_target_releases" AFTER UPDATE OF ${colList(cols)} ON "${table}" FOR EACH ROW WHEN (${changed(cols, 'IS DISTINCT FROM')}) EXECUTE FUNCTION "fleetlab_${table}_target"()`,
+    );
+  }
+
+  return {
+    name: '005-target-versions',
+    statements: ['device', 'application', 'release'].map((t) => `ALTER TABLE "${t}" ADD COLUMN target_version INTEGER NOT NULL DEFAULT 0`),
+    only: { sqlite, postgres },
+  };
+}
 
 /** Applies the migrations not yet recorded, each in its own transaction. Returns their names. */
 export async function migrate(db: Db, list: Migration[] = migrations): Promise<string[]> {
@@ -100,7 +188,7 @@ export async function migrate(db: Db, list: Migration[] = migrations): Promise<s
   for (const m of list) {
     if (done.has(m.name)) continue;
     await db.transaction(async (tx) => {
-      for (const statement of m.statements) {
+      for (const statement of [...m.statements, ...(m.only?.[tx.dialect.name] ?? [])]) {
         const sql = tx.dialect.renderDdl(statement);
         if (sql) await tx.exec(sql);
       }

@@ -5,6 +5,7 @@
 import pg from 'pg';
 import { postgresDialect } from './dialect.js';
 import type { Db, Row, SqlValue } from './port.js';
+import { StatementNames } from './statement-names.js';
 
 const numeric = (v: string) => Number(v);
 const types = {
@@ -14,13 +15,20 @@ const types = {
   },
 };
 
+/** Connections per process when not told: enough for two cores' worth of requests in flight, a tenth of PostgreSQL's default max_connections. */
+export const DEFAULT_POOL_SIZE = 10;
+
 export function openPostgres(connectionString: string, opts: { max?: number } = {}): Db {
-  const pool = new pg.Pool({ connectionString, max: opts.max ?? 10, types: types as pg.CustomTypesConfig });
+  const pool = new pg.Pool({ connectionString, max: opts.max ?? DEFAULT_POOL_SIZE, types: types as pg.CustomTypesConfig });
   // An idle client losing its connection must not crash the process.
   pool.on('error', () => undefined);
+  const statements = new StatementNames();
 
-  const run = async (client: pg.Pool | pg.PoolClient, sql: string, params: SqlValue[]): Promise<Row[]> =>
-    (await client.query(postgresDialect.placeholders(sql), params.map((p) => postgresDialect.toDriver(p)))).rows as Row[];
+  const run = async (client: pg.Pool | pg.PoolClient, sql: string, params: SqlValue[]): Promise<Row[]> => {
+    const text = postgresDialect.placeholders(sql);
+    const values = params.map((p) => postgresDialect.toDriver(p));
+    return (await client.query({ name: statements.nameOf(text), text, values })).rows as Row[];
+  };
 
   const withClient = (client: pg.PoolClient): Db => {
     const db: Db = {

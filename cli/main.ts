@@ -209,13 +209,17 @@ program
   .option('--data-dir <dir>', 'SQLite database and admin key file (default: $XDG_DATA_HOME/fleetlab/cloud or ~/.local/share/fleetlab/cloud)')
   .option('--database <url>', 'postgres://user@host:port/db (default: SQLite in the data directory)')
   .option('--admin-key <key>', 'admin API key to create or add (default: generated on first start)')
+  .option('--db-pool <n>', 'PostgreSQL connections this process opens (default: 10); replicas x this must stay under the server\'s max_connections')
   .action(
-    action(async (opts: { port: string; host: string; dataDir?: string; database?: string; adminKey?: string }) => {
+    action(async (opts: { port: string; host: string; dataDir?: string; database?: string; adminKey?: string; dbPool?: string }) => {
       const port = parsePort('--port', opts.port);
       const { databaseUrlProblem, runCloud } = await import('../src/cloud/main.js');
       const problem = opts.database === undefined ? null : databaseUrlProblem(opts.database);
       if (problem) throw new UsageError(problem);
-      const { stopped } = await runCloud({ ...opts, port });
+      const dbPool = opts.dbPool === undefined ? undefined : Number(opts.dbPool);
+      if (dbPool !== undefined && (!Number.isInteger(dbPool) || dbPool < 1 || dbPool > 1000)) throw new UsageError(`--db-pool must be a whole number of connections, 1..1000, got ${opts.dbPool}`);
+      if (dbPool !== undefined && !opts.database?.startsWith('postgres')) throw new UsageError('--db-pool sizes the PostgreSQL connection pool: it needs --database postgres://...');
+      const { stopped } = await runCloud({ ...opts, port, dbPool });
       await stopped;
     }),
   );

@@ -27,6 +27,8 @@ describe('fleetlab usage errors', () => {
       ['cli/main.ts', ['sim', 'stack', '--port', '99999'], 'error: --port must be 0..65535, got 99999', "Run 'fleetlab sim stack --help' for usage."],
       ['cli/main.ts', ['sim', 'device', '--cloud-url', 'http://127.0.0.1:1'], 'error: --cloud-url needs --provisioning-key', "Run 'fleetlab sim device --help' for usage."],
       ['cli/main.ts', ['cloud', '--port', '0', '--database', 'mysql://nope'], 'error: --database must be postgres://... or sqlite:FILE', "Run 'fleetlab cloud --help' for usage."],
+      ['cli/main.ts', ['cloud', '--port', '0', '--database', 'postgres://127.0.0.1:1/x', '--db-pool', '0'], 'error: --db-pool must be a whole number of connections, 1..1000, got 0', "Run 'fleetlab cloud --help' for usage."],
+      ['cli/main.ts', ['cloud', '--port', '0', '--db-pool', '4'], 'error: --db-pool sizes the PostgreSQL connection pool: it needs --database postgres://...', "Run 'fleetlab cloud --help' for usage."],
       ['cli/main.ts', ['sim', 'fleet', '--devices', '0', '--cloud', 'http://127.0.0.1:1', '--provisioning-key', 'k'], 'error: --devices must be a whole number from 1 to 100000, got 0', "Run 'fleetlab sim fleet --help' for usage."],
       ['cli/main.ts', ['sim', 'fleet', '--devices', '10', '--cloud', 'http://127.0.0.1:1'], 'error: give --fleet and --api-key', "Run 'fleetlab sim fleet --help' for usage."],
       ['cli/main.ts', ['sim', 'fleet', '--devices', '10', '--cloud', 'http://127.0.0.1:1', '--provisioning-key', 'k', '--fault', 'partition:10'], 'error: --fault "partition:10": write it as <kind>:<percent>%', "Run 'fleetlab sim fleet --help' for usage."],

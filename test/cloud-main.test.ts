@@ -5,6 +5,7 @@
 import { mkdtemp, rm, stat } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import pg from 'pg';
 import { afterAll, describe, expect, it } from 'vitest';
 import { startCloudProcess } from './helpers/cloud-process.js';
 import { startPostgres } from './helpers/postgres.js';
@@ -55,9 +56,21 @@ describe('fleetlab cloud (CLI)', () => {
       expect(created.status).toBe(201);
       expect(await run.stop()).toBe(0);
       // the record is in PostgreSQL, not in a SQLite file in the data directory
-      const again = await start(['--data-dir', dataDir, '--database', url]);
+      const again = await start(['--data-dir', dataDir, '--database', url, '--db-pool', '2']);
       const users = await fetch(`${again.ready.url}/v6/user?$select=username&$orderby=username`, { headers: auth });
       expect(await users.json()).toEqual({ d: [{ username: 'admin' }, { username: 'pguser' }] });
+      // 16 requests at once open no more than the 2 pooled connections (and the replica bus's own)
+      const answers = await Promise.all(Array.from({ length: 16 }, () => fetch(`${again.ready.url}/v6/user/$count`, { headers: auth }).then((r) => r.status)));
+      expect(answers).toEqual(Array(16).fill(200));
+      const watcher = new pg.Client({ connectionString: url });
+      await watcher.connect();
+      try {
+        const { rows } = await watcher.query<{ n: number }>('SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()');
+        expect(rows[0]!.n).toBeGreaterThanOrEqual(2);
+        expect(rows[0]!.n).toBeLessThanOrEqual(3);
+      } finally {
+        await watcher.end();
+      }
       expect(await again.stop()).toBe(0);
       await expect(stat(join(dataDir, 'cloud.db'))).rejects.toThrow();
     } finally {

@@ -26,6 +26,8 @@ export interface CloudOptions {
   dataDir?: string;
   database?: string;
   adminKey?: string;
+  /** PostgreSQL connections of this process (default: DEFAULT_POOL_SIZE). */
+  dbPool?: number;
 }
 
 /** `$XDG_DATA_HOME/fleetlab/cloud`, else `~/.local/share/fleetlab/cloud`. */
@@ -38,20 +40,20 @@ export function databaseUrlProblem(database: string): string | null {
   return database.startsWith('sqlite:') || /^postgres(ql)?:\/\//.test(database) ? null : `--database must be postgres://... or sqlite:FILE, got ${database}`;
 }
 
-export function openDatabase(database: string | undefined, dataDir: string): Db {
+export function openDatabase(database: string | undefined, dataDir: string, pool?: number): Db {
   const problem = database === undefined ? null : databaseUrlProblem(database);
   if (problem) throw new Error(problem);
   if (!database || database.startsWith('sqlite:')) {
     const file = database ? database.slice('sqlite:'.length) : join(dataDir, 'cloud.db');
     return openSqlite(file);
   }
-  return openPostgres(database);
+  return openPostgres(database, { max: pool });
 }
 
 export async function runCloud(opts: CloudOptions): Promise<{ url: string; stopped: Promise<void> }> {
   const dataDir = opts.dataDir ?? defaultDataDir();
   mkdirSync(dataDir, { recursive: true, mode: 0o700 });
-  const db = openDatabase(opts.database, dataDir);
+  const db = openDatabase(opts.database, dataDir, opts.dbPool);
   const keyFile = join(dataDir, 'admin-key');
   const admin = await prepareDatabase(db, { adminKey: opts.adminKey });
   if (admin.key) writeFileAtomicSync(keyFile, `${admin.key}\n`, 0o600);

@@ -1,0 +1,114 @@
+/**
+ * The cloud's benchmark data and query mix, shared by bench/cloud.bench.ts (speed) and
+ * test/cloud-query-plans.test.ts (which indexes each query's SQL uses). Seeded straight
+ * into the database: 100 fleets, 10,000 devices with 2 tags and 2 environment variables
+ * each; then targets for the device state endpoint.
+ */
+import type { Db, SqlValue } from '../../src/cloud/db/port.js';
+import { createUser } from '../../src/cloud/api/key-routes.js';
+import { storeApiKey } from '../../src/cloud/auth/keys.js';
+import { prepareDatabase } from '../../src/cloud/bootstrap.js';
+
+export const FLEETS = 100;
+const DEVICES_PER_FLEET = 100;
+
+async function insertMany(db: Db, table: string, cols: string[], rows: SqlValue[][]): Promise<number[]> {
+  const ids: number[] = [];
+  const per = Math.max(1, Math.floor(900 / cols.length));
+  for (let i = 0; i < rows.length; i += per) {
+    const chunk = rows.slice(i, i + per);
+    const values = chunk.map(() => `(${cols.map(() => '?').join(', ')})`).join(', ');
+    const res = await db.query<{ id: number }>(`INSERT INTO "${table}" (${cols.map((c) => `"${c}"`).join(', ')}) VALUES ${values} RETURNING id`, chunk.flat());
+    ids.push(...res.map((r) => Number(r.id)).sort((a, b) => a - b));
+  }
+  return ids;
+}
+
+/**
+ * Statistics as a database in use has them (PostgreSQL's autovacuum analyses a table once
+ * enough rows change); a bulk load measured before them measures the planner's guesses.
+ */
+const analyzed = (db: Db) => db.exec('ANALYZE');
+
+export async function seed(db: Db): Promise<{ key: string; uuids: string[] }> {
+  await prepareDatabase(db);
+  const now = new Date().toISOString();
+  const user = await createUser(db, { username: 'bench', email: null, isAdmin: false, now: new Date() });
+  const uuids: string[] = [];
+  await db.transaction(async (tx) => {
+    const type = Number((await tx.query<{ id: number }>('SELECT id FROM "device_type" WHERE slug = ?', ['raspberrypi4-64']))[0]!.id);
+    const appActors = await insertMany(tx, 'actor', ['created_at'], Array.from({ length: FLEETS }, () => [now]));
+    const apps = await insertMany(
+      tx,
+      'application',
+      ['created_at', 'app_name', 'slug', 'uuid', 'actor', 'organization', 'is_for__device_type'],
+      appActors.map((actor, i) => [now, `fleet-${i}`, `bench/fleet-${i}`, `app${i.toString(16).padStart(30, '0')}`, actor, user.organization, type]),
+    );
+    const devActors = await insertMany(tx, 'actor', ['created_at'], Array.from({ length: FLEETS * DEVICES_PER_FLEET }, () => [now]));
+    const devRows: SqlValue[][] = devActors.map((actor, i) => {
+      const uuid = `dev${i.toString(16).padStart(29, '0')}`;
+      uuids.push(uuid);
+      return [now, now, uuid, `device-${i}`, actor, apps[Math.floor(i / DEVICES_PER_FLEET)]!, type, i % 3 !== 0, i % 2 ? 'balenaOS 6.0.0' : 'balenaOS 5.1.0'];
+    });
+    const devices = await insertMany(tx, 'device', ['created_at', 'modified_at', 'uuid', 'device_name', 'actor', 'belongs_to__application', 'is_of__device_type', 'is_online', 'os_version'], devRows);
+    await insertMany(tx, 'device_tag', ['created_at', 'device', 'tag_key', 'value'], devices.flatMap((d, i) => [[now, d, 'env', i % 4 ? 'prod' : 'dev'], [now, d, 'rack', String(i % 20)]]));
+    await insertMany(tx, 'device_environment_variable', ['created_at', 'device', 'name', 'value'], devices.flatMap((d, i) => [[now, d, 'MODE', i % 2 ? 'a' : 'b'], [now, d, 'LEVEL', String(i % 10)]]));
+  });
+  await analyzed(db);
+  return { key: user.apiKey, uuids };
+}
+
+export const TARGET_SERVICES = ['web', 'worker', 'cache'];
+const KEYED_DEVICES = 500;
+
+/**
+ * Gives every fleet a 3-service release as its target, with fleet environment and config
+ * variables, and every 20th device (500) a device key and a config variable of its own.
+ */
+export async function seedTargets(db: Db): Promise<Array<{ uuid: string; key: string }>> {
+  const now = new Date().toISOString();
+  const composition = JSON.stringify({
+    services: Object.fromEntries(
+      TARGET_SERVICES.map((name) => [name, { labels: { 'io.balena.features.supervisor-api': '1' }, environment: { SERVICE: name }, volumes: [`${name}-data:/data`], restart: 'always' }]),
+    ),
+    volumes: Object.fromEntries(TARGET_SERVICES.map((name) => [`${name}-data`, {}])),
+  });
+  const keyed: Array<{ uuid: string; key: string }> = [];
+  await db.transaction(async (tx) => {
+    const apps = (await tx.query<{ id: number }>('SELECT id FROM "application" ORDER BY id', [])).map((a) => Number(a.id));
+    const releases = await insertMany(tx, 'release', ['created_at', 'belongs_to__application', 'commit', 'status', 'composition', 'semver'], apps.map((a) => [now, a, `commit${a}`, 'success', composition, '1.0.0']));
+    const services = await insertMany(tx, 'service', ['created_at', 'application', 'service_name'], apps.flatMap((a) => TARGET_SERVICES.map((name) => [now, a, name])));
+    const images = await insertMany(tx, 'image', ['created_at', 'is_a_build_of__service', 'is_stored_at__image_location', 'status', 'image_size'], services.map((svc, i) => [now, svc, `registry.local/v2/${i}@sha256:${'0'.repeat(64)}`, 'success', 50_000_000]));
+    await insertMany(tx, 'image__is_part_of__release', ['created_at', 'image', 'is_part_of__release'], images.map((img, i) => [now, img, releases[Math.floor(i / TARGET_SERVICES.length)]!]));
+    for (let i = 0; i < apps.length; i++) await tx.query('UPDATE "application" SET should_be_running__release = ? WHERE id = ?', [releases[i]!, apps[i]!]);
+    await insertMany(tx, 'application_environment_variable', ['created_at', 'application', 'name', 'value'], apps.flatMap((a) => [[now, a, 'MODE', 'fleet'], [now, a, 'REGION', 'eu']]));
+    await insertMany(tx, 'application_config_variable', ['created_at', 'application', 'name', 'value'], apps.flatMap((a) => [[now, a, 'HOST_CONFIG_gpu_mem', '64'], [now, a, 'SUPERVISOR_POLL_INTERVAL', '900000']]));
+    const devices = await tx.query<{ id: number; uuid: string; actor: number }>('SELECT id, uuid, actor FROM "device" WHERE id % 20 = 0 ORDER BY id', []);
+    for (const d of devices.slice(0, KEYED_DEVICES)) {
+      const key = `bench-device-key-${d.uuid}`;
+      await storeApiKey(tx, Number(d.actor), key, { name: 'device key' });
+      keyed.push({ uuid: d.uuid, key });
+    }
+    await insertMany(tx, 'device_config_variable', ['created_at', 'device', 'name', 'value'], devices.slice(0, KEYED_DEVICES).map((d) => [now, Number(d.id), 'HOST_CONFIG_gpu_mem', '128']));
+  });
+  await analyzed(db);
+  return keyed;
+}
+
+/**
+ * The query mix, as an ordinary (non-admin) user asks it, so each carries the permission
+ * filter: (a) a fleet's devices through a link filter, (b) a device by uuid, (c) a
+ * two-level $expand, (d) $count with any(), (e) a composite-key lookup, (f) $orderby +
+ * $top + $skip paging. `url(n)` varies the values with the request number.
+ */
+export function queryMix(uuids: readonly string[]): Array<{ id: string; label: string; url: (n: number) => string }> {
+  const devicePick = (n: number) => (n * 7919) % uuids.length;
+  return [
+    { id: 'a', label: 'filter through a link', url: (n) => `/v6/device?$select=id,device_name&$filter=belongs_to__application/app_name eq 'fleet-${n % FLEETS}' and is_online eq true` },
+    { id: 'b', label: 'key lookup by uuid', url: (n) => `/v6/device(uuid='${uuids[devicePick(n)]}')?$select=id,device_name,is_online` },
+    { id: 'c', label: '$expand two levels', url: (n) => `/v6/application?$select=app_name&$filter=app_name eq 'fleet-${n % FLEETS}'&$expand=owns__device($select=device_name;$top=20;$expand=device_tag($select=tag_key,value))` },
+    { id: 'd', label: '$count with any()', url: (n) => `/v6/device/$count?$filter=device_tag/any(t:t/tag_key eq 'rack' and t/value eq '${n % 20}')` },
+    { id: 'e', label: 'composite key lookup', url: (n) => `/v6/device_tag(device=${devicePick(n) + 1},tag_key='rack')?$select=value` },
+    { id: 'f', label: '$orderby $top $skip', url: (n) => `/v6/device?$select=id,device_name&$orderby=device_name asc&$top=50&$skip=${(n % 20) * 50}` },
+  ];
+}

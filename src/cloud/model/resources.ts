@@ -11,16 +11,16 @@ type ReverseSpec = [name: string, source: string, via: string];
 
 function resource(
   name: string,
-  spec: { table?: string; fields: FieldSpec[]; links?: LinkSpec[]; reverse?: ReverseSpec[]; uniques?: string[][]; readOnlyResource?: boolean },
+  spec: { table?: string; fields: FieldSpec[]; links?: LinkSpec[]; reverse?: ReverseSpec[]; uniques?: string[][]; readOnlyResource?: boolean; notNull?: string[] },
 ): ResourceDef {
   const base: FieldDef[] = [
-    { name: 'id', column: 'id', type: 'integer', readOnly: true },
-    { name: 'created_at', column: 'created_at', type: 'datetime', readOnly: true },
+    { name: 'id', column: 'id', type: 'integer', readOnly: true, notNull: true },
+    { name: 'created_at', column: 'created_at', type: 'datetime', readOnly: true, notNull: true },
   ];
   return {
     name,
     table: spec.table ?? name,
-    fields: [...base, ...spec.fields.map(([n, type, o]) => ({ name: n, column: o?.column ?? n, type, ...o }))],
+    fields: [...base, ...spec.fields.map(([n, type, o]) => ({ name: n, column: o?.column ?? n, type, ...(spec.notNull?.includes(n) ? { notNull: true } : {}), ...o }))],
     links: (spec.links ?? []).map(([n, target, o]) => ({ name: n, target, column: o?.column ?? n, ...o })),
     reverse: (spec.reverse ?? []).map(([n, source, via]): ReverseLinkDef => ({ name: n, source, via })),
     uniques: spec.uniques ?? [],
@@ -34,6 +34,7 @@ const varLike: FieldSpec[] = [['name', 'text', { required: true }], ['value', 't
 export const resourceList: ResourceDef[] = [
   resource('actor', { fields: [], readOnlyResource: true }),
   resource('user', {
+    notNull: ['actor', 'username', 'is_admin'],
     fields: [
       ['actor', 'integer', { readOnly: true }],
       ['username', 'text', { required: true }],
@@ -44,6 +45,7 @@ export const resourceList: ResourceDef[] = [
     uniques: [['username']],
   }),
   resource('organization', {
+    notNull: ['name', 'handle'],
     fields: [['name', 'text', { required: true }], ['handle', 'text', { required: true }]],
     reverse: [
       ['application', 'application', 'organization'],
@@ -57,6 +59,7 @@ export const resourceList: ResourceDef[] = [
     uniques: [['user', 'is_member_of__organization']],
   }),
   resource('device_type', {
+    notNull: ['slug', 'name'],
     fields: [['slug', 'text', { required: true }], ['name', 'text', { required: true }]],
     reverse: [
       ['describes_device', 'device', 'is_of__device_type'],
@@ -66,6 +69,7 @@ export const resourceList: ResourceDef[] = [
     readOnlyResource: true,
   }),
   resource('application', {
+    notNull: ['app_name', 'slug', 'uuid', 'actor', 'should_track_latest_release', 'is_host', 'is_public', 'is_archived', 'is_of__class'],
     fields: [
       ['app_name', 'text', { required: true }],
       ['slug', 'text'],
@@ -93,6 +97,7 @@ export const resourceList: ResourceDef[] = [
     uniques: [['slug'], ['uuid']],
   }),
   resource('device', {
+    notNull: ['uuid', 'device_name', 'actor', 'is_online', 'status', 'update_failed', 'api_heartbeat_state', 'is_active', 'is_web_accessible', 'modified_at'],
     fields: [
       ['uuid', 'text'],
       ['device_name', 'text'],
@@ -139,22 +144,25 @@ export const resourceList: ResourceDef[] = [
     uniques: [['uuid']],
   }),
   resource('device_tag', {
+    notNull: ['tag_key', 'value'],
     fields: tagLike(),
     links: [['device', 'device', { required: true }]],
     uniques: [['device', 'tag_key']],
   }),
   resource('application_tag', {
+    notNull: ['tag_key', 'value'],
     fields: tagLike(),
     links: [['application', 'application', { required: true }]],
     uniques: [['application', 'tag_key']],
   }),
   ...(['device_environment_variable', 'device_config_variable'] as const).map((n) =>
-    resource(n, { fields: varLike, links: [['device', 'device', { required: true }]], uniques: [['device', 'name']] }),
+    resource(n, { fields: varLike, notNull: ['name', 'value'], links: [['device', 'device', { required: true }]], uniques: [['device', 'name']] }),
   ),
   ...(['application_environment_variable', 'application_config_variable'] as const).map((n) =>
-    resource(n, { fields: varLike, links: [['application', 'application', { required: true }]], uniques: [['application', 'name']] }),
+    resource(n, { fields: varLike, notNull: ['name', 'value'], links: [['application', 'application', { required: true }]], uniques: [['application', 'name']] }),
   ),
   resource('release', {
+    notNull: ['commit', 'status', 'semver', 'semver_major', 'semver_minor', 'semver_patch', 'is_final', 'is_invalidated'],
     fields: [
       ['commit', 'text', { required: true }],
       ['status', 'text', { required: true }],
@@ -189,12 +197,14 @@ export const resourceList: ResourceDef[] = [
     uniques: [['belongs_to__application', 'commit']],
   }),
   resource('service', {
+    notNull: ['service_name'],
     fields: [['service_name', 'text', { required: true }]],
     links: [['application', 'application', { required: true }]],
     reverse: [['is_built_by__image', 'image', 'is_a_build_of__service']],
     uniques: [['application', 'service_name']],
   }),
   resource('image', {
+    notNull: ['is_stored_at__image_location', 'status'],
     fields: [
       ['is_stored_at__image_location', 'text', { required: true }],
       ['status', 'text', { required: true }],
@@ -217,6 +227,7 @@ export const resourceList: ResourceDef[] = [
   }),
   // What the device reports per service: written by PATCH /device/v3/state, read-only here.
   resource('image_install', {
+    notNull: ['status'],
     readOnlyResource: true,
     fields: [
       ['status', 'text', { readOnly: true }],
@@ -237,6 +248,7 @@ export const resourceList: ResourceDef[] = [
     uniques: [['image', 'is_part_of__release']],
   }),
   resource('api_key', {
+    notNull: ['is_of__actor', 'key_hash'],
     fields: [
       ['name', 'text'],
       ['description', 'text'],

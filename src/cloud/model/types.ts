@@ -18,6 +18,8 @@ export interface FieldDef {
   readOnly?: boolean;
   /** Never returned, filtered or written through OData (key hashes). */
   hidden?: boolean;
+  /** The column is NOT NULL (test/cloud-model-schema.test.ts holds this to the schema): ordering needs no NULLS clause. */
+  notNull?: boolean;
 }
 
 export interface LinkDef {

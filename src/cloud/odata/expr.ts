@@ -41,6 +41,8 @@ export interface ColumnRef {
   guards?: (Guard | null)[];
   column: string;
   type: FieldType;
+  /** A NOT NULL column of the scope's own record (no link that could make it null). */
+  notNull?: boolean;
 }
 
 /** The rows of `source` whose `via` column points at the record reached by scope+links. */

@@ -270,7 +270,7 @@ class Resolver {
         const last = links[links.length - 1]!;
         return { k: 'col', scope: start, links: links.slice(0, -1), guards: guards.slice(0, -1), column: last.column, type: 'integer' };
       }
-      return { k: 'col', scope: start, links, guards, column: field.column, type: field.type };
+      return { k: 'col', scope: start, links, guards, column: field.column, type: field.type, ...(field.notNull && links.length === 0 ? { notNull: true } : {}) };
     }
     const link = at.links.find((l) => l.name === name);
     if (link) return { k: 'col', scope: start, links, guards, column: link.column, type: 'integer' };

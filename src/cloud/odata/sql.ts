@@ -234,6 +234,9 @@ export class SqlCompiler {
     const items = plan.orderBy.map(({ expr, desc }) => {
       const { sql, t } = this.expr(expr);
       if (t === 'json') throw badRequest('Cannot order by a JSON field');
+      // OData puts nulls first in ascending order, PostgreSQL last: say so, except where
+      // there can be none, since PostgreSQL walks an index in order only without the clause.
+      if (expr.k === 'col' && expr.notNull) return `${sql} ${desc ? 'DESC' : 'ASC'}`;
       return `${sql} ${desc ? 'DESC NULLS LAST' : 'ASC NULLS FIRST'}`;
     });
     items.push(`${root.alias}.id ASC`);

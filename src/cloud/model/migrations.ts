@@ -94,6 +94,12 @@ export const migrations: Migration[] = [
     ],
   },
   targetVersionsMigration(),
+  {
+    // Found by test/cloud-query-plans.test.ts: a fleet's devices by tag ($filter with any())
+    // read every tag, and paging devices by name sorted every device.
+    name: '006-query-indexes',
+    statements: [`CREATE INDEX device_tag_key_value ON "device_tag" (tag_key, value)`, `CREATE INDEX device_name_order ON "device" (device_name, id)`],
+  },
 ];
 
 /**

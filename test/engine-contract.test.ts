@@ -19,6 +19,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startRegistry, type Registry } from '../hil/release/registry.js';
 import { streamDone } from '../sim/engine-stream.js';
 import { freePort } from '../src/free-port.js';
+import { Engine, LABEL } from '../src/supervisor/adapters/engine.js';
 import {
   CONTRACT_LABEL, demux, dockerdSocket, engineError, eventually, pullMessages, rawRequest, startEngineUnderTest,
   type EngineKind, type EngineUnderTest,
@@ -549,6 +550,26 @@ describe.each<EngineKind>(['dockerd', 'sim'])('engine contract on %s', (kind) =>
         expect(events.find((ev) => ev.Action === 'kill')!.Actor.Attributes.signal).toBe('15');
       } finally {
         stream.destroy();
+      }
+    });
+
+    it("keep the supervisor's snapshot current: kept while nothing happens, dropped when another client stops a container", async () => {
+      // The supervisor reads its engine view from a snapshot kept until the stream reports a change.
+      const device = `contract${e.runId}`;
+      const engine = new Engine({ socketPath: e.socketPath, device, snapshotFromEvents: true });
+      try {
+        const c = await create({ Cmd: ['sleep', '1000'], Labels: { [LABEL.device]: device, [LABEL.appId]: '1', [LABEL.serviceName]: 'main' } });
+        await c.start();
+        // Kept once the stream is open; other tests' events on a shared dockerd may drop one now and then.
+        const kept = await eventually(async () => {
+          const a = await engine.snapshot();
+          return (await engine.snapshot()) === a ? a : undefined;
+        }, 20_000, 'a kept snapshot');
+        expect(kept.containers.map((x) => [x.id, x.state])).toEqual([[c.id, 'running']]);
+        await c.stop({ t: 0 });
+        await eventually(async () => ((await engine.snapshot()).containers[0]?.state === 'exited' ? true : undefined), 10_000, 'the stop seen through the event stream');
+      } finally {
+        engine.close();
       }
     });
   });

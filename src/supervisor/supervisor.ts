@@ -20,7 +20,7 @@ import { Engine, engineArch, type EngineOptions } from './adapters/engine.js';
 import type { HostPort, JournalPort, LedPort } from './adapters/ports.js';
 import type { SupervisorContext } from './api/context.js';
 import { buildApi } from './api/server.js';
-import { hostAddresses } from './host-addresses.js';
+import { cachedAddresses } from './host-addresses.js';
 import { Blinker } from './blink.js';
 import { LogBus } from './log-bus.js';
 import { AppActions } from './state/app-actions.js';
@@ -52,7 +52,7 @@ export interface SupervisorDeps {
   addresses?: () => { ip: string; mac: string };
   /** The device's wall clock in ms since the epoch; default: this host's (Date.now). */
   clock?: () => number;
-  /** How the default engine adapter reaches its engine beyond config.dockerSocket (see EngineOptions). */
+  /** How the default engine adapter reaches its engine beyond config.dockerSocket (see EngineOptions); snapshotFromEvents defaults to on. */
   engineOptions?: Pick<EngineOptions, 'agent' | 'snapshotFromEvents'>;
 }
 
@@ -87,6 +87,7 @@ export class Supervisor implements SupervisorContext {
   readonly host: HostPort;
   readonly journal: JournalPort;
   readonly blinker: Blinker;
+  private readonly readAddresses: () => { ip: string; mac: string };
   readonly logs = new LogBus();
   readonly log: Logger;
   readonly version = supervisorVersion;
@@ -120,7 +121,8 @@ export class Supervisor implements SupervisorContext {
     const record = this.store.get();
     this.log = this.busLogger(deps.logger);
     this.keys = new ApiKeys(this.store);
-    this.engine = deps.engine ?? new Engine({ ...deps.engineOptions, socketPath: config.dockerSocket, device: record.uuid });
+    this.readAddresses = deps.addresses ?? cachedAddresses();
+    this.engine = deps.engine ?? new Engine({ snapshotFromEvents: true, ...deps.engineOptions, socketPath: config.dockerSocket, device: record.uuid });
     this.locks = new UpdateLocks({
       lockRoot: config.lockRoot,
       ledger: this.store.lockLedger(),
@@ -243,7 +245,7 @@ export class Supervisor implements SupervisorContext {
   }
 
   addresses(): { ip: string; mac: string } {
-    return (this.deps.addresses ?? hostAddresses)();
+    return this.readAddresses();
   }
 
   now(): number {

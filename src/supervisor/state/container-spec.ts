@@ -86,6 +86,16 @@ export function appNetworksFor(app: TargetApp, service: TargetService): string[]
   return [mode && app.networks.includes(mode) ? mode : 'default'];
 }
 
+/**
+ * What a target's desired containers take from the context, as one string: equal strings,
+ * equal containers for the same target. Network, volume and lock names follow from the
+ * device's uuid and the fixed configuration, so the uuid stands for them.
+ */
+export function specInputs(ctx: SpecContext, target: { apps: readonly TargetApp[] }): string {
+  const scalars = [ctx.vendor, ctx.uuid, ctx.deviceName, ctx.deviceType, ctx.arch, ctx.supervisorAddress, String(ctx.supervisorPort)];
+  return [...scalars, ...target.apps.map((a) => `${a.appId}=${ctx.appKey(a.appId)}`)].join('\u0000');
+}
+
 export function desiredContainer(app: TargetApp, service: TargetService, ctx: SpecContext): DesiredContainer {
   // Platform variables win over the release's own, as a service must not spoof its identity.
   const environment = { ...service.environment, ...platformEnvironment(app, service, ctx) };

@@ -32,7 +32,7 @@ export interface PlanInput {
   target: TargetState;
   current: EngineSnapshot;
   /** Desired container per target service, keyed `${appId}/${serviceName}`. */
-  desired: Map<string, DesiredContainer>;
+  desired: ReadonlyMap<string, DesiredContainer>;
   /**
    * Start containers that are stopped although the target wants them running. True on the
    * first round after the supervisor starts (so a stop is temporary: a reboot undoes it),

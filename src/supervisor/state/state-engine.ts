@@ -7,7 +7,7 @@
 import type { TargetState } from '../../protocol/target-state.js';
 import { FleetlabError, errorText, isFleetlabError } from '../../errors.js';
 import type { Engine, EngineSnapshot } from '../adapters/engine.js';
-import { desiredContainer, type DesiredContainer, type SpecContext } from './container-spec.js';
+import { desiredContainer, specInputs, type DesiredContainer, type SpecContext } from './container-spec.js';
 import { ImagePulls, type PullFailure } from './image-pulls.js';
 import type { UpdateLocks } from './locks.js';
 import { plan, serviceKey, type Step } from './planner.js';
@@ -59,6 +59,7 @@ export class StateEngine {
   lastError: string | null = null;
   private roundFailed = false;
   updateLocked = false;
+  private desiredMemo: { target: TargetState; inputs: string; desired: ReadonlyMap<string, DesiredContainer> } | null = null;
 
   constructor(private readonly deps: StateEngineDeps, initialTarget: TargetState) {
     this.target = initialTarget;
@@ -125,12 +126,20 @@ export class StateEngine {
     else this.transient.delete(key);
   }
 
-  desired(): Map<string, DesiredContainer> {
+  /**
+   * The containers the target asks for, built again only when the target or what the
+   * context lends them (names, address, app keys) changed: every API read and every apply
+   * round asks for them, and building them is most of what a read costs.
+   */
+  desired(): ReadonlyMap<string, DesiredContainer> {
     const ctx = this.deps.specContext();
+    const inputs = specInputs(ctx, this.target);
+    if (this.desiredMemo?.target === this.target && this.desiredMemo.inputs === inputs) return this.desiredMemo.desired;
     const map = new Map<string, DesiredContainer>();
     for (const app of this.target.apps) {
       for (const service of app.services) map.set(serviceKey(app.appId, service.serviceName), desiredContainer(app, service, ctx));
     }
+    this.desiredMemo = { target: this.target, inputs, desired: map };
     return map;
   }
 

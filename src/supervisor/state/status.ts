@@ -21,7 +21,7 @@ export interface Fetch {
 export interface StatusInput {
   target: TargetState;
   current: EngineSnapshot;
-  desired: Map<string, DesiredContainer>;
+  desired: ReadonlyMap<string, DesiredContainer>;
   fetches: Map<string, Fetch>;
   /** The last failed pull per `${appId}/${image}`, while it is waiting to be retried. */
   pullFailures: ReadonlyMap<string, { error: string }>;

@@ -1,0 +1,73 @@
+/**
+ * The state engine builds a target's desired containers once per change of the target or
+ * of what the context lends them (src/supervisor/state/container-spec.ts `specInputs`):
+ * every API read and apply round asks for them. A kept build must never outlive a change
+ * that would build them differently: each such change here gives new containers, equal to
+ * a build from scratch.
+ */
+import { mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterEach, beforeEach, expect, it } from 'vitest';
+import { normaliseState, type TargetState } from '../src/protocol/target-state.js';
+import { Engine } from '../src/supervisor/adapters/engine.js';
+import { desiredContainer, type SpecContext } from '../src/supervisor/state/container-spec.js';
+import { UpdateLocks } from '../src/supervisor/state/locks.js';
+import { StateEngine } from '../src/supervisor/state/state-engine.js';
+import { DeviceStore } from '../src/supervisor/state/store.js';
+import { initialRecord } from './helpers/store-writer.js';
+
+let dir: string;
+let engine: Engine;
+beforeEach(async () => {
+  dir = await mkdtemp(join(tmpdir(), 'fleetlab-desired-'));
+  // Never reached: building desired containers reads no engine.
+  engine = new Engine({ socketPath: join(dir, 'no-engine.sock'), device: 'd'.repeat(32) });
+});
+afterEach(async () => {
+  engine.close();
+  await rm(dir, { recursive: true, force: true });
+});
+
+const target = (image: string): TargetState =>
+  normaliseState({
+    name: 'dev',
+    config: {},
+    apps: { '1': { name: 'app', commit: 'c1', releaseId: 1, services: { '1': { serviceName: 'main', serviceId: 1, imageId: 1, image, environment: { A: '1' }, labels: { 'io.balena.features.supervisor-api': '1' } } }, volumes: {}, networks: {} } },
+  });
+
+it('keeps the build while nothing changes; a new target, device name or app key builds anew', () => {
+  const store = DeviceStore.open(join(dir, 'data'), initialRecord);
+  const ctx = { vendor: 'balena', uuid: 'd'.repeat(32), deviceName: 'first', deviceType: 'raspberrypi4-64', arch: 'aarch64', supervisorAddress: 'http://127.0.0.1:48484', supervisorPort: 48484, appKey: 'key-1' };
+  const specContext = (): SpecContext => ({
+    ...ctx,
+    appKey: () => ctx.appKey,
+    lockDir: (appId, service) => join(dir, 'locks', String(appId), service),
+    networkName: (appId, n) => `${appId}_${n}`,
+    volumeName: (appId, v) => `${appId}_${v}`,
+  });
+  const locks = new UpdateLocks({ lockRoot: join(dir, 'locks'), ledger: store.lockLedger(), owner: { instance: 'i', boot: 'b', pid: process.pid } });
+  const state = new StateEngine({ engine, locks, log: { info: () => undefined, warn: () => undefined, error: () => undefined }, specContext, overrideLock: () => false }, target('img:1'));
+  const fromScratch = () => desiredContainer(state.getTarget().apps[0]!, state.getTarget().apps[0]!.services[0]!, specContext());
+  const envOf = () => state.desired().get('1/main')!.environment;
+
+  const first = state.desired();
+  expect(state.desired()).toBe(first);
+  expect(first.get('1/main')).toEqual(fromScratch());
+
+  const changes: Array<[string, () => void, (env: Record<string, string>) => void]> = [
+    ['the device is renamed', () => (ctx.deviceName = 'second'), (env) => expect(Object.values(env)).toContain('second')],
+    ['the app key is regenerated', () => (ctx.appKey = 'key-2'), (env) => expect(Object.values(env)).toContain('key-2')],
+    ['a new target', () => state.setTarget(target('img:2')), () => expect(state.desired().get('1/main')!.spec.image).toBe('img:2')],
+  ];
+  for (const [what, change, check] of changes) {
+    const before = state.desired();
+    change();
+    const after = state.desired();
+    expect(after, what).not.toBe(before);
+    expect(after.get('1/main'), what).toEqual(fromScratch());
+    check(envOf());
+    expect(state.desired(), `${what}, asked again`).toBe(after);
+  }
+  state.close();
+});

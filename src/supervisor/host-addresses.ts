@@ -19,3 +19,17 @@ export function hostAddresses(): { ip: string; mac: string } {
   }
   return { ip: ips.join(' '), mac: [...macs].join(' ') };
 }
+
+/**
+ * `read` (the host's interfaces by default) at most once per `maxAgeMs`. Node has no event
+ * for an address change, and listing the interfaces is a tenth of what a `/v1/device`
+ * answer costs; an address a second old is as good as the cloud report's own interval.
+ */
+export function cachedAddresses(maxAgeMs = 1_000, read: () => { ip: string; mac: string } = hostAddresses, now: () => number = () => performance.now()): () => { ip: string; mac: string } {
+  let kept: { at: number; value: { ip: string; mac: string } } | null = null;
+  return () => {
+    const at = now();
+    if (!kept || at - kept.at >= maxAgeMs) kept = { at, value: read() };
+    return kept.value;
+  };
+}

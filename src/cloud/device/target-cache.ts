@@ -65,8 +65,4 @@ export class TargetCache {
     if (this.entries.size > this.deps.maxEntries) this.entries.delete(this.entries.keys().next().value!);
     return entry;
   }
-
-  get size(): number {
-    return this.entries.size;
-  }
 }

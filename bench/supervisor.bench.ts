@@ -4,6 +4,7 @@
  *
  *   - idle RSS of the supervisor process after start;
  *   - RSS after 10,000 mixed API calls (bounded concurrency) and their throughput;
+ *   - the throughput of 10,000 GET /v1/device alone, 10 concurrent;
  *   - sequential p50/p99 latency of GET /v1/device and GET /v2/applications/state with a
  *     3-service app running;
  *   - time from POST /v2/local/target-state to `applied` with all 3 services Running,
@@ -29,6 +30,8 @@ const IMAGES = ['fleetlab/test-app:1', 'fleetlab/test-app:2'] as const;
 const SETTLE_MS = 2_000;
 const LOAD_CALLS = 10_000;
 const LOAD_CONCURRENCY = 8;
+/** The connections issue 17 states its `/v1/device` throughput goal at. */
+const DEVICE_LOAD_CONCURRENCY = 10;
 const LOAD_DEADLINE_MS = 300_000;
 const LATENCY_WARMUP = 100;
 const LATENCY_SAMPLES = 1_000;
@@ -285,7 +288,7 @@ interface LoadResult {
   reqPerSec: number;
 }
 
-async function load(api: Api, total: number, concurrency: number): Promise<LoadResult> {
+async function load(api: Api, total: number, concurrency: number, paths: readonly string[] = LOAD_MIX): Promise<LoadResult> {
   let next = 0;
   let errors = 0;
   let done = 0;
@@ -295,7 +298,7 @@ async function load(api: Api, total: number, concurrency: number): Promise<LoadR
   let firstError = '';
   const worker = async () => {
     while (next < total && performance.now() < deadline && !interrupted.signal.aborted) {
-      const path = LOAD_MIX[next++ % LOAD_MIX.length]!;
+      const path = paths[next++ % paths.length]!;
       try {
         const res = await api.get(path);
         if (res.status !== 200) {
@@ -400,6 +403,9 @@ async function main(): Promise<void> {
     await sleep(SETTLE_MS, undefined, { signal: interrupted.signal }).catch(() => checkInterrupted());
     const afterLoadSettled = rss();
 
+    process.stderr.write(`bench: ${LOAD_CALLS} GET /v1/device, ${DEVICE_LOAD_CONCURRENCY} concurrent\n`);
+    const deviceLoad = await load(api, LOAD_CALLS, DEVICE_LOAD_CONCURRENCY, ['/v1/device']);
+
     process.stderr.write(`bench: sequential latency (${LATENCY_WARMUP} warm-up + ${LATENCY_SAMPLES} samples per endpoint, interleaved)\n`);
     const [latDevice, latApps] = (await latency(api, ['/v1/device', '/v2/applications/state'])) as [LatencyResult, LatencyResult];
 
@@ -428,6 +434,7 @@ async function main(): Promise<void> {
         growthAfter10kVsWithApp: round(afterLoad.rssKiB / withApp.rssKiB),
       },
       load: { ...loadResult, concurrency: LOAD_CONCURRENCY, mix: LOAD_MIX },
+      loadV1Device: { ...deviceLoad, concurrency: DEVICE_LOAD_CONCURRENCY },
       latencyMs: {
         v1Device: { ...latDevice, p99OverP50: round(latDevice.p99 / latDevice.p50) },
         v2ApplicationsState: { ...latApps, p99OverP50: round(latApps.p99 / latApps.p50) },
@@ -454,6 +461,7 @@ async function main(): Promise<void> {
       ['calls / duration', `${loadResult.calls} in ${loadResult.seconds} s`],
       ['throughput', `${loadResult.reqPerSec} req/s`],
       ['transport errors / non-200', `${loadResult.errors} / ${nonOk}`],
+      [`GET /v1/device alone, ${DEVICE_LOAD_CONCURRENCY} concurrent`, `${deviceLoad.reqPerSec} req/s  (${deviceLoad.calls} in ${deviceLoad.seconds} s; errors ${deviceLoad.errors}, non-200 ${Object.values(deviceLoad.nonOk).reduce((a, b) => a + b, 0)})`],
       [`Sequential latency, ${LATENCY_SAMPLES} samples each after ${LATENCY_WARMUP} warm-up, interleaved (3-service app running)`, ''],
       ['GET /v1/device', `p50 ${latDevice.p50} ms  p99 ${latDevice.p99} ms  (p99/p50 ${result.latencyMs.v1Device.p99OverP50})  max ${latDevice.max} ms`],
       ['GET /v2/applications/state', `p50 ${latApps.p50} ms  p99 ${latApps.p99} ms  (p99/p50 ${result.latencyMs.v2ApplicationsState.p99OverP50})  max ${latApps.max} ms`],

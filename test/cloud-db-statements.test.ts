@@ -3,9 +3,8 @@
  * name, that the table of names stays bounded, and that a real server holds the plan.
  */
 import { afterAll, describe, expect, it } from 'vitest';
-import { openPostgres } from '../src/cloud/db/postgres.js';
 import { StatementNames } from '../src/cloud/db/statement-names.js';
-import { startPostgres, type PostgresCluster } from './helpers/postgres.js';
+import { databases } from './helpers/cloud-fixture.js';
 
 describe('statement names', () => {
   it('names a text the second time it is seen, the same name ever after', () => {
@@ -33,19 +32,14 @@ describe('statement names', () => {
 });
 
 describe('prepared statements on PostgreSQL', () => {
-  let cluster: PostgresCluster | undefined;
-  afterAll(async () => cluster?.stop());
+  const dbs = databases();
+  afterAll(() => dbs.closeAll());
 
   it('a repeated statement is prepared on the connection; a one-off is not', async () => {
-    cluster = await startPostgres();
-    const db = openPostgres(await cluster.createDatabase('prepared'), { max: 1 });
-    try {
-      for (let i = 0; i < 3; i++) expect(await db.query<{ n: number }>('SELECT CAST(? AS integer) + 1 AS n', [i])).toEqual([{ n: i + 1 }]);
-      await db.query('SELECT CAST(? AS text) AS once', ['x']);
-      const held = await db.query<{ name: string; statement: string }>('SELECT name, statement FROM pg_prepared_statements ORDER BY name', []);
-      expect(held).toEqual([{ name: 'fleetlab_0', statement: 'SELECT CAST($1 AS integer) + 1 AS n' }]);
-    } finally {
-      await db.close();
-    }
+    const db = await dbs.open('postgres', { pool: 1 });
+    for (let i = 0; i < 3; i++) expect(await db.query<{ n: number }>('SELECT CAST(? AS integer) + 1 AS n', [i])).toEqual([{ n: i + 1 }]);
+    await db.query('SELECT CAST(? AS text) AS once', ['x']);
+    const held = await db.query<{ name: string; statement: string }>('SELECT name, statement FROM pg_prepared_statements ORDER BY name', []);
+    expect(held).toEqual([{ name: 'fleetlab_0', statement: 'SELECT CAST($1 AS integer) + 1 AS n' }]);
   });
 });

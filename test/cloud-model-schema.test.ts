@@ -6,32 +6,26 @@
  */
 import { afterAll, expect, it } from 'vitest';
 import { prepareDatabase } from '../src/cloud/bootstrap.js';
-import { openPostgres } from '../src/cloud/db/postgres.js';
 import { buildModel } from '../src/cloud/model/resources.js';
-import { startPostgres, type PostgresCluster } from './helpers/postgres.js';
+import { databases } from './helpers/cloud-fixture.js';
 
-let cluster: PostgresCluster | undefined;
-afterAll(async () => cluster?.stop());
+const dbs = databases();
+afterAll(() => dbs.closeAll());
 
 it('every field is flagged notNull exactly when its column is NOT NULL', async () => {
-  cluster = await startPostgres();
-  const db = openPostgres(await cluster.createDatabase('schema'), { max: 1 });
-  try {
-    await prepareDatabase(db);
-    const rows = await db.query<{ table_name: string; column_name: string }>(
-      `SELECT table_name, column_name FROM information_schema.columns WHERE table_schema = 'public' AND is_nullable = 'NO'`,
-      [],
-    );
-    const notNullColumns = new Set(rows.map((r) => `${r.table_name}.${r.column_name}`));
-    const mismatches: string[] = [];
-    for (const resource of buildModel().resources.values()) {
-      for (const field of resource.fields) {
-        const column = `${resource.table}.${field.column}`;
-        if (Boolean(field.notNull) !== notNullColumns.has(column)) mismatches.push(`${resource.name}.${field.name} (${column}): flagged ${Boolean(field.notNull)}, column NOT NULL ${notNullColumns.has(column)}`);
-      }
+  const db = await dbs.open('postgres', { pool: 1 });
+  await prepareDatabase(db);
+  const rows = await db.query<{ table_name: string; column_name: string }>(
+    `SELECT table_name, column_name FROM information_schema.columns WHERE table_schema = 'public' AND is_nullable = 'NO'`,
+    [],
+  );
+  const notNullColumns = new Set(rows.map((r) => `${r.table_name}.${r.column_name}`));
+  const mismatches: string[] = [];
+  for (const resource of buildModel().resources.values()) {
+    for (const field of resource.fields) {
+      const column = `${resource.table}.${field.column}`;
+      if (Boolean(field.notNull) !== notNullColumns.has(column)) mismatches.push(`${resource.name}.${field.name} (${column}): flagged ${Boolean(field.notNull)}, column NOT NULL ${notNullColumns.has(column)}`);
     }
-    expect(mismatches).toEqual([]);
-  } finally {
-    await db.close();
   }
+  expect(mismatches).toEqual([]);
 });

@@ -28,7 +28,8 @@ export function databases() {
   let n = 0;
   const cleanups: (() => Promise<void>)[] = [];
   return {
-    async open(kind: DbKind): Promise<Db> {
+    /** `pool`: PostgreSQL connections (1 pins every query to one session). */
+    async open(kind: DbKind, opts: { pool?: number } = {}): Promise<Db> {
       if (kind === 'sqlite') {
         const dir = await mkdtemp(join(tmpdir(), 'fleetlab-cloud-'));
         const db = openSqlite(join(dir, 'cloud.db'));
@@ -39,7 +40,7 @@ export function databases() {
         return db;
       }
       cluster ??= await startPostgres();
-      const db = openPostgres(await cluster.createDatabase(`t${process.pid}_${n++}`), { max: 4 });
+      const db = openPostgres(await cluster.createDatabase(`t${process.pid}_${n++}`), { max: opts.pool ?? 4 });
       cleanups.push(() => db.close());
       return db;
     },

@@ -4,6 +4,7 @@
  */
 import { installJsonBodyParser } from '../../http/json-body.js';
 import Fastify, { type FastifyInstance } from 'fastify';
+import { lazySchemaCompilers, type LazySchemaCompilers } from '../../http/lazy-schema-compilers.js';
 import type { SupervisorContext } from './context.js';
 import { installAuth } from './auth.js';
 import { frameworkErrorOptions, installErrorHandling } from './errors.js';
@@ -12,10 +13,12 @@ import { localRoutes } from './local.js';
 import { v1Routes } from './v1.js';
 import { v2Routes } from './v2.js';
 
-export function buildApi(sup: SupervisorContext): FastifyInstance {
+/** `schemas` compile on each route's first request; a test passes its own to compile them all. */
+export function buildApi(sup: SupervisorContext, schemas: LazySchemaCompilers = lazySchemaCompilers()): FastifyInstance {
   const app = Fastify({
     logger: false,
     ajv: { customOptions: { removeAdditional: false, coerceTypes: false, allErrors: false } },
+    schemaController: { compilersFactory: schemas.compilersFactory },
     // Journal follow streams stay open; the server's close must not wait on them forever.
     forceCloseConnections: true,
     // A Host header names nothing here (one device, one API), and node's own refusal of a

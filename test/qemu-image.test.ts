@@ -9,7 +9,7 @@ import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { boardConfigFor } from '../qemu/board-config.js';
 import type { ReadyInfo } from '../qemu/boot.js';
-import { bundleSupervisor, nodeModulesOf, payloadSource, runtimePackages, writePrebuiltPayload } from '../qemu/image/payload.js';
+import { absentPackageSource, bundleSupervisor, DEVICE_ABSENT_PACKAGES, nodeModulesOf, payloadSource, runtimePackages, writePrebuiltPayload } from '../qemu/image/payload.js';
 import { GUEST, INITRAMFS_MODULES, LED_LINES, NODE_PACKAGE, importTestImagesScript, overlayFiles, packagesFor, rootfsKey, supervisorConfig } from '../qemu/image/recipe.js';
 import { mmdebstrapArgs } from '../qemu/image/rootfs.js';
 import { cloudEnv, resetScript } from '../hil/targets/qemu.js';
@@ -65,7 +65,7 @@ describe('the files the image adds', () => {
 
   it('runs the bundle from the supervisor unit with both environment files', () => {
     const unit = byPath.get(`/etc/systemd/system/${GUEST.unit}`)!.content;
-    expect(unit).toContain(`ExecStart=/usr/local/bin/node ${GUEST.appDir}/fleetlab-device.mjs supervisor --config ${GUEST.configFile}`);
+    expect(unit).toContain(`ExecStart=/usr/local/bin/node --max-semi-space-size=2 --max-old-space-size=64 ${GUEST.appDir}/fleetlab-device.mjs supervisor --config ${GUEST.configFile}`);
     expect(unit).toContain(`EnvironmentFile=-${GUEST.runEnvFile}`);
     expect(unit).toContain(`EnvironmentFile=-${GUEST.envFile}`);
   });
@@ -102,7 +102,24 @@ describe('the payload', () => {
     expect(help.status, help.stderr).toBe(0);
     expect(help.stdout).toContain('FLEETLAB_LED_GPIO');
     expect(help.stdout).toContain('--data-dir');
+    // dockerode's SSH transport and BuildKit session stay out; strings only they carry.
+    const text = readFileSync(out, 'utf8');
+    for (const [name, mark] of [['ssh2', 'SSH-2.0'], ['@grpc/grpc-js', 'grpc-timeout'], ['protobufjs', 'google.protobuf']]) {
+      expect(text.includes(mark), `${name} is in the device bundle`).toBe(false);
+    }
   }, 60_000);
+
+  it('stands in for a package left out of the bundle with one that names it when used', () => {
+    const module = { exports: {} as Record<string, unknown> };
+    new Function('module', absentPackageSource('ssh2'))(module);
+    // Loading and reading a member works (docker-modem does both at load time) ...
+    const Client = module.exports.Client as new () => unknown;
+    expect(typeof Client).toBe('function');
+    // ... using it does not.
+    expect(() => new Client()).toThrow('ssh2 is not part of the fleetlab device build');
+    expect(() => (module.exports.loadSync as () => unknown)()).toThrow('ssh2 is not part of the fleetlab device build');
+    expect(DEVICE_ABSENT_PACKAGES).toEqual(expect.arrayContaining(['ssh2', '@grpc/grpc-js', 'protobufjs']));
+  });
 
   it('is prebuilt for the packed package: the same bundle, the arm64 addon, and the Node it is for', async () => {
     expect(payloadSource(repoRoot)).toBe('sources');

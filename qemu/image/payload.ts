@@ -160,9 +160,44 @@ export async function buildEpollAddon(repoRoot: string, cacheDir: string, node: 
 }
 
 /**
+ * V8 limits a device runs its supervisor with. The supervisor's live heap is ~16 MB; by
+ * default V8 lets the heap grow far past that before collecting (a 16 MB young generation,
+ * an old generation sized for a desktop), so a device paid ~85 MB of RSS at idle for it.
+ * Measured with `npm run bench` (see bench/supervisor.bench.ts, `--node-flags`).
+ */
+export const DEVICE_NODE_FLAGS = ['--max-semi-space-size=2', '--max-old-space-size=64'] as const;
+
+/**
+ * Packages dockerode loads that a device never uses: docker-modem's SSH transport (a device
+ * reaches its engine on a local socket) and BuildKit's gRPC session (a device never builds).
+ * They were half of the bundle and a third of its start-up under emulation.
+ */
+export const DEVICE_ABSENT_PACKAGES = ['ssh2', '@grpc/grpc-js', '@grpc/proto-loader', 'protobufjs'] as const;
+
+/**
+ * Stands in for a package left out of the device bundle: loading it works (dockerode
+ * requires these at load time), and any use throws an error that names the package.
+ */
+export function absentPackageSource(name: string): string {
+  const message = `${name} is not part of the fleetlab device build (it reaches its engine on a local socket and never builds images)`;
+  return `const fail = () => { throw new Error(${JSON.stringify(message)}); };
+module.exports = new Proxy({}, { get: (_, key) => (key === '__esModule' || typeof key === 'symbol' ? undefined : new Proxy(function () {}, { apply: fail, construct: fail, get: fail })) });`;
+}
+
+const absentPackages = {
+  name: 'fleetlab-device-absent-packages',
+  setup(build: { onResolve: Function; onLoad: Function }) {
+    const filter = new RegExp(`^(${DEVICE_ABSENT_PACKAGES.map((p) => p.replace(/[/.]/g, '\\$&')).join('|')})$`);
+    build.onResolve({ filter }, (args: { path: string }) => ({ path: args.path, namespace: 'device-absent' }));
+    build.onLoad({ filter: /.*/, namespace: 'device-absent' }, (args: { path: string }) => ({ contents: absentPackageSource(args.path), loader: 'js' }));
+  },
+};
+
+/**
  * The device entry (`src/cli/device.ts`: only `fleetlab supervisor`) as one ES module.
- * Left out: onoff (native addon, shipped beside it) and optional natives its dependencies
- * probe for inside try/catch (ssh2's crypto binding, cpu-features) or never load on Linux (x11).
+ * Left out: onoff (native addon, shipped beside it), optional natives its dependencies
+ * probe for inside try/catch (cpu-features) or never load on Linux (x11), and the
+ * DEVICE_ABSENT_PACKAGES.
  */
 export async function bundleSupervisor(repoRoot: string, outFile: string): Promise<void> {
   const esbuild = await import('esbuild');
@@ -179,6 +214,7 @@ export async function bundleSupervisor(repoRoot: string, outFile: string): Promi
       legalComments: 'none',
       define: { __FLEETLAB_VERSION__: JSON.stringify(packageJson(repoRoot).version) },
       external: ['onoff', 'cpu-features', '*.node'],
+      plugins: [absentPackages],
       // CommonJS dependencies use require() and __dirname; an ES module has neither of its own.
       banner: {
         js: [

@@ -6,6 +6,7 @@
  */
 import { createHash } from 'node:crypto';
 import { defaultCommand, testImages } from '../../sim/images/test-images.js';
+import { DEVICE_NODE_FLAGS } from './payload.js';
 
 /** Bump when the way a layer is made changes without its listed inputs changing. */
 export const ROOTFS_RECIPE_VERSION = 'rootfs/1';
@@ -193,7 +194,7 @@ export function overlayFiles(authorizedKey: string): Array<{ path: string; conte
         `EnvironmentFile=-${GUEST.runEnvFile}`, `EnvironmentFile=-${GUEST.envFile}`,
         // V8's code cache: the bundle is compiled once per disk, not at every start (~20 s under TCG).
         `Environment=NODE_COMPILE_CACHE=/var/cache/fleetlab/node-compile-cache`,
-        `ExecStart=/usr/local/bin/node ${GUEST.appDir}/fleetlab-device.mjs supervisor --config ${GUEST.configFile}`,
+        `ExecStart=/usr/local/bin/node ${DEVICE_NODE_FLAGS.join(' ')} ${GUEST.appDir}/fleetlab-device.mjs supervisor --config ${GUEST.configFile}`,
         'Restart=always', 'RestartSec=2', 'KillMode=mixed', 'TimeoutStopSec=30',
         '', '[Install]', 'WantedBy=multi-user.target',
       ]),

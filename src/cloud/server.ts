@@ -5,6 +5,7 @@
 import { randomBytes } from 'node:crypto';
 import Fastify, { type FastifyInstance, type FastifyRequest } from 'fastify';
 import { bearerKey, type Principal, principalOf } from './auth/principal.js';
+import { PrincipalCache } from './auth/principal-cache.js';
 import { cloudFrameworkErrors, installCloudErrors } from './api/errors.js';
 import { keyRoutes } from './api/key-routes.js';
 import { odataRoutes } from './api/odata-routes.js';
@@ -40,6 +41,8 @@ export interface CloudDeps {
   replicaHeartbeatMs?: number;
   /** Device targets kept built (a few KB each); past this, the least recently polled is rebuilt on its next poll. */
   targetCacheEntries?: number;
+  /** API keys whose principal is kept while the replica bus listens; past this, the least recently used is looked up again. */
+  principalCacheEntries?: number;
 }
 
 export function buildCloud(deps: CloudDeps): FastifyInstance {
@@ -50,8 +53,16 @@ export function buildCloud(deps: CloudDeps): FastifyInstance {
   installJsonBodyParser(app);
   installCloudErrors(app, deps.db.dialect);
 
+  const principals = new PrincipalCache({ db: deps.db, maxEntries: deps.principalCacheEntries ?? 10_000 });
+  deps.replicaBus?.onKeysChanged(principals);
   const authenticate = (request: FastifyRequest): Promise<Principal> =>
-    principalOf(deps.db, bearerKey(request.headers.authorization), deps.now?.());
+    principals.principal(bearerKey(request.headers.authorization), deps.now?.() ?? new Date());
+  // This replica's own writes clear the principals before their answer leaves, so a client
+  // that revoked a key here never sees it work again; other replicas hear of it on commit.
+  const clearsPrincipals = (scope: FastifyInstance) =>
+    scope.addHook('onSend', async (request) => {
+      if (request.method !== 'GET' && request.method !== 'HEAD') principals.changed();
+    });
 
   const now = deps.now ?? (() => new Date());
   const log = { warn: (m: string) => app.log.warn(m) };
@@ -83,7 +94,13 @@ export function buildCloud(deps: CloudDeps): FastifyInstance {
   app.get('/ping', async (_req, reply) => reply.type('text/plain').send('OK'));
   void app.register(async (scope) => deviceRoutes(scope, { db: deps.db, authenticate, now, targets }));
   void app.register(async (scope) => proxyRoutes(scope, { db: deps.db, model, devices: calls, authenticate, timeoutMs: deps.proxyTimeoutMs ?? 30_000 }));
-  void app.register(async (scope) => keyRoutes(scope, { db: deps.db, model, authenticate, now: deps.now }));
-  void app.register(async (scope) => odataRoutes(scope, { db: deps.db, model, hooks, authenticate }));
+  void app.register(async (scope) => {
+    clearsPrincipals(scope);
+    return keyRoutes(scope, { db: deps.db, model, authenticate, now: deps.now });
+  });
+  void app.register(async (scope) => {
+    clearsPrincipals(scope);
+    return odataRoutes(scope, { db: deps.db, model, hooks, authenticate });
+  });
   return app;
 }

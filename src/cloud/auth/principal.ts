@@ -20,6 +20,11 @@ export function bearerKey(header: string | undefined): string {
 }
 
 export async function principalOf(db: Db, key: string, now: Date = new Date()): Promise<Principal> {
+  return (await keyLookup(db, hashKey(key), now)).principal;
+}
+
+/** The principal of a key's hash, and when the key expires (ms since the epoch; null: never). */
+export async function keyLookup(db: Db, keyHash: string, now: Date): Promise<{ principal: Principal; expiresAt: number | null }> {
   // One round trip: the key and whichever of user, device or fleet its actor is.
   const rows = await db.query<{
     actor: number;
@@ -38,13 +43,15 @@ export async function principalOf(db: Db, key: string, now: Date = new Date()): 
        LEFT JOIN "device" d ON d.actor = k.is_of__actor
        LEFT JOIN "application" a ON a.actor = k.is_of__actor
       WHERE k.key_hash = ?`,
-    [hashKey(key)],
+    [keyHash],
   );
   const k = rows[0];
-  if (!k || (k.expiry !== null && new Date(k.expiry) <= now)) throw unauthorized();
+  const expiresAt = k?.expiry == null ? null : new Date(k.expiry).getTime();
+  if (!k || (expiresAt !== null && expiresAt <= now.getTime())) throw unauthorized();
   const actor = Number(k.actor);
-  if (k.user_id !== null) return { kind: 'user', userId: Number(k.user_id), actor, isAdmin: k.is_admin === true || k.is_admin === 1 };
-  if (k.device_id !== null) return { kind: 'device', deviceId: Number(k.device_id), uuid: String(k.device_uuid), actor, applicationId: Number(k.device_app) };
-  if (k.app_id !== null) return { kind: 'provisioning', applicationId: Number(k.app_id), actor };
+  const found = (principal: Principal) => ({ principal, expiresAt });
+  if (k.user_id !== null) return found({ kind: 'user', userId: Number(k.user_id), actor, isAdmin: k.is_admin === true || k.is_admin === 1 });
+  if (k.device_id !== null) return found({ kind: 'device', deviceId: Number(k.device_id), uuid: String(k.device_uuid), actor, applicationId: Number(k.device_app) });
+  if (k.app_id !== null) return found({ kind: 'provisioning', applicationId: Number(k.app_id), actor });
   throw unauthorized();
 }

@@ -6,15 +6,22 @@
  * deletes the row as it takes it. Delivery is at most once: a message sent while the
  * listener is reconnecting is lost, and the asker meets its timeout (504), as with a device
  * that does not answer.
+ *
+ * The same connection listens on KEYS_CHANNEL, which migration 007's triggers notify when an
+ * API key, or the user, device or fleet one names, changes: the principal cache's signal.
  */
 import pg from 'pg';
+import type { KeyChangeListener } from '../auth/principal-cache.js';
 import type { Db } from '../db/port.js';
+import { KEYS_CHANNEL } from '../model/migrations.js';
 
 export interface ReplicaBus {
   /** Sends one JSON message to a replica. */
   send(replica: string, message: unknown): Promise<void>;
   /** Where this replica's messages go; set once by their consumer. */
   listen(handler: (message: unknown) => void): void;
+  /** Who hears of key changes, and of the listener's connection coming and going; set once. */
+  onKeysChanged(listener: KeyChangeListener): void;
   close(): Promise<void>;
 }
 
@@ -35,6 +42,8 @@ export const channelOf = (replica: string): string => `fleetlab_replica_${replic
 export async function startPostgresBus(opts: PostgresBusOptions): Promise<ReplicaBus> {
   if (!/^[0-9a-f]{1,40}$/.test(opts.replica)) throw new Error(`replica id must be lowercase hex, got ${opts.replica}`);
   let handler: (message: unknown) => void = () => undefined;
+  let keys: KeyChangeListener | undefined;
+  let keysHeard = false;
   let client: pg.Client | null = null;
   let closed = false;
   let retry: NodeJS.Timeout | undefined;
@@ -53,11 +62,14 @@ export async function startPostgresBus(opts: PostgresBusOptions): Promise<Replic
   const connect = async (): Promise<void> => {
     const c = new pg.Client({ connectionString: opts.connectionString });
     c.on('notification', (n) => {
+      if (n.channel === KEYS_CHANNEL) return keys?.changed();
       if (n.payload !== undefined) deliver(n.payload).catch((err) => opts.log.warn(`replica message dropped: ${String(err)}`));
     });
     const lost = (why: string) => {
       if (closed || client !== c) return;
       client = null;
+      keysHeard = false;
+      keys?.listening(false);
       opts.log.warn(`replica bus: listener connection lost (${why}); reconnecting`);
       c.end().catch(() => undefined);
       retry = setTimeout(() => void connect().catch((err) => lost(String(err))), RECONNECT_MS);
@@ -67,6 +79,11 @@ export async function startPostgresBus(opts: PostgresBusOptions): Promise<Replic
     client = c;
     await c.connect();
     await c.query(`LISTEN "${channelOf(opts.replica)}"`);
+    await c.query(`LISTEN "${KEYS_CHANNEL}"`);
+    // Whatever changed while no one listened is unknown: listening(true) clears the cache.
+    if (client !== c) return;
+    keysHeard = true;
+    keys?.listening(true);
   };
   await connect();
 
@@ -83,8 +100,13 @@ export async function startPostgresBus(opts: PostgresBusOptions): Promise<Replic
     listen(h) {
       handler = h;
     },
+    onKeysChanged(listener) {
+      keys = listener;
+      listener.listening(keysHeard);
+    },
     async close() {
       closed = true;
+      keys?.listening(false);
       clearTimeout(retry);
       await client?.end().catch(() => undefined);
     },

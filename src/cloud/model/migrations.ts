@@ -18,6 +18,9 @@ export interface Migration {
   only?: Partial<Record<DialectName, string[]>>;
 }
 
+/** What migration 007's triggers notify when a key, or what one names, changes (src/cloud/auth/principal-cache.ts). */
+export const KEYS_CHANNEL = 'fleetlab_keys';
+
 const ts = 'TEXT NOT NULL';
 const fk = (t: string, on: 'CASCADE' | 'RESTRICT' | 'SET NULL') => `INTEGER REFERENCES "${t}"(id) ON DELETE ${on}`;
 
@@ -104,7 +107,35 @@ export const migrations: Migration[] = [
     statements: [`CREATE INDEX device_name_order ON "device" (device_name, id)`],
     only: { postgres: [`CREATE INDEX device_tag_key_value ON "device_tag" (tag_key, value)`] },
   },
+  keysChangedMigration(),
 ];
+
+/**
+ * 007: replicas keep principals by key (src/cloud/auth/principal-cache.ts) and must hear of
+ * every change that can alter one: a key's row (revoked, expiry moved), or the user, device
+ * or fleet its actor is (admin flag, a device moved to another fleet, any of them deleted).
+ * PostgreSQL notifies KEYS_CHANNEL on commit, once per transaction however many statements
+ * fired. New keys need no notice: an unknown key is never kept. SQLite has no listeners, and
+ * its replicas keep no principals.
+ */
+function keysChangedMigration(): Migration {
+  const watched: Array<[string, string]> = [
+    ['api_key', 'UPDATE OR DELETE OR TRUNCATE'],
+    ['user', 'UPDATE OF actor, is_admin OR DELETE OR TRUNCATE'],
+    ['device', 'UPDATE OF actor, uuid, belongs_to__application OR DELETE OR TRUNCATE'],
+    ['application', 'UPDATE OF actor OR DELETE OR TRUNCATE'],
+  ];
+  return {
+    name: '007-keys-changed',
+    statements: [],
+    only: {
+      postgres: [
+        `CREATE FUNCTION fleetlab_keys_changed() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN PERFORM pg_notify('${KEYS_CHANNEL}', ''); RETURN NULL; END $$`,
+        ...watched.map(([table, events]) => `CREATE TRIGGER "${table}_keys_changed" AFTER ${events} ON "${table}" FOR EACH STATEMENT EXECUTE FUNCTION fleetlab_keys_changed()`),
+      ],
+    },
+  };
+}
 
 /**
  * 005: a device's target state is a function of its own row and variables, its fleet's row

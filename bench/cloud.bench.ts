@@ -12,7 +12,10 @@
  *
  *   npx tsx bench/cloud.bench.ts [--seconds N] [--only sqlite|postgres]
  *
- * PostgreSQL runs in a throwaway cluster (test/helpers/postgres.ts).
+ * PostgreSQL runs in a throwaway cluster (test/helpers/postgres.ts). There the cloud runs as
+ * `fleetlab cloud` does, with its replica bus, so it keeps principals by key; each query is
+ * also measured without the bus (every request looks its key up), in alternating rounds,
+ * and the ratio printed.
  */
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
@@ -22,6 +25,7 @@ import type { FastifyInstance } from 'fastify';
 import type { Db } from '../src/cloud/db/port.js';
 import { openPostgres } from '../src/cloud/db/postgres.js';
 import { openSqlite } from '../src/cloud/db/sqlite.js';
+import { startPostgresBus } from '../src/cloud/cluster/postgres-bus.js';
 import { buildCloud } from '../src/cloud/server.js';
 import { FLEETS, queryMix, seed, seedTargets, TARGET_SERVICES } from '../test/helpers/cloud-bench-data.js';
 import { startPostgres } from '../test/helpers/postgres.js';
@@ -90,30 +94,48 @@ async function measureTargetState(kind: string, db: Db, app: FastifyInstance, se
   await timed(kind, 'target state 304 x8', seconds, 8, unchanged);
 }
 
-async function measure(kind: string, db: Db, seconds: number): Promise<void> {
+/** A cloud on `db`, and what its measured variant is called. */
+interface Variant {
+  name: string;
+  app: FastifyInstance;
+}
+
+async function measure(kind: string, db: Db, seconds: number, variants: Variant[]): Promise<void> {
   const t0 = performance.now();
   const { key, uuids } = await seed(db);
   console.log(`${kind}: seeded ${FLEETS} fleets, ${uuids.length} devices, ${uuids.length * 2} tags, ${uuids.length * 2} env vars in ${((performance.now() - t0) / 1000).toFixed(1)} s`);
-  const app = buildCloud({ db });
-  await app.ready();
+  for (const v of variants) await v.app.ready();
   let n = 0;
-  for (const { id, label, url } of queryMix(uuids)) {
-    const probe = await app.inject({ method: 'GET', url: encodeURI(url(n)), headers: { authorization: `Bearer ${key}` } });
-    if (probe.statusCode !== 200) throw new Error(`(${id}) ${label}: ${probe.statusCode} ${probe.body}`);
-    const end = performance.now() + seconds * 1000;
-    let count = 0;
-    const started = performance.now();
-    while (performance.now() < end && count < 1_000_000) {
-      n++;
-      const r = await app.inject({ method: 'GET', url: encodeURI(url(n)), headers: { authorization: `Bearer ${key}` } });
-      if (r.statusCode !== 200) throw new Error(`(${id}) ${label}: ${r.statusCode} ${r.body}`);
-      count++;
+  const get = (app: FastifyInstance, q: ReturnType<typeof queryMix>[number]) => async () => {
+    const r = await app.inject({ method: 'GET', url: encodeURI(q.url(n++)), headers: { authorization: `Bearer ${key}` } });
+    if (r.statusCode !== 200) throw new Error(`(${q.id}) ${q.label}: ${r.statusCode} ${r.body}`);
+  };
+  for (const q of queryMix(uuids)) {
+    // Two rounds per variant, in alternating order, each half the time.
+    const counts = new Map(variants.map((v) => [v.name, { count: 0, ms: 0 }]));
+    for (const round of [0, 1]) {
+      for (const v of round ? [...variants].reverse() : variants) {
+        const one = get(v.app, q);
+        await one();
+        const started = performance.now();
+        const end = started + (seconds * 1000) / 2;
+        let count = 0;
+        while (performance.now() < end && count < 1_000_000) {
+          await one();
+          count++;
+        }
+        const c = counts.get(v.name)!;
+        c.count += count;
+        c.ms += performance.now() - started;
+      }
     }
-    const elapsed = (performance.now() - started) / 1000;
-    console.log(`${kind.padEnd(8)} (${id}) ${label.padEnd(20)} ${(count / elapsed).toFixed(0).padStart(6)} req/s  ${((elapsed * 1000) / count).toFixed(2).padStart(7)} ms/req  (${count} requests)`);
+    const rps = (name: string) => (counts.get(name)!.count / counts.get(name)!.ms) * 1000;
+    const line = variants.map((v) => `${rps(v.name).toFixed(0).padStart(6)} req/s ${v.name}`).join('  ');
+    const ratio = variants.length > 1 ? `  (x${(rps(variants[0]!.name) / rps(variants[1]!.name)).toFixed(2)})` : '';
+    console.log(`${kind.padEnd(8)} (${q.id}) ${q.label.padEnd(20)} ${line}${ratio}  (${((counts.get(variants[0]!.name)!.ms) / counts.get(variants[0]!.name)!.count).toFixed(2)} ms/req)`);
   }
-  await measureTargetState(kind, db, app, seconds);
-  await app.close();
+  await measureTargetState(kind, db, variants[0]!.app, seconds);
+  for (const v of variants) await v.app.close();
 }
 
 async function main(): Promise<void> {
@@ -123,7 +145,7 @@ async function main(): Promise<void> {
     const dir = await mkdtemp(join(tmpdir(), 'fleetlab-bench-'));
     const db = openSqlite(join(dir, 'cloud.db'));
     try {
-      await measure('sqlite', db, seconds);
+      await measure('sqlite', db, seconds, [{ name: '', app: buildCloud({ db }) }]);
     } finally {
       await db.close();
       await rm(dir, { recursive: true, force: true });
@@ -131,9 +153,14 @@ async function main(): Promise<void> {
   }
   if (only !== 'sqlite') {
     const cluster = await startPostgres();
-    const db = openPostgres(await cluster.createDatabase('bench'));
+    const url = await cluster.createDatabase('bench');
+    const db = openPostgres(url);
     try {
-      await measure('postgres', db, seconds);
+      const bus = await startPostgresBus({ connectionString: url, db, replica: '0a', log: { warn: (m) => console.error(m) } });
+      await measure('postgres', db, seconds, [
+        { name: 'keys kept', app: buildCloud({ db, replicaBus: bus, replicaId: '0a' }) },
+        { name: 'keys looked up', app: buildCloud({ db, replicaId: '0b' }) },
+      ]);
     } finally {
       await db.close();
       await cluster.stop();

@@ -9,7 +9,7 @@ import { accessOf } from '../src/cloud/auth/permissions.js';
 import type { RExpr } from '../src/cloud/odata/expr.js';
 import { parseODataUrl, withExplicitSortOrder } from '../src/cloud/odata/parse.js';
 import { type Access, planSelect, planTarget } from '../src/cloud/odata/plan.js';
-import { SqlCompiler } from '../src/cloud/odata/sql.js';
+import { ROW_ARRAY_LIMIT, SqlCompiler } from '../src/cloud/odata/sql.js';
 
 const model = buildModel();
 const all: Access = { read: () => 'all', write: () => 'all' };
@@ -252,5 +252,21 @@ describe('SQL: values are parameters, identifiers come from the model', () => {
     expect(sql("/device?$filter=device_tag/any(t:t/tag_key eq 'a')").sql).toMatch(/EXISTS \(SELECT 1 FROM "device_tag" a\d+ +WHERE a\d+\."device" = a0\.id/);
     expect(sql("/device?$filter=device_tag/all(t:t/value ne 'x')").sql).toContain('NOT EXISTS');
     expect(sql('/application?$filter=owns__device/$count ge 2').sql).toMatch(/\(SELECT COUNT\(\*\) FROM "device"/);
+  });
+});
+
+describe('sql: $expand in the one statement', () => {
+  it('builds each expanded record with one JSON array call, whatever a request expands', () => {
+    // id, the fields, the links, and one expand per link either way.
+    for (const r of model.resources.values()) expect(1 + r.fields.length + 2 * r.links.length + r.reverse.length, r.name).toBeLessThanOrEqual(ROW_ARRAY_LIMIT);
+  });
+
+  it('expands two levels as correlated subqueries of one statement, on both databases', () => {
+    const url = '/application?$select=app_name&$expand=owns__device($select=device_name;$top=2;$expand=device_tag($select=value))';
+    const lite = sql(url);
+    expect(lite.sql.match(/json_group_array/g)).toHaveLength(2);
+    const pg = sql(url, all, postgresDialect);
+    expect(pg.sql.match(/json_agg/g)).toHaveLength(2);
+    expect(pg.params).toEqual([2]);
   });
 });

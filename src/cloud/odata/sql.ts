@@ -8,7 +8,7 @@ import type { SqlValue } from '../db/port.js';
 import type { FieldType, LinkDef, ResourceDef } from '../model/types.js';
 import type { ColumnRef, Guard, ManyRef, RExpr } from './expr.js';
 import { badRequest } from './parse.js';
-import type { SelectPlan } from './plan.js';
+import type { ExpandPlan, SelectPlan } from './plan.js';
 
 export interface Statement {
   sql: string;
@@ -43,11 +43,13 @@ class Block {
   ) {}
 }
 
-/** Which rows of a select: all matching, or the ones linked to a set of parent ids. */
-export type Scope =
-  | { kind: 'root' }
-  | { kind: 'ids'; ids: number[] }
-  | { kind: 'parents'; via: string; ids: number[] };
+/**
+ * Most values one call of json_build_array (PostgreSQL: 100 arguments) or json_array
+ * (SQLite: 127) takes, with room to spare. An expanded record is its id, fields, links and
+ * expands: at most 1 + fields + 2 x links + reverse links, which the model test keeps
+ * under this (the widest, device, is 44).
+ */
+export const ROW_ARRAY_LIMIT = 90;
 
 export class SqlCompiler {
   private readonly params: SqlValue[] = [];
@@ -243,43 +245,69 @@ export class SqlCompiler {
     return items.join(', ');
   }
 
-  /** The rows of a plan; `scope` narrows them to ids or to children of parent ids. */
-  select(plan: SelectPlan, scope: Scope = { kind: 'root' }, extraColumns: string[] = []): Statement {
+  /**
+   * The rows of a plan in one statement, each `$expand` a column of its own (`__x<i>`,
+   * see `expandColumn`), however deep the expansion goes.
+   */
+  select(plan: SelectPlan): Statement {
     const root = this.block(plan.resource);
     this.vars.set('$it', root);
     const cols = [`${root.alias}.id AS ${q('id')}`];
     for (const f of plan.fields) if (f.name !== 'id') cols.push(`${root.alias}.${q(f.column)} AS ${q(f.name)}`);
     for (const l of plan.links) cols.push(`${root.alias}.${q(l.column)} AS ${q(l.name)}`);
-    for (const c of extraColumns) cols.push(`${root.alias}.${q(c)} AS ${q(`__col_${c}`)}`);
-    const conds = this.scopeConditions(root, scope);
-    if (plan.where) conds.push(this.bool(plan.where));
-    const where = conds.length ? ` WHERE ${conds.join(' AND ')}` : '';
+    plan.expand.forEach((x, i) => cols.push(`${this.expandColumn(x, root)} AS ${q(`__x${i}`)}`));
+    this.vars.set('$it', root);
+    const where = plan.where ? ` WHERE ${this.bool(plan.where)}` : '';
     const order = this.order(plan, root);
-    if (scope.kind === 'parents' && (plan.top !== undefined || plan.skip)) {
-      // $top/$skip inside $expand apply per parent record, hence the window.
-      const rn = `ROW_NUMBER() OVER (PARTITION BY ${root.alias}.${q(scope.via)} ORDER BY ${order}) AS ${q('__rn')}`;
-      const inner = `SELECT ${cols.join(', ')}, ${root.alias}.${q(scope.via)} AS ${q('__parent')}, ${rn} FROM ${q(plan.resource.table)} ${root.alias} ${root.joinSql.join(' ')}${where}`;
-      const lo = this.param(plan.skip ?? 0);
-      const hi = plan.top === undefined ? '' : ` AND x.${q('__rn')} <= ${this.param((plan.skip ?? 0) + plan.top)}`;
-      return this.done(`SELECT * FROM (${inner}) x WHERE x.${q('__rn')} > ${lo}${hi} ORDER BY x.${q('__parent')}, x.${q('__rn')}`);
-    }
-    const parent = scope.kind === 'parents' ? `, ${root.alias}.${q(scope.via)} AS ${q('__parent')}` : '';
-    const limit = scope.kind === 'root' ? this.limit(plan.top, plan.skip) : '';
-    return this.done(`SELECT ${cols.join(', ')}${parent} FROM ${q(plan.resource.table)} ${root.alias} ${root.joinSql.join(' ')}${where} ORDER BY ${order}${limit}`);
+    return this.done(`SELECT ${cols.join(', ')} FROM ${q(plan.resource.table)} ${root.alias} ${root.joinSql.join(' ')}${where} ORDER BY ${order}${this.limit(plan.top, plan.skip)}`);
   }
 
-  /** COUNT(*) of a plan's rows, or per parent id for `$expand=link/$count`. */
-  count(plan: SelectPlan, scope: Scope = { kind: 'root' }): Statement {
+  /**
+   * A correlated subquery for one `$expand` of the records of `parent`: the count, or the
+   * linked records as JSON, each an array laid out by `expandedRow` (to-one: one array or
+   * NULL; to-many: an array of them in the expand's order, after its $top/$skip).
+   */
+  private expandColumn(x: ExpandPlan, parent: Block): string {
+    const block = this.block(x.plan.resource);
+    this.vars.set('$it', block);
+    const conds = [x.forward ? `${block.alias}.id = ${parent.alias}.${q(x.forward.column)}` : `${block.alias}.${q(x.reverse!.via)} = ${parent.alias}.id`];
+    if (x.plan.where) conds.push(this.bool(x.plan.where));
+    if (x.count) {
+      this.vars.set('$it', parent);
+      return `(SELECT COUNT(*) FROM ${q(x.plan.resource.table)} ${block.alias} ${block.joinSql.join(' ')} WHERE ${conds.join(' AND ')})`;
+    }
+    const parts = [`${block.alias}.id`];
+    for (const f of x.plan.fields) if (f.name !== 'id') parts.push(`${block.alias}.${q(f.column)}`);
+    for (const l of x.plan.links) parts.push(`${block.alias}.${q(l.column)}`);
+    for (const y of x.plan.expand) {
+      const sub = this.expandColumn(y, block);
+      // SQLite hands a subquery's JSON on as text: json() makes it JSON again.
+      parts.push(y.count || this.dialect.name === 'postgres' ? sub : `json(${sub})`);
+    }
+    this.vars.set('$it', block);
+    const order = x.forward ? '' : this.order(x.plan, block);
+    this.vars.set('$it', parent);
+    const from = `FROM ${q(x.plan.resource.table)} ${block.alias} ${block.joinSql.join(' ')} WHERE ${conds.join(' AND ')}`;
+    const row = this.jsonArray(parts);
+    if (x.forward) return `(SELECT ${row} ${from})`;
+    const inner = `SELECT ${row} AS r, ROW_NUMBER() OVER (ORDER BY ${order}) AS o ${from} ORDER BY ${order}${this.limit(x.plan.top, x.plan.skip)}`;
+    return this.dialect.name === 'postgres'
+      ? `(SELECT COALESCE(json_agg(c.r ORDER BY c.o), '[]') FROM (${inner}) c)`
+      : `(SELECT json_group_array(json(c.r) ORDER BY c.o) FROM (${inner}) c)`;
+  }
+
+  /** A JSON array of `parts` (see ROW_ARRAY_LIMIT). */
+  private jsonArray(parts: string[]): string {
+    if (parts.length > ROW_ARRAY_LIMIT) throw new Error(`an expanded record of ${parts.length} values is wider than ROW_ARRAY_LIMIT (${ROW_ARRAY_LIMIT})`);
+    return `${this.dialect.name === 'postgres' ? 'json_build_array' : 'json_array'}(${parts.join(', ')})`;
+  }
+
+  /** COUNT(*) of a plan's rows. */
+  count(plan: SelectPlan): Statement {
     const root = this.block(plan.resource);
     this.vars.set('$it', root);
-    const conds = this.scopeConditions(root, scope);
-    if (plan.where) conds.push(this.bool(plan.where));
-    const where = conds.length ? ` WHERE ${conds.join(' AND ')}` : '';
-    const from = `FROM ${q(plan.resource.table)} ${root.alias} ${root.joinSql.join(' ')}${where}`;
-    if (scope.kind === 'parents') {
-      return this.done(`SELECT ${root.alias}.${q(scope.via)} AS ${q('__parent')}, COUNT(*) AS ${q('n')} ${from} GROUP BY ${root.alias}.${q(scope.via)}`);
-    }
-    return this.done(`SELECT COUNT(*) AS ${q('n')} ${from}`);
+    const where = plan.where ? ` WHERE ${this.bool(plan.where)}` : '';
+    return this.done(`SELECT COUNT(*) AS ${q('n')} FROM ${q(plan.resource.table)} ${root.alias} ${root.joinSql.join(' ')}${where}`);
   }
 
   /** `SELECT id` of the rows a where clause picks: the target of UPDATE/DELETE. */
@@ -288,13 +316,6 @@ export class SqlCompiler {
     this.vars.set('$it', root);
     const cond = where ? ` WHERE ${this.bool(where)}` : '';
     return this.done(`SELECT ${root.alias}.id FROM ${q(resource.table)} ${root.alias} ${root.joinSql.join(' ')}${cond}`);
-  }
-
-  private scopeConditions(root: Block, scope: Scope): string[] {
-    if (scope.kind === 'root') return [];
-    const column = scope.kind === 'ids' ? 'id' : scope.via;
-    if (scope.ids.length === 0) return ['(1 = 0)'];
-    return [`${root.alias}.${q(column)} IN (${scope.ids.map((id) => this.param(id)).join(', ')})`];
   }
 
   private done(sql: string): Statement {

@@ -89,6 +89,15 @@ describe('principals kept by key on PostgreSQL', () => {
     expect(b.lookups() - before).toBe(1);
   });
 
+  it('keeps its keys across a POST, which only adds records', async () => {
+    expect(await status(b.app, user.apiKey)).toBe(200);
+    const before = b.lookups();
+    const org = (JSON.parse((await b.app.inject({ method: 'GET', url: '/v6/organization?$select=id', headers: { authorization: `Bearer ${user.apiKey}` } })).body) as { d: Array<{ id: number }> }).d[0]!.id;
+    expect(await status(b.app, user.apiKey, 'POST', '/v6/application', { app_name: 'kept', organization: org, device_type: 'raspberrypi4-64' })).toBe(201);
+    expect(await status(b.app, user.apiKey)).toBe(200);
+    expect(b.lookups() - before).toBe(0);
+  });
+
   it('never keeps an unknown key', async () => {
     const before = b.lookups();
     for (let i = 0; i < 3; i++) expect(await status(b.app, 'no-such-key-000000000000')).toBe(401);
@@ -108,8 +117,8 @@ describe('principals kept by key on PostgreSQL', () => {
   });
 
   it('follows a change made in the database by no replica (an admin flag set in SQL)', async () => {
-    // Reads only: a write would clear its replica's principals by itself. A user sees only
-    // itself among the users; the admin sees every user.
+    // Reads only: a change through a replica (PATCH, PUT, DELETE) clears its principals by
+    // itself. A user sees only itself among the users; the admin sees every user.
     const usersSeen = async (app: FastifyInstance) => {
       const r = await app.inject({ method: 'GET', url: '/v6/user?$select=id', headers: { authorization: `Bearer ${user.apiKey}` } });
       expect(r.statusCode).toBe(200);

@@ -57,11 +57,12 @@ export function buildCloud(deps: CloudDeps): FastifyInstance {
   deps.replicaBus?.onKeysChanged(principals);
   const authenticate = (request: FastifyRequest): Promise<Principal> =>
     principals.principal(bearerKey(request.headers.authorization), deps.now?.() ?? new Date());
-  // This replica's own writes clear the principals before their answer leaves, so a client
+  // This replica's own changes clear the principals before their answer leaves, so a client
   // that revoked a key here never sees it work again; other replicas hear of it on commit.
+  // A POST only adds records, and a new record changes no key already known.
   const clearsPrincipals = (scope: FastifyInstance) =>
     scope.addHook('onSend', async (request) => {
-      if (request.method !== 'GET' && request.method !== 'HEAD') principals.changed();
+      if (request.method === 'PATCH' || request.method === 'PUT' || request.method === 'DELETE') principals.changed();
     });
 
   const now = deps.now ?? (() => new Date());

@@ -256,6 +256,9 @@ describe.each<DbKind>(['sqlite', 'postgres'])('cloud scope on %s', (kind) => {
       ['bob', bob.key, 'POST', '/v6/image__is_part_of__release', { image: iA, is_part_of__release: rB }, 400, 'CLOUD_ERR_BAD_REQUEST'],
       ['bob', bob.key, 'POST', '/v6/device_environment_variable', { device: dA1.id, name: 'X', value: 'y' }, 400, 'CLOUD_ERR_BAD_REQUEST'],
       ['bob', bob.key, 'POST', '/v6/release', { belongs_to__application: A, commit: 'evil', status: 'success' }, 400, 'CLOUD_ERR_BAD_REQUEST'],
+      // her public fleet is his to read, not to add to: the insert is rolled back
+      ['bob', bob.key, 'POST', '/v6/device', { belongs_to__application: P, device_name: 'squatter' }, 401, 'CLOUD_ERR_FORBIDDEN'],
+      ['bob', bob.key, 'POST', '/v6/application_tag', { application: P, tag_key: 'owner', value: 'bob' }, 401, 'CLOUD_ERR_FORBIDDEN'],
       // keys: hers are not his to expire, delete, mint or take over
       ['bob', bob.key, 'PATCH', `/v6/api_key(${aliceKey2.id})`, { expiry_date: past }, 200],
       ['bob', bob.key, 'DELETE', `/v6/api_key(${aliceKey2.id})`, undefined, 200],

@@ -119,14 +119,11 @@ export async function insertRecord(ctx: WriteContext, resourceName: string, body
     const sql = `INSERT INTO ${q(resource.table)} (${cols.map(q).join(', ')}) VALUES (${cols.map(() => '?').join(', ')}) RETURNING id`;
     const rows = await tx.query<{ id: number }>(sql, [...values.values()]);
     const id = Number(rows[0]!.id);
-    const runner = new QueryRunner(tx, ctx.model);
-    const planner = { model: ctx.model, access: ctx.access };
-    if ((await runner.ids(planById(planner, resourceName, id, 'write'))).length === 0) {
-      throw new FleetlabError('CLOUD_ERR_FORBIDDEN', `Not allowed to create this ${resource.name}`);
-    }
-    const unrestricted = { model: ctx.model, access: { read: () => 'all' as const, write: () => 'all' as const } };
-    const [record] = await runner.select(planById(unrestricted, resourceName, id, 'read'));
-    return record!;
+    // The new record read back under the caller's write permission: every field, or none
+    // when the caller may not have made it.
+    const [record] = await new QueryRunner(tx, ctx.model).select(planById({ model: ctx.model, access: ctx.access }, resourceName, id, 'write'));
+    if (!record) throw new FleetlabError('CLOUD_ERR_FORBIDDEN', `Not allowed to create this ${resource.name}`);
+    return record;
   });
 }
 

@@ -143,7 +143,8 @@ function supervisorNodePid(spawned: number): number {
   const queue = [spawned];
   for (let seen = 0; queue.length && seen < 64; seen++) {
     const pid = queue.shift()!;
-    if (commOf(pid) === 'node') return pid;
+    // Node 24 names its main thread, and so the process, MainThread.
+    if (commOf(pid) === 'node' || commOf(pid) === 'MainThread') return pid;
     queue.push(...childrenOf(pid));
   }
   throw new BenchError(`no node process found at or below PID ${spawned} (comm ${commOf(spawned) || '?'})`);

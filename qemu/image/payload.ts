@@ -162,15 +162,16 @@ export async function buildEpollAddon(repoRoot: string, cacheDir: string, node: 
 /**
  * V8 limits a device runs its supervisor with. The supervisor's live heap is ~16 MB; by
  * default V8 lets the heap grow far past that before collecting (a 16 MB young generation,
- * an old generation sized for a desktop), so a device paid ~85 MB of RSS at idle for it.
- * Measured with `npm run bench` (see bench/supervisor.bench.ts, `--node-flags`).
+ * an old generation sized for a desktop): on Node 24 the bundle idled at ~94 MiB of RSS
+ * without these and ~80 MiB with them, and peaks at ~108 MiB under the bench's load.
+ * Measured with `npm run bench` (see bench/supervisor.bench.ts, `--node-flags`, `--node`).
  */
 export const DEVICE_NODE_FLAGS = ['--max-semi-space-size=2', '--max-old-space-size=64'] as const;
 
 /**
  * Packages dockerode loads that a device never uses: docker-modem's SSH transport (a device
  * reaches its engine on a local socket) and BuildKit's gRPC session (a device never builds).
- * They were half of the bundle and a third of its start-up under emulation.
+ * They were 0.8 MB of the 2.8 MB minified bundle.
  */
 export const DEVICE_ABSENT_PACKAGES = ['ssh2', '@grpc/grpc-js', '@grpc/proto-loader', 'protobufjs'] as const;
 

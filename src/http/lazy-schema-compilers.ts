@@ -4,6 +4,8 @@
  * it gets ready, which on the device API is a quarter of the start-up, and a device answers
  * `/ping` long before most routes are ever called. The compiled functions are the same as
  * eager ones, so validation and serialization do not change; only when they are built.
+ * One difference: fastify treats a compilers factory as custom and passes a `headers`
+ * schema as written instead of lowercasing its names, so name headers in lowercase.
  */
 import { AjvCompiler } from '@fastify/ajv-compiler';
 import { SerializerSelector } from '@fastify/fast-json-stringify-compiler';

@@ -56,9 +56,4 @@ export class PrincipalCache implements KeyChangeListener {
     }
     return found.principal;
   }
-
-  /** Keys held now (for tests and figures). */
-  get size(): number {
-    return this.#entries.size;
-  }
 }

@@ -60,10 +60,7 @@ function expandedRow(plan: SelectPlan, values: unknown[]): Record_ {
   let i = 1;
   const out: Record_ = {};
   for (const f of plan.fields) out[f.name] = f.name === 'id' ? Number(values[0]) : fromDb(f, values[i++]);
-  for (const l of plan.links) {
-    const v = values[i++];
-    out[l.name] = v === null || v === undefined ? null : { __id: Number(v) };
-  }
+  for (const l of plan.links) out[l.name] = linkOf(values[i++]);
   for (const x of plan.expand) out[x.name] = expanded(x, values[i++]);
   return out;
 }
@@ -72,9 +69,12 @@ function expandedRow(plan: SelectPlan, values: unknown[]): Record_ {
 function shape(plan: SelectPlan, row: Row): Record_ {
   const out: Record_ = {};
   for (const f of plan.fields) out[f.name] = fromDb(f, row[f.name]);
-  for (const l of plan.links) out[l.name] = row[l.name] === null || row[l.name] === undefined ? null : { __id: Number(row[l.name]) };
+  for (const l of plan.links) out[l.name] = linkOf(row[l.name]);
   return out;
 }
+
+/** A link column's value as the API shows it. */
+const linkOf = (v: unknown): { __id: number } | null => (v === null || v === undefined ? null : { __id: Number(v) });
 
 export function fromDb(f: Pick<FieldDef, 'type'>, v: unknown): unknown {
   if (v === null || v === undefined) return null;

@@ -256,7 +256,6 @@ export class SqlCompiler {
     for (const f of plan.fields) if (f.name !== 'id') cols.push(`${root.alias}.${q(f.column)} AS ${q(f.name)}`);
     for (const l of plan.links) cols.push(`${root.alias}.${q(l.column)} AS ${q(l.name)}`);
     plan.expand.forEach((x, i) => cols.push(`${this.expandColumn(x, root)} AS ${q(`__x${i}`)}`));
-    this.vars.set('$it', root);
     const where = plan.where ? ` WHERE ${this.bool(plan.where)}` : '';
     const order = this.order(plan, root);
     return this.done(`SELECT ${cols.join(', ')} FROM ${q(plan.resource.table)} ${root.alias} ${root.joinSql.join(' ')}${where} ORDER BY ${order}${this.limit(plan.top, plan.skip)}`);
@@ -269,31 +268,39 @@ export class SqlCompiler {
    */
   private expandColumn(x: ExpandPlan, parent: Block): string {
     const block = this.block(x.plan.resource);
+    return this.within(block, () => {
+      const conds = [x.forward ? `${block.alias}.id = ${parent.alias}.${q(x.forward.column)}` : `${block.alias}.${q(x.reverse!.via)} = ${parent.alias}.id`];
+      if (x.plan.where) conds.push(this.bool(x.plan.where));
+      const from = () => `FROM ${q(x.plan.resource.table)} ${block.alias} ${block.joinSql.join(' ')} WHERE ${conds.join(' AND ')}`;
+      if (x.count) return `(SELECT COUNT(*) ${from()})`;
+      const parts = [`${block.alias}.id`];
+      for (const f of x.plan.fields) if (f.name !== 'id') parts.push(`${block.alias}.${q(f.column)}`);
+      for (const l of x.plan.links) parts.push(`${block.alias}.${q(l.column)}`);
+      for (const y of x.plan.expand) {
+        const sub = this.expandColumn(y, block);
+        // SQLite hands a subquery's JSON on as text: json() makes it JSON again.
+        parts.push(y.count || this.dialect.name === 'postgres' ? sub : `json(${sub})`);
+      }
+      const row = this.jsonArray(parts);
+      if (x.forward) return `(SELECT ${row} ${from()})`;
+      // The order may join further tables: `from()` reads the joins after it.
+      const order = this.order(x.plan, block);
+      const inner = `SELECT ${row} AS r, ROW_NUMBER() OVER (ORDER BY ${order}) AS o ${from()} ORDER BY ${order}${this.limit(x.plan.top, x.plan.skip)}`;
+      return this.dialect.name === 'postgres'
+        ? `(SELECT COALESCE(json_agg(c.r ORDER BY c.o), '[]') FROM (${inner}) c)`
+        : `(SELECT json_group_array(json(c.r) ORDER BY c.o) FROM (${inner}) c)`;
+    });
+  }
+
+  /** Compiles `fn` with `$it` (a query's own record) standing for `block`, then puts it back. */
+  private within<T>(block: Block, fn: () => T): T {
+    const outer = this.vars.get('$it');
     this.vars.set('$it', block);
-    const conds = [x.forward ? `${block.alias}.id = ${parent.alias}.${q(x.forward.column)}` : `${block.alias}.${q(x.reverse!.via)} = ${parent.alias}.id`];
-    if (x.plan.where) conds.push(this.bool(x.plan.where));
-    if (x.count) {
-      this.vars.set('$it', parent);
-      return `(SELECT COUNT(*) FROM ${q(x.plan.resource.table)} ${block.alias} ${block.joinSql.join(' ')} WHERE ${conds.join(' AND ')})`;
+    try {
+      return fn();
+    } finally {
+      if (outer) this.vars.set('$it', outer);
     }
-    const parts = [`${block.alias}.id`];
-    for (const f of x.plan.fields) if (f.name !== 'id') parts.push(`${block.alias}.${q(f.column)}`);
-    for (const l of x.plan.links) parts.push(`${block.alias}.${q(l.column)}`);
-    for (const y of x.plan.expand) {
-      const sub = this.expandColumn(y, block);
-      // SQLite hands a subquery's JSON on as text: json() makes it JSON again.
-      parts.push(y.count || this.dialect.name === 'postgres' ? sub : `json(${sub})`);
-    }
-    this.vars.set('$it', block);
-    const order = x.forward ? '' : this.order(x.plan, block);
-    this.vars.set('$it', parent);
-    const from = `FROM ${q(x.plan.resource.table)} ${block.alias} ${block.joinSql.join(' ')} WHERE ${conds.join(' AND ')}`;
-    const row = this.jsonArray(parts);
-    if (x.forward) return `(SELECT ${row} ${from})`;
-    const inner = `SELECT ${row} AS r, ROW_NUMBER() OVER (ORDER BY ${order}) AS o ${from} ORDER BY ${order}${this.limit(x.plan.top, x.plan.skip)}`;
-    return this.dialect.name === 'postgres'
-      ? `(SELECT COALESCE(json_agg(c.r ORDER BY c.o), '[]') FROM (${inner}) c)`
-      : `(SELECT json_group_array(json(c.r) ORDER BY c.o) FROM (${inner}) c)`;
   }
 
   /** A JSON array of `parts` (see ROW_ARRAY_LIMIT). */

@@ -10,6 +10,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { setTimeout as sleep } from 'node:timers/promises';
+import { waitForPing } from '../qemu/boot.js';
 import { freePort } from '../src/free-port.js';
 
 export interface StartCandidate {
@@ -34,16 +35,9 @@ async function startOnce(candidate: StartCandidate, dockerSocket: string): Promi
   child.stderr.on('data', (d: Buffer) => (stderr = (stderr + d.toString()).slice(-2000)));
   const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
   try {
-    while (performance.now() - t0 < READY_BOUND_MS) {
-      if (child.exitCode !== null) throw new Error(`${candidate.name} exited with ${child.exitCode} before answering /ping: ${stderr.trim()}`);
-      const ok = await fetch(`http://127.0.0.1:${port}/ping`).then(
-        (r) => r.status === 200,
-        () => false,
-      );
-      if (ok) return performance.now() - t0;
-      await sleep(PING_EVERY_MS);
-    }
-    throw new Error(`${candidate.name} did not answer /ping within ${READY_BOUND_MS / 1000} s: ${stderr.trim()}`);
+    const gone = () => (child.exitCode === null ? undefined : `${candidate.name} exited with ${child.exitCode} before answering /ping: ${stderr.trim()}`);
+    await waitForPing(`http://127.0.0.1:${port}`, READY_BOUND_MS, gone, PING_EVERY_MS);
+    return performance.now() - t0;
   } finally {
     child.kill('SIGTERM');
     await Promise.race([exited, sleep(EXIT_BOUND_MS)]);

@@ -544,6 +544,7 @@ async function main(): Promise<void> {
 
   const options = parseOptions(process.argv.slice(2));
   const node = options.node;
+  const supervisorNode = nodeVersion(node);
   await preflight();
   const root = fleetlabRoot(import.meta.url);
   const bundle = join(root, 'dist', 'bench', 'device', 'fleetlab-device.mjs');
@@ -554,7 +555,7 @@ async function main(): Promise<void> {
 
   const BUNDLE = 'device bundle';
   const CLI = 'CLI from dist/';
-  process.stderr.write(`bench: start-up, ${options.startRounds} alternating rounds on ${nodeVersion(node)}\n`);
+  process.stderr.write(`bench: start-up, ${options.startRounds} alternating rounds on ${supervisorNode}\n`);
   const starts = await measureStarts([{ name: BUNDLE, node, nodeArgs: options.nodeFlags, module: bundle }, { name: CLI, node, module: cliMain }], options.startRounds, DOCKER_SOCKET, (line) => {
     checkInterrupted();
     process.stderr.write(`bench:   ${line}\n`);
@@ -625,7 +626,7 @@ async function main(): Promise<void> {
       bench: 'supervisor',
       node: process.version,
       engine: 'docker',
-      supervisorNode: nodeVersion(node),
+      supervisorNode,
       supervisorRuns: 'device bundle',
       supervisorNodeFlags: options.nodeFlags,
       start,

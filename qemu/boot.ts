@@ -68,8 +68,8 @@ export function serialTail(serialLog: string, lines = 25): string {
   }
 }
 
-/** Polls `url/ping` until 200; fails early when `alive()` turns false. */
-export async function waitForPing(url: string, timeoutMs: number, alive: () => string | undefined): Promise<void> {
+/** Polls `url/ping` every `everyMs` until 200; fails early when `alive()` turns false. */
+export async function waitForPing(url: string, timeoutMs: number, alive: () => string | undefined, everyMs = 1000): Promise<void> {
   const deadline = Date.now() + timeoutMs;
   while (Date.now() < deadline) {
     const dead = alive();
@@ -81,7 +81,7 @@ export async function waitForPing(url: string, timeoutMs: number, alive: () => s
     } catch {
       // not up yet: the forward refuses or the guest does not answer
     }
-    await sleep(1000);
+    await sleep(everyMs);
   }
   throw new FleetlabError('SUP_ERR_HOST', `the board's supervisor did not answer ${url}/ping within ${Math.round(timeoutMs / 1000)} s`);
 }

@@ -118,6 +118,13 @@ describe.each<DbKind>(['sqlite', 'postgres'])('OData on %s', (kind) => {
     expect((await get("/v6/device_tag/$count?$filter=tag_key eq 'env'")).body).toEqual({ d: 3 });
   });
 
+  it('any() over a link no record holds (null link columns) is false, and not any() true', async () => {
+    // No device pins a release: every device's should_be_running__release is null.
+    const commits = async (filter: string) => ((await get(`/v6/release?$select=commit&$orderby=commit&$filter=${filter}`)).body!.d as { commit: string }[]).map((r) => r.commit);
+    expect(await commits("should_be_running_on__device/any(d:d/device_name ne 'zz')")).toEqual([]);
+    expect(await commits("not should_be_running_on__device/any(d:d/device_name ne 'zz')")).toEqual(['aaa', 'bbb', 'ccc']);
+  });
+
   it('$expand two levels with nested $select/$filter/$orderby/$top, and link/$count', async () => {
     const r = await get(
       "/v6/application?$select=app_name&$orderby=app_name&$expand=owns__device($select=device_name;$orderby=device_name desc;$top=2;$expand=device_tag($select=tag_key,value;$orderby=tag_key)),owns__release/$count",

@@ -125,17 +125,22 @@ export class SqlCompiler {
     return `${this.joined(block, many.links.slice(0, -1), guards)}.${q(last.column)}`;
   }
 
-  private subquery(many: ManyRef, v: string, what: string, extra: (alias: string) => string | null): string {
+  /**
+   * The records of `many` as a subquery selecting `what`, correlated to their owner; with
+   * `what` null, the link column of all of them that have one (for `owner IN (...)`).
+   */
+  private subquery(many: ManyRef, v: string, what: string | null, extra: (alias: string) => string | null): string {
     const owner = this.ownerId(many);
     const block = this.block(many.source);
     this.vars.set(v, block);
     this.vars.set(many.permVar, block);
-    const conds = [`${block.alias}.${q(many.via)} = ${owner}`];
+    const link = `${block.alias}.${q(many.via)}`;
+    const conds = [what === null ? `${link} IS NOT NULL` : `${link} = ${owner}`];
     if (many.permission) conds.push(this.bool(many.permission));
     const more = extra(block.alias);
     if (more) conds.push(more);
     const where = conds.join(' AND ');
-    return `(SELECT ${what} FROM ${q(many.source.table)} ${block.alias} ${block.joinSql.join(' ')} WHERE ${where})`;
+    return `(SELECT ${what ?? link} FROM ${q(many.source.table)} ${block.alias} ${block.joinSql.join(' ')} WHERE ${where})`;
   }
 
   bool(e: RExpr): string {
@@ -190,6 +195,14 @@ export class SqlCompiler {
       case 'call':
         return this.call(e.fn, e.args);
       case 'lambda': {
+        if (e.fn === 'any' && this.dialect.name === 'sqlite' && e.many.links.length === 0) {
+          // SQLite runs a correlated EXISTS once per outer row (every device, for devices by
+          // tag); from an IN list it looks the matching rows up by id instead: 0.25 ms
+          // against 2.3 ms per $count of query d. The outer id is a primary key, never
+          // null, and null links are left out of the list, so IN is exactly true or false,
+          // as EXISTS is. PostgreSQL plans both as the same semi-join.
+          return { sql: `(${this.ownerId(e.many)} IN ${this.subquery(e.many, e.v, null, () => this.bool(e.body))})`, t: 'bool' };
+        }
         if (e.fn === 'any') return { sql: `EXISTS ${this.subquery(e.many, e.v, '1', () => this.bool(e.body))}`, t: 'bool' };
         return { sql: `NOT EXISTS ${this.subquery(e.many, e.v, '1', () => `NOT COALESCE(${this.bool(e.body)}, FALSE)`)}`, t: 'bool' };
       }

@@ -13,7 +13,9 @@
  * First, on a database of its own, the same fleets, devices and tags are seeded through the
  * API instead (30,100 POSTs, 16 in flight, as an ordinary user): issue 17's seeding figure.
  *
- *   npx tsx bench/cloud.bench.ts [--seconds N] [--only sqlite|postgres] [--no-api-seed]
+ *   npm run bench:cloud -- [--seconds N] [--db sqlite|postgres] [--no-api-seed]
+ *
+ * With `--peer pinejs`, fleetlab against pinejs instead, over HTTP: see bench/cloud-peer.ts.
  *
  * PostgreSQL runs in a throwaway cluster (test/helpers/postgres.ts). There the cloud runs as
  * `fleetlab cloud` does, with its replica bus, so it keeps principals by key; each query is
@@ -31,8 +33,9 @@ import { openSqlite } from '../src/cloud/db/sqlite.js';
 import { startPostgresBus } from '../src/cloud/cluster/postgres-bus.js';
 import { prepareDatabase } from '../src/cloud/bootstrap.js';
 import { buildCloud } from '../src/cloud/server.js';
-import { FLEETS, queryMix, seed, seedTargets, TARGET_SERVICES } from '../test/helpers/cloud-bench-data.js';
+import { API_SEED_CLIENTS, FLEETS, queryMix, seed, seedTargets, seedThroughApi, TARGET_SERVICES } from '../test/helpers/cloud-bench-data.js';
 import { startPostgres } from '../test/helpers/postgres.js';
+import { runPeerBench } from './cloud-peer.js';
 
 function arg(name: string): string | undefined {
   const i = process.argv.indexOf(name);
@@ -98,16 +101,11 @@ async function measureTargetState(kind: string, db: Db, app: FastifyInstance, se
   await timed(kind, 'target state 304 x8', seconds, 8, unchanged);
 }
 
-const API_SEED_CLIENTS = 16;
-
-/**
- * 100 fleets, then 10,000 devices with 2 tags each, POSTed through the API by a user with
- * API_SEED_CLIENTS requests in flight; each level waits for the one it links to.
- */
-async function seedThroughApi(kind: string, db: Db, app: FastifyInstance): Promise<void> {
+/** Issue 17's seeding figure: the mix's fleets, devices and tags POSTed through the API as an ordinary user. */
+async function seedThroughInject(kind: string, db: Db, app: FastifyInstance): Promise<void> {
   const admin = (await prepareDatabase(db)).key!;
   await app.ready();
-  const post = async (key: string, url: string, payload: object): Promise<{ id: number; organization?: number; apiKey?: string }> => {
+  const post = async (key: string, url: string, payload: object): Promise<{ id: number; uuid?: string; organization?: number; apiKey?: string }> => {
     const r = await app.inject({ method: 'POST', url, headers: { authorization: `Bearer ${key}` }, payload });
     if (r.statusCode !== 201) throw new Error(`POST ${url}: ${r.statusCode} ${r.body}`);
     return JSON.parse(r.body) as { id: number };
@@ -115,24 +113,8 @@ async function seedThroughApi(kind: string, db: Db, app: FastifyInstance): Promi
   const user = await post(admin, '/fleetlab/users', { username: 'seeder' });
   const key = user.apiKey!;
   const type = (JSON.parse((await app.inject({ method: 'GET', url: "/v6/device_type?$select=id&$filter=slug eq 'raspberrypi4-64'", headers: { authorization: `Bearer ${key}` } })).body) as { d: Array<{ id: number }> }).d[0]!.id;
-  const inFlight = async <T>(count: number, one: (i: number) => Promise<T>): Promise<T[]> => {
-    const out: T[] = new Array(count);
-    let next = 0;
-    await Promise.all(Array.from({ length: API_SEED_CLIENTS }, async () => {
-      while (next < count) {
-        const i = next++;
-        out[i] = await one(i);
-      }
-    }));
-    return out;
-  };
-  const t0 = performance.now();
-  const fleets = await inFlight(FLEETS, (i) => post(key, '/v6/application', { app_name: `fleet-${i}`, organization: user.organization!, is_for__device_type: type }));
-  const devices = await inFlight(FLEETS * 100, (i) => post(key, '/v6/device', { device_name: `device-${i}`, belongs_to__application: fleets[Math.floor(i / 100)]!.id, is_online: i % 3 !== 0 }));
-  await inFlight(devices.length * 2, (i) => post(key, '/v6/device_tag', { device: devices[i >> 1]!.id, tag_key: i % 2 ? 'rack' : 'env', value: String(i % 20) }));
-  const seconds = (performance.now() - t0) / 1000;
-  const rows = FLEETS + devices.length * 3;
-  console.log(`${kind.padEnd(8)} seeded through the API: ${rows} rows (${FLEETS} fleets, ${devices.length} devices, ${devices.length * 2} tags) in ${seconds.toFixed(1)} s, ${(rows / seconds).toFixed(0)} POST/s, ${API_SEED_CLIENTS} in flight`);
+  const seeded = await seedThroughApi((url, payload) => post(key, url, payload), { organization: user.organization!, deviceType: type });
+  console.log(`${kind.padEnd(8)} seeded through the API: ${seeded.rows} rows (${FLEETS} fleets, ${seeded.uuids.length} devices, ${seeded.uuids.length * 2} tags) in ${seeded.seconds.toFixed(1)} s, ${(seeded.rows / seeded.seconds).toFixed(0)} POST/s, ${API_SEED_CLIENTS} in flight`);
   await app.close();
 }
 
@@ -180,9 +162,28 @@ async function measure(kind: string, db: Db, seconds: number, variants: Variant[
   for (const v of variants) await v.app.close();
 }
 
+function usage(problem: string): never {
+  console.error(`cloud bench: ${problem}\nusage: npm run bench:cloud -- [--db sqlite|postgres] [--seconds N] [--no-api-seed] | --peer pinejs [--db postgres|sqlite] [--seconds N] [--rounds N] [--queries a,b,...]`);
+  process.exit(2);
+}
+
 async function main(): Promise<void> {
   const seconds = Number(arg('--seconds') ?? '3');
-  const only = arg('--only');
+  if (!(seconds > 0)) usage(`--seconds must be a positive number, got ${arg('--seconds')}`);
+  const only = arg('--db') ?? arg('--only');
+  if (only !== undefined && only !== 'sqlite' && only !== 'postgres') usage(`--db must be sqlite or postgres, got ${only}`);
+  const peer = arg('--peer');
+  if (peer !== undefined) {
+    if (peer !== 'pinejs') usage(`--peer: the one peer is pinejs, got ${peer}`);
+    const rounds = Number(arg('--rounds') ?? '4');
+    if (!Number.isInteger(rounds) || rounds < 1) usage(`--rounds must be a whole number from 1, got ${arg('--rounds')}`);
+    const queries = arg('--queries')?.split(',');
+    const known = queryMix([]).map((q) => q.id);
+    const unknown = queries?.filter((q) => !known.includes(q));
+    if (unknown?.length) usage(`--queries takes ids of the mix (${known.join(',')}), got ${unknown.join(',')}`);
+    await runPeerBench({ db: only ?? 'postgres', seconds, rounds, ...(queries ? { queries } : {}) });
+    return;
+  }
   const apiSeed = !process.argv.includes('--no-api-seed');
   if (only !== 'postgres') {
     const dir = await mkdtemp(join(tmpdir(), 'fleetlab-bench-'));
@@ -190,7 +191,7 @@ async function main(): Promise<void> {
     try {
       if (apiSeed) {
         const seeded = openSqlite(join(dir, 'api-seed.db'));
-        await seedThroughApi('sqlite', seeded, buildCloud({ db: seeded })).finally(() => seeded.close());
+        await seedThroughInject('sqlite', seeded, buildCloud({ db: seeded })).finally(() => seeded.close());
       }
       await measure('sqlite', db, seconds, [{ name: '', app: buildCloud({ db }) }]);
     } finally {
@@ -207,7 +208,7 @@ async function main(): Promise<void> {
         const seedUrl = await cluster.createDatabase('apiseed');
         const seeded = openPostgres(seedUrl);
         const seedBus = await startPostgresBus({ connectionString: seedUrl, db: seeded, replica: '0c', log: { warn: (m) => console.error(m) } });
-        await seedThroughApi('postgres', seeded, buildCloud({ db: seeded, replicaBus: seedBus, replicaId: '0c' })).finally(() => seeded.close());
+        await seedThroughInject('postgres', seeded, buildCloud({ db: seeded, replicaBus: seedBus, replicaId: '0c' })).finally(() => seeded.close());
       }
       const bus = await startPostgresBus({ connectionString: url, db, replica: '0a', log: { warn: (m) => console.error(m) } });
       await measure('postgres', db, seconds, [

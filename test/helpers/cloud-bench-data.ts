@@ -2,7 +2,8 @@
  * The cloud's benchmark data and query mix, shared by bench/cloud.bench.ts (speed) and
  * test/cloud-query-plans.test.ts (which indexes each query's SQL uses). Seeded straight
  * into the database: 100 fleets, 10,000 devices with 2 tags and 2 environment variables
- * each; then targets for the device state endpoint.
+ * each; then targets for the device state endpoint. Or the fleets, devices and tags through
+ * an API (seedThroughApi), which is also how the pinejs peer is seeded.
  */
 import type { Db, SqlValue } from '../../src/cloud/db/port.js';
 import { createUser } from '../../src/cloud/api/key-routes.js';
@@ -103,16 +104,59 @@ export async function seedTargets(db: Db): Promise<Array<{ uuid: string; key: st
  * The query mix, as an ordinary (non-admin) user asks it, so each carries the permission
  * filter: (a) a fleet's devices through a link filter, (b) a device by uuid, (c) a
  * two-level $expand, (d) $count with any(), (e) a composite-key lookup, (f) $orderby +
- * $top + $skip paging. `url(n)` varies the values with the request number.
+ * $top + $skip paging. `url(n)` varies the values with the request number. Device i of
+ * the seed has `uuids[i]` and `deviceIds[i]` (seeded straight: ids from 1).
  */
-export function queryMix(uuids: readonly string[]): Array<{ id: string; label: string; url: (n: number) => string }> {
+export function queryMix(uuids: readonly string[], deviceIds: readonly number[] = uuids.map((_, i) => i + 1)): Array<{ id: string; label: string; url: (n: number) => string }> {
   const devicePick = (n: number) => (n * 7919) % uuids.length;
   return [
     { id: 'a', label: 'filter through a link', url: (n) => `/v6/device?$select=id,device_name&$filter=belongs_to__application/app_name eq 'fleet-${n % FLEETS}' and is_online eq true` },
     { id: 'b', label: 'key lookup by uuid', url: (n) => `/v6/device(uuid='${uuids[devicePick(n)]}')?$select=id,device_name,is_online` },
     { id: 'c', label: '$expand two levels', url: (n) => `/v6/application?$select=app_name&$filter=app_name eq 'fleet-${n % FLEETS}'&$expand=owns__device($select=device_name;$top=20;$expand=device_tag($select=tag_key,value))` },
     { id: 'd', label: '$count with any()', url: (n) => `/v6/device/$count?$filter=device_tag/any(t:t/tag_key eq 'rack' and t/value eq '${n % 20}')` },
-    { id: 'e', label: 'composite key lookup', url: (n) => `/v6/device_tag(device=${devicePick(n) + 1},tag_key='rack')?$select=value` },
+    { id: 'e', label: 'composite key lookup', url: (n) => `/v6/device_tag(device=${deviceIds[devicePick(n)]},tag_key='rack')?$select=value` },
     { id: 'f', label: '$orderby $top $skip', url: (n) => `/v6/device?$select=id,device_name&$orderby=device_name asc&$top=50&$skip=${(n % 20) * 50}` },
   ];
+}
+
+export const API_SEED_CLIENTS = 16;
+
+export interface ApiSeed {
+  /** Device i's uuid and id, as queryMix takes them. */
+  uuids: string[];
+  deviceIds: number[];
+  rows: number;
+  seconds: number;
+}
+
+/**
+ * The mix's fleets, devices and tags (not the environment variables), POSTed through an API
+ * with API_SEED_CLIENTS requests in flight: 100 fleets, then 10,000 devices, then 2 tags
+ * each; each level waits for the one it links to. `post` answers the created record.
+ */
+export async function seedThroughApi(
+  post: (path: string, payload: object) => Promise<{ id: number; uuid?: string }>,
+  owner: { organization: number; deviceType: number },
+): Promise<ApiSeed> {
+  const inFlight = async <T>(count: number, one: (i: number) => Promise<T>): Promise<T[]> => {
+    const out: T[] = new Array(count);
+    let next = 0;
+    await Promise.all(
+      Array.from({ length: API_SEED_CLIENTS }, async () => {
+        while (next < count) {
+          const i = next++;
+          out[i] = await one(i);
+        }
+      }),
+    );
+    return out;
+  };
+  const t0 = performance.now();
+  const fleets = await inFlight(FLEETS, (i) => post('/v6/application', { app_name: `fleet-${i}`, organization: owner.organization, is_for__device_type: owner.deviceType }));
+  const devices = await inFlight(FLEETS * DEVICES_PER_FLEET, (i) =>
+    post('/v6/device', { device_name: `device-${i}`, belongs_to__application: fleets[Math.floor(i / DEVICES_PER_FLEET)]!.id, is_of__device_type: owner.deviceType, is_online: i % 3 !== 0 }),
+  );
+  await inFlight(devices.length * 2, (i) => post('/v6/device_tag', { device: devices[i >> 1]!.id, tag_key: i % 2 ? 'rack' : 'env', value: String(i % 20) }));
+  const seconds = (performance.now() - t0) / 1000;
+  return { uuids: devices.map((d) => d.uuid!), deviceIds: devices.map((d) => d.id), rows: FLEETS + devices.length * 3, seconds };
 }

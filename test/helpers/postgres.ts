@@ -5,7 +5,7 @@
  * PostgreSQL refuses to run as root. Missing binaries: a clear error naming the package.
  */
 import { execFile } from 'node:child_process';
-import { existsSync, readdirSync } from 'node:fs';
+import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import { chmod, chown, mkdtemp, rm } from 'node:fs/promises';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
@@ -18,6 +18,8 @@ const run = promisify(execFile);
 export interface PostgresCluster {
   /** Connection URL of a fresh database in this cluster. */
   createDatabase(name: string): Promise<string>;
+  /** The server's main process (postmaster), whose children serve the connections. */
+  postmasterPid(): number;
   stop(): Promise<void>;
 }
 
@@ -89,6 +91,7 @@ export async function startPostgres(): Promise<PostgresCluster> {
       }
       return `${base}/${name}`;
     },
+    postmasterPid: () => Number(readFileSync(join(data, 'postmaster.pid'), 'utf8').split('\n')[0]),
     stop,
   };
 }

@@ -18,7 +18,8 @@ const FLOOR: Record<Room, number> = { cli: 4, bench: 4, hil: 3, qemu: 2, sim: 1,
 function sources(dir: string): string[] {
   return readdirSync(join(ROOT, dir), { withFileTypes: true }).flatMap((e) => {
     const rel = join(dir, e.name);
-    if (e.isDirectory()) return sources(rel);
+    // A peer the bench installs (bench/peers/pinejs) brings its own packages: not ours.
+    if (e.isDirectory()) return e.name === 'node_modules' ? [] : sources(rel);
     return /\.m?ts$/.test(e.name) && !e.name.endsWith('.d.ts') ? [rel] : [];
   });
 }

@@ -34,6 +34,7 @@ export const errorCatalogue = {
   HIL_ERR_CAPTURE: { status: 400, summary: 'Capture and replay: the device cannot be reached or refuses the key, or a bundle file is not one, is cut short or damaged, is of a newer format, or cannot be written where asked.' },
   HIL_ERR_REGISTRY: { status: 500, summary: "Harness: the registry or build engine for a device that pulls could not start, or refused a release's images." },
   HIL_ERR_FLEET: { status: 400, summary: "Harness: the fleet fixture was not given its size, or a fleet was given a release with a service to build." },
+  HIL_ERR_LAB: { status: 400, summary: 'Lab: the lab file is malformed, its lease store cannot be opened, a board is held by another run, or a lease was lost.' },
 } as const satisfies Record<string, { status: number; summary: string }>;
 
 export type ErrorCode = keyof typeof errorCatalogue;

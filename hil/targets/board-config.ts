@@ -12,6 +12,9 @@ import type { Capability } from './protocols.js';
 
 export const BOARD_CONFIG_VARIABLE = 'FLEETLAB_BOARD_CONFIG';
 
+/** What an error shows the example of when the config is a lab file's board. */
+const LAB_EXAMPLE_NAME = 'fleetlab.lab.yaml';
+
 /** The device API port the supervisor listens on by default. */
 const DEFAULT_API_PORT = 48484;
 
@@ -57,8 +60,8 @@ export interface BoardConfig {
   readonly power: { readonly cycle?: string; readonly off?: string; readonly on?: string };
 }
 
-function configError(source: string, message: string): FleetlabError {
-  return new FleetlabError('SUP_ERR_BAD_REQUEST', `board config ${source}: ${message}\nexample (${BOARD_CONFIG_VARIABLE}=hil/boards/example.json):\n${BOARD_CONFIG_EXAMPLE}`);
+function configError(source: string, message: string, example = `(${BOARD_CONFIG_VARIABLE}=hil/boards/example.json):\n${BOARD_CONFIG_EXAMPLE}`): FleetlabError {
+  return new FleetlabError('SUP_ERR_BAD_REQUEST', `board config ${source}: ${message}\nexample ${example}`);
 }
 
 type Fields = Record<string, unknown>;
@@ -82,10 +85,13 @@ export function loadBoardConfig(env: NodeJS.ProcessEnv = process.env): BoardConf
   return parseBoardConfig(raw, { source: path, baseDir: dirname(resolve(path)), home: env.HOME });
 }
 
-/** Validates a parsed config and fills the defaults. Pure: reads nothing. */
-export function parseBoardConfig(raw: unknown, where: { source: string; baseDir: string; home?: string }): BoardConfig {
+/**
+ * Validates a parsed config and fills the defaults. Pure: reads nothing. `example` is what
+ * an error shows (a lab file shows its own).
+ */
+export function parseBoardConfig(raw: unknown, where: { source: string; baseDir: string; home?: string; example?: string }): BoardConfig {
   const fail = (message: string): never => {
-    throw configError(where.source, message);
+    throw configError(where.source, message, where.example === undefined ? undefined : `(${LAB_EXAMPLE_NAME}):\n${where.example}`);
   };
   if (typeof raw !== 'object' || raw === null || Array.isArray(raw)) fail('must be a JSON object');
   const o = raw as Fields;

@@ -1,0 +1,181 @@
+/**
+ * `fleetlab lab ...`: what a lab file's boards are doing (status, log), handing a board back
+ * (release), and running a command on a leased board (run), the way a CI job shares the lab.
+ */
+import { spawn } from 'node:child_process';
+import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { mkdtemp, rm } from 'node:fs/promises';
+import { connect } from 'node:net';
+import { hostname, tmpdir, userInfo } from 'node:os';
+import { dirname, join } from 'node:path';
+import type { Db } from '../../src/cloud/db/port.js';
+import { errorText } from '../../src/errors.js';
+import { BOARD_CONFIG_VARIABLE } from '../targets/board-config.js';
+import { labError, parseLabFile, type Lab, type LabBoard } from './lab-file.js';
+import { leaseBoard } from './lease-board.js';
+import { LeaseStore, type Lease } from './lease-store.js';
+
+export interface OpenLab {
+  lab: Lab;
+  store: LeaseStore;
+  close(): Promise<void>;
+}
+
+/** Reads the lab file and opens its lease store. */
+export async function openLab(file: string): Promise<OpenLab> {
+  let text: string;
+  try {
+    text = readFileSync(file, 'utf8');
+  } catch (err) {
+    throw labError(file, `cannot read it (${errorText(err)}); write one like this, or name yours with --lab`);
+  }
+  const lab = parseLabFile(text, file, { home: process.env.HOME });
+  let db: Db;
+  try {
+    if (lab.store.startsWith('sqlite:')) {
+      const path = lab.store.slice('sqlite:'.length);
+      mkdirSync(dirname(path), { recursive: true });
+      const { openSqlite } = await import('../../src/cloud/db/sqlite.js');
+      db = openSqlite(path);
+    } else {
+      const { openPostgres } = await import('../../src/cloud/db/postgres.js');
+      db = openPostgres(lab.store, { max: 2 });
+    }
+    return { lab, store: await LeaseStore.open(db), close: () => db.close() };
+  } catch (err) {
+    throw labError(file, `cannot open the lease store ${lab.store.replace(/\/\/[^@]*@/, '//***@')}: ${errorText(err)}`);
+  }
+}
+
+/** user@host, as the lab shows who holds a board. */
+export function whoAmI(): string {
+  return `${userInfo().username}@${hostname()}`;
+}
+
+const when = (ms: number) => new Date(ms).toISOString().replace(/\.\d+Z$/, 'Z');
+
+/** Whether something accepts TCP connections at host:port within `ms`. */
+function reachable(host: string, port: number, ms: number): Promise<boolean> {
+  return new Promise((resolve) => {
+    const s = connect({ host, port });
+    const done = (ok: boolean) => {
+      s.destroy();
+      resolve(ok);
+    };
+    s.setTimeout(ms, () => done(false));
+    s.once('connect', () => done(true));
+    s.once('error', () => done(false));
+  });
+}
+
+/** The supervisor on a board: its version with the board's key, or whether it answers /ping. */
+async function supervisorOf(board: LabBoard, ms: number): Promise<string> {
+  const get = (path: string, key?: string) => fetch(`${board.config.apiUrl}${path}`, { signal: AbortSignal.timeout(ms), ...(key ? { headers: { authorization: `Bearer ${key}` } } : {}) });
+  try {
+    if (board.config.apiKey) {
+      const r = await get('/v2/version', board.config.apiKey);
+      if (r.ok) return `v${((await r.json()) as { version: string }).version}`;
+    }
+    return (await get('/ping')).ok ? 'up' : 'not answering';
+  } catch {
+    return 'not answering';
+  }
+}
+
+/** One line per board: reachable over SSH, its supervisor, and who holds it until when. */
+export async function labStatus(open: OpenLab, probeMs = 2000): Promise<string[]> {
+  const [leases, now] = await Promise.all([open.store.current(), open.store.clock()]);
+  const rows = await Promise.all(
+    open.lab.boards.map(async (b) => {
+      const ssh = (await reachable(b.config.host, b.config.sshPort, probeMs)) ? 'reachable' : 'unreachable';
+      const sup = ssh === 'reachable' ? await supervisorOf(b, probeMs) : '-';
+      const lease = leases.get(b.name);
+      const held = lease ? `leased by ${lease.holder} until ${when(lease.expiresAt)} (${Math.max(0, Math.round((lease.expiresAt - now) / 1000))} s, renewed while it runs)` : 'free';
+      return [b.name, `[${b.tags.join(', ')}]`, `${b.config.host}:${b.config.sshPort}`, ssh, `supervisor ${sup}`, held];
+    }),
+  );
+  const widths = rows[0]!.map((_, i) => Math.max(...rows.map((r) => r[i]!.length)));
+  return [`lab ${open.lab.source}: ${open.lab.boards.length} board(s), leases in ${open.lab.store.replace(/\/\/[^@]*@/, '//***@')} (time to live ${open.lab.ttlSeconds} s)`, ...rows.map((r) => r.map((c, i) => (i < r.length - 1 ? c.padEnd(widths[i]!) : c)).join('  '))];
+}
+
+/** The lease log, one line per event. */
+export async function labLog(open: OpenLab, board?: string): Promise<string[]> {
+  if (board) boardNamed(open.lab, board);
+  return (await open.store.history(board)).map((e) => `${when(e.at)}  ${e.board}  ${e.event.padEnd(8)}  ${e.holder}  lease ${e.lease}${e.detail ? `  (${e.detail})` : ''}`);
+}
+
+function boardNamed(lab: Lab, name: string): LabBoard {
+  const b = lab.boards.find((x) => x.name === name);
+  if (!b) throw labError(lab.source, `no board called ${name}; boards: ${lab.boards.map((x) => x.name).join(', ')}`);
+  return b;
+}
+
+/**
+ * Ends `board`'s lease. Another run's lease needs `force`, and is logged as forced with who
+ * did it: that run loses its board at its next heartbeat.
+ */
+export async function labRelease(open: OpenLab, board: string, force: boolean): Promise<string> {
+  boardNamed(open.lab, board);
+  const lease = (await open.store.current()).get(board);
+  if (!lease) return `${board} is free`;
+  if (!force) throw labError(open.lab.source, `${board} is leased by ${lease.holder} until ${when(lease.expiresAt)}; ending another run's lease takes --force (it is logged)`);
+  const ended: Lease | null = await open.store.forceRelease(board, whoAmI());
+  return ended ? `${board}: ended the lease of ${ended.holder} (logged as forced by ${whoAmI()})` : `${board} is free`;
+}
+
+/**
+ * Leases a board with `tags`, runs `command` with FLEETLAB_BOARD_CONFIG naming that board's
+ * config (and FLEETLAB_LAB_BOARD its name), and gives the board back when it ends. If the
+ * lease is lost meanwhile the command is stopped. Resolves to the command's exit code.
+ */
+export async function labRun(open: OpenLab, opts: { tags: string[]; command: string[]; waitMs: number; log: (line: string) => void; holder?: string }): Promise<number> {
+  const holder = opts.holder ?? `${whoAmI()} pid ${process.pid}`;
+  const abort = new AbortController();
+  const stopWaiting = () => abort.abort();
+  process.once('SIGINT', stopWaiting);
+  process.once('SIGTERM', stopWaiting);
+  let held;
+  try {
+    held = await leaseBoard(open.store, open.lab, {
+      tags: opts.tags,
+      holder,
+      waitMs: opts.waitMs,
+      signal: abort.signal,
+      onQueue: (position, busy) => opts.log(position === 0 ? `boards busy (${busy.join(', ')}); next in line` : `boards busy (${busy.join(', ')}); waiting, ${position} run(s) ahead in the queue`),
+    });
+  } finally {
+    process.off('SIGINT', stopWaiting);
+    process.off('SIGTERM', stopWaiting);
+  }
+  const dir = await mkdtemp(join(tmpdir(), 'fleetlab-lab-'));
+  try {
+    opts.log(`leased ${held.board.name} [${held.board.tags.join(', ')}] (${held.board.config.host}) as ${holder}`);
+    const configFile = join(dir, `${held.board.name}.json`);
+    writeFileSync(configFile, `${JSON.stringify(held.board.raw, null, 2)}\n`, { mode: 0o600 });
+    const child = spawn(opts.command[0]!, opts.command.slice(1), { stdio: 'inherit', env: { ...process.env, [BOARD_CONFIG_VARIABLE]: configFile, FLEETLAB_LAB_BOARD: held.board.name } });
+    const forward = (sig: NodeJS.Signals) => () => child.kill(sig);
+    const onInt = forward('SIGINT');
+    const onTerm = forward('SIGTERM');
+    process.on('SIGINT', onInt);
+    process.on('SIGTERM', onTerm);
+    let lostLease = false;
+    void held.lost.then((err) => {
+      lostLease = true;
+      opts.log(`${err.message}; stopping the command`);
+      child.kill('SIGTERM');
+    });
+    const code = await new Promise<number>((resolve, reject) => {
+      child.once('error', (err) => reject(labError(open.lab.source, `cannot run ${opts.command[0]}: ${err.message}`)));
+      child.once('exit', (c, signal) => resolve(c ?? (signal ? 128 + (signal === 'SIGKILL' ? 9 : signal === 'SIGINT' ? 2 : 15) : 1)));
+    });
+    process.off('SIGINT', onInt);
+    process.off('SIGTERM', onTerm);
+    if (lostLease) throw labError(open.lab.source, `the lease on ${held.board.name} was lost while the command ran (exit ${code}); the board may have been given to another run`);
+    return code;
+  } finally {
+    await held.release();
+    opts.log(`released ${held.board.name}`);
+    await rm(dir, { recursive: true, force: true });
+  }
+}
+

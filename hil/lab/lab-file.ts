@@ -1,0 +1,118 @@
+/**
+ * The lab file (`fleetlab.lab.yaml`): the boards a lab shares between test runs, and where
+ * their leases are kept. Each board is a name, tags to pick it by, an optional serial
+ * console, and the `board` target's own config fields (hil/targets/board-config.ts: host,
+ * privateKey, power, led, ...), so a board in a lab is described once, the same way.
+ * Parsing is pure and names the board and field of every mistake.
+ */
+import { dirname, isAbsolute, resolve } from 'node:path';
+import { parse as parseYaml } from 'yaml';
+import { FleetlabError, errorText } from '../../src/errors.js';
+import { parseBoardConfig, type BoardConfig } from '../targets/board-config.js';
+
+export const LAB_FILE_DEFAULT = 'fleetlab.lab.yaml';
+
+/** How long a lease lasts without its holder's heartbeat, when the file does not say. */
+export const DEFAULT_LEASE_TTL_SECONDS = 60;
+
+export const LAB_FILE_EXAMPLE = `leases:
+  store: sqlite:lab-leases.db       # or postgres://user@db-host/lab, shared by several CI hosts
+  ttlSeconds: 60                    # a killed run's board is free again within this
+boards:
+  - name: pi4-a
+    tags: [rpi4, 4gb]
+    serial: /dev/ttyUSB0
+    host: 192.0.2.10                # then any field of a board config (hil/boards/example.json)
+    privateKey: ~/.ssh/fleetlab-lab
+    power: { cycle: "lab-pdu --outlet 3 cycle" }`;
+
+export interface LabBoard {
+  readonly name: string;
+  readonly tags: readonly string[];
+  /** The serial console's device on the lab host, if it has one. */
+  readonly serial?: string;
+  readonly config: BoardConfig;
+  /** The board config's fields as written (its key's path made absolute): the JSON the `board` target reads. */
+  readonly raw: Readonly<Record<string, unknown>>;
+}
+
+export interface Lab {
+  /** Where the file was read from: what errors and `lab status` name. */
+  readonly source: string;
+  /** `sqlite:FILE` (relative to the lab file) or `postgres://...`. */
+  readonly store: string;
+  readonly ttlSeconds: number;
+  readonly boards: readonly LabBoard[];
+}
+
+export function labError(source: string, message: string): FleetlabError {
+  return new FleetlabError('HIL_ERR_LAB', `lab file ${source}: ${message}\nexample:\n${LAB_FILE_EXAMPLE}`);
+}
+
+type Fields = Record<string, unknown>;
+const isObject = (v: unknown): v is Fields => typeof v === 'object' && v !== null && !Array.isArray(v);
+
+/** Parses the text of a lab file read from `source`. Pure: reads nothing. */
+export function parseLabFile(text: string, source: string, env: { home?: string } = {}): Lab {
+  const fail = (message: string): never => {
+    throw labError(source, message);
+  };
+  let raw: unknown;
+  try {
+    raw = parseYaml(text);
+  } catch (err) {
+    fail(`not valid YAML: ${errorText(err)}`);
+  }
+  if (!isObject(raw)) return fail('must be a mapping with "boards" (and optionally "leases")');
+  const unknown = Object.keys(raw).filter((k) => k !== 'boards' && k !== 'leases');
+  if (unknown.length) fail(`unknown field "${unknown[0]}" (known: leases, boards)`);
+
+  const baseDir = dirname(resolve(source));
+  const leases = raw.leases ?? {};
+  if (!isObject(leases)) fail('"leases" must be a mapping with "store" and "ttlSeconds"');
+  const l = leases as Fields;
+  const badLease = Object.keys(l).filter((k) => k !== 'store' && k !== 'ttlSeconds');
+  if (badLease.length) fail(`unknown field "leases.${badLease[0]}" (known: store, ttlSeconds)`);
+  const storeRaw = l.store ?? 'sqlite:.fleetlab/lab-leases.db';
+  if (typeof storeRaw !== 'string') return fail(`"leases.store" must be sqlite:FILE or postgres://..., got ${JSON.stringify(storeRaw)}`);
+  let store: string;
+  if (storeRaw.startsWith('sqlite:') && storeRaw.length > 'sqlite:'.length) {
+    const file = storeRaw.slice('sqlite:'.length);
+    store = `sqlite:${isAbsolute(file) ? file : resolve(baseDir, file)}`;
+  } else if (/^postgres(ql)?:\/\/./.test(storeRaw)) {
+    store = storeRaw;
+  } else {
+    return fail(`"leases.store" must be sqlite:FILE or postgres://..., got ${JSON.stringify(storeRaw)}`);
+  }
+  const ttl = l.ttlSeconds ?? DEFAULT_LEASE_TTL_SECONDS;
+  if (typeof ttl !== 'number' || !Number.isInteger(ttl) || ttl < 2 || ttl > 86_400) fail(`"leases.ttlSeconds" must be a whole number of seconds from 2 to 86400, got ${JSON.stringify(ttl)}`);
+
+  if (!Array.isArray(raw.boards) || raw.boards.length === 0) fail('"boards" must be a list of at least one board');
+  const boards: LabBoard[] = [];
+  (raw.boards as unknown[]).forEach((b, i) => {
+    const at = `boards[${i}]`;
+    if (!isObject(b)) fail(`${at} must be a mapping with "name", "tags" and the board's config fields`);
+    const { name, tags, serial, ...config } = b as Fields;
+    if (typeof name !== 'string' || !/^[A-Za-z0-9][A-Za-z0-9._-]*$/.test(name)) fail(`${at}.name must be a word of letters, digits, ".", "_" or "-", got ${JSON.stringify(name)}`);
+    const label = `${at} (${name as string})`;
+    if (boards.some((o) => o.name === name)) fail(`${label}: another board is already called ${name as string}`);
+    const tagList = tags ?? [];
+    if (!Array.isArray(tagList) || tagList.some((t) => typeof t !== 'string' || !/^[A-Za-z0-9][A-Za-z0-9._:-]*$/.test(t))) {
+      fail(`${label}.tags must be a list of words (e.g. [rpi4, 4gb]), got ${JSON.stringify(tags)}`);
+    }
+    if (serial !== undefined && (typeof serial !== 'string' || !serial.startsWith('/'))) fail(`${label}.serial must be the serial device's absolute path on the lab host (e.g. /dev/ttyUSB0), got ${JSON.stringify(serial)}`);
+    let parsed: BoardConfig;
+    try {
+      parsed = parseBoardConfig(config, { source: `${source} ${label}`, baseDir, home: env.home, example: LAB_FILE_EXAMPLE });
+    } catch (err) {
+      throw new FleetlabError('HIL_ERR_LAB', errorText(err));
+    }
+    boards.push({ name: name as string, tags: tagList as string[], ...(serial ? { serial: serial as string } : {}), config: parsed, raw: { ...config, privateKey: parsed.privateKey } });
+  });
+  return { source, store, ttlSeconds: ttl as number, boards };
+}
+
+/** The boards that carry every one of `tags`, in the file's order. */
+export function boardsWithTags(lab: Lab, tags: readonly string[]): LabBoard[] {
+  return lab.boards.filter((b) => tags.every((t) => b.tags.includes(t)));
+}

@@ -1,0 +1,105 @@
+/**
+ * Holding a lab board for a run: queue for a board with the wanted tags, take it, keep the
+ * lease alive with a heartbeat, give it back. What a run does while waiting (print its place
+ * in the queue) and when its lease is lost (stop) is the caller's.
+ */
+import { boardsWithTags, labError, type Lab, type LabBoard } from './lab-file.js';
+import { LeaseLostError, type LeaseStore } from './lease-store.js';
+
+export interface HeldBoard {
+  board: LabBoard;
+  lease: string;
+  /** Resolves if the lease is lost (expired or forced away) while held. */
+  lost: Promise<LeaseLostError>;
+  /** Stops the heartbeat and gives the board back. */
+  release(): Promise<void>;
+}
+
+export interface LeaseBoardOptions {
+  tags: readonly string[];
+  /** Who holds it, as the lab shows it: user@host and what runs. */
+  holder: string;
+  /** How often a waiting run asks again. */
+  pollMs?: number;
+  /** How long to wait for a board before giving up. */
+  waitMs: number;
+  /** Called when the place in the queue changes (0: a board is being taken). */
+  onQueue?: (position: number, busy: readonly string[]) => void;
+  /** Aborts the wait. */
+  signal?: AbortSignal;
+}
+
+const sleep = (ms: number, signal?: AbortSignal) =>
+  new Promise<void>((resolve) => {
+    const t = setTimeout(resolve, ms);
+    signal?.addEventListener('abort', () => (clearTimeout(t), resolve()), { once: true });
+  });
+
+export async function leaseBoard(store: LeaseStore, lab: Lab, opts: LeaseBoardOptions): Promise<HeldBoard> {
+  const candidates = boardsWithTags(lab, opts.tags);
+  if (candidates.length === 0) {
+    throw labError(lab.source, `no board has the tags [${opts.tags.join(', ')}]; boards: ${lab.boards.map((b) => `${b.name} [${b.tags.join(', ')}]`).join(', ')}`);
+  }
+  const names = candidates.map((b) => b.name);
+  const ttlMs = lab.ttlSeconds * 1000;
+  const pollMs = opts.pollMs ?? 1000;
+  const waiter = await store.enqueue(opts.holder, names);
+  try {
+    const deadline = Date.now() + opts.waitMs;
+    let last = -1;
+    for (let attempt = 0; ; attempt++) {
+      if (opts.signal?.aborted) throw labError(lab.source, 'stopped while waiting for a board');
+      const position = await store.position(waiter, ttlMs);
+      if (position === 0) {
+        const lease = await store.acquire(names, opts.holder, ttlMs);
+        if (lease) return hold(store, candidates.find((b) => b.name === lease.board)!, lease.lease, ttlMs);
+      }
+      if (position !== last) {
+        last = position;
+        const held = await store.current();
+        opts.onQueue?.(position, names.filter((n) => held.has(n)));
+      }
+      if (Date.now() + pollMs > deadline) {
+        throw labError(lab.source, `no board with tags [${opts.tags.join(', ')}] came free within ${Math.round(opts.waitMs / 1000)} s (${names.length} such board${names.length > 1 ? 's' : ''}; 'fleetlab lab status' shows who holds them)`);
+      }
+      // Expired waiters pile up only as fast as runs are killed; a tenth of the polls prune.
+      if (attempt % 10 === 0) await store.pruneWaiters(ttlMs * 2);
+      await sleep(pollMs, opts.signal);
+    }
+  } finally {
+    await store.dequeue(waiter);
+  }
+}
+
+/** A taken lease, renewed at a third of its time to live so two missed beats still keep it. */
+function hold(store: LeaseStore, board: LabBoard, lease: string, ttlMs: number): HeldBoard {
+  let markLost: (err: LeaseLostError) => void = () => undefined;
+  const lost = new Promise<LeaseLostError>((resolve) => (markLost = resolve));
+  let beating = true;
+  let beat: Promise<void> = Promise.resolve();
+  const timer = setInterval(() => {
+    beat = store.renew(lease, ttlMs).then(
+      () => undefined,
+      (err: unknown) => {
+        // A database hiccup is retried at the next beat; only a lost lease ends the hold.
+        if (err instanceof LeaseLostError && beating) {
+          beating = false;
+          clearInterval(timer);
+          markLost(err);
+        }
+      },
+    );
+  }, Math.max(200, Math.floor(ttlMs / 3)));
+  timer.unref();
+  return {
+    board,
+    lease,
+    lost,
+    async release() {
+      beating = false;
+      clearInterval(timer);
+      await beat;
+      await store.release(lease);
+    },
+  };
+}

@@ -1,0 +1,186 @@
+/**
+ * Leases on a lab's boards, kept in SQLite (one CI host) or PostgreSQL (several hosts
+ * sharing one lab): the same SQL on both, through the cloud's database port. A lease lasts
+ * until its expiry, which its holder's heartbeat moves on; a holder that dies (kill -9)
+ * stops renewing, and the board is free again once the lease expires. Every time is the
+ * database's clock, so hosts with skewed clocks agree on what has expired.
+ *
+ * Taking a board is one conditional statement (insert if absent, take over if expired), so
+ * two runs can never hold one board, whatever the isolation level. Runs that find every
+ * matching board busy wait in a queue, first come first served among runs that want the
+ * same boards. The log records every lease's life: acquired, renewed is not logged (it
+ * would drown the rest), released, expired (noticed when the board is next taken) and
+ * forced.
+ */
+import { randomBytes } from 'node:crypto';
+import type { Db, SqlValue } from '../../src/cloud/db/port.js';
+import { FleetlabError } from '../../src/errors.js';
+
+const SCHEMA = [
+  `CREATE TABLE IF NOT EXISTS lab_lease (board TEXT PRIMARY KEY, lease TEXT NOT NULL UNIQUE, holder TEXT NOT NULL, acquired_at BIGINT NOT NULL, expires_at BIGINT NOT NULL)`,
+  `CREATE TABLE IF NOT EXISTS lab_lease_log (id {pk}, at BIGINT NOT NULL, board TEXT NOT NULL, lease TEXT NOT NULL, holder TEXT NOT NULL, event TEXT NOT NULL, detail TEXT)`,
+  `CREATE TABLE IF NOT EXISTS lab_waiter (id TEXT PRIMARY KEY, holder TEXT NOT NULL, boards TEXT NOT NULL, since BIGINT NOT NULL, seen_at BIGINT NOT NULL)`,
+];
+
+export type LeaseEvent = 'acquired' | 'released' | 'expired' | 'forced';
+
+export interface Lease {
+  board: string;
+  lease: string;
+  holder: string;
+  acquiredAt: number;
+  expiresAt: number;
+}
+
+export interface LeaseLogEntry {
+  at: number;
+  board: string;
+  lease: string;
+  holder: string;
+  event: LeaseEvent;
+  detail: string | null;
+}
+
+const newId = () => randomBytes(12).toString('hex');
+
+export class LeaseLostError extends FleetlabError {
+  constructor(lease: string) {
+    super('HIL_ERR_LAB', `lease ${lease} is gone: it expired (no heartbeat within its time to live) or was released with --force`);
+  }
+}
+
+export class LeaseStore {
+  private constructor(private readonly db: Db) {}
+
+  /** The store in `db`, its tables made if they are not there. */
+  static async open(db: Db): Promise<LeaseStore> {
+    for (const statement of SCHEMA) await db.exec(db.dialect.renderDdl(statement)!);
+    return new LeaseStore(db);
+  }
+
+  private get now(): string {
+    return this.db.dialect.nowMs;
+  }
+
+  /** The database's clock, in epoch ms. */
+  async clock(): Promise<number> {
+    const [row] = await this.db.query<{ now: number }>(`SELECT ${this.now} AS now`, []);
+    return Number(row!.now);
+  }
+
+  private async log(db: Db, entry: Omit<LeaseLogEntry, 'at'>): Promise<void> {
+    await db.query(`INSERT INTO lab_lease_log (at, board, lease, holder, event, detail) VALUES (${this.now}, ?, ?, ?, ?, ?)`, [entry.board, entry.lease, entry.holder, entry.event, entry.detail]);
+  }
+
+  /**
+   * Takes the first of `boards` that nobody holds (or whose lease expired) for `holder`,
+   * for `ttlMs`; null when all are held.
+   */
+  async acquire(boards: readonly string[], holder: string, ttlMs: number): Promise<Lease | null> {
+    for (const board of boards) {
+      const lease = newId();
+      const taken = await this.db.transaction(async (tx) => {
+        const [old] = await tx.query<{ lease: string; holder: string; expired: number | boolean }>(`SELECT lease, holder, (expires_at < ${this.now}) AS expired FROM lab_lease WHERE board = ?`, [board]);
+        const params: SqlValue[] = [lease, holder, ttlMs];
+        let rows: Array<{ acquired_at: number; expires_at: number }>;
+        if (!old) {
+          rows = await tx.query(
+            `INSERT INTO lab_lease (board, lease, holder, acquired_at, expires_at) VALUES (?, ?, ?, ${this.now}, ${this.now} + ?) ON CONFLICT (board) DO NOTHING RETURNING acquired_at, expires_at`,
+            [board, ...params],
+          );
+        } else if (old.expired === true || old.expired === 1) {
+          // Only if it is still that expired lease: another run may have taken it meanwhile.
+          rows = await tx.query(
+            `UPDATE lab_lease SET lease = ?, holder = ?, acquired_at = ${this.now}, expires_at = ${this.now} + ? WHERE board = ? AND lease = ? AND expires_at < ${this.now} RETURNING acquired_at, expires_at`,
+            [...params, board, old.lease],
+          );
+          if (rows.length) await this.log(tx, { board, lease: old.lease, holder: old.holder, event: 'expired', detail: `taken over by ${holder}` });
+        } else {
+          return null;
+        }
+        if (!rows.length) return null;
+        await this.log(tx, { board, lease, holder, event: 'acquired', detail: null });
+        return { board, lease, holder, acquiredAt: Number(rows[0]!.acquired_at), expiresAt: Number(rows[0]!.expires_at) };
+      });
+      if (taken) return taken;
+    }
+    return null;
+  }
+
+  /** Moves the lease's expiry to `ttlMs` from now; LeaseLostError if it expired or was forced away. */
+  async renew(lease: string, ttlMs: number): Promise<number> {
+    const rows = await this.db.query<{ expires_at: number }>(`UPDATE lab_lease SET expires_at = ${this.now} + ? WHERE lease = ? AND expires_at >= ${this.now} RETURNING expires_at`, [ttlMs, lease]);
+    if (!rows.length) throw new LeaseLostError(lease);
+    return Number(rows[0]!.expires_at);
+  }
+
+  /** Gives the board back; false if the lease was already gone. */
+  async release(lease: string): Promise<boolean> {
+    return this.db.transaction(async (tx) => {
+      const rows = await tx.query<{ board: string; holder: string }>('DELETE FROM lab_lease WHERE lease = ? RETURNING board, holder', [lease]);
+      if (rows[0]) await this.log(tx, { board: rows[0].board, lease, holder: rows[0].holder, event: 'released', detail: null });
+      return rows.length > 0;
+    });
+  }
+
+  /** Ends whatever lease `board` has, for `by` (logged with who and why); the lease ended, if any. */
+  async forceRelease(board: string, by: string): Promise<Lease | null> {
+    return this.db.transaction(async (tx) => {
+      const rows = await tx.query<{ lease: string; holder: string; acquired_at: number; expires_at: number }>('DELETE FROM lab_lease WHERE board = ? RETURNING lease, holder, acquired_at, expires_at', [board]);
+      const r = rows[0];
+      if (!r) return null;
+      await this.log(tx, { board, lease: r.lease, holder: r.holder, event: 'forced', detail: `released by ${by}` });
+      return { board, lease: r.lease, holder: r.holder, acquiredAt: Number(r.acquired_at), expiresAt: Number(r.expires_at) };
+    });
+  }
+
+  /** The leases that have not expired, by board. */
+  async current(): Promise<Map<string, Lease>> {
+    const rows = await this.db.query<{ board: string; lease: string; holder: string; acquired_at: number; expires_at: number }>(
+      `SELECT board, lease, holder, acquired_at, expires_at FROM lab_lease WHERE expires_at >= ${this.now}`,
+      [],
+    );
+    return new Map(rows.map((r) => [r.board, { board: r.board, lease: r.lease, holder: r.holder, acquiredAt: Number(r.acquired_at), expiresAt: Number(r.expires_at) }]));
+  }
+
+  /** The lease log, oldest first; of one board if given. */
+  async history(board?: string): Promise<LeaseLogEntry[]> {
+    const rows = await this.db.query<{ at: number; board: string; lease: string; holder: string; event: LeaseEvent; detail: string | null }>(
+      `SELECT at, board, lease, holder, event, detail FROM lab_lease_log ${board ? 'WHERE board = ?' : ''} ORDER BY id`,
+      board ? [board] : [],
+    );
+    return rows.map((r) => ({ ...r, at: Number(r.at) }));
+  }
+
+  /** Joins the queue for any of `boards`; the waiter's id. */
+  async enqueue(holder: string, boards: readonly string[]): Promise<string> {
+    const id = newId();
+    await this.db.query(`INSERT INTO lab_waiter (id, holder, boards, since, seen_at) VALUES (?, ?, ?, ${this.now}, ${this.now})`, [id, holder, JSON.stringify(boards)]);
+    return id;
+  }
+
+  /**
+   * Marks the waiter alive and answers how many live waiters (seen within `ttlMs`) came
+   * before it wanting one of the same boards: 0 means it is its turn. A waiter that stopped
+   * asking (a killed run) drops out of everyone's count after `ttlMs`.
+   */
+  async position(waiter: string, ttlMs: number): Promise<number> {
+    return this.db.transaction(async (tx) => {
+      await tx.query(`UPDATE lab_waiter SET seen_at = ${this.now} WHERE id = ?`, [waiter]);
+      const rows = await tx.query<{ id: string; boards: string; since: number }>(`SELECT id, boards, since FROM lab_waiter WHERE seen_at >= ${this.now} - ? ORDER BY since, id`, [ttlMs]);
+      const mine = rows.findIndex((r) => r.id === waiter);
+      if (mine < 0) throw new FleetlabError('HIL_ERR_LAB', `waiter ${waiter} is not in the queue (it stopped asking for longer than the lease time to live)`);
+      const wanted = new Set(JSON.parse(rows[mine]!.boards) as string[]);
+      return rows.slice(0, mine).filter((r) => (JSON.parse(r.boards) as string[]).some((b) => wanted.has(b))).length;
+    });
+  }
+
+  async dequeue(waiter: string): Promise<void> {
+    await this.db.query('DELETE FROM lab_waiter WHERE id = ?', [waiter]);
+  }
+
+  /** Drops waiters not seen for `ms`, so the table does not grow with killed runs. */
+  async pruneWaiters(ms: number): Promise<void> {
+    await this.db.query(`DELETE FROM lab_waiter WHERE seen_at < ${this.now} - ?`, [ms]);
+  }
+}

@@ -1,0 +1,277 @@
+/**
+ * A lab of boards (hil/lab/): the lab file, the lease store on SQLite and on a real
+ * PostgreSQL, the queue, and `fleetlab lab` as a process, including a run killed with
+ * kill -9 whose board comes free within the lease's time to live.
+ */
+import { spawn } from 'node:child_process';
+import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { Db } from '../src/cloud/db/port.js';
+import { openPostgres } from '../src/cloud/db/postgres.js';
+import { openSqlite } from '../src/cloud/db/sqlite.js';
+import { parseLabFile } from '../hil/lab/lab-file.js';
+import { leaseBoard } from '../hil/lab/lease-board.js';
+import { LeaseLostError, LeaseStore } from '../hil/lab/lease-store.js';
+import { openLab } from '../hil/lab/lab-command.js';
+import { startPostgres, type PostgresCluster } from './helpers/postgres.js';
+
+const root = fileURLToPath(new URL('..', import.meta.url));
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
+const board = (name: string, tags: string, port: number) => `  - name: ${name}\n    tags: [${tags}]\n    host: 127.0.0.1\n    sshPort: ${port}\n    privateKey: ./lab-key\n`;
+
+describe('the lab file', () => {
+  const parse = (text: string) => parseLabFile(text, '/lab/fleetlab.lab.yaml', { home: '/home/me' });
+
+  it('reads boards with tags, serial and board config, and fills the defaults', () => {
+    const lab = parse(`boards:\n${board('pi-a', 'rpi4, 4gb', 22)}    serial: /dev/ttyUSB0\n    power: { cycle: "pdu 3 cycle" }\n${board('pi-b', 'rpi3', 2222)}`);
+    expect(lab.store).toBe('sqlite:/lab/.fleetlab/lab-leases.db');
+    expect(lab.ttlSeconds).toBe(60);
+    expect(lab.boards.map((b) => [b.name, b.tags, b.serial, b.config.host, b.config.sshPort, b.config.privateKey, b.config.power.cycle])).toEqual([
+      ['pi-a', ['rpi4', '4gb'], '/dev/ttyUSB0', '127.0.0.1', 22, '/lab/lab-key', 'pdu 3 cycle'],
+      ['pi-b', ['rpi3'], undefined, '127.0.0.1', 2222, '/lab/lab-key', undefined],
+    ]);
+    // What `lab run` hands the board target: the fields as written, the key made absolute.
+    expect(lab.boards[0]!.raw).toEqual({ host: '127.0.0.1', sshPort: 22, privateKey: '/lab/lab-key', power: { cycle: 'pdu 3 cycle' } });
+  });
+
+  it('takes the lease store and time to live it is given', () => {
+    expect(parse(`leases: { store: "sqlite:leases.db", ttlSeconds: 5 }\nboards:\n${board('a', 'x', 22)}`)).toMatchObject({ store: 'sqlite:/lab/leases.db', ttlSeconds: 5 });
+    expect(parse(`leases: { store: "postgres://lab@db/lab" }\nboards:\n${board('a', 'x', 22)}`).store).toBe('postgres://lab@db/lab');
+  });
+
+  it.each([
+    ['boards: [', /not valid YAML/],
+    ['boardz: []', /unknown field "boardz" \(known: leases, boards\)/],
+    ['boards: []', /"boards" must be a list of at least one board/],
+    [`leases: { store: "mysql://x" }\nboards:\n${board('a', 'x', 22)}`, /"leases.store" must be sqlite:FILE or postgres:/],
+    [`leases: { ttlSeconds: 1 }\nboards:\n${board('a', 'x', 22)}`, /"leases.ttlSeconds" must be a whole number of seconds from 2/],
+    [`leases: { owner: me }\nboards:\n${board('a', 'x', 22)}`, /unknown field "leases.owner"/],
+    [`boards:\n${board('a', 'x', 22)}${board('a', 'y', 23)}`, /boards\[1\] \(a\): another board is already called a/],
+    [`boards:\n  - name: "two words"\n    host: h\n    privateKey: k\n`, /boards\[0\].name must be a word/],
+    [`boards:\n  - name: a\n    tags: rpi4\n    host: h\n    privateKey: k\n`, /boards\[0\] \(a\).tags must be a list of words/],
+    [`boards:\n${board('a', 'x', 22)}    serial: ttyUSB0\n`, /serial must be the serial device's absolute path/],
+    // The board's own config fields are checked by the board target's parser, naming the board.
+    [`boards:\n  - name: a\n    privateKey: k\n`, /fleetlab.lab.yaml boards\[0\] \(a\): "host" is required/],
+    [`boards:\n${board('a', 'x', 70000)}`, /boards\[0\] \(a\): "sshPort" must be an integer 1-65535/],
+  ])('refuses %j, saying what to fix and showing an example', (text, message) => {
+    expect(() => parse(text)).toThrow(message);
+    expect(() => parse(text)).toThrow(/example[^]*- name: pi4-a/);
+  });
+});
+
+describe.each(['sqlite', 'postgres'] as const)('the lease store on %s', (kind) => {
+  let cluster: PostgresCluster | undefined;
+  let dir: string;
+  let url: string;
+  const dbs: Db[] = [];
+  /**
+   * A store as a CI job has one: on PostgreSQL a connection of its own; on SQLite the one
+   * connection of this process (a process queues its statements on it; other processes'
+   * connections wait for SQLite's lock, which the kill -9 test below has two of).
+   */
+  const store = async () => {
+    if (kind === 'sqlite' && dbs[0]) return LeaseStore.open(dbs[0]);
+    const db = kind === 'sqlite' ? openSqlite(url) : openPostgres(url, { max: 2 });
+    dbs.push(db);
+    return LeaseStore.open(db);
+  };
+
+  beforeAll(async () => {
+    dir = await mkdtemp(join(tmpdir(), 'fleetlab-lab-'));
+    if (kind === 'sqlite') url = join(dir, 'leases.db');
+    else {
+      cluster = await startPostgres();
+      url = await cluster.createDatabase('lab');
+    }
+  }, 60_000);
+  afterAll(async () => {
+    for (const db of dbs) await db.close();
+    await cluster?.stop();
+    await rm(dir, { recursive: true, force: true });
+  });
+
+  it('gives a board to one holder at a time, and logs each lease', async () => {
+    const s = await store();
+    const a = await s.acquire(['b1'], 'run-a', 10_000);
+    expect(a).toMatchObject({ board: 'b1', holder: 'run-a' });
+    expect(await s.acquire(['b1'], 'run-b', 10_000)).toBeNull();
+    const b = await s.acquire(['b1', 'b2'], 'run-b', 10_000);
+    expect(b?.board).toBe('b2');
+    expect([...(await s.current()).keys()].sort()).toEqual(['b1', 'b2']);
+    expect(await s.release(a!.lease)).toBe(true);
+    expect(await s.release(a!.lease)).toBe(false);
+    expect((await s.acquire(['b1'], 'run-c', 10_000))?.holder).toBe('run-c');
+    const log = (await s.history('b1')).map((e) => [e.event, e.holder]);
+    expect(log).toEqual([
+      ['acquired', 'run-a'],
+      ['released', 'run-a'],
+      ['acquired', 'run-c'],
+    ]);
+  });
+
+  it('lets a lease nobody renews lapse: the board goes to the next run, logged as expired, and the old holder has lost it', async () => {
+    const s = await store();
+    const a = await s.acquire(['e1'], 'crashed-run', 300);
+    expect(await s.renew(a!.lease, 300)).toBeGreaterThan(a!.expiresAt - 1);
+    expect(await s.acquire(['e1'], 'next-run', 300)).toBeNull();
+    await sleep(450);
+    expect((await s.current()).has('e1')).toBe(false);
+    const b = await s.acquire(['e1'], 'next-run', 10_000);
+    expect(b?.holder).toBe('next-run');
+    await expect(s.renew(a!.lease, 300)).rejects.toBeInstanceOf(LeaseLostError);
+    expect((await s.history('e1')).map((e) => [e.event, e.holder])).toEqual([
+      ['acquired', 'crashed-run'],
+      ['expired', 'crashed-run'],
+      ['acquired', 'next-run'],
+    ]);
+  });
+
+  it('ends a lease by force, logged with who did it; its holder loses it at its next renewal', async () => {
+    const s = await store();
+    const a = await s.acquire(['f1'], 'stuck-run', 60_000);
+    expect((await s.forceRelease('f1', 'ops@lab'))?.holder).toBe('stuck-run');
+    expect(await s.forceRelease('f1', 'ops@lab')).toBeNull();
+    await expect(s.renew(a!.lease, 60_000)).rejects.toThrow(/expired .* or was released with --force/);
+    expect((await s.history('f1')).at(-1)).toMatchObject({ event: 'forced', holder: 'stuck-run', detail: 'released by ops@lab' });
+  });
+
+  it('never gives one board to two of many runs asking at once', async () => {
+    const stores = await Promise.all(Array.from({ length: 6 }, () => store()));
+    const results = await Promise.all(stores.flatMap((s, i) => [0, 1].map((j) => s.acquire(['c1', 'c2'], `run-${i}-${j}`, 60_000))));
+    const won = results.filter((r) => r !== null);
+    expect(won.map((r) => r!.board).sort()).toEqual(['c1', 'c2']);
+    expect((await stores[0]!.history()).filter((e) => e.board.startsWith('c') && e.event === 'acquired')).toHaveLength(2);
+  });
+
+  it('queues waiters first come first served among runs wanting the same boards; a waiter that stops asking drops out', async () => {
+    const s = await store();
+    const first = await s.enqueue('first', ['q1', 'q2']);
+    await sleep(5);
+    const second = await s.enqueue('second', ['q2']);
+    const other = await s.enqueue('other', ['q3']);
+    expect(await s.position(first, 60_000)).toBe(0);
+    expect(await s.position(second, 60_000)).toBe(1);
+    expect(await s.position(other, 60_000)).toBe(0);
+    await sleep(400);
+    // `first` stopped asking: after the time to live it no longer holds `second` back.
+    expect(await s.position(second, 300)).toBe(0);
+    await s.dequeue(first);
+    await s.dequeue(second);
+    await s.dequeue(other);
+  });
+});
+
+describe('fleetlab lab, as a process', () => {
+  let dir: string;
+  let labFile: string;
+  const cli = (args: string[], opts: { detached?: boolean } = {}) =>
+    spawn(process.execPath, ['--import', 'tsx', join(root, 'cli/main.ts'), 'lab', args[0]!, '--lab', labFile, ...args.slice(1)], { cwd: root, stdio: ['ignore', 'pipe', 'pipe'], detached: opts.detached });
+  const run = (args: string[]) =>
+    new Promise<{ code: number | null; out: string; err: string }>((resolve) => {
+      const child = cli(args);
+      let out = '';
+      let err = '';
+      child.stdout!.on('data', (d: Buffer) => (out += d.toString()));
+      child.stderr!.on('data', (d: Buffer) => (err += d.toString()));
+      child.once('exit', (code) => resolve({ code, out, err }));
+    });
+
+  beforeAll(async () => {
+    dir = await mkdtemp(join(tmpdir(), 'fleetlab-lab-cli-'));
+    labFile = join(dir, 'fleetlab.lab.yaml');
+    await writeFile(labFile, `leases:\n  store: sqlite:leases.db\n  ttlSeconds: 2\nboards:\n${board('pi-a', 'rpi4', 1)}`);
+  });
+  afterAll(() => rm(dir, { recursive: true, force: true }));
+
+  it('runs a command on a leased board with its config, and hands back its exit code', async () => {
+    const r = await run(['run', '--tag', 'rpi4', '--', 'sh', '-c', 'echo "$FLEETLAB_LAB_BOARD $(grep -c 127.0.0.1 "$FLEETLAB_BOARD_CONFIG")"; exit 7']);
+    expect(r.code).toBe(7);
+    expect(r.out).toBe('pi-a 1\n');
+    expect(r.err).toMatch(/leased pi-a \[rpi4\][^]*released pi-a/);
+  });
+
+  it('keeps its lease past the time to live while the command runs (the heartbeat renews it)', async () => {
+    const open = await openLab(labFile);
+    try {
+      const finished = run(['run', '--tag', 'rpi4', '--', 'sleep', '5']);
+      let lease: string | undefined;
+      for (let i = 0; i < 100 && !lease; i++) {
+        lease = (await open.store.current()).get('pi-a')?.lease;
+        if (!lease) await sleep(100);
+      }
+      // Twice the time to live (2 s) later, the same lease, never free between.
+      for (let i = 0; i < 8; i++) {
+        await sleep(500);
+        expect((await open.store.current()).get('pi-a')?.lease).toBe(lease);
+      }
+      expect((await finished).code).toBe(0);
+      expect((await open.store.history('pi-a')).filter((e) => e.lease === lease).map((e) => e.event)).toEqual(['acquired', 'released']);
+    } finally {
+      await open.close();
+    }
+  });
+
+  it('frees the board of a run killed with kill -9 within the time to live; a waiting run prints its place and then gets it', async () => {
+    const killed = cli(['run', '--tag', 'rpi4', '--', 'sleep', '60'], { detached: true });
+    const open = await openLab(labFile);
+    try {
+      for (let i = 0; i < 100 && !(await open.store.current()).has('pi-a'); i++) await sleep(100);
+      expect((await open.store.current()).get('pi-a')?.holder).toMatch(new RegExp(`pid ${killed.pid}$`));
+      const queued: number[] = [];
+      const waiting = leaseBoard(open.store, open.lab, { tags: ['rpi4'], holder: 'next-run', waitMs: 20_000, pollMs: 100, onQueue: (p) => queued.push(p) });
+      await sleep(500);
+      process.kill(-killed.pid!, 'SIGKILL'); // the run and its command, as a crashed CI job
+      const t0 = Date.now();
+      const held = await waiting;
+      const waited = Date.now() - t0;
+      expect(held.board.name).toBe('pi-a');
+      expect(waited).toBeLessThan(2_000 + 1_000); // the time to live, and a poll or two
+      expect(queued[0]).toBe(0);
+      await held.release();
+      const log = (await open.store.history('pi-a')).slice(-4).map((e) => [e.event, e.holder.replace(/pid \d+$/, 'pid N')]);
+      expect(log).toEqual([
+        ['acquired', expect.stringMatching(/pid N$/)],
+        ['expired', expect.stringMatching(/pid N$/)],
+        ['acquired', 'next-run'],
+        ['released', 'next-run'],
+      ]);
+    } finally {
+      await open.close();
+    }
+  });
+
+  it("refuses to end another run's lease without --force, and logs it with --force", async () => {
+    const open = await openLab(labFile);
+    try {
+      await open.store.acquire(['pi-a'], 'someone-else', 60_000);
+      const refused = await run(['release', 'pi-a']);
+      expect(refused.code).toBe(1);
+      expect(refused.err).toMatch(/pi-a is leased by someone-else until .*; ending another run's lease takes --force/);
+      const forced = await run(['release', 'pi-a', '--force']);
+      expect(forced.code).toBe(0);
+      expect(forced.out).toMatch(/ended the lease of someone-else \(logged as forced by /);
+      expect((await run(['log', '--board', 'pi-a'])).out.trim().split('\n').at(-1)).toMatch(/pi-a +forced +someone-else .*released by /);
+      expect((await run(['status'])).out).toMatch(/pi-a +\[rpi4\] +127\.0\.0\.1:1 +unreachable +supervisor - +free/);
+    } finally {
+      await open.close();
+    }
+  });
+
+  it('says what is wrong with a missing lab file or an unknown tag', async () => {
+    const missing = await new Promise<{ code: number | null; err: string }>((resolve) => {
+      const child = spawn(process.execPath, ['--import', 'tsx', join(root, 'cli/main.ts'), 'lab', 'status', '--lab', join(dir, 'nope.yaml')], { cwd: root, stdio: ['ignore', 'ignore', 'pipe'] });
+      let err = '';
+      child.stderr.on('data', (d: Buffer) => (err += d.toString()));
+      child.once('exit', (code) => resolve({ code, err }));
+    });
+    expect(missing.code).toBe(1);
+    expect(missing.err).toMatch(/lab file .*nope.yaml: cannot read it .*name yours with --lab\nexample:/);
+    const tag = await run(['run', '--tag', 'rpi5', '--', 'true']);
+    expect(tag.code).toBe(1);
+    expect(tag.err).toMatch(/no board has the tags \[rpi5\]; boards: pi-a \[rpi4\]/);
+  });
+});

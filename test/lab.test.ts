@@ -229,7 +229,9 @@ describe('fleetlab lab, as a process', () => {
       const held = await waiting;
       const waited = Date.now() - t0;
       expect(held.board.name).toBe('pi-a');
-      expect(waited).toBeLessThan(2_000 + 1_000); // the time to live, and a poll or two
+      // Within the time to live (2 s) of the kill, and some polls: not a speed figure, the
+      // property the lease exists for (a lapsed run's board is not stuck).
+      expect(waited).toBeLessThan(2_000 + 1_500);
       expect(queued[0]).toBe(0);
       await held.release();
       const log = (await open.store.history('pi-a')).slice(-4).map((e) => [e.event, e.holder.replace(/pid \d+$/, 'pid N')]);

@@ -7,7 +7,8 @@
  * first checked to answer the same records on both, and then run with CLIENTS requests in
  * flight, in rounds that alternate which server goes first. Prints req/s, p50 and p99 per
  * server and query, and the ratio fleetlab / pinejs. pinejs runs on PostgreSQL; fleetlab on
- * the database --db names (PostgreSQL by default, in the same throwaway cluster).
+ * the database --db names (PostgreSQL by default, in the same throwaway cluster). Last,
+ * fleetlab's device state endpoint, which pinejs has no counterpart of, against its goal.
  */
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
@@ -18,7 +19,9 @@ import { repoRootOf } from '../hil/targets/container-docker.js';
 import { postgresCpuMs, processCpuMs } from './cpu-time.js';
 import { jsonClient, type JsonClient } from './http-client.js';
 import { benchNode, installPinejsPeer, pinejsVersion, startPinejsPeer } from './peers/pinejs.js';
-import { API_SEED_CLIENTS, queryMix, seedThroughApi, type ApiSeed } from '../test/helpers/cloud-bench-data.js';
+import { openPostgres } from '../src/cloud/db/postgres.js';
+import { openSqlite } from '../src/cloud/db/sqlite.js';
+import { API_SEED_CLIENTS, queryMix, seedTargets, seedThroughApi, type ApiSeed } from '../test/helpers/cloud-bench-data.js';
 import { startPostgres } from '../test/helpers/postgres.js';
 import { startReadyProcess, type ReadyProcess } from '../test/helpers/ready-process.js';
 
@@ -124,24 +127,31 @@ interface Tally {
   dbCpuMs: number;
 }
 
-/** `path(n)` on one server for `ms`, CLIENTS in flight; adds to `acc`. */
-async function run(server: Server, path: (n: number) => string, ms: number, acc: Tally, postmaster: number): Promise<void> {
+/** A GET a bench sends: its path, the headers it adds, the status it must answer. */
+interface Probe {
+  path: string;
+  headers?: Record<string, string>;
+  status?: number;
+}
+
+/** `probe(n)` on one server for `ms`, `inFlight` at a time; adds to `acc`. */
+async function run(server: Server, probe: (n: number) => Probe, ms: number, acc: Tally, postmaster: number, inFlight = CLIENTS): Promise<void> {
   let n = 0;
   const cpu = () => [processCpuMs(server.process.pid), server.database ? postgresCpuMs(postmaster, server.database) : NaN] as const;
   const [server0, db0] = cpu();
   const started = performance.now();
   const end = started + ms;
   await Promise.all(
-    Array.from({ length: CLIENTS }, async () => {
+    Array.from({ length: inFlight }, async () => {
       while (performance.now() < end) {
         const t = performance.now();
-        const url = path(n++);
-        const r = await server.client.get(url).catch(async (err: Error) => {
+        const p = probe(n++);
+        const r = await server.client.get(p.path, p.headers).catch(async (err: Error) => {
           // A server that died closes its sockets a moment before its exit is seen.
           await new Promise((resolve) => setTimeout(resolve, 1000));
-          throw new Error(`${server.name}: GET ${url}: ${err.message}${server.process.gone() ? `; ${server.process.gone()}` : ' (it is still running)'}`);
+          throw new Error(`${server.name}: GET ${p.path}: ${err.message}${server.process.gone() ? `; ${server.process.gone()}` : ' (it is still running)'}`);
         });
-        if (r.status !== 200) throw new Error(`${server.name}: GET ${url}: ${r.status} ${r.body.slice(0, 300)}`);
+        if (r.status !== (p.status ?? 200)) throw new Error(`${server.name}: GET ${p.path}: ${r.status} ${r.body.slice(0, 300)}`);
         acc.latencies.push(performance.now() - t);
       }
     }),
@@ -156,6 +166,42 @@ const figures = (acc: Tally): Figures => {
   const sorted = [...acc.latencies].sort((a, b) => a - b);
   return { rps: (sorted.length / acc.ms) * 1000, p50: percentile(sorted, 50), p99: percentile(sorted, 99), serverCpu: acc.serverCpuMs / sorted.length, dbCpu: acc.dbCpuMs / sorted.length };
 };
+
+const STATE_IN_FLIGHT = 8;
+const STATE_GOAL_RPS = 5_000;
+
+/**
+ * fleetlab's device target state endpoint over HTTP (pinejs has none): every fleet gets a
+ * 3-service release as its target and 500 devices a key (seedTargets); each of them asks
+ * for its state with STATE_IN_FLIGHT in flight, for the full answer (200) and with the ETag
+ * it got (304).
+ */
+async function measureDeviceState(ours: Server, database: string, seconds: number, postmaster: number): Promise<{ full: Figures; unchanged: Figures }> {
+  const db = database.startsWith('sqlite:') ? openSqlite(database.slice('sqlite:'.length)) : openPostgres(database, { max: 2 });
+  let keyed: Array<{ uuid: string; key: string }>;
+  try {
+    keyed = await seedTargets(db);
+  } finally {
+    await db.close();
+  }
+  const pick = (n: number) => keyed[(n * 7919) % keyed.length]!;
+  const probe = (n: number, etag?: string): Probe => {
+    const d = pick(n);
+    return { path: `/device/v3/${d.uuid}/state`, headers: { authorization: `Bearer ${d.key}`, ...(etag ? { 'if-none-match': etag } : {}) }, status: etag ? 304 : 200 };
+  };
+  const etags = new Map<string, string>();
+  for (const d of keyed) {
+    const r = await ours.client.get(`/device/v3/${d.uuid}/state`, { authorization: `Bearer ${d.key}` });
+    if (r.status !== 200 || !r.headers.etag) throw new Error(`fleetlab: device state of ${d.uuid}: ${r.status} ${r.body.slice(0, 300)}`);
+    etags.set(d.uuid, String(r.headers.etag));
+  }
+  const tally = (): Tally => ({ latencies: [], ms: 0, serverCpuMs: 0, dbCpuMs: 0 });
+  const full = tally();
+  const unchanged = tally();
+  await run(ours, (n) => probe(n), seconds * 1000, full, postmaster, STATE_IN_FLIGHT);
+  await run(ours, (n) => probe(n, etags.get(pick(n).uuid)), seconds * 1000, unchanged, postmaster, STATE_IN_FLIGHT);
+  return { full: figures(full), unchanged: figures(unchanged) };
+}
 
 async function sql<T extends pg.QueryResultRow>(url: string, text: string): Promise<T[]> {
   const c = new pg.Client({ connectionString: url });
@@ -203,7 +249,7 @@ export async function runPeerBench(opts: PeerBenchOptions): Promise<void> {
       }
       const acc = new Map(servers.map((s): [string, Tally] => [s.name, { latencies: [], ms: 0, serverCpuMs: 0, dbCpuMs: 0 }]));
       for (let round = 0; round < opts.rounds; round++) {
-        for (const s of round % 2 ? [peer, ours] : [ours, peer]) await run(s, path(s), (opts.seconds * 1000) / opts.rounds, acc.get(s.name)!, cluster.postmasterPid());
+        for (const s of round % 2 ? [peer, ours] : [ours, peer]) await run(s, (n) => ({ path: path(s)(n) }), (opts.seconds * 1000) / opts.rounds, acc.get(s.name)!, cluster.postmasterPid());
       }
       const row = { id: q(ours).id, label: q(ours).label, ours: figures(acc.get(ours.name)!), peer: figures(acc.get(peer.name)!) };
       rows.push(row);
@@ -212,6 +258,7 @@ export async function runPeerBench(opts: PeerBenchOptions): Promise<void> {
       console.log(`(${row.id}) ${row.label.padEnd(22)} fleetlab ${f(row.ours)} | pinejs ${f(row.peer)} | x${(row.ours.rps / row.peer.rps).toFixed(2)}`);
     }
 
+    const state = await measureDeviceState(ours, oursUrl, opts.seconds, cluster.postmasterPid());
     const seedRatio = peer.seed!.seconds / ours.seed!.seconds;
     console.log('');
     console.log(`| figure | fleetlab (${opts.db}) | pinejs (postgres) | ratio | goal | met |`);
@@ -221,6 +268,9 @@ export async function runPeerBench(opts: PeerBenchOptions): Promise<void> {
       console.log(`| (${r.id}) ${r.label}, req/s (p99 ms) | ${r.ours.rps.toFixed(0)} (${r.ours.p99.toFixed(1)}) | ${r.peer.rps.toFixed(0)} (${r.peer.p99.toFixed(1)}) | ${ratio.toFixed(2)}x | >= ${GOAL}x | ${ratio >= GOAL ? 'yes' : 'no'} |`);
     }
     console.log(`| seeding ${ours.seed!.rows} rows through the API, s | ${ours.seed!.seconds.toFixed(1)} | ${peer.seed!.seconds.toFixed(1)} | ${seedRatio.toFixed(2)}x | <= 13 s | ${ours.seed!.seconds <= 13 ? 'yes' : 'no'} |`);
+    for (const [label, f] of [['200', state.full], ['304 (If-None-Match)', state.unchanged]] as const) {
+      console.log(`| device state GET ${label}, ${STATE_IN_FLIGHT} in flight, req/s (p99 ms) | ${f.rps.toFixed(0)} (${f.p99.toFixed(1)}) | | | >= ${STATE_GOAL_RPS} | ${f.rps >= STATE_GOAL_RPS ? 'yes' : 'no'} |`);
+    }
   } catch (err) {
     for (const s of servers) if (s.process.gone()) console.error(s.process.gone());
     throw err;

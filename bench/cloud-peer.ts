@@ -21,7 +21,7 @@ import { jsonClient, type JsonClient } from './http-client.js';
 import { benchNode, installPinejsPeer, pinejsVersion, startPinejsPeer } from './peers/pinejs.js';
 import { openPostgres } from '../src/cloud/db/postgres.js';
 import { openSqlite } from '../src/cloud/db/sqlite.js';
-import { API_SEED_CLIENTS, queryMix, seedTargets, seedThroughApi, type ApiSeed } from '../test/helpers/cloud-bench-data.js';
+import { API_SEED_CLIENTS, queryMix, seedTargets, seedThroughApi, TARGET_SERVICES, type ApiSeed } from '../test/helpers/cloud-bench-data.js';
 import { startPostgres } from '../test/helpers/postgres.js';
 import { startReadyProcess, type ReadyProcess } from '../test/helpers/ready-process.js';
 
@@ -192,7 +192,10 @@ async function measureDeviceState(ours: Server, database: string, seconds: numbe
   const etags = new Map<string, string>();
   for (const d of keyed) {
     const r = await ours.client.get(`/device/v3/${d.uuid}/state`, { authorization: `Bearer ${d.key}` });
-    if (r.status !== 200 || !r.headers.etag) throw new Error(`fleetlab: device state of ${d.uuid}: ${r.status} ${r.body.slice(0, 300)}`);
+    // What is measured is a real target: the seeded release's services.
+    type State = Record<string, { apps: Record<string, { services?: Record<string, { serviceName: string }> }> }>;
+    const services = r.status === 200 ? Object.values(JSON.parse(r.body) as State).flatMap((t) => Object.values(t.apps).flatMap((a) => Object.values(a.services ?? {}).map((x) => x.serviceName))) : [];
+    if (!r.headers.etag || services.sort().join() !== [...TARGET_SERVICES].sort().join()) throw new Error(`fleetlab: device state of ${d.uuid} is not the seeded target: ${r.status} ${r.body.slice(0, 300)}`);
     etags.set(d.uuid, String(r.headers.etag));
   }
   const tally = (): Tally => ({ latencies: [], ms: 0, serverCpuMs: 0, dbCpuMs: 0 });

@@ -12,7 +12,7 @@ export type NativeModule = 'better-sqlite3' | 'epoll';
 
 /** What each addon is for, said in the error. */
 const PURPOSE: Record<NativeModule, string> = {
-  'better-sqlite3': 'the cloud API (SQLite on Node 20)',
+  'better-sqlite3': "SQLite on Node 20: the cloud API, and a lab's lease store",
   epoll: "the supervisor's LED line (onoff)",
 };
 

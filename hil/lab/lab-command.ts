@@ -43,7 +43,7 @@ export async function openLab(file: string): Promise<OpenLab> {
     }
     return { lab, store: await LeaseStore.open(db), close: () => db.close() };
   } catch (err) {
-    throw labError(file, `cannot open the lease store ${lab.store.replace(/\/\/[^@]*@/, '//***@')}: ${errorText(err)}`);
+    throw labError(file, `cannot open the lease store ${lab.store.replace(/\/\/[^@]*@/, '//***@')}: ${errorText(err)}`, { example: false });
   }
 }
 
@@ -106,7 +106,7 @@ export async function labLog(open: OpenLab, board?: string): Promise<string[]> {
 
 function boardNamed(lab: Lab, name: string): LabBoard {
   const b = lab.boards.find((x) => x.name === name);
-  if (!b) throw labError(lab.source, `no board called ${name}; boards: ${lab.boards.map((x) => x.name).join(', ')}`);
+  if (!b) throw labError(lab.source, `no board called ${name}; boards: ${lab.boards.map((x) => x.name).join(', ')}`, { example: false });
   return b;
 }
 
@@ -118,7 +118,7 @@ export async function labRelease(open: OpenLab, board: string, force: boolean): 
   boardNamed(open.lab, board);
   const lease = (await open.store.current()).get(board);
   if (!lease) return `${board} is free`;
-  if (!force) throw labError(open.lab.source, `${board} is leased by ${lease.holder} until ${when(lease.expiresAt)}; ending another run's lease takes --force (it is logged)`);
+  if (!force) throw labError(open.lab.source, `${board} is leased by ${lease.holder} until ${when(lease.expiresAt)}; ending another run's lease takes --force (it is logged)`, { example: false });
   const ended: Lease | null = await open.store.forceRelease(board, whoAmI());
   return ended ? `${board}: ended the lease of ${ended.holder} (logged as forced by ${whoAmI()})` : `${board} is free`;
 }
@@ -165,12 +165,12 @@ export async function labRun(open: OpenLab, opts: { tags: string[]; command: str
       child.kill('SIGTERM');
     });
     const code = await new Promise<number>((resolve, reject) => {
-      child.once('error', (err) => reject(labError(open.lab.source, `cannot run ${opts.command[0]}: ${err.message}`)));
+      child.once('error', (err) => reject(labError(open.lab.source, `cannot run ${opts.command[0]}: ${err.message}`, { example: false })));
       child.once('exit', (c, signal) => resolve(c ?? (signal ? 128 + (signal === 'SIGKILL' ? 9 : signal === 'SIGINT' ? 2 : 15) : 1)));
     });
     process.off('SIGINT', onInt);
     process.off('SIGTERM', onTerm);
-    if (lostLease) throw labError(open.lab.source, `the lease on ${held.board.name} was lost while the command ran (exit ${code}); the board may have been given to another run`);
+    if (lostLease) throw labError(open.lab.source, `the lease on ${held.board.name} was lost while the command ran (exit ${code}); the board may have been given to another run`, { example: false });
     return code;
   } finally {
     await held.release();

@@ -45,8 +45,9 @@ export interface Lab {
   readonly boards: readonly LabBoard[];
 }
 
-export function labError(source: string, message: string): FleetlabError {
-  return new FleetlabError('HIL_ERR_LAB', `lab file ${source}: ${message}\nexample:\n${LAB_FILE_EXAMPLE}`);
+/** An error about the lab file; one about what is in it (a file mistake) shows an example. */
+export function labError(source: string, message: string, opts: { example: boolean } = { example: true }): FleetlabError {
+  return new FleetlabError('HIL_ERR_LAB', `lab file ${source}: ${message}${opts.example ? `\nexample:\n${LAB_FILE_EXAMPLE}` : ''}`);
 }
 
 type Fields = Record<string, unknown>;

@@ -38,7 +38,7 @@ const sleep = (ms: number, signal?: AbortSignal) =>
 export async function leaseBoard(store: LeaseStore, lab: Lab, opts: LeaseBoardOptions): Promise<HeldBoard> {
   const candidates = boardsWithTags(lab, opts.tags);
   if (candidates.length === 0) {
-    throw labError(lab.source, `no board has the tags [${opts.tags.join(', ')}]; boards: ${lab.boards.map((b) => `${b.name} [${b.tags.join(', ')}]`).join(', ')}`);
+    throw labError(lab.source, `no board has the tags [${opts.tags.join(', ')}]; boards: ${lab.boards.map((b) => `${b.name} [${b.tags.join(', ')}]`).join(', ')}`, { example: false });
   }
   const names = candidates.map((b) => b.name);
   const ttlMs = lab.ttlSeconds * 1000;
@@ -48,7 +48,7 @@ export async function leaseBoard(store: LeaseStore, lab: Lab, opts: LeaseBoardOp
     const deadline = Date.now() + opts.waitMs;
     let last = -1;
     for (let attempt = 0; ; attempt++) {
-      if (opts.signal?.aborted) throw labError(lab.source, 'stopped while waiting for a board');
+      if (opts.signal?.aborted) throw labError(lab.source, 'stopped while waiting for a board', { example: false });
       const position = await store.position(waiter, ttlMs);
       if (position === 0) {
         const lease = await store.acquire(names, opts.holder, ttlMs);
@@ -60,7 +60,7 @@ export async function leaseBoard(store: LeaseStore, lab: Lab, opts: LeaseBoardOp
         opts.onQueue?.(position, names.filter((n) => held.has(n)));
       }
       if (Date.now() + pollMs > deadline) {
-        throw labError(lab.source, `no board with tags [${opts.tags.join(', ')}] came free within ${Math.round(opts.waitMs / 1000)} s (${names.length} such board${names.length > 1 ? 's' : ''}; 'fleetlab lab status' shows who holds them)`);
+        throw labError(lab.source, `no board with tags [${opts.tags.join(', ')}] came free within ${Math.round(opts.waitMs / 1000)} s (${names.length} such board${names.length > 1 ? 's' : ''}; 'fleetlab lab status' shows who holds them)`, { example: false });
       }
       // Expired waiters pile up only as fast as runs are killed; a tenth of the polls prune.
       if (attempt % 10 === 0) await store.pruneWaiters(ttlMs * 2);

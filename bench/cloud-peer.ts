@@ -15,12 +15,12 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
 import pg from 'pg';
-import { repoRootOf } from '../hil/targets/container-docker.js';
 import { postgresCpuMs, processCpuMs } from './cpu-time.js';
 import { jsonClient, type JsonClient } from './http-client.js';
+import { percentile } from './percentile.js';
 import { benchNode, installPinejsPeer, pinejsVersion, startPinejsPeer } from './peers/pinejs.js';
-import { openPostgres } from '../src/cloud/db/postgres.js';
-import { openSqlite } from '../src/cloud/db/sqlite.js';
+import { openDatabase } from '../src/cloud/db/open.js';
+import { fleetlabRoot } from '../src/package-root.js';
 import { API_SEED_CLIENTS, queryMix, seedTargets, seedThroughApi, TARGET_SERVICES, type ApiSeed } from '../test/helpers/cloud-bench-data.js';
 import { startPostgres } from '../test/helpers/postgres.js';
 import { startReadyProcess, type ReadyProcess } from '../test/helpers/ready-process.js';
@@ -57,7 +57,7 @@ async function expectJson<T>(what: string, answer: Promise<{ status: number; bod
 }
 
 async function startFleetlab(node: string, database: string, dataDir: string): Promise<Server> {
-  const root = repoRootOf(import.meta.url);
+  const root = fleetlabRoot(import.meta.url);
   const proc = await startReadyProcess<{ url: string; adminKey: string }>(node, [join(root, 'bin', 'fleetlab.js'), 'cloud', '--host', '127.0.0.1', '--port', '0', '--database', database, '--data-dir', dataDir], {
     env: { ...process.env, NODE_ENV: 'production' },
     label: 'fleetlab cloud',
@@ -107,10 +107,6 @@ export function comparable(body: unknown, opts: { ordered: boolean; shapeOnly?: 
   return walk(body);
 }
 
-function percentile(sorted: number[], p: number): number {
-  return sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))] ?? NaN;
-}
-
 interface Figures {
   rps: number;
   p50: number;
@@ -126,6 +122,8 @@ interface Tally {
   serverCpuMs: number;
   dbCpuMs: number;
 }
+
+const newTally = (): Tally => ({ latencies: [], ms: 0, serverCpuMs: 0, dbCpuMs: 0 });
 
 /** A GET a bench sends: its path, the headers it adds, the status it must answer. */
 interface Probe {
@@ -177,7 +175,7 @@ const STATE_GOAL_RPS = 5_000;
  * it got (304).
  */
 async function measureDeviceState(ours: Server, database: string, seconds: number, postmaster: number): Promise<{ full: Figures; unchanged: Figures }> {
-  const db = database.startsWith('sqlite:') ? openSqlite(database.slice('sqlite:'.length)) : openPostgres(database, { max: 2 });
+  const db = openDatabase(database, 2);
   let keyed: Array<{ uuid: string; key: string }>;
   try {
     keyed = await seedTargets(db);
@@ -198,9 +196,8 @@ async function measureDeviceState(ours: Server, database: string, seconds: numbe
     if (!r.headers.etag || services.sort().join() !== [...TARGET_SERVICES].sort().join()) throw new Error(`fleetlab: device state of ${d.uuid} is not the seeded target: ${r.status} ${r.body.slice(0, 300)}`);
     etags.set(d.uuid, String(r.headers.etag));
   }
-  const tally = (): Tally => ({ latencies: [], ms: 0, serverCpuMs: 0, dbCpuMs: 0 });
-  const full = tally();
-  const unchanged = tally();
+  const full = newTally();
+  const unchanged = newTally();
   await run(ours, (n) => probe(n), seconds * 1000, full, postmaster, STATE_IN_FLIGHT);
   await run(ours, (n) => probe(n, etags.get(pick(n).uuid)), seconds * 1000, unchanged, postmaster, STATE_IN_FLIGHT);
   return { full: figures(full), unchanged: figures(unchanged) };
@@ -250,7 +247,7 @@ export async function runPeerBench(opts: PeerBenchOptions): Promise<void> {
         const [ca, cb] = [JSON.stringify(comparable(a, opts2)), JSON.stringify(comparable(b, opts2))];
         if (ca !== cb) throw new Error(`(${q(ours).id}) ${q(ours).label}: fleetlab and pinejs answer differently to request ${n}:\n  fleetlab ${ca.slice(0, 400)}\n  pinejs   ${cb.slice(0, 400)}`);
       }
-      const acc = new Map(servers.map((s): [string, Tally] => [s.name, { latencies: [], ms: 0, serverCpuMs: 0, dbCpuMs: 0 }]));
+      const acc = new Map(servers.map((s): [string, Tally] => [s.name, newTally()]));
       for (let round = 0; round < opts.rounds; round++) {
         for (const s of round % 2 ? [peer, ours] : [ours, peer]) await run(s, (n) => ({ path: path(s)(n) }), (opts.seconds * 1000) / opts.rounds, acc.get(s.name)!, cluster.postmasterPid());
       }

@@ -36,13 +36,13 @@ import { buildCloud } from '../src/cloud/server.js';
 import { API_SEED_CLIENTS, FLEETS, queryMix, seed, seedTargets, seedThroughApi, TARGET_SERVICES } from '../test/helpers/cloud-bench-data.js';
 import { startPostgres } from '../test/helpers/postgres.js';
 import { runPeerBench } from './cloud-peer.js';
+import { percentile } from './percentile.js';
 
 function arg(name: string): string | undefined {
   const i = process.argv.indexOf(name);
   return i >= 0 ? process.argv[i + 1] : undefined;
 }
 
-const percentile = (sorted: number[], p: number) => sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))]!;
 
 /** Runs `one` for `seconds` with `concurrency` in flight; prints req/s and p50/p99. */
 async function timed(kind: string, label: string, seconds: number, concurrency: number, one: (n: number) => Promise<void>): Promise<void> {

@@ -40,6 +40,7 @@ import { errorText } from '../src/errors.js';
 import { fleetlabRoot } from '../src/package-root.js';
 import type { WireLocalState, WireService } from '../src/protocol/target-state.js';
 import { runPeerBench } from './cloud-peer.js';
+import { percentile } from './percentile.js';
 import { measureStarts } from './supervisor-start.js';
 
 const DOCKER_SOCKET = process.env.FLEETLAB_DOCKER_SOCKET ?? '/var/run/docker.sock';
@@ -159,13 +160,6 @@ function mib(kib: number): number {
 function round(n: number, digits = 2): number {
   const f = 10 ** digits;
   return Math.round(n * f) / f;
-}
-
-/** Nearest-rank percentile of an ascending array. */
-function percentile(sorted: number[], p: number): number {
-  if (sorted.length === 0) return NaN;
-  const rank = Math.min(sorted.length, Math.max(1, Math.ceil((p / 100) * sorted.length)));
-  return sorted[rank - 1]!;
 }
 
 function median(values: number[]): number {

@@ -6,11 +6,11 @@
 import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { execa } from 'execa';
-import { repoRootOf } from '../../hil/targets/container-docker.js';
 import { SESSION_OPTIONS } from '../../src/cloud/db/postgres.js';
+import { fleetlabRoot } from '../../src/package-root.js';
 import { startReadyProcess, type ReadyProcess } from '../../test/helpers/ready-process.js';
 
-export const PINEJS_PEER_DIR = join(repoRootOf(import.meta.url), 'bench', 'peers', 'pinejs');
+export const PINEJS_PEER_DIR = join(fleetlabRoot(import.meta.url), 'bench', 'peers', 'pinejs');
 
 export interface PinejsReady {
   url: string;

@@ -8,6 +8,7 @@ import { mkdtemp, rm } from 'node:fs/promises';
 import { connect } from 'node:net';
 import { hostname, tmpdir, userInfo } from 'node:os';
 import { dirname, join } from 'node:path';
+import { openDatabase } from '../../src/cloud/db/open.js';
 import type { Db } from '../../src/cloud/db/port.js';
 import { errorText } from '../../src/errors.js';
 import { BOARD_CONFIG_VARIABLE } from '../targets/board-config.js';
@@ -30,19 +31,14 @@ export async function openLab(file: string): Promise<OpenLab> {
     throw labError(file, `cannot read it (${errorText(err)}); write one like this, or name yours with --lab`);
   }
   const lab = parseLabFile(text, file, { home: process.env.HOME });
-  let db: Db;
+  let db: Db | undefined;
   try {
-    if (lab.store.startsWith('sqlite:')) {
-      const path = lab.store.slice('sqlite:'.length);
-      mkdirSync(dirname(path), { recursive: true });
-      const { openSqlite } = await import('../../src/cloud/db/sqlite.js');
-      db = openSqlite(path);
-    } else {
-      const { openPostgres } = await import('../../src/cloud/db/postgres.js');
-      db = openPostgres(lab.store, { max: 2 });
-    }
-    return { lab, store: await LeaseStore.open(db), close: () => db.close() };
+    if (lab.store.startsWith('sqlite:')) mkdirSync(dirname(lab.store.slice('sqlite:'.length)), { recursive: true });
+    const opened = (db = openDatabase(lab.store, 2));
+    return { lab, store: await LeaseStore.open(opened), close: () => opened.close() };
   } catch (err) {
+    // A pool left open would keep the command from ending.
+    await db?.close().catch(() => undefined);
     throw labError(file, `cannot open the lease store ${lab.store.replace(/\/\/[^@]*@/, '//***@')}: ${errorText(err)}`, { example: false });
   }
 }

@@ -15,10 +15,10 @@ import { randomBytes } from 'node:crypto';
 import { writeFileAtomicSync } from '../atomic-file.js';
 import { prepareDatabase } from './bootstrap.js';
 import { startPostgresBus, type ReplicaBus } from './cluster/postgres-bus.js';
-import type { Db } from './db/port.js';
-import { openPostgres } from './db/postgres.js';
-import { openSqlite } from './db/sqlite.js';
+import { openDatabase } from './db/open.js';
 import { buildCloud } from './server.js';
+
+export { databaseUrlProblem } from './db/open.js';
 
 export interface CloudOptions {
   port: number;
@@ -35,25 +35,10 @@ export function defaultDataDir(env: NodeJS.ProcessEnv = process.env): string {
   return join(env.XDG_DATA_HOME || join(homedir(), '.local', 'share'), 'fleetlab', 'cloud');
 }
 
-/** What is wrong with a --database value, or null; the CLI asks before it starts anything. */
-export function databaseUrlProblem(database: string): string | null {
-  return database.startsWith('sqlite:') || /^postgres(ql)?:\/\//.test(database) ? null : `--database must be postgres://... or sqlite:FILE, got ${database}`;
-}
-
-export function openDatabase(database: string | undefined, dataDir: string, pool?: number): Db {
-  const problem = database === undefined ? null : databaseUrlProblem(database);
-  if (problem) throw new Error(problem);
-  if (!database || database.startsWith('sqlite:')) {
-    const file = database ? database.slice('sqlite:'.length) : join(dataDir, 'cloud.db');
-    return openSqlite(file);
-  }
-  return openPostgres(database, { max: pool });
-}
-
 export async function runCloud(opts: CloudOptions): Promise<{ url: string; stopped: Promise<void> }> {
   const dataDir = opts.dataDir ?? defaultDataDir();
   mkdirSync(dataDir, { recursive: true, mode: 0o700 });
-  const db = openDatabase(opts.database, dataDir, opts.dbPool);
+  const db = openDatabase(opts.database ?? `sqlite:${join(dataDir, 'cloud.db')}`, opts.dbPool);
   const keyFile = join(dataDir, 'admin-key');
   const admin = await prepareDatabase(db, { adminKey: opts.adminKey });
   if (admin.key) writeFileAtomicSync(keyFile, `${admin.key}\n`, 0o600);

@@ -20,6 +20,7 @@ import { bootBoard, waitForPing } from '../qemu/boot.js';
 import { buildImage } from '../qemu/image/build.js';
 import { DEVICE_NODE_FLAGS } from '../qemu/image/payload.js';
 import { GUEST } from '../qemu/image/recipe.js';
+import { BOARD } from '../board/layout.js';
 import type { MachineKind } from '../qemu/qemu-argv.js';
 import { SshDevice } from '../hil/targets/ssh-device.js';
 
@@ -75,7 +76,7 @@ try {
     // A runtime drop-in that runs `bundle` without node flags in place of the unit's ExecStart.
     const runWithoutFlags = (bundle: string) => ({
       setup: ['sh', '-c', `mkdir -p ${DROP_IN_DIR} && cat > ${DROP_IN_DIR}/bench.conf && systemctl daemon-reload`],
-      input: ['[Service]', 'ExecStart=', `ExecStart=/usr/local/bin/node ${bundle} supervisor --config ${GUEST.configFile}`, ''].join('\n'),
+      input: ['[Service]', 'ExecStart=', `ExecStart=${BOARD.node} ${bundle} supervisor --config ${GUEST.configFile}`, ''].join('\n'),
     });
     const candidates = [
       { name: `base ${baseCommit} (no node flags)`, ...runWithoutFlags(BASE_BUNDLE) },

@@ -10,7 +10,7 @@ import { afterAll, describe, expect, it } from 'vitest';
 import { boardConfigFor } from '../qemu/board-config.js';
 import type { ReadyInfo } from '../qemu/boot.js';
 import { absentPackageSource, bundleSupervisor, DEVICE_ABSENT_PACKAGES, nodeModulesOf, payloadSource, runtimePackages, writePrebuiltPayload } from '../qemu/image/payload.js';
-import { GUEST, INITRAMFS_MODULES, LED_LINES, NODE_PACKAGE, importTestImagesScript, overlayFiles, packagesFor, rootfsKey, supervisorConfig } from '../qemu/image/recipe.js';
+import { BOARD_OS_UNITS, boardOsFiles, GUEST, INITRAMFS_MODULES, LED_LINES, NODE_PACKAGE, importTestImagesScript, overlayFiles, packagesFor, rootfsKey, supervisorConfig } from '../qemu/image/recipe.js';
 import { mmdebstrapArgs } from '../qemu/image/rootfs.js';
 import { cloudEnv, resetScript } from '../hil/targets/qemu.js';
 import { parseBoardConfig } from '../hil/targets/board-config.js';
@@ -65,9 +65,23 @@ describe('the files the image adds', () => {
 
   it('runs the bundle from the supervisor unit with both environment files', () => {
     const unit = byPath.get(`/etc/systemd/system/${GUEST.unit}`)!.content;
-    expect(unit).toContain(`ExecStart=/usr/local/bin/node --max-semi-space-size=2 --max-old-space-size=64 ${GUEST.appDir}/fleetlab-device.mjs supervisor --config ${GUEST.configFile}`);
+    expect(unit).toContain(`ExecStart=/opt/fleetlab/bin/node --max-semi-space-size=2 --max-old-space-size=64 ${GUEST.appDir}/fleetlab-device.mjs supervisor --config ${GUEST.configFile}`);
     expect(unit).toContain(`EnvironmentFile=-${GUEST.runEnvFile}`);
     expect(unit).toContain(`EnvironmentFile=-${GUEST.envFile}`);
+    // The harness's settings (the cloud link) win over the machine's.
+    expect(unit.indexOf(GUEST.runEnvFile)).toBeLessThan(unit.indexOf(`EnvironmentFile=-${GUEST.envFile}`));
+  });
+
+  it('keeps dockerd\'s TCG settings and adds the journal log driver the supervisor reads', () => {
+    expect(JSON.parse(byPath.get('/etc/docker/daemon.json')!.content)).toEqual({ iptables: false, ip6tables: false, 'log-driver': 'journald' });
+  });
+
+  it('leaves everything of fleetlab\'s out of the bare board\'s files', () => {
+    const bare = boardOsFiles('ssh-ed25519 AAAA test');
+    expect(bare.map((f) => f.path)).toContain('/root/.ssh/authorized_keys');
+    const ours = bare.filter((f) => /fleetlab/.test(f.path) && !f.path.startsWith('/etc/modprobe.d/') || /log-driver|fleetlab-device|supervisor/.test(f.content));
+    expect(ours.map((f) => f.path)).toEqual([]);
+    expect(BOARD_OS_UNITS.map((u) => u.unit).filter((u) => u.includes('fleetlab'))).toEqual([]);
   });
 
   it('has shell scripts that parse, and imports every test image with its default command', () => {

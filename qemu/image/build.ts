@@ -22,8 +22,9 @@ import { withBuildLock } from '../../src/build-lock.js';
 import { FleetlabError } from '../../src/errors.js';
 import { writeTestRootfsTar } from '../../sim/images/test-images.js';
 import { cacheRoot, needTool, qemuTools } from '../tools.js';
-import { buildEpollAddon, bundleSupervisor, fetchNode, installRuntimePackages, nodeModulesOf, payloadSource, PREBUILT_PAYLOAD_DIR } from './payload.js';
-import { DEFAULT_MIRROR, DEFAULT_SUITE, DISABLED_UNITS, ENABLED_UNITS, GUEST, IMAGE_RECIPE_VERSION, NODE_PACKAGE, SD_SIZE_BYTES, overlayFiles, rootfsKey } from './recipe.js';
+import { payloadSource, PREBUILT_PAYLOAD_DIR } from './payload.js';
+import { stageSupervisor } from '../../board/supervisor-payload.js';
+import { BOARD_OS_UNITS, boardOsFiles, DEFAULT_MIRROR, DEFAULT_SUITE, DISABLED_UNITS, ENABLED_UNITS, GUEST, IMAGE_RECIPE_VERSION, NODE_PACKAGE, SD_SIZE_BYTES, overlayFiles, rootfsKey } from './recipe.js';
 import { bootFiles, buildRootfs } from './rootfs.js';
 
 export interface BuildProgress {
@@ -48,6 +49,12 @@ export interface ImageBuildOptions {
   readonly mirror?: string;
   /** Rebuild both layers even when cached. */
   readonly force?: boolean;
+  /**
+   * The board's operating system without anything of fleetlab's (no Node, supervisor, units
+   * or test images): the stand-in for a fresh Pi that `fleetlab board install` is proved on.
+   * Kept as `bare-<key>/` beside the supervised `image-<key>/`.
+   */
+  readonly bare?: boolean;
   readonly progress?: (event: BuildProgress) => void;
 }
 
@@ -103,11 +110,12 @@ export function imageFromDir(dir: string): QemuImage {
   };
 }
 
-/** The newest complete image in the cache, or undefined (then `qemu build` first). */
-export function latestImage(cacheDir = join(cacheRoot(), 'qemu')): QemuImage | undefined {
+/** The newest complete image (or bare image) in the cache, or undefined (then `qemu build` first). */
+export function latestImage(cacheDir = join(cacheRoot(), 'qemu'), bare = false): QemuImage | undefined {
   if (!existsSync(cacheDir)) return undefined;
+  const pattern = bare ? /^bare-[0-9a-f]{16}$/ : /^image-[0-9a-f]{16}$/;
   const dirs = readdirSync(cacheDir)
-    .filter((d) => /^image-[0-9a-f]{16}$/.test(d) && existsSync(join(cacheDir, d, MANIFEST)))
+    .filter((d) => pattern.test(d) && existsSync(join(cacheDir, d, MANIFEST)))
     .map((d) => join(cacheDir, d))
     .sort((a, b) => statSync(join(b, MANIFEST)).mtimeMs - statSync(join(a, MANIFEST)).mtimeMs);
   return dirs[0] ? imageFromDir(dirs[0]) : undefined;
@@ -186,44 +194,34 @@ async function build(options: ImageBuildOptions, started: number, report: (stage
 
   // Layer 2: the payload, staged apart so its hash is the image key.
   const t1 = Date.now();
-  report('payload', 0, `fetching ${NODE_PACKAGE} from the npm registry (cached after the first time)`);
-  const node = await fetchNode(cacheDir, NODE_PACKAGE);
-  report('payload', 0.3, source === 'sources' ? 'cross-compiling the epoll addon for arm64 (cached)' : 'the epoll addon for arm64, prebuilt in the package');
-  const addon = source === 'sources' ? await buildEpollAddon(repoRoot, cacheDir, node) : source.epollAddon;
   const stage = join(cacheDir, `payload.tmp-${process.pid}`);
   rmSync(stage, { recursive: true, force: true });
+  const keys = sshKeyPair(cacheDir);
+  const enabledUnits = options.bare ? BOARD_OS_UNITS : ENABLED_UNITS;
+  const prefix = options.bare ? 'bare-' : 'image-';
   try {
-    const appDir = join(stage, GUEST.appDir);
-    if (source === 'sources') {
-      report('payload', 0.5, 'bundling the supervisor (src/cli/device.ts)');
-      await bundleSupervisor(repoRoot, join(appDir, 'fleetlab-device.mjs'));
+    let node = 'none';
+    let runtimePackages: string[] = [];
+    if (options.bare) {
+      report('payload', 0.5, 'the board\'s operating system only: no Node, supervisor or test images (fleetlab board install adds them)');
+      writeImageFiles(stage, boardOsFiles(keys.publicKey));
     } else {
-      report('payload', 0.5, 'the supervisor bundle, prebuilt in the package');
-      mkdirSync(appDir, { recursive: true });
-      cpSync(source.bundle, join(appDir, 'fleetlab-device.mjs'));
+      const staged = await stageSupervisor({ repoRoot, source, cacheDir, stage, report: (f, d) => report('payload', f, d) });
+      node = staged.node;
+      runtimePackages = staged.runtimePackages;
+      writeImageFiles(stage, overlayFiles(keys.publicKey));
+      const testTar = join(stage, GUEST.testImageTar);
+      mkdirSync(dirname(testTar), { recursive: true });
+      await writeTestRootfsTar(join(rootfs, 'bin', 'busybox'), testTar);
     }
-    const runtimePackages = installRuntimePackages(nodeModulesOf(repoRoot), appDir, addon);
-    mkdirSync(join(stage, 'usr/local/bin'), { recursive: true });
-    cpSync(join(node.dir, 'bin', 'node'), join(stage, 'usr/local/bin/node'));
-    chmodSync(join(stage, 'usr/local/bin/node'), 0o755);
-    const keys = sshKeyPair(cacheDir);
-    for (const f of overlayFiles(keys.publicKey)) {
-      const path = join(stage, f.path);
-      mkdirSync(dirname(path), { recursive: true });
-      writeFileSync(path, f.content);
-      chmodSync(path, f.mode);
-    }
-    const testTar = join(stage, GUEST.testImageTar);
-    mkdirSync(dirname(testTar), { recursive: true });
-    await writeTestRootfsTar(join(rootfs, 'bin', 'busybox'), testTar);
 
     // The key: the payload's bytes plus what the assembly does with them.
-    const h = createHash('sha256').update(`${IMAGE_RECIPE_VERSION}\0${rKey}\0${SD_SIZE_BYTES}\0${JSON.stringify([ENABLED_UNITS, DISABLED_UNITS])}\0`);
+    const h = createHash('sha256').update(`${IMAGE_RECIPE_VERSION}\0${rKey}\0${SD_SIZE_BYTES}\0${JSON.stringify([enabledUnits, DISABLED_UNITS])}\0`);
     hashTree(h, stage, '');
     const key = h.digest('hex').slice(0, 16);
-    const dir = join(cacheDir, `image-${key}`);
+    const dir = join(cacheDir, `${prefix}${key}`);
     if (!options.force && existsSync(join(dir, MANIFEST))) {
-      report('done', 1, `image-${key} cached`);
+      report('done', 1, `${prefix}${key} cached`);
       return { image: imageFromDir(dir), builtRootfs, builtImage: false, totalMs: Date.now() - started };
     }
 
@@ -236,13 +234,14 @@ async function build(options: ImageBuildOptions, started: number, report: (stage
     await execa('cp', ['-a', '--reflink=auto', rootfs, tree]);
     await execa('cp', ['-a', `${stage}/.`, tree]);
     for (const wants of DISABLED_UNITS) rmSync(join(tree, 'etc/systemd/system', wants), { force: true });
-    for (const u of ENABLED_UNITS) {
+    for (const u of enabledUnits) {
       const link = join(tree, 'etc/systemd/system', `${u.wantedBy}.wants`, u.unit);
       mkdirSync(dirname(link), { recursive: true });
       rmSync(link, { force: true });
       symlinkSync(u.source, link);
     }
-    for (const d of ['var/log/journal', `${GUEST.bootDir.slice(1)}/system-proxy`, GUEST.dataDir.slice(1)]) mkdirSync(join(tree, d), { recursive: true });
+    const dirs = options.bare ? ['var/log/journal'] : ['var/log/journal', `${GUEST.bootDir.slice(1)}/system-proxy`, GUEST.dataDir.slice(1)];
+    for (const d of dirs) mkdirSync(join(tree, d), { recursive: true });
     chmodSync(join(tree, 'root/.ssh'), 0o700);
     for (const [from, to] of [[boot.kernel, 'vmlinuz'], [boot.initrd, 'initrd.img'], [boot.dtb, 'bcm2837-rpi-3-b.dtb']] as const) cpSync(from, join(work, to));
     writeFileSync(join(work, 'id_ed25519'), keys.privateKey, { mode: 0o600 });
@@ -259,7 +258,7 @@ async function build(options: ImageBuildOptions, started: number, report: (stage
       rootfsKey: rKey,
       suite,
       kernelVersion: boot.kernelVersion,
-      node: node.spec,
+      node,
       runtimePackages,
       sdSizeBytes: SD_SIZE_BYTES,
       builtAt: new Date().toISOString(),
@@ -268,12 +267,21 @@ async function build(options: ImageBuildOptions, started: number, report: (stage
     writeFileSync(join(work, MANIFEST), `${JSON.stringify(manifest, null, 2)}\n`);
     rmSync(dir, { recursive: true, force: true });
     renameSync(work, dir);
-    pruneSiblings(cacheDir, 'image-', dir, 2);
-    report('done', 1, `image-${key} built`);
+    pruneSiblings(cacheDir, prefix, dir, 2);
+    report('done', 1, `${prefix}${key} built`);
     return { image: imageFromDir(dir), builtRootfs, builtImage: true, totalMs: Date.now() - started };
   } finally {
     rmSync(stage, { recursive: true, force: true });
     for (const d of readdirSync(cacheDir)) if (d.endsWith(`.tmp-${process.pid}`)) rmSync(join(cacheDir, d), { recursive: true, force: true });
+  }
+}
+
+function writeImageFiles(stage: string, files: ReadonlyArray<{ path: string; content: string; mode: number }>): void {
+  for (const f of files) {
+    const path = join(stage, f.path);
+    mkdirSync(dirname(path), { recursive: true });
+    writeFileSync(path, f.content);
+    chmodSync(path, f.mode);
   }
 }
 

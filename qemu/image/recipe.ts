@@ -5,8 +5,8 @@
  * of them, so changing a line here rebuilds exactly the layers it belongs to.
  */
 import { createHash } from 'node:crypto';
+import { BOARD, dockerDaemonConfigFor, ENV_FILE_HEADER, supervisorConfig as boardSupervisorConfig, supervisorUnit } from '../../board/layout.js';
 import { defaultCommand, testImages } from '../../sim/images/test-images.js';
-import { DEVICE_NODE_FLAGS } from './payload.js';
 
 /** Bump when the way a layer is made changes without its listed inputs changing. */
 export const ROOTFS_RECIPE_VERSION = 'rootfs/1';
@@ -67,19 +67,20 @@ export const UNUSED_MODULES = [
   'cdc_subset',
 ] as const;
 
-/** Where things live on the device. */
+/** Where things live on the device: the layout `fleetlab board install` gives a board, plus the emulated Pi's own files. */
 export const GUEST = {
-  appDir: '/opt/fleetlab',
-  configFile: '/etc/fleetlab/supervisor.json',
-  /** Per-boot settings (LED line, cloud link) the boot unit and the harness write. */
-  envFile: '/etc/fleetlab/supervisor.env',
+  appDir: BOARD.appDir,
+  configFile: BOARD.configFile,
+  /** Settings (the cloud link) the harness writes. */
+  envFile: BOARD.envFile,
+  /** Per-boot settings (the LED line for this machine) the boot unit writes. */
   runEnvFile: '/run/fleetlab/machine.env',
-  dataDir: '/var/lib/fleetlab',
-  bootDir: '/mnt/boot',
-  lockRoot: '/tmp/fleetlab/locks',
+  dataDir: BOARD.dataDir,
+  bootDir: BOARD.defaultBootDir,
+  lockRoot: BOARD.lockRoot,
   testImageTar: '/usr/share/fleetlab/test-app-rootfs.tar',
-  unit: 'fleetlab-supervisor.service',
-  apiPort: 48484,
+  unit: BOARD.unit,
+  apiPort: BOARD.apiPort,
 } as const;
 
 /**
@@ -94,15 +95,7 @@ export const LED_LINES = {
 
 /** The supervisor's config on the device: local mode until the harness points it at a cloud. */
 export function supervisorConfig(): Record<string, unknown> {
-  return {
-    dataDir: GUEST.dataDir,
-    localMode: true,
-    deviceType: 'raspberrypi3',
-    proxyConfigDir: `${GUEST.bootDir}/system-proxy`,
-    bootConfigPath: `${GUEST.bootDir}/config.txt`,
-    lockRoot: GUEST.lockRoot,
-    dockerSocket: '/var/run/docker.sock',
-  };
+  return boardSupervisorConfig({ bootDir: GUEST.bootDir, deviceType: 'raspberrypi3' });
 }
 
 /**
@@ -142,9 +135,21 @@ export function importTestImagesScript(): string {
   return `#!/bin/sh\nset -eu\n${lines.join('\n')}\n`;
 }
 
-/** Every file fleetlab adds to the Debian root filesystem, path -> content and mode. */
-export function overlayFiles(authorizedKey: string): Array<{ path: string; content: string; mode: number }> {
-  const unitOf = (lines: string[]) => `${lines.join('\n')}\n`;
+export interface ImageFile {
+  readonly path: string;
+  readonly content: string;
+  readonly mode: number;
+}
+
+/** The lab's concession to TCG: each iptables call costs seconds, and made dockerd's start take a minute. */
+const TCG_DOCKER_CONFIG = { iptables: false, ip6tables: false };
+
+/**
+ * The emulated board's operating system as a lab would set up a stock board: hostname, mounts,
+ * networking, an SSH key for root. Nothing of fleetlab's: the bare image (`qemu build --bare`)
+ * is this alone, the board `fleetlab board install` is proved on.
+ */
+export function boardOsFiles(authorizedKey: string): ImageFile[] {
   return [
     { path: '/etc/hostname', content: 'fleetlab\n', mode: 0o644 },
     { path: '/etc/hosts', content: '127.0.0.1\tlocalhost\n127.0.1.1\tfleetlab\n::1\tlocalhost ip6-localhost ip6-loopback\n', mode: 0o644 },
@@ -154,14 +159,23 @@ export function overlayFiles(authorizedKey: string): Array<{ path: string; conte
     // Drivers for hardware QEMU's raspi3b does not emulate (or the tests never use): each one
     // probes and times out for seconds under TCG.
     { path: '/etc/modprobe.d/fleetlab-unused.conf', content: `${UNUSED_MODULES.map((m) => `blacklist ${m}`).join('\n')}\n`, mode: 0o644 },
-    // No iptables rules: each iptables call costs seconds under TCG and made dockerd's start
-    // take a minute; app containers still get their bridge networks, only NAT is left out.
-    // Container output goes to the journal, as on a device OS: the supervisor's journal-logs
-    // selects a container by the journald driver's CONTAINER_ID fields.
-    { path: '/etc/docker/daemon.json', content: `${JSON.stringify({ iptables: false, ip6tables: false, 'log-driver': 'journald' }, null, 2)}\n`, mode: 0o644 },
+    // No iptables rules: app containers still get their bridge networks, only NAT is left out.
+    { path: BOARD.dockerDaemonConfig, content: `${JSON.stringify(TCG_DOCKER_CONFIG, null, 2)}\n`, mode: 0o644 },
     { path: '/root/.ssh/authorized_keys', content: `${authorizedKey.trim()}\n`, mode: 0o600 },
+  ];
+}
+
+/**
+ * What `fleetlab board install` would add, plus the emulated Pi's own units (the clock and LED
+ * line per machine, the test app images): the supervised image is boardOsFiles and these.
+ */
+export function supervisedFiles(): ImageFile[] {
+  const unitOf = (lines: string[]) => `${lines.join('\n')}\n`;
+  return [
+    // Container output goes to the journal, as `board install` sets it.
+    { path: BOARD.dockerDaemonConfig, content: dockerDaemonConfigFor(JSON.stringify(TCG_DOCKER_CONFIG)).text, mode: 0o644 },
     { path: GUEST.configFile, content: `${JSON.stringify(supervisorConfig(), null, 2)}\n`, mode: 0o644 },
-    { path: GUEST.envFile, content: '# Settings for this boot (FLEETLAB_* variables); the HIL harness writes the cloud link here.\n', mode: 0o644 },
+    { path: GUEST.envFile, content: ENV_FILE_HEADER, mode: 0o644 },
     { path: `${GUEST.bootDir}/config.txt`, content: '', mode: 0o644 },
     { path: '/usr/local/lib/fleetlab/boot-setup', content: bootSetupScript(), mode: 0o755 },
     { path: '/usr/local/lib/fleetlab/import-test-images', content: importTestImagesScript(), mode: 0o755 },
@@ -185,31 +199,30 @@ export function overlayFiles(authorizedKey: string): Array<{ path: string; conte
       ]),
       mode: 0o644,
     },
-    {
-      path: `/etc/systemd/system/${GUEST.unit}`,
-      content: unitOf([
-        // Not ordered after the test image import: both wait for dockerd, then run side by side.
-        '[Unit]', 'Description=fleetlab device supervisor', 'After=fleetlab-boot.service docker.service dbus.service', 'Wants=docker.service',
-        '', '[Service]', 'Type=simple',
-        `EnvironmentFile=-${GUEST.runEnvFile}`, `EnvironmentFile=-${GUEST.envFile}`,
-        // V8's code cache: the bundle is compiled once per disk, not at every start (~20 s under TCG).
-        `Environment=NODE_COMPILE_CACHE=/var/cache/fleetlab/node-compile-cache`,
-        `ExecStart=/usr/local/bin/node ${DEVICE_NODE_FLAGS.join(' ')} ${GUEST.appDir}/fleetlab-device.mjs supervisor --config ${GUEST.configFile}`,
-        'Restart=always', 'RestartSec=2', 'KillMode=mixed', 'TimeoutStopSec=30',
-        '', '[Install]', 'WantedBy=multi-user.target',
-      ]),
-      mode: 0o644,
-    },
+    // Not ordered after the test image import: both wait for dockerd, then run side by side.
+    { path: BOARD.unitFile, content: supervisorUnit({ after: ['fleetlab-boot.service'], environmentFiles: [GUEST.runEnvFile] }), mode: 0o644 },
   ];
 }
+
+/** Every file fleetlab adds to the Debian root filesystem, path -> content and mode (a later entry for a path wins). */
+export function overlayFiles(authorizedKey: string): ImageFile[] {
+  const byPath = new Map<string, ImageFile>();
+  for (const f of [...boardOsFiles(authorizedKey), ...supervisedFiles()]) byPath.set(f.path, f);
+  return [...byPath.values()];
+}
+
+/** The bare board's enabled units: its network. */
+export const BOARD_OS_UNITS: ReadonlyArray<{ wantedBy: string; unit: string; source: string }> = [
+  { wantedBy: 'multi-user.target', unit: 'systemd-networkd.service', source: '/lib/systemd/system/systemd-networkd.service' },
+  { wantedBy: 'sockets.target', unit: 'systemd-networkd.socket', source: '/lib/systemd/system/systemd-networkd.socket' },
+];
 
 /** Units enabled by symlink (what `systemctl enable` would make), target -> unit. */
 export const ENABLED_UNITS: ReadonlyArray<{ wantedBy: string; unit: string; source: string }> = [
   { wantedBy: 'sysinit.target', unit: 'fleetlab-boot.service', source: '/etc/systemd/system/fleetlab-boot.service' },
   { wantedBy: 'multi-user.target', unit: 'fleetlab-test-images.service', source: '/etc/systemd/system/fleetlab-test-images.service' },
-  { wantedBy: 'multi-user.target', unit: GUEST.unit, source: `/etc/systemd/system/${GUEST.unit}` },
-  { wantedBy: 'multi-user.target', unit: 'systemd-networkd.service', source: '/lib/systemd/system/systemd-networkd.service' },
-  { wantedBy: 'sockets.target', unit: 'systemd-networkd.socket', source: '/lib/systemd/system/systemd-networkd.socket' },
+  { wantedBy: 'multi-user.target', unit: GUEST.unit, source: BOARD.unitFile },
+  ...BOARD_OS_UNITS,
 ];
 
 /**

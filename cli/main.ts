@@ -494,6 +494,54 @@ lab
     }),
   );
 
+const board = program.command('board').description('A Raspberry Pi (or any Debian arm64 board) over SSH: put the supervisor on it as a systemd service, or take it off');
+const identityOption = () => new Option('--identity <file>', 'the SSH private key the board accepts (default ~/.ssh/id_ed25519, id_ecdsa or id_rsa)');
+board
+  .command('install <ssh-url>')
+  .description('Install Node 24, the supervisor, its config and systemd unit on the board at ssh://user@host[:port] (root, or a user with passwordless sudo), adding docker.io and redsocks with its apt when missing; idempotent; prints each step')
+  .addOption(identityOption())
+  .option('--upgrade', 'replace a supervisor of another build, keeping its data (device identity, cloud link)', false)
+  .option('--led <line>', 'the LED line "<chip label>:<offset>" (or a GPIO number, or none); default the Raspberry Pi\'s ACT LED by model')
+  .option('--no-apt', 'do not install missing packages with the board\'s apt: say what to run instead')
+  .action(
+    action(async (address: string, opts: { identity?: string; upgrade: boolean; led?: string; apt: boolean }) => {
+      const { boardInstallCommand } = await import('../board/board-command.js');
+      if (opts.led !== undefined && opts.led !== 'none') {
+        const { parseLedGpio } = await import('../src/supervisor/adapters/led.js');
+        try {
+          parseLedGpio(opts.led);
+        } catch {
+          throw new UsageError(`--led must be "<chip label>:<offset>" (e.g. pinctrl-bcm2711:42), a GPIO number, or none; got ${JSON.stringify(opts.led)}`);
+        }
+      }
+      await boardInstallCommand(address, {
+        repoRoot: await repoRootOfCli(),
+        upgrade: opts.upgrade,
+        apt: opts.apt,
+        ...(opts.identity ? { identity: opts.identity } : {}),
+        ...(opts.led !== undefined ? { led: opts.led } : {}),
+        progress: (line) => console.error(`fleetlab board: ${line}`),
+      });
+    }),
+  );
+board
+  .command('uninstall <ssh-url>')
+  .description('Remove everything fleetlab board install put on the board: the service, the supervisor\'s containers and data, the images that came after the install, the packages it added, dockerd\'s config as it was')
+  .addOption(identityOption())
+  .option('--keep-images', 'keep the engine images that came after the install', false)
+  .option('--keep-packages', 'keep the Debian packages the install added', false)
+  .action(
+    action(async (address: string, opts: { identity?: string; keepImages: boolean; keepPackages: boolean }) => {
+      const { boardUninstallCommand } = await import('../board/board-command.js');
+      await boardUninstallCommand(address, {
+        keepImages: opts.keepImages,
+        keepPackages: opts.keepPackages,
+        ...(opts.identity ? { identity: opts.identity } : {}),
+        progress: (line) => console.error(`fleetlab board: ${line}`),
+      });
+    }),
+  );
+
 const qemu = program.command('qemu').description('The emulated Raspberry Pi: build its image, boot it');
 const repoRootOfCli = async () => fleetlabRoot(import.meta.url);
 qemu
@@ -502,14 +550,16 @@ qemu
   .option('--suite <name>', 'Debian suite (trixie: Debian 13; bookworm: Debian 12)', 'trixie')
   .option('--mirror <url>', 'Debian mirror', 'http://deb.debian.org/debian')
   .option('--force', 'rebuild even when cached', false)
+  .option('--bare', 'the board\'s operating system without anything of fleetlab\'s: a fresh board to try `fleetlab board install` on', false)
   .action(
-    action(async (opts: { suite: string; mirror: string; force: boolean }) => {
+    action(async (opts: { suite: string; mirror: string; force: boolean; bare: boolean }) => {
       const { buildImage, formatBuildProgress } = await import('../qemu/image/build.js');
       const result = await buildImage({
         repoRoot: await repoRootOfCli(),
         suite: opts.suite,
         mirror: opts.mirror,
         force: opts.force,
+        bare: opts.bare,
         progress: (e) => console.error(formatBuildProgress(e)),
       });
       console.log(JSON.stringify({ event: 'built', dir: result.image.dir, key: result.image.key, builtRootfs: result.builtRootfs, builtImage: result.builtImage, totalMs: result.totalMs }));
@@ -538,14 +588,16 @@ qemu
   .option('--ssh-port <port>', 'loopback port forwarded to SSH (default: a free one)')
   .option('--board-config <file>', 'also write a board target config for this board (FLEETLAB_BOARD_CONFIG=<file> npm run hil -- --project=board)')
   .option('--suite <name>', 'Debian suite of the image (trixie, bookworm)', 'trixie')
+  .option('--bare', 'boot the bare image (qemu build --bare: no supervisor); ready once SSH answers, for `fleetlab board install`', false)
   .action(
-    action(async (opts: { machine: 'raspi3b' | 'virt'; snapshot: boolean; apiPort?: string; sshPort?: string; boardConfig?: string; suite: string }) => {
+    action(async (opts: { machine: 'raspi3b' | 'virt'; snapshot: boolean; apiPort?: string; sshPort?: string; boardConfig?: string; suite: string; bare: boolean }) => {
       const { buildImage, formatBuildProgress } = await import('../qemu/image/build.js');
       const { bootBoard } = await import('../qemu/boot.js');
       const { untilStopped } = await import('../src/stop-signals.js');
       const { image } = await buildImage({
         repoRoot: await repoRootOfCli(),
         suite: opts.suite,
+        bare: opts.bare,
         progress: (e) => console.error(formatBuildProgress(e)),
       });
       const port = (v: string | undefined) => (v === undefined ? undefined : Number(v));
@@ -554,6 +606,7 @@ qemu
         image,
         machine: opts.machine,
         snapshot: opts.snapshot,
+        readyWhen: opts.bare ? 'ssh' : 'api',
         ...(opts.apiPort ? { apiPort: port(opts.apiPort) } : {}),
         ...(opts.sshPort ? { sshPort: port(opts.sshPort) } : {}),
         progress: (d) => console.error(d),

@@ -8,6 +8,7 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { closeSync, existsSync, mkdirSync, openSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { mkdtemp, rm } from 'node:fs/promises';
+import { connect } from 'node:net';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { execa } from 'execa';
@@ -32,6 +33,11 @@ export interface BootOptions {
   readonly runDir?: string;
   /** Extra kernel command line words. */
   readonly appendExtra?: readonly string[];
+  /**
+   * What ready means: the supervisor answering `/ping` (default), or, for a bare image with no
+   * supervisor yet, the board's SSH server greeting.
+   */
+  readonly readyWhen?: 'api' | 'ssh';
   readonly progress?: (detail: string) => void;
 }
 
@@ -84,6 +90,34 @@ export async function waitForPing(url: string, timeoutMs: number, alive: () => s
     await sleep(everyMs);
   }
   throw new FleetlabError('SUP_ERR_HOST', `the board's supervisor did not answer ${url}/ping within ${Math.round(timeoutMs / 1000)} s`);
+}
+
+/**
+ * Polls a loopback port until an SSH server greets on it (`SSH-2.0-...`). QEMU's user network
+ * accepts a forwarded connection before the guest listens and then drops it, so a connect
+ * alone proves nothing.
+ */
+export async function waitForSshGreeting(port: number, timeoutMs: number, alive: () => string | undefined, everyMs = 1000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  const greets = () =>
+    new Promise<boolean>((resolve) => {
+      const socket = connect({ host: '127.0.0.1', port });
+      const done = (ok: boolean) => {
+        socket.destroy();
+        resolve(ok);
+      };
+      socket.setTimeout(3000, () => done(false));
+      socket.once('data', (chunk) => done(chunk.toString('latin1').startsWith('SSH-')));
+      socket.once('error', () => done(false));
+      socket.once('close', () => done(false));
+    });
+  while (Date.now() < deadline) {
+    const dead = alive();
+    if (dead) throw new FleetlabError('SUP_ERR_HOST', dead);
+    if (await greets()) return;
+    await sleep(everyMs);
+  }
+  throw new FleetlabError('SUP_ERR_HOST', `the board's SSH server did not answer on 127.0.0.1:${port} within ${Math.round(timeoutMs / 1000)} s`);
 }
 
 /** A running board: QEMU, its QMP connection and where to reach it. */
@@ -251,7 +285,7 @@ export function relaunch(board: QemuBoard, image: QemuImage, runDir: string): Pr
   return launch({ image, machine, overlay, runDir, apiPort: Number(new URL(apiUrl).port), sshPort, cleanup: board.cleanup, usbNetRetries: board.nextUsbNetRetries });
 }
 
-/** Boots a board and resolves once its supervisor answers `/ping`. */
+/** Boots a board and resolves once its supervisor answers `/ping` (or its SSH server greets, `readyWhen: 'ssh'`). */
 export async function bootBoard(o: BootOptions): Promise<{ board: QemuBoard; ready: ReadyInfo }> {
   const started = Date.now();
   const machine = o.machine ?? 'raspi3b';
@@ -281,9 +315,10 @@ export async function bootBoard(o: BootOptions): Promise<{ board: QemuBoard; rea
   try {
     for (;;) {
       try {
-        await waitForPing(board.info.apiUrl, Math.max(0, deadline - Date.now()), () =>
-          board.exitReason ? `${board.exitReason} before the supervisor answered; serial console:\n${serialTail(board.info.serialLog)}` : undefined,
-        );
+        const what = o.readyWhen === 'ssh' ? 'the SSH server' : 'the supervisor';
+        const alive = () => (board.exitReason ? `${board.exitReason} before ${what} answered; serial console:\n${serialTail(board.info.serialLog)}` : undefined);
+        if (o.readyWhen === 'ssh') await waitForSshGreeting(board.info.sshPort, Math.max(0, deadline - Date.now()), alive);
+        else await waitForPing(board.info.apiUrl, Math.max(0, deadline - Date.now()), alive);
         break;
       } catch (err) {
         // A reset during the first boot (the USB network watch, the guest's own reboot) is

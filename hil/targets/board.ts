@@ -17,6 +17,7 @@ import { gpioNumberFromChips, type GpioChip } from '../../src/supervisor/adapter
 import { httpApi } from '../lib/http.js';
 import { boardCapabilities, loadBoardConfig, type BoardConfig, type BoardLedGpio } from './board-config.js';
 import { readHostBaseline, resetBoard, type HostBaseline } from './board-reset.js';
+import { ensureBoardTestImages } from './board-test-images.js';
 import { PulledImages } from './pulled-images.js';
 import { SshDevice, type FollowedCommand } from './ssh-device.js';
 import type {
@@ -63,6 +64,8 @@ export interface BoardMemory {
   baseline?: HostBaseline;
   /** The build engine and registry a team's release goes through, started by the worker's first deploy. */
   images?: PulledImages;
+  /** The test app images are on the board (checked, and imported where missing, once per worker). */
+  testImages?: boolean;
 }
 
 /** A deadline for this board: `ms` at timeScale 1. */
@@ -464,6 +467,10 @@ export async function startBoard(config: BoardConfig, memory: BoardMemory = {}):
   let observer: LedObserver | undefined;
   try {
     await ssh.waitReachable(scaledFor(config, REACH_MS));
+    if (!memory.testImages) {
+      await ensureBoardTestImages(ssh, (line) => console.error(`fleetlab board target: ${line}`));
+      memory.testImages = true;
+    }
     if (config.reset) {
       memory.baseline ??= await readHostBaseline(ssh, config.hostPaths);
       const supervisor = { unit: config.supervisorUnit, dataDir: config.dataDir, lockRoot: config.lockRoot, proxyConfigDir: config.hostPaths.proxyConfigDir };

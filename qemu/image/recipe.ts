@@ -26,6 +26,7 @@ export const PACKAGES = [
   'systemd', 'systemd-sysv', 'dbus', 'udev', 'libpam-systemd', // init, logind, hostnamed, journald
   'linux-image-arm64', 'initramfs-tools', 'kmod',
   'openssh-server', // the harness's way in
+  'sudo', // as on Raspberry Pi OS, whose first user installs through it (test/qemu-boards/ logs in as such a user)
   'redsocks', // the proxy unit the supervisor restarts (DECISIONS: redsocks.service)
   'docker.io', // the container engine (with containerd, runc, iptables)
   'iproute2', 'procps',

@@ -1,0 +1,51 @@
+/**
+ * The bare board test/qemu-boards/ works on, from the board config `qemu boot --bare
+ * --board-config` wrote, and `fleetlab board install|uninstall` run as a user runs them.
+ */
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { execa, type ResultPromise } from 'execa';
+import { loadBoardConfig, type BoardConfig } from '../../hil/targets/board-config.js';
+import { SshDevice } from '../../hil/targets/ssh-device.js';
+
+export const repoRoot = join(import.meta.dirname, '..', '..');
+
+/**
+ * The user `board install` logs in as: an ordinary user with passwordless sudo, as Raspberry Pi
+ * OS's first user is (./install.test.ts makes it, as root, before reading the bare board).
+ */
+export const INSTALL_USER = 'pi';
+/** A user without sudo, whom the install must refuse with a clear message. */
+export const PLAIN_USER = 'guest';
+
+/** Shell lines (run as root) that add the two users, each logging in with root's key. */
+export function addUsersScript(): string {
+  const user = (name: string) => [
+    `id ${name} >/dev/null 2>&1 || useradd -m -s /bin/bash ${name}`,
+    `install -d -m 700 -o ${name} -g ${name} /home/${name}/.ssh`,
+    `install -m 600 -o ${name} -g ${name} /root/.ssh/authorized_keys /home/${name}/.ssh/authorized_keys`,
+  ];
+  return ['set -e', ...user(INSTALL_USER), ...user(PLAIN_USER), `echo '${INSTALL_USER} ALL=(ALL) NOPASSWD: ALL' > /etc/sudoers.d/010_${INSTALL_USER}-nopasswd`, `chmod 440 /etc/sudoers.d/010_${INSTALL_USER}-nopasswd`].join('\n');
+}
+
+export function boardUnderTest(): { config: BoardConfig; ssh: SshDevice; address: string; baselineFile: string } {
+  const baselineFile = process.env.FLEETLAB_INSTALL_BASELINE;
+  if (!process.env.FLEETLAB_BOARD_CONFIG || !baselineFile) {
+    throw new Error('test/qemu-boards/ runs against a bare board: boot one with `fleetlab qemu boot --bare --machine virt --board-config F`, then set FLEETLAB_BOARD_CONFIG=F and FLEETLAB_INSTALL_BASELINE=<file> (see .ci/run)');
+  }
+  const config = loadBoardConfig();
+  const ssh = new SshDevice({ host: config.host, port: config.sshPort, username: config.user, privateKey: readFileSync(config.privateKey) });
+  return { config, ssh, address: `ssh://${INSTALL_USER}@${config.host}:${config.sshPort}`, baselineFile };
+}
+
+/** `fleetlab board <args>` from this checkout, as a user types it; never rejects. */
+export function fleetlabBoard(args: readonly string[]): ResultPromise<{ reject: false; all: true }> {
+  return execa(process.execPath, [join(repoRoot, 'bin', 'fleetlab.js'), 'board', ...args], { reject: false, all: true });
+}
+
+/** The last JSON line of a command's stdout. */
+export function lastEvent(stdout: string): Record<string, unknown> {
+  const line = stdout.trim().split('\n').filter((l) => l.startsWith('{')).at(-1);
+  if (!line) throw new Error(`no JSON line in:\n${stdout}`);
+  return JSON.parse(line) as Record<string, unknown>;
+}

@@ -243,8 +243,12 @@ export async function installBoard(shell: BoardShell, user: string, options: Ins
   // Config: the supervisor's, the install's (LED), and the user's own env file left alone.
   const configStep = step('config');
   const led = ledLineFor(options.led, board.model);
-  const createdBootDir = bootDir === BOARD.defaultBootDir && !manifest.created.includes(bootDir) && (await root.try('boot-dir', '[ -e "$1" ]', [bootDir])).exitCode !== 0;
-  if (createdBootDir) await save({ ...manifest, created: [...manifest.created, bootDir] });
+  // What of the boot files the board lacks is the install's to make, and uninstall's to remove
+  // (a directory made takes what is in it along; Raspberry Pi OS's own config.txt stays).
+  const bootPaths = [bootDir, `${bootDir}/system-proxy`, `${bootDir}/config.txt`];
+  const absent = (await root.must('checking the boot files', 'for p in "$@"; do [ -e "$p" ] || echo "$p"; done', bootPaths)).split('\n').filter(Boolean);
+  const made = absent.filter((p) => !absent.some((q) => p.startsWith(`${q}/`)) && !manifest.created.some((q) => p === q || p.startsWith(`${q}/`)));
+  if (made.length) await save({ ...manifest, created: [...manifest.created, ...made] });
   const files: Array<[string, string]> = [
     [BOARD.configFile, `${JSON.stringify(supervisorConfig({ bootDir, deviceType: options.deviceType ?? 'raspberrypi' }), null, 2)}\n`],
     [BOARD.installEnvFile, installEnv({ ledGpio: led.line })],

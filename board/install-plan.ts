@@ -188,5 +188,14 @@ export function parseManifest(text: string, where: string): InstallManifest {
   return m as InstallManifest;
 }
 
+/**
+ * Of the paths a board lacked, the ones an install records as made: not those inside another
+ * path it made (removing the directory takes them along), nor those already recorded.
+ */
+export function pathsMade(absent: readonly string[], recorded: readonly string[]): string[] {
+  const within = (p: string, dirs: readonly string[]) => dirs.some((d) => p === d || p.startsWith(`${d}/`));
+  return absent.filter((p) => !within(p, absent.filter((q) => q !== p)) && !within(p, recorded));
+}
+
 /** Directories and files that are fleetlab's whatever the manifest says: uninstall removes them. */
 export const OWN_PATHS = [BOARD.appDir, BOARD.configDir, BOARD.dataDir, `${BOARD.dataDir}-clock`, BOARD.compileCache, BOARD.lockRoot.replace(/\/locks$/, ''), BOARD.unitFile] as const;

@@ -16,6 +16,7 @@ import {
   missingPackages,
   OWN_PATHS,
   parseManifest,
+  pathsMade,
   parseProbe,
   probeScript,
   type BoardProbe,
@@ -247,7 +248,7 @@ export async function installBoard(shell: BoardShell, user: string, options: Ins
   // (a directory made takes what is in it along; Raspberry Pi OS's own config.txt stays).
   const bootPaths = [bootDir, `${bootDir}/system-proxy`, `${bootDir}/config.txt`];
   const absent = (await root.must('checking the boot files', 'for p in "$@"; do [ -e "$p" ] || echo "$p"; done', bootPaths)).split('\n').filter(Boolean);
-  const made = absent.filter((p) => !absent.some((q) => p.startsWith(`${q}/`)) && !manifest.created.some((q) => p === q || p.startsWith(`${q}/`)));
+  const made = pathsMade(absent, manifest.created);
   if (made.length) await save({ ...manifest, created: [...manifest.created, ...made] });
   const files: Array<[string, string]> = [
     [BOARD.configFile, `${JSON.stringify(supervisorConfig({ bootDir, deviceType: options.deviceType ?? 'raspberrypi' }), null, 2)}\n`],

@@ -6,7 +6,7 @@
  */
 import { execFileSync } from 'node:child_process';
 import { describe, expect, it } from 'vitest';
-import { aptCommand, checkBoard, ledLineFor, missingPackages, parseManifest, parseProbe, parseSshTarget, probeScript } from '../board/install-plan.js';
+import { aptCommand, checkBoard, ledLineFor, missingPackages, parseManifest, parseProbe, parseSshTarget, pathsMade, probeScript } from '../board/install-plan.js';
 import { BOARD, dockerDaemonConfigFor, installEnv, supervisorUnit } from '../board/layout.js';
 
 const probeOf = (lines: string[]) => parseProbe(lines.join('\n'));
@@ -78,6 +78,16 @@ describe('dockerd\'s config', () => {
     expect(JSON.parse(dockerDaemonConfigFor(mine).text)).toEqual({ 'data-root': '/srv/docker', 'log-driver': 'journald', 'log-opts': { 'max-size': '10m' } });
     expect(dockerDaemonConfigFor('{"log-driver":"journald"}').changed).toBe(false);
     expect(() => dockerDaemonConfigFor('[1]')).toThrow('not a JSON object');
+  });
+});
+
+describe('the boot files an install makes', () => {
+  it('records a directory it made, not what is inside it; on Raspberry Pi OS only system-proxy/', () => {
+    expect(pathsMade(['/mnt/boot', '/mnt/boot/system-proxy', '/mnt/boot/config.txt'], [])).toEqual(['/mnt/boot']);
+    expect(pathsMade(['/boot/firmware/system-proxy'], [])).toEqual(['/boot/firmware/system-proxy']);
+    // A second install records nothing twice.
+    expect(pathsMade(['/mnt/boot/system-proxy'], ['/mnt/boot'])).toEqual([]);
+    expect(pathsMade([], ['/mnt/boot'])).toEqual([]);
   });
 });
 

@@ -264,14 +264,18 @@ program
   .addOption(new Option('--target <name>', 'where the device under test runs').choices(['sim', 'container', 'qemu', 'board']).default('sim'))
   .option('--repeat <n>', 'run every test n times (flakes show in the report)')
   .option('--shard <i/n>', "run this machine's share i of n (CI machines split a suite)")
+  .option('--lab <file>', 'with --target board: each worker leases a board of its own from this lab file (fleetlab.lab.yaml), waiting in its queue when all are busy')
+  .option('--tag <tag>', 'with --lab: only boards with this tag (repeat for several)', (v: string, all: string[]) => [...all, v], [] as string[])
   .argument('[playwright-args...]', 'passed to Playwright Test (a spec file, --grep, --reporter, ...)')
   .allowUnknownOption()
   .action(
-    action(async (playwrightArgs: string[], opts: { target: string; repeat?: string; shard?: string }) => {
+    action(async (playwrightArgs: string[], opts: { target: string; repeat?: string; shard?: string; lab?: string; tag: string[] }) => {
       const { runTests } = await import('../hil/harness/run.js');
+      if (opts.tag.length && !opts.lab) throw new UsageError('--tag picks lab boards: give --lab <file> with it');
       const code = await runTests({
         cwd: process.cwd(),
         target: opts.target,
+        ...(opts.lab ? { lab: { file: opts.lab, tags: opts.tag } } : {}),
         ...(opts.repeat !== undefined ? { repeat: Number(opts.repeat) } : {}),
         ...(opts.shard !== undefined ? { shard: opts.shard } : {}),
         playwrightArgs,

@@ -138,7 +138,15 @@ export interface HilTestFixtures {
 
 export const test = base.extend<HilTestFixtures, HilWorkerFixtures>({
   target: ['sim', { scope: 'worker', option: true }],
-  targetDriver: [async ({ target }, use) => use(await loadTarget(target)), { scope: 'worker' }],
+  targetDriver: [
+    async ({ target }, use) => {
+      const driver = await loadTarget(target);
+      await driver.prepare?.();
+      await use(driver);
+    },
+    // prepare() may wait in a lab's queue for a board, bounded by its own wait (FLEETLAB_LAB_WAIT_S).
+    { scope: 'worker', timeout: 0 },
+  ],
   devicePool: [
     async ({ targetDriver }, use) => {
       const pool = new DevicePool(targetDriver);

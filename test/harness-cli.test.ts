@@ -7,7 +7,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { CONFIG_FILE, EXAMPLE_APP, NEEDED_ALLOW_SCRIPTS, SPEC_FILE, initProject } from '../hil/harness/init.js';
-import { playwrightArgv } from '../hil/harness/run.js';
+import { playwrightArgv, runTests } from '../hil/harness/run.js';
 import { loadCompose } from '../hil/release/compose.js';
 import { buildCommand, requireNativeModules } from '../src/native-modules.js';
 
@@ -87,6 +87,15 @@ describe('fleetlab test flags', () => {
     expect(playwrightArgv('c', { ...base, target: 'qemu' })).toContain('--workers=1');
     expect(playwrightArgv('c', { ...base, target: 'board', playwrightArgs: ['--workers=2'] })).not.toContain('--workers=1');
     expect(playwrightArgv('c', { ...base, target: 'container' })).not.toContain('--workers=1');
+    // A lab run: as many workers as the lab has boards for it, each leasing its own.
+    expect(playwrightArgv('c', { ...base, target: 'board', workers: 2 })).toContain('--workers=2');
+    expect(playwrightArgv('c', { ...base, target: 'board', workers: 2, playwrightArgs: ['-j', '1'] })).not.toContain('--workers=2');
+  });
+  it('hands lab boards to the board target only, and says so before Playwright starts', async () => {
+    writeFileSync(join(dir, 'fleetlab.config.ts'), 'export default {};\n');
+    await expect(runTests({ cwd: dir, target: 'sim', playwrightArgs: [], lab: { file: 'fleetlab.lab.yaml', tags: [] } })).rejects.toThrow('--lab hands out lab boards, which is the board target\'s: add --target board (got --target sim)');
+    writeFileSync(join(dir, 'fleetlab.lab.yaml'), 'boards:\n  - name: pi-a\n    tags: [rpi4]\n    host: 127.0.0.1\n    privateKey: ./k\n');
+    await expect(runTests({ cwd: dir, target: 'board', playwrightArgs: [], lab: { file: 'fleetlab.lab.yaml', tags: ['rpi5'] } })).rejects.toThrow('no board has the tags [rpi5]; boards: pi-a [rpi4]');
   });
   it('refuses bad values with what would be right', () => {
     expect(() => playwrightArgv('c', { ...base, target: 'pi' })).toThrow('--target must be one of sim, container, qemu, board, not "pi"');

@@ -16,6 +16,7 @@ import { parseLabFile } from '../hil/lab/lab-file.js';
 import { leaseBoard } from '../hil/lab/lease-board.js';
 import { LeaseLostError, LeaseStore } from '../hil/lab/lease-store.js';
 import { openLab } from '../hil/lab/lab-command.js';
+import { labCapabilities, labSelection, readLab, WorkerLease } from '../hil/lab/worker-lease.js';
 import { startPostgres, type PostgresCluster } from './helpers/postgres.js';
 
 const root = fileURLToPath(new URL('..', import.meta.url));
@@ -277,5 +278,58 @@ describe('fleetlab lab, as a process', () => {
     expect(tag.err).toMatch(/no board has the tags \[rpi5\]; boards: pi-a \[rpi4\]/);
     // The file is fine: no example of one.
     expect(tag.err).not.toMatch(/example:/);
+  });
+});
+
+describe('a lab board per Playwright worker (hil/lab/worker-lease.ts)', () => {
+  let dir: string;
+  let labFile: string;
+  beforeAll(async () => {
+    dir = await mkdtemp(join(tmpdir(), 'fleetlab-lab-worker-'));
+    labFile = join(dir, 'fleetlab.lab.yaml');
+    const led = '    led: { gpio: "pinctrl-bcm2835:17" }\n';
+    await writeFile(labFile, `leases:\n  store: sqlite:leases.db\n  ttlSeconds: 2\nboards:\n${board('pi-a', 'rpi4', 1)}${led}${board('pi-b', 'rpi4', 2)}${board('pi-c', 'rpi3', 3)}${led}`);
+  });
+  afterAll(() => rm(dir, { recursive: true, force: true }));
+
+  it('reads the lab and tags from the environment fleetlab test sets', () => {
+    expect(labSelection({})).toBeUndefined();
+    expect(labSelection({ FLEETLAB_LAB: labFile, FLEETLAB_LAB_TAGS: 'rpi4, 4gb', FLEETLAB_LAB_WAIT_S: '5' })).toEqual({ file: labFile, tags: ['rpi4', '4gb'], waitMs: 5000 });
+  });
+
+  it('offers what every board with the tags can do (an LED only if all have one), and names the boards when none has them', () => {
+    const lab = readLab(labFile);
+    expect(labCapabilities(lab, ['rpi4'])).not.toContain('led');
+    expect(labCapabilities(lab, ['rpi3'])).toContain('led');
+    expect(() => labCapabilities(lab, ['rpi5'])).toThrow(/no board has the tags \[rpi5\]; boards: pi-a \[rpi4\], pi-b \[rpi4\], pi-c \[rpi3\]/);
+  });
+
+  it('gives each worker its own board, keeps it across spec files, queues a third worker until one is given back', async () => {
+    const lines: string[] = [];
+    const selection = { file: labFile, tags: ['rpi4'], waitMs: 30_000 };
+    const workers = [0, 1, 2].map((i) => new WorkerLease(selection, (l) => lines.push(`${i}: ${l}`)));
+    try {
+      const [a, b] = [await workers[0]!.config(), await workers[1]!.config()];
+      expect(new Set([a.sshPort, b.sshPort])).toEqual(new Set([1, 2]));
+      expect((await workers[0]!.config()).sshPort).toBe(a.sshPort);
+      const third = workers[2]!.config();
+      await sleep(1500);
+      expect(lines.some((l) => l.startsWith('2: boards busy (pi-a, pi-b)'))).toBe(true);
+      await workers[0]!.release();
+      expect((await third).sshPort).toBe(a.sshPort);
+      expect(lines).toContain(`0: released ${workers[2]!.boardName}`);
+    } finally {
+      for (const w of workers) await w.release();
+    }
+    const open = await openLab(labFile);
+    try {
+      const log = await open.store.history();
+      const holders = log.filter((e) => e.event === 'acquired').map((e) => e.holder);
+      expect(holders).toHaveLength(3);
+      for (const h of holders) expect(h).toMatch(new RegExp(`pid ${process.pid} worker \\d+$`));
+      expect(log.filter((e) => e.event === 'released')).toHaveLength(3);
+    } finally {
+      await open.close();
+    }
   });
 });

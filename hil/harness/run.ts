@@ -6,12 +6,14 @@
 import { spawn } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { createRequire } from 'node:module';
-import { join } from 'node:path';
+import { join, resolve } from 'node:path';
 import { payloadSource, PREBUILT_PAYLOAD_DIR } from '../../qemu/image/payload.js';
 import { FleetlabError } from '../../src/errors.js';
 import { fleetlabRoot } from '../../src/package-root.js';
 import { engineAt } from '../../sim/engine-at.js';
 import { requireNativeModules, type NativeModule } from '../../src/native-modules.js';
+import { boardsWithTags } from '../lab/lab-file.js';
+import { LAB_TAGS_VARIABLE, LAB_VARIABLE, labCapabilities, readLab } from '../lab/worker-lease.js';
 import { SLOW_TARGETS, targetNames } from '../targets/index.js';
 
 export const CONFIG_NAMES = ['fleetlab.config.ts', 'fleetlab.config.mts', 'fleetlab.config.js', 'fleetlab.config.mjs'] as const;
@@ -26,10 +28,15 @@ export interface RunOptions {
   /** Passed to Playwright Test as they are (a grep, a spec file, --reporter, ...). */
   playwrightArgs: readonly string[];
   dockerSocket?: string;
+  /**
+   * `--lab FILE --tag T`: each Playwright worker leases a board of its own with the tags from
+   * the lab file (hil/lab/worker-lease.ts); as many workers as such boards unless told.
+   */
+  lab?: { file: string; tags: readonly string[] };
 }
 
 /** Playwright's arguments for the run; pure, so the flag mapping is tested without a run. */
-export function playwrightArgv(config: string, o: Pick<RunOptions, 'target' | 'repeat' | 'shard' | 'playwrightArgs'>): string[] {
+export function playwrightArgv(config: string, o: Pick<RunOptions, 'target' | 'repeat' | 'shard' | 'playwrightArgs'> & { workers?: number }): string[] {
   if (!targetNames.includes(o.target)) throw new FleetlabError('HIL_ERR_COMPOSE', `--target must be one of ${targetNames.join(', ')}, not ${JSON.stringify(o.target)}`);
   const argv = ['test', '-c', config, `--project=${o.target}`];
   if (o.repeat !== undefined) {
@@ -41,8 +48,9 @@ export function playwrightArgv(config: string, o: Pick<RunOptions, 'target' | 'r
     if (!m || Number(m[1]) < 1 || Number(m[1]) > Number(m[2])) throw new FleetlabError('HIL_ERR_COMPOSE', `--shard must be i/n with 1 <= i <= n (e.g. 2/4), not ${JSON.stringify(o.shard)}`);
     argv.push(`--shard=${o.shard}`);
   }
-  // A board is one device and an emulated one takes both cores: one worker, unless told.
-  if (SLOW_TARGETS.has(o.target) && !o.playwrightArgs.some((a) => a.startsWith('--workers') || a === '-j')) argv.push('--workers=1');
+  // A board is one device and an emulated one takes both cores: one worker, unless told (or a
+  // lab has several boards for the run).
+  if (SLOW_TARGETS.has(o.target) && !o.playwrightArgs.some((a) => a.startsWith('--workers') || a === '-j')) argv.push(`--workers=${o.workers ?? 1}`);
   return [...argv, ...o.playwrightArgs];
 }
 
@@ -72,7 +80,17 @@ function requirePayloadFor(target: string): void {
 export async function runTests(options: RunOptions): Promise<number> {
   requirePayloadFor(options.target);
   const config = findConfig(options.cwd);
-  const argv = playwrightArgv(config, options);
+  let labEnv: Record<string, string> = {};
+  let workers: number | undefined;
+  if (options.lab) {
+    if (options.target !== 'board') throw new FleetlabError('HIL_ERR_LAB', `--lab hands out lab boards, which is the board target's: add --target board (got --target ${options.target})`);
+    const file = resolve(options.cwd, options.lab.file);
+    const lab = readLab(file);
+    labCapabilities(lab, options.lab.tags); // no matching board: said now, not by every worker
+    workers = boardsWithTags(lab, options.lab.tags).length;
+    labEnv = { [LAB_VARIABLE]: file, [LAB_TAGS_VARIABLE]: options.lab.tags.join(',') };
+  }
+  const argv = playwrightArgv(config, { ...options, ...(workers !== undefined ? { workers } : {}) });
   const dockerSocket = options.dockerSocket ?? process.env.FLEETLAB_DOCKER_SOCKET ?? '/var/run/docker.sock';
   // The supervisor of a sim device loads epoll here; a spec with a cloud loads better-sqlite3.
   const native: NativeModule[] = options.target === 'sim' ? ['epoll', 'better-sqlite3'] : ['better-sqlite3'];
@@ -85,7 +103,7 @@ export async function runTests(options: RunOptions): Promise<number> {
   const child = spawn(process.execPath, [cli, ...argv], {
     cwd: options.cwd,
     stdio: 'inherit',
-    env: { ...process.env, FLEETLAB_HIL_ENGINE: process.env.FLEETLAB_HIL_ENGINE ?? 'docker', TESTCONTAINERS_RYUK_DISABLED: 'true', FLEETLAB_DOCKER_SOCKET: dockerSocket },
+    env: { ...process.env, FLEETLAB_HIL_ENGINE: process.env.FLEETLAB_HIL_ENGINE ?? 'docker', TESTCONTAINERS_RYUK_DISABLED: 'true', FLEETLAB_DOCKER_SOCKET: dockerSocket, ...labEnv },
   });
   // Ctrl-C reaches Playwright from the terminal itself (same process group), and a second
   // one would force it: this process only stays alive for it. SIGTERM is passed on.

@@ -17,6 +17,7 @@ import { gpioNumberFromChips, type GpioChip } from '../../src/supervisor/adapter
 import { httpApi } from '../lib/http.js';
 import { boardCapabilities, loadBoardConfig, type BoardConfig, type BoardLedGpio } from './board-config.js';
 import { readHostBaseline, resetBoard, type HostBaseline } from './board-reset.js';
+import { labCapabilities, labSelection, readLab, WorkerLease } from '../lab/worker-lease.js';
 import { ensureBoardTestImages } from './board-test-images.js';
 import { PulledImages } from './pulled-images.js';
 import { SshDevice, type FollowedCommand } from './ssh-device.js';
@@ -493,21 +494,32 @@ export async function startBoard(config: BoardConfig, memory: BoardMemory = {}):
  * A driver per worker (the registry constructs one per load): it keeps the board's host
  * baseline between spec files. `provides` is read from the config each time (a getter, as
  * sim.ts does for its engine), so the capabilities a spec's needs() sees are the ones the
- * same config gives the device.
+ * same config gives the device. With a lab (FLEETLAB_LAB, `fleetlab test --lab`), the worker
+ * leases a board of its own at its first spec file and gives it back at its end
+ * (../lab/worker-lease.ts); `provides` is then what every matching board of the lab offers.
  */
 export function createBoardTarget(): TargetDriver<BoardTargetOptions> {
   const memory: BoardMemory = {};
+  const lab = labSelection();
+  const lease = lab ? new WorkerLease(lab, (line) => console.error(`fleetlab lab (worker ${process.env.TEST_WORKER_INDEX ?? 0}): ${line}`)) : undefined;
   return {
     name: BOARD_TARGET,
     get provides() {
-      return boardCapabilities(loadBoardConfig());
+      return lab ? labCapabilities(readLab(lab.file), lab.tags) : boardCapabilities(loadBoardConfig());
+    },
+    async prepare() {
+      await lease?.config();
     },
     async start(options: BoardTargetOptions = {}) {
-      return startBoard(options.config ?? loadBoardConfig(), memory);
+      return startBoard(options.config ?? (lease ? await lease.config() : loadBoardConfig()), memory);
     },
     async dispose() {
-      await memory.images?.close();
-      memory.images = undefined;
+      try {
+        await memory.images?.close();
+        memory.images = undefined;
+      } finally {
+        await lease?.release();
+      }
     },
   };
 }

@@ -250,6 +250,11 @@ export interface TargetDriver<Options = unknown> {
   readonly provides: readonly Capability[];
   /** Whether `start` takes `bundle`: a device in a captured state. */
   readonly startsFromBundle?: boolean;
+  /**
+   * Worker-level setup that may wait a long time, outside any test's timeout: the board target
+   * waiting in a lab's queue for a board of its own. Called once, before the worker's first device.
+   */
+  prepare?(): Promise<void>;
   /** Starts (or connects to) the device; tears down what it started if it never becomes ready. */
   start(options: Options): Promise<DeviceUnderTest>;
   /**

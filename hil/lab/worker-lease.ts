@@ -1,0 +1,115 @@
+/**
+ * One lab board per Playwright worker: `fleetlab test --target board --lab FILE --tag T` sets
+ * FLEETLAB_LAB and FLEETLAB_LAB_TAGS, and the `board` target of each worker leases its own
+ * board with those tags at its first spec file, keeps it (the lease's heartbeat runs in the
+ * worker) until the worker ends, and waits in the lab's queue, saying its place, while every
+ * such board is busy. A worker killed with `kill -9` stops beating, and its board is free
+ * again within the lease's time to live.
+ */
+import { readFileSync } from 'node:fs';
+import { errorText } from '../../src/errors.js';
+import { boardCapabilities, type BoardConfig } from '../targets/board-config.js';
+import type { Capability } from '../targets/protocols.js';
+import { openLab, whoAmI, type OpenLab } from './lab-command.js';
+import { boardsWithTags, labError, parseLabFile, type Lab } from './lab-file.js';
+import { leaseBoard, type HeldBoard } from './lease-board.js';
+
+export const LAB_VARIABLE = 'FLEETLAB_LAB';
+export const LAB_TAGS_VARIABLE = 'FLEETLAB_LAB_TAGS';
+/** How long a worker waits in the queue for a board (a run's whole budget, not a spec's). */
+export const LAB_WAIT_VARIABLE = 'FLEETLAB_LAB_WAIT_S';
+const DEFAULT_WAIT_S = 3600;
+
+export interface LabSelection {
+  readonly file: string;
+  readonly tags: readonly string[];
+  readonly waitMs: number;
+}
+
+/** The lab this run's workers lease from, if FLEETLAB_LAB names one. */
+export function labSelection(env: NodeJS.ProcessEnv = process.env): LabSelection | undefined {
+  const file = env[LAB_VARIABLE];
+  if (!file) return undefined;
+  const tags = (env[LAB_TAGS_VARIABLE] ?? '').split(',').map((t) => t.trim()).filter(Boolean);
+  const wait = Number(env[LAB_WAIT_VARIABLE] ?? DEFAULT_WAIT_S);
+  return { file, tags, waitMs: (Number.isFinite(wait) && wait >= 0 ? wait : DEFAULT_WAIT_S) * 1000 };
+}
+
+export function readLab(file: string): Lab {
+  let text: string;
+  try {
+    text = readFileSync(file, 'utf8');
+  } catch (err) {
+    throw labError(file, `cannot read it (${errorText(err)})`);
+  }
+  return parseLabFile(text, file, { home: process.env.HOME });
+}
+
+/**
+ * What every board the run may get can do: a spec needing more than the least of them is
+ * skipped on all, not on whichever worker drew the lesser board.
+ */
+export function labCapabilities(lab: Lab, tags: readonly string[]): Capability[] {
+  const boards = boardsWithTags(lab, tags);
+  if (boards.length === 0) throw labError(lab.source, `no board has the tags [${tags.join(', ')}]; boards: ${lab.boards.map((b) => `${b.name} [${b.tags.join(', ')}]`).join(', ')}`, { example: false });
+  const [first, ...rest] = boards.map((b) => boardCapabilities(b.config));
+  return first!.filter((c) => rest.every((caps) => caps.includes(c)));
+}
+
+/** A worker's hold on its board: taken at the first spec file, given back at the worker's end. */
+export class WorkerLease {
+  readonly #selection: LabSelection;
+  readonly #log: (line: string) => void;
+  #open: OpenLab | undefined;
+  #held: HeldBoard | undefined;
+  #lost: Error | undefined;
+
+  constructor(selection: LabSelection, log: (line: string) => void) {
+    this.#selection = selection;
+    this.#log = log;
+  }
+
+  /** The held board's name, for reports. */
+  get boardName(): string | undefined {
+    return this.#held?.board.name;
+  }
+
+  /** The board config of the worker's board, leasing one (and waiting for it) the first time. */
+  async config(): Promise<BoardConfig> {
+    if (this.#lost) throw this.#lost;
+    if (this.#held) return this.#held.board.config;
+    this.#open ??= await openLab(this.#selection.file);
+    const worker = process.env.TEST_WORKER_INDEX ?? '0';
+    const holder = `${whoAmI()} pid ${process.pid} worker ${worker}`;
+    const held = await leaseBoard(this.#open.store, this.#open.lab, {
+      tags: this.#selection.tags,
+      holder,
+      waitMs: this.#selection.waitMs,
+      onQueue: (position, busy) => this.#log(position === 0 ? `boards busy (${busy.join(', ')}); next in line` : `boards busy (${busy.join(', ')}); waiting, ${position} ahead in the queue`),
+    });
+    this.#held = held;
+    // As `lab run` tells its command: a spec (or its report) can say which board it ran on.
+    process.env.FLEETLAB_LAB_BOARD = held.board.name;
+    void held.lost.then((err) => {
+      this.#lost = labError(this.#open!.lab.source, `${err.message}: this worker's board ${held.board.name} may now be another run's, so its next spec file fails`, { example: false });
+      this.#log(this.#lost.message);
+    });
+    this.#log(`leased ${held.board.name} [${held.board.tags.join(', ')}] (${held.board.config.host}) as ${holder}`);
+    return held.board.config;
+  }
+
+  async release(): Promise<void> {
+    const held = this.#held;
+    this.#held = undefined;
+    try {
+      if (held) {
+        await held.release();
+        this.#log(`released ${held.board.name}`);
+      }
+    } finally {
+      const open = this.#open;
+      this.#open = undefined;
+      await open?.close();
+    }
+  }
+}

@@ -46,8 +46,9 @@ async function privateKey(identity: string | undefined, home = homedir()): Promi
 }
 
 /** Opens the session and checks the board answers, with the target's own words in the error. */
-async function connect(target: SshTarget, identity: string | undefined): Promise<{ ssh: SshDevice; keyPath: string }> {
+async function connect(target: SshTarget, identity: string | undefined, progress: (line: string) => void): Promise<{ ssh: SshDevice; keyPath: string }> {
   const { path, key } = await privateKey(identity);
+  progress(`connecting to ${target.user}@${target.host}:${target.port} with ${path} (up to ${REACH_MS / 1000} s)`);
   const ssh = new SshDevice({ host: target.host, port: target.port, username: target.user, privateKey: key });
   try {
     await ssh.waitReachable(REACH_MS);
@@ -77,9 +78,10 @@ export async function supervisorPayload(repoRoot: string, progress: (line: strin
 
 export async function boardInstallCommand(address: string, options: BoardCommandOptions & { repoRoot: string; upgrade: boolean; led?: string; apt: boolean }): Promise<void> {
   const target = parseSshTarget(address);
-  const payload = await supervisorPayload(options.repoRoot, options.progress);
-  const { ssh, keyPath } = await connect(target, options.identity);
+  // The board first: a wrong key or address is said before the payload is built.
+  const { ssh, keyPath } = await connect(target, options.identity, options.progress);
   try {
+    const payload = await supervisorPayload(options.repoRoot, options.progress);
     const result = await installBoard(ssh, target.user, {
       payload,
       upgrade: options.upgrade,
@@ -106,7 +108,7 @@ export async function boardInstallCommand(address: string, options: BoardCommand
 
 export async function boardUninstallCommand(address: string, options: BoardCommandOptions & { keepImages: boolean; keepPackages: boolean }): Promise<void> {
   const target = parseSshTarget(address);
-  const { ssh } = await connect(target, options.identity);
+  const { ssh } = await connect(target, options.identity, options.progress);
   try {
     const { removed } = await uninstallBoard(ssh, target.user, { keepImages: options.keepImages, keepPackages: options.keepPackages, progress: options.progress });
     console.log(JSON.stringify({ event: 'uninstalled', removed, board: `${target.user}@${target.host}:${target.port}` }));

@@ -6,7 +6,7 @@
  * uninstall, and running either twice changes nothing the second time.
  */
 import { FleetlabError } from '../src/errors.js';
-import { LABEL } from '../src/supervisor/adapters/engine.js';
+import { supervisedObjectsWipeLines } from '../hil/targets/board-reset.js';
 import type { ExecResult } from '../hil/targets/protocols.js';
 import { BOARD, dockerDaemonConfigFor, ENV_FILE_HEADER, installEnv, supervisorConfig, supervisorUnit } from './layout.js';
 import {
@@ -211,8 +211,8 @@ export async function installBoard(shell: BoardShell, user: string, options: Ins
   } catch (err) {
     throw installError(`${BOARD.dockerDaemonConfig} on ${root.where} is not a JSON object (${(err as Error).message}): fix it, then install again`);
   }
+  await root.must('starting dockerd', 'systemctl enable --now docker.service >/dev/null 2>&1 || systemctl start docker.service');
   if (manifest.imagesBefore === undefined) {
-    await root.must('starting dockerd', 'systemctl enable --now docker.service >/dev/null 2>&1 || systemctl start docker.service');
     const images = (await root.must('listing the engine\'s images', 'docker image ls -q --no-trunc | sort -u')).split('\n').filter(Boolean);
     await save({ ...manifest, imagesBefore: images });
   }
@@ -222,10 +222,7 @@ export async function installBoard(shell: BoardShell, user: string, options: Ins
     await root.must('restarting dockerd', 'systemctl restart docker.service', [], { timeoutMs: STEP_MS * 2 });
     changed = true;
     dockerStep(`container output now goes to the journal (log-driver journald in ${BOARD.dockerDaemonConfig}); dockerd restarted`);
-  } else {
-    await root.must('starting dockerd', 'systemctl enable --now docker.service >/dev/null 2>&1 || systemctl start docker.service');
-    dockerStep('dockerd running, logging to the journal');
-  }
+  } else dockerStep('dockerd running, logging to the journal');
 
   // The supervisor's files: Node and the bundle, swapped in whole.
   const filesStep = step('supervisor');
@@ -290,7 +287,7 @@ async function waitForApi(root: RootShell, timeoutMs: number): Promise<void> {
   const ping = `exec 3<>/dev/tcp/127.0.0.1/${BOARD.apiPort} || exit 1\nprintf 'GET /ping HTTP/1.0\\r\\nHost: localhost\\r\\n\\r\\n' >&3\nhead -c 12 <&3`;
   let last = '';
   while (Date.now() < deadline) {
-    const r = await root.shell.run(root.user === 'root' ? ['bash', '-c', ping] : ['sudo', '-n', 'bash', '-c', ping], { timeoutMs: 15_000 });
+    const r = await root.try('ping', 'exec bash -c "$1"', [ping], { timeoutMs: 15_000 });
     if (/^HTTP\/1\.[01] 200/.test(r.stdout)) return;
     last = r.stdout.trim() || r.stderr.trim();
     await sleep(2000);
@@ -325,13 +322,7 @@ export async function uninstallBoard(shell: BoardShell, user: string, options: U
 
   const engineStep = step('containers');
   if (board.has.has('docker')) {
-    const label = `label=${LABEL.supervised}`;
-    await root.must(
-      'removing the supervisor\'s containers',
-      `docker ps -aq --filter "$1" | xargs -r docker rm -f >/dev/null\ndocker volume ls -q --filter "$1" | xargs -r docker volume rm -f >/dev/null\ndocker network ls -q --filter "$1" | xargs -r docker network rm >/dev/null`,
-      [label],
-      { timeoutMs: STEP_MS * 3 },
-    );
+    await root.must('removing the supervisor\'s containers', ['set -e', ...supervisedObjectsWipeLines()].join('\n'), [], { timeoutMs: STEP_MS * 3 });
     if (!options.keepImages && manifest?.imagesBefore) {
       const now = (await root.must('listing the engine\'s images', 'docker image ls -q --no-trunc | sort -u')).split('\n').filter(Boolean);
       const added = now.filter((id) => !manifest.imagesBefore!.includes(id));

@@ -74,22 +74,33 @@ export function serialTail(serialLog: string, lines = 25): string {
   }
 }
 
-/** Polls `url/ping` every `everyMs` until 200; fails early when `alive()` turns false. */
-export async function waitForPing(url: string, timeoutMs: number, alive: () => string | undefined, everyMs = 1000): Promise<void> {
+/**
+ * Asks `answers()` every `everyMs` until it says yes; fails early when `alive()` names why the
+ * board is gone, and after `timeoutMs` with `what` did not answer.
+ */
+async function pollBoard(answers: () => Promise<boolean>, what: string, timeoutMs: number, alive: () => string | undefined, everyMs: number): Promise<void> {
   const deadline = Date.now() + timeoutMs;
   while (Date.now() < deadline) {
     const dead = alive();
     if (dead) throw new FleetlabError('SUP_ERR_HOST', dead);
+    if (await answers()) return;
+    await sleep(everyMs);
+  }
+  throw new FleetlabError('SUP_ERR_HOST', `${what} within ${Math.round(timeoutMs / 1000)} s`);
+}
+
+/** Polls `url/ping` every `everyMs` until 200; fails early when `alive()` turns false. */
+export function waitForPing(url: string, timeoutMs: number, alive: () => string | undefined, everyMs = 1000): Promise<void> {
+  const ping = async () => {
     try {
       const res = await fetch(`${url}/ping`, { signal: AbortSignal.timeout(3000) });
       await res.body?.cancel();
-      if (res.ok) return;
+      return res.ok;
     } catch {
-      // not up yet: the forward refuses or the guest does not answer
+      return false; // not up yet: the forward refuses or the guest does not answer
     }
-    await sleep(everyMs);
-  }
-  throw new FleetlabError('SUP_ERR_HOST', `the board's supervisor did not answer ${url}/ping within ${Math.round(timeoutMs / 1000)} s`);
+  };
+  return pollBoard(ping, `the board's supervisor did not answer ${url}/ping`, timeoutMs, alive, everyMs);
 }
 
 /**
@@ -97,8 +108,7 @@ export async function waitForPing(url: string, timeoutMs: number, alive: () => s
  * accepts a forwarded connection before the guest listens and then drops it, so a connect
  * alone proves nothing.
  */
-export async function waitForSshGreeting(port: number, timeoutMs: number, alive: () => string | undefined, everyMs = 1000): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
+export function waitForSshGreeting(port: number, timeoutMs: number, alive: () => string | undefined, everyMs = 1000): Promise<void> {
   const greets = () =>
     new Promise<boolean>((resolve) => {
       const socket = connect({ host: '127.0.0.1', port });
@@ -111,13 +121,7 @@ export async function waitForSshGreeting(port: number, timeoutMs: number, alive:
       socket.once('error', () => done(false));
       socket.once('close', () => done(false));
     });
-  while (Date.now() < deadline) {
-    const dead = alive();
-    if (dead) throw new FleetlabError('SUP_ERR_HOST', dead);
-    if (await greets()) return;
-    await sleep(everyMs);
-  }
-  throw new FleetlabError('SUP_ERR_HOST', `the board's SSH server did not answer on 127.0.0.1:${port} within ${Math.round(timeoutMs / 1000)} s`);
+  return pollBoard(greets, `the board's SSH server did not answer on 127.0.0.1:${port}`, timeoutMs, alive, everyMs);
 }
 
 /** A running board: QEMU, its QMP connection and where to reach it. */

@@ -15,8 +15,8 @@ import { openSqlite } from '../src/cloud/db/sqlite.js';
 import { parseLabFile } from '../hil/lab/lab-file.js';
 import { leaseBoard } from '../hil/lab/lease-board.js';
 import { LeaseLostError, LeaseStore } from '../hil/lab/lease-store.js';
-import { openLab } from '../hil/lab/lab-command.js';
-import { labCapabilities, labSelection, readLab, WorkerLease } from '../hil/lab/worker-lease.js';
+import { openLab, readLab } from '../hil/lab/lab-command.js';
+import { labCapabilities, labSelection, WorkerLease } from '../hil/lab/worker-lease.js';
 import { startPostgres, type PostgresCluster } from './helpers/postgres.js';
 
 const root = fileURLToPath(new URL('..', import.meta.url));

@@ -12,8 +12,9 @@ import { FleetlabError } from '../../src/errors.js';
 import { fleetlabRoot } from '../../src/package-root.js';
 import { engineAt } from '../../sim/engine-at.js';
 import { requireNativeModules, type NativeModule } from '../../src/native-modules.js';
-import { boardsWithTags } from '../lab/lab-file.js';
-import { LAB_TAGS_VARIABLE, LAB_VARIABLE, labCapabilities, readLab } from '../lab/worker-lease.js';
+import { readLab } from '../lab/lab-command.js';
+import { matchingBoards } from '../lab/lab-file.js';
+import { LAB_TAGS_VARIABLE, LAB_VARIABLE } from '../lab/worker-lease.js';
 import { SLOW_TARGETS, targetNames } from '../targets/index.js';
 
 export const CONFIG_NAMES = ['fleetlab.config.ts', 'fleetlab.config.mts', 'fleetlab.config.js', 'fleetlab.config.mjs'] as const;
@@ -85,9 +86,8 @@ export async function runTests(options: RunOptions): Promise<number> {
   if (options.lab) {
     if (options.target !== 'board') throw new FleetlabError('HIL_ERR_LAB', `--lab hands out lab boards, which is the board target's: add --target board (got --target ${options.target})`);
     const file = resolve(options.cwd, options.lab.file);
-    const lab = readLab(file);
-    labCapabilities(lab, options.lab.tags); // no matching board: said now, not by every worker
-    workers = boardsWithTags(lab, options.lab.tags).length;
+    // No matching board is said now, not by every worker.
+    workers = matchingBoards(readLab(file), options.lab.tags).length;
     labEnv = { [LAB_VARIABLE]: file, [LAB_TAGS_VARIABLE]: options.lab.tags.join(',') };
   }
   const argv = playwrightArgv(config, { ...options, ...(workers !== undefined ? { workers } : {}) });

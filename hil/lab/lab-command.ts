@@ -22,15 +22,20 @@ export interface OpenLab {
   close(): Promise<void>;
 }
 
-/** Reads the lab file and opens its lease store. */
-export async function openLab(file: string): Promise<OpenLab> {
+/** Reads and parses the lab file. */
+export function readLab(file: string): Lab {
   let text: string;
   try {
     text = readFileSync(file, 'utf8');
   } catch (err) {
     throw labError(file, `cannot read it (${errorText(err)}); write one like this, or name yours with --lab`);
   }
-  const lab = parseLabFile(text, file, { home: process.env.HOME });
+  return parseLabFile(text, file, { home: process.env.HOME });
+}
+
+/** Reads the lab file and opens its lease store. */
+export async function openLab(file: string): Promise<OpenLab> {
+  const lab = readLab(file);
   let db: Db | undefined;
   try {
     if (lab.store.startsWith('sqlite:')) mkdirSync(dirname(lab.store.slice('sqlite:'.length)), { recursive: true });

@@ -117,3 +117,10 @@ export function parseLabFile(text: string, source: string, env: { home?: string 
 export function boardsWithTags(lab: Lab, tags: readonly string[]): LabBoard[] {
   return lab.boards.filter((b) => tags.every((t) => b.tags.includes(t)));
 }
+
+/** As boardsWithTags, and none is an error naming the boards there are. */
+export function matchingBoards(lab: Lab, tags: readonly string[]): LabBoard[] {
+  const boards = boardsWithTags(lab, tags);
+  if (boards.length === 0) throw labError(lab.source, `no board has the tags [${tags.join(', ')}]; boards: ${lab.boards.map((b) => `${b.name} [${b.tags.join(', ')}]`).join(', ')}`, { example: false });
+  return boards;
+}

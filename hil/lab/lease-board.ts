@@ -3,7 +3,7 @@
  * lease alive with a heartbeat, give it back. What a run does while waiting (print its place
  * in the queue) and when its lease is lost (stop) is the caller's.
  */
-import { boardsWithTags, labError, type Lab, type LabBoard } from './lab-file.js';
+import { labError, matchingBoards, type Lab, type LabBoard } from './lab-file.js';
 import { LeaseLostError, type LeaseStore } from './lease-store.js';
 
 export interface HeldBoard {
@@ -36,10 +36,7 @@ const sleep = (ms: number, signal?: AbortSignal) =>
   });
 
 export async function leaseBoard(store: LeaseStore, lab: Lab, opts: LeaseBoardOptions): Promise<HeldBoard> {
-  const candidates = boardsWithTags(lab, opts.tags);
-  if (candidates.length === 0) {
-    throw labError(lab.source, `no board has the tags [${opts.tags.join(', ')}]; boards: ${lab.boards.map((b) => `${b.name} [${b.tags.join(', ')}]`).join(', ')}`, { example: false });
-  }
+  const candidates = matchingBoards(lab, opts.tags);
   const names = candidates.map((b) => b.name);
   const ttlMs = lab.ttlSeconds * 1000;
   const pollMs = opts.pollMs ?? 1000;

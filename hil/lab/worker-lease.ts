@@ -6,12 +6,10 @@
  * such board is busy. A worker killed with `kill -9` stops beating, and its board is free
  * again within the lease's time to live.
  */
-import { readFileSync } from 'node:fs';
-import { errorText } from '../../src/errors.js';
 import { boardCapabilities, type BoardConfig } from '../targets/board-config.js';
 import type { Capability } from '../targets/protocols.js';
 import { openLab, whoAmI, type OpenLab } from './lab-command.js';
-import { boardsWithTags, labError, parseLabFile, type Lab } from './lab-file.js';
+import { labError, matchingBoards, type Lab } from './lab-file.js';
 import { leaseBoard, type HeldBoard } from './lease-board.js';
 
 export const LAB_VARIABLE = 'FLEETLAB_LAB';
@@ -35,24 +33,12 @@ export function labSelection(env: NodeJS.ProcessEnv = process.env): LabSelection
   return { file, tags, waitMs: (Number.isFinite(wait) && wait >= 0 ? wait : DEFAULT_WAIT_S) * 1000 };
 }
 
-export function readLab(file: string): Lab {
-  let text: string;
-  try {
-    text = readFileSync(file, 'utf8');
-  } catch (err) {
-    throw labError(file, `cannot read it (${errorText(err)})`);
-  }
-  return parseLabFile(text, file, { home: process.env.HOME });
-}
-
 /**
  * What every board the run may get can do: a spec needing more than the least of them is
  * skipped on all, not on whichever worker drew the lesser board.
  */
 export function labCapabilities(lab: Lab, tags: readonly string[]): Capability[] {
-  const boards = boardsWithTags(lab, tags);
-  if (boards.length === 0) throw labError(lab.source, `no board has the tags [${tags.join(', ')}]; boards: ${lab.boards.map((b) => `${b.name} [${b.tags.join(', ')}]`).join(', ')}`, { example: false });
-  const [first, ...rest] = boards.map((b) => boardCapabilities(b.config));
+  const [first, ...rest] = matchingBoards(lab, tags).map((b) => boardCapabilities(b.config));
   return first!.filter((c) => rest.every((caps) => caps.includes(c)));
 }
 

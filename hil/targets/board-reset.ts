@@ -40,15 +40,22 @@ function resetError(message: string): FleetlabError {
  * removed (on a board it may be a mount).
  */
 export function supervisorWipeLines(p: SupervisorPaths): string[] {
-  const label = shellQuote([`label=${LABEL.supervised}`]);
   const proxyDir = shellQuote([p.proxyConfigDir]);
   return [
     `systemctl stop ${shellQuote([p.unit])}`,
+    ...supervisedObjectsWipeLines(),
+    `rm -rf -- ${shellQuote([p.dataDir, p.lockRoot])}`,
+    `if [ -d ${proxyDir} ]; then find ${proxyDir} -mindepth 1 -maxdepth 1 -exec rm -rf -- {} +; fi`,
+  ];
+}
+
+/** Shell lines that remove the containers, volumes and networks carrying the supervisor's label (and nothing else). */
+export function supervisedObjectsWipeLines(): string[] {
+  const label = shellQuote([`label=${LABEL.supervised}`]);
+  return [
     `docker ps -aq --filter ${label} | xargs -r docker rm -f >/dev/null`,
     `docker volume ls -q --filter ${label} | xargs -r docker volume rm -f >/dev/null`,
     `docker network ls -q --filter ${label} | xargs -r docker network rm >/dev/null`,
-    `rm -rf -- ${shellQuote([p.dataDir, p.lockRoot])}`,
-    `if [ -d ${proxyDir} ]; then find ${proxyDir} -mindepth 1 -maxdepth 1 -exec rm -rf -- {} +; fi`,
   ];
 }
 

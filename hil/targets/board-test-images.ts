@@ -10,7 +10,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { FleetlabError } from '../../src/errors.js';
 import { requireTool, tools } from '../../src/tools.js';
-import { defaultCommand, testImages, writeTestRootfsTar } from '../../sim/images/test-images.js';
+import { testImageChanges, testImages, writeTestRootfsTar } from '../../sim/images/test-images.js';
 import { arm64Busybox } from '../release/build-engine.js';
 import type { SshDevice } from './ssh-device.js';
 
@@ -33,7 +33,7 @@ export async function ensureBoardTestImages(ssh: SshDevice, progress: (line: str
     const tar = await readFile(tarPath);
     for (const image of testImages.filter((i) => missing.includes(i.ref))) {
       progress(`importing ${image.ref} (busybox, ${arch}) on ${ssh.where}`);
-      const argv = ['docker', 'import', '--change', `CMD ${JSON.stringify(defaultCommand(image.banner))}`, '--change', 'WORKDIR /', '-', image.ref];
+      const argv = ['docker', 'import', ...testImageChanges(image).flatMap((c) => ['--change', c]), '-', image.ref];
       const r = await ssh.run(argv, { input: tar, timeoutMs: IMPORT_MS });
       if (r.exitCode !== 0) throw new FleetlabError('SUP_ERR_HOST', `importing ${image.ref} on ${ssh.where} failed (exit ${r.exitCode}): ${r.stderr.trim() || r.stdout.trim()}`);
     }

@@ -17,7 +17,8 @@ import { gpioNumberFromChips, type GpioChip } from '../../src/supervisor/adapter
 import { httpApi } from '../lib/http.js';
 import { boardCapabilities, loadBoardConfig, type BoardConfig, type BoardLedGpio } from './board-config.js';
 import { readHostBaseline, resetBoard, type HostBaseline } from './board-reset.js';
-import { labCapabilities, labSelection, readLab, WorkerLease } from '../lab/worker-lease.js';
+import { readLab } from '../lab/lab-command.js';
+import { labCapabilities, labSelection, WorkerLease } from '../lab/worker-lease.js';
 import { ensureBoardTestImages } from './board-test-images.js';
 import { PulledImages } from './pulled-images.js';
 import { SshDevice, type FollowedCommand } from './ssh-device.js';

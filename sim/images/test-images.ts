@@ -75,7 +75,7 @@ export interface BuildProgress {
 
 /** Builds (or rebuilds) every test image in the engine at socketPath; returns their refs. */
 export async function buildTestImages(socketPath: string, progress: BuildProgress = () => undefined): Promise<string[]> {
-  await importBusyboxImages(socketPath, testImages.map((i) => ({ ref: i.ref, changes: busyboxChanges(defaultCommand(i.banner)) })), progress);
+  await importBusyboxImages(socketPath, testImages.map((i) => ({ ref: i.ref, changes: testImageChanges(i) })), progress);
   return testImages.map((i) => i.ref);
 }
 
@@ -90,7 +90,7 @@ export async function ensureTestImages(socketPath: string, progress: BuildProgre
     const cmd = await docker.getImage(image.ref).inspect().then((i) => i.Config?.Cmd, () => undefined);
     if (JSON.stringify(cmd) !== JSON.stringify(defaultCommand(image.banner))) stale.push(image);
   }
-  if (stale.length > 0) await importBusyboxImages(socketPath, stale.map((i) => ({ ref: i.ref, changes: busyboxChanges(defaultCommand(i.banner)) })), progress);
+  if (stale.length > 0) await importBusyboxImages(socketPath, stale.map((i) => ({ ref: i.ref, changes: testImageChanges(i) })), progress);
 }
 
 /**
@@ -157,6 +157,11 @@ async function loadForeignBase(socketPath: string, foreign: ForeignBase, progres
 }
 
 const busyboxChanges = (cmd: readonly string[]) => [`CMD ${JSON.stringify(cmd)}`, 'WORKDIR /'];
+
+/** The image config a test image is imported with (`docker import --change` each). */
+export function testImageChanges(image: TestImage): string[] {
+  return busyboxChanges(defaultCommand(image.banner));
+}
 
 /** `host:5000/app:1` as the Engine API's import takes it: the tag after the last colon of the last path part. */
 export function splitRef(ref: string): { repo: string; tag: string } {

@@ -38,6 +38,11 @@ export function boardUnderTest(): { config: BoardConfig; ssh: SshDevice; address
   return { config, ssh, address: `ssh://${INSTALL_USER}@${config.host}:${config.sshPort}`, baselineFile };
 }
 
+/** `--led` for the board's line as its config names it (`none` without one). */
+export function ledOption(config: BoardConfig): string {
+  return config.led && typeof config.led.gpio !== 'number' ? `${config.led.gpio.chip}:${config.led.gpio.offset}` : 'none';
+}
+
 /** `fleetlab board <args>` from this checkout, as a user types it; never rejects. */
 export function fleetlabBoard(args: readonly string[]): ResultPromise<{ reject: false; all: true }> {
   return execa(process.execPath, [join(repoRoot, 'bin', 'fleetlab.js'), 'board', ...args], { reject: false, all: true });

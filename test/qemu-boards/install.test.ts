@@ -9,10 +9,10 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { OWN_PATHS } from '../../board/install-plan.js';
 import { storedIdentity } from '../../hil/targets/board.js';
 import { readBoardState } from '../helpers/board-state.js';
-import { addUsersScript, boardUnderTest, fleetlabBoard, INSTALL_USER, lastEvent, PLAIN_USER } from './board-under-test.js';
+import { addUsersScript, boardUnderTest, fleetlabBoard, INSTALL_USER, lastEvent, ledOption, PLAIN_USER } from './board-under-test.js';
 
 const { config, ssh, address, baselineFile } = boardUnderTest();
-const led = config.led && typeof config.led.gpio !== 'number' ? `${config.led.gpio.chip}:${config.led.gpio.offset}` : 'none';
+const led = ledOption(config);
 const install = (...extra: string[]) => fleetlabBoard(['install', address, '--identity', config.privateKey, '--led', led, ...extra]);
 
 async function ping(): Promise<string> {

@@ -6,7 +6,7 @@
 import { readFileSync } from 'node:fs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { diffBoardState, readBoardState, type BoardState } from '../helpers/board-state.js';
-import { boardUnderTest, fleetlabBoard, lastEvent } from './board-under-test.js';
+import { boardUnderTest, fleetlabBoard, lastEvent, ledOption } from './board-under-test.js';
 
 const { config, ssh, address, baselineFile } = boardUnderTest();
 const uninstall = () => fleetlabBoard(['uninstall', address, '--identity', config.privateKey]);
@@ -38,7 +38,7 @@ describe('fleetlab board uninstall', () => {
   });
 
   it('takes off an install that was killed with SIGKILL while sending the supervisor', async () => {
-    const led = config.led && typeof config.led.gpio !== 'number' ? `${config.led.gpio.chip}:${config.led.gpio.offset}` : 'none';
+    const led = ledOption(config);
     const run = fleetlabBoard(['install', address, '--identity', config.privateKey, '--led', led]);
     let seen = '';
     // Killed once it has begun sending: the manifest is on the board, the files half there.

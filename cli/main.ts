@@ -266,16 +266,18 @@ program
   .option('--shard <i/n>', "run this machine's share i of n (CI machines split a suite)")
   .option('--lab <file>', 'with --target board: each worker leases a board of its own from this lab file (fleetlab.lab.yaml), waiting in its queue when all are busy')
   .option('--tag <tag>', 'with --lab: only boards with this tag (repeat for several)', (v: string, all: string[]) => [...all, v], [] as string[])
+  .option('--flash-image <file>', 'with --target qemu: boot this card image (fleetlab image build --board rpi4) on QEMU virt, provisioned through its fleetlab.txt')
   .argument('[playwright-args...]', 'passed to Playwright Test (a spec file, --grep, --reporter, ...)')
   .allowUnknownOption()
   .action(
-    action(async (playwrightArgs: string[], opts: { target: string; repeat?: string; shard?: string; lab?: string; tag: string[] }) => {
+    action(async (playwrightArgs: string[], opts: { target: string; repeat?: string; shard?: string; lab?: string; tag: string[]; flashImage?: string }) => {
       const { runTests } = await import('../hil/harness/run.js');
       if (opts.tag.length && !opts.lab) throw new UsageError('--tag picks lab boards: give --lab <file> with it');
       const code = await runTests({
         cwd: process.cwd(),
         target: opts.target,
         ...(opts.lab ? { lab: { file: opts.lab, tags: opts.tag } } : {}),
+        ...(opts.flashImage ? { flashImage: opts.flashImage } : {}),
         ...(opts.repeat !== undefined ? { repeat: Number(opts.repeat) } : {}),
         ...(opts.shard !== undefined ? { shard: opts.shard } : {}),
         playwrightArgs,
@@ -546,6 +548,38 @@ board
     }),
   );
 
+program
+  .command('image')
+  .description('Card images for Raspberry Pi boards')
+  .command('build')
+  .description('Build a card image to flash (dd, or the Raspberry Pi Imager\'s "Use custom"): the Pi firmware, Debian 13 arm64 and the supervisor; fleetlab.txt on its boot partition sets the board up at first boot')
+  .requiredOption('--board <model>', 'rpi4 (Pi 4 B, 400, CM4) or rpi3 (Pi 3 B/B+/A+, Zero 2 W)')
+  .option('--out <file>', 'where to write the image (default ./fleetlab-<board>.img)')
+  .option('--suite <name>', 'Debian suite (trixie: Debian 13; bookworm: Debian 12)', 'trixie')
+  .option('--mirror <url>', 'Debian mirror', 'http://deb.debian.org/debian')
+  .option('--force', 'rebuild even when cached', false)
+  .action(
+    action(async (opts: { board: string; out?: string; suite: string; mirror: string; force: boolean }) => {
+      const { flashBoard } = await import('../board/flash-image-plan.js');
+      const board = flashBoard(opts.board);
+      const { buildFlashImage, formatBuildProgress } = await import('../board/flash-image.js');
+      const result = await buildFlashImage({
+        repoRoot: await repoRootOfCli(),
+        board,
+        ...(opts.out ? { out: opts.out } : {}),
+        suite: opts.suite,
+        mirror: opts.mirror,
+        force: opts.force,
+        progress: (e) => console.error(formatBuildProgress(e)),
+      });
+      const gib = (result.manifest.layout.totalBytes / 1024 **3).toFixed(2);
+      console.error(`${result.image}: ${gib} GiB, fleetlab ${result.manifest.version}, Debian ${result.manifest.suite} kernel ${result.manifest.kernelVersion}, firmware ${result.manifest.firmware}`);
+      console.error('Edit fleetlab.txt on its boot partition (FLEETBOOT) after flashing: hostname, cloud_url + provisioning_key (or local mode), ssh_key.');
+      console.error(`Flash: sudo dd if=${result.image} of=/dev/sdX bs=4M conv=fsync status=progress   (or Raspberry Pi Imager: Choose OS > Use custom)`);
+      console.log(JSON.stringify({ event: 'built', image: result.image, board, key: result.manifest.key, sizeBytes: result.manifest.layout.totalBytes, built: result.built, totalMs: result.totalMs }));
+    }),
+  );
+
 const qemu = program.command('qemu').description('The emulated Raspberry Pi: build its image, boot it');
 const repoRootOfCli = async () => fleetlabRoot(import.meta.url);
 qemu
@@ -593,17 +627,22 @@ qemu
   .option('--board-config <file>', 'also write a board target config for this board (FLEETLAB_BOARD_CONFIG=<file> npm run hil -- --project=board)')
   .option('--suite <name>', 'Debian suite of the image (trixie, bookworm)', 'trixie')
   .option('--bare', 'boot the bare image (qemu build --bare: no supervisor); ready once SSH answers, for `fleetlab board install`', false)
+  .option('--flash-image <file>', 'boot a card image (fleetlab image build) instead: its kernel and root partition, provisioned with this harness\'s SSH key; --machine virt')
   .action(
-    action(async (opts: { machine: 'raspi3b' | 'virt'; snapshot: boolean; apiPort?: string; sshPort?: string; boardConfig?: string; suite: string; bare: boolean }) => {
+    action(async (opts: { machine: 'raspi3b' | 'virt'; snapshot: boolean; apiPort?: string; sshPort?: string; boardConfig?: string; suite: string; bare: boolean; flashImage?: string }) => {
       const { buildImage, formatBuildProgress } = await import('../qemu/image/build.js');
       const { bootBoard } = await import('../qemu/boot.js');
       const { untilStopped } = await import('../src/stop-signals.js');
-      const { image } = await buildImage({
-        repoRoot: await repoRootOfCli(),
-        suite: opts.suite,
-        bare: opts.bare,
-        progress: (e) => console.error(formatBuildProgress(e)),
-      });
+      if (opts.flashImage && opts.machine !== 'virt') throw new UsageError('--flash-image boots on --machine virt (QEMU 7.2 has no Pi 4; the Pi 4 kernel and root partition run there as they are)');
+      if (opts.flashImage && opts.bare) throw new UsageError('--flash-image and --bare are two different disks: give one');
+      const { image } = opts.flashImage
+        ? { image: await (await import('../qemu/flash-boot.js')).flashImageForQemu({ image: opts.flashImage, progress: (d) => console.error(d) }) }
+        : await buildImage({
+            repoRoot: await repoRootOfCli(),
+            suite: opts.suite,
+            bare: opts.bare,
+            progress: (e) => console.error(formatBuildProgress(e)),
+          });
       const port = (v: string | undefined) => (v === undefined ? undefined : Number(v));
       const { dirname } = await import('node:path');
       const { board, ready } = await bootBoard({
@@ -620,7 +659,7 @@ qemu
         const { boardConfigFor } = await import('../qemu/board-config.js');
         // The lab's power switch for this board is QMP, driven by this same CLI.
         const self = [process.execPath, ...process.execArgv, process.argv[1]!];
-        writeFileSync(opts.boardConfig, `${JSON.stringify(boardConfigFor(ready, self), null, 2)}\n`);
+        writeFileSync(opts.boardConfig, `${JSON.stringify(boardConfigFor(ready, self, image.bootDir), null, 2)}\n`);
         console.error(`board config: ${opts.boardConfig}`);
       }
       console.log(JSON.stringify(ready));

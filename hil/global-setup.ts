@@ -42,7 +42,7 @@ export async function prepareTargets(config: FullConfig, options: { testImages: 
   if (targets.includes('sim') && defaultEngine() === 'docker' && options.testImages) await buildTestImages(dockerSocket);
   // The release spec's app builds FROM it on the engine the sim and container devices share.
   if (options.testImages && ((targets.includes('sim') && defaultEngine() === 'docker') || targets.includes('container'))) await ensureBaseImage(dockerSocket);
-  if (targets.includes('qemu') && !process.env.FLEETLAB_QEMU_IMAGE_DIR) {
+  if (targets.includes('qemu') && !process.env.FLEETLAB_QEMU_IMAGE_DIR && !process.env.FLEETLAB_QEMU_FLASH_IMAGE) {
     // Built (or found cached) once here, not in a worker's first test: a cold build takes minutes.
     const { buildImage, formatBuildProgress } = await import('../qemu/image/build.js');
     const { image } = await buildImage({

@@ -7,9 +7,11 @@ import type { ReadyInfo } from './boot.js';
 import { LED_LINES } from './image/recipe.js';
 
 /** `cli` is how to run this fleetlab CLI (argv before the subcommand), for the power switch. */
-export function boardConfigFor(ready: ReadyInfo, cli: readonly string[]): Record<string, unknown> {
+export function boardConfigFor(ready: ReadyInfo, cli: readonly string[], bootDir?: string): Record<string, unknown> {
   const line = LED_LINES[ready.machine];
   return {
+    // A card image keeps config.txt on its boot partition; the emulated Pi's image under GUEST.bootDir (the target's default).
+    ...(bootDir ? { hostPaths: { bootConfig: `${bootDir}/config.txt`, proxyConfigDir: `${bootDir}/system-proxy` } } : {}),
     host: '127.0.0.1',
     sshPort: ready.sshPort,
     user: 'root',

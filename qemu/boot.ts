@@ -7,14 +7,14 @@
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import { closeSync, existsSync, mkdirSync, openSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
-import { mkdtemp, rm } from 'node:fs/promises';
+import { mkdtemp, rename, rm, symlink } from 'node:fs/promises';
 import { connect } from 'node:net';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { execa } from 'execa';
 import { FleetlabError } from '../src/errors.js';
 import type { QemuImage } from './image/build.js';
-import { buildQemuArgv, type MachineKind } from './qemu-argv.js';
+import { buildQemuArgv, CONSOLE_CHARDEV, type MachineKind } from './qemu-argv.js';
 import { QmpClient } from './qmp.js';
 import { cacheRoot, needTool, qemuTools } from './tools.js';
 import { freePort } from '../src/free-port.js';
@@ -38,6 +38,8 @@ export interface BootOptions {
    * supervisor yet, the board's SSH server greeting.
    */
   readonly readyWhen?: 'api' | 'ssh';
+  /** The console on a pseudo-terminal too, linked at `<runDir>/console` (ReadyInfo.serialPty): a lab board's serial adapter. */
+  readonly consolePty?: boolean;
   readonly progress?: (detail: string) => void;
 }
 
@@ -49,6 +51,12 @@ export interface ReadyInfo {
   readonly sshPort: number;
   readonly sshKey: string;
   readonly serialLog: string;
+  /**
+   * With consolePty: a link to the console's pseudo-terminal that stays put when QEMU starts
+   * again after a reset (a new process has a new /dev/pts), as a USB serial adapter stays
+   * /dev/ttyUSB0 while its board reboots.
+   */
+  readonly serialPty?: string;
   /** QMP for the user (the launcher holds its own socket). */
   readonly qmpSocket: string;
   readonly overlay: string;
@@ -214,7 +222,8 @@ export function persistentOverlay(image: QemuImage, machine: MachineKind): strin
 }
 
 export async function createOverlay(image: QemuImage, overlay: string): Promise<void> {
-  const r = await execa(needTool(qemuTools.qemuImg), ['create', '-q', '-f', 'qcow2', '-F', 'raw', '-b', image.sdImage, overlay], { reject: false, all: true });
+  const size = image.diskBytes ? [String(image.diskBytes)] : [];
+  const r = await execa(needTool(qemuTools.qemuImg), ['create', '-q', '-f', 'qcow2', '-F', 'raw', '-b', image.sdImage, overlay, ...size], { reject: false, all: true });
   if (r.exitCode !== 0) throw new FleetlabError('SUP_ERR_HOST', `qemu-img create ${overlay}: ${r.all?.trim()}`);
 }
 
@@ -230,6 +239,7 @@ export async function launch(o: {
   cleanup?: () => Promise<void>;
   /** Default USB_NET_RETRIES. */
   usbNetRetries?: number;
+  consolePty?: boolean;
 }): Promise<QemuBoard> {
   const qemu = needTool(qemuTools.qemuSystem);
   const qmpSocket = join(o.runDir, 'qmp-launcher.sock');
@@ -241,12 +251,14 @@ export async function launch(o: {
     initrd: o.image.initrd,
     ...(o.machine === 'raspi3b' ? { dtb: o.image.dtb } : {}),
     disk: o.overlay,
+    ...(o.image.root ? { root: o.image.root } : {}),
     appendExtra: [...(o.appendExtra ?? [])],
     hostfwd: { api: { host: o.apiPort, guest: 48484 }, ssh: { host: o.sshPort, guest: 22 } },
     qmpSocket,
     userQmpSocket,
     serialLog,
     noReboot: true,
+    ...(o.consolePty ? { consolePty: true } : {}),
     epochSeconds: Math.floor(Date.now() / 1000),
   });
   for (const sock of [qmpSocket, userQmpSocket]) await rm(sock, { force: true });
@@ -261,13 +273,26 @@ export async function launch(o: {
     const qemuLog = existsSync(join(o.runDir, 'qemu.log')) ? readFileSync(join(o.runDir, 'qemu.log'), 'utf8').trim() : '';
     throw new FleetlabError('SUP_ERR_HOST', `QEMU did not open its QMP socket: ${qemuLog || String(err)}`);
   }
+  const serialPty = o.consolePty ? await linkConsolePty(qmp, join(o.runDir, 'console')) : undefined;
   return new QemuBoard(
-    { machine: o.machine, apiUrl: `http://127.0.0.1:${o.apiPort}`, sshPort: o.sshPort, sshKey: o.image.sshKey, serialLog, qmpSocket: userQmpSocket, overlay: o.overlay },
+    { machine: o.machine, apiUrl: `http://127.0.0.1:${o.apiPort}`, sshPort: o.sshPort, sshKey: o.image.sshKey, serialLog, ...(serialPty ? { serialPty } : {}), qmpSocket: userQmpSocket, overlay: o.overlay },
     child,
     qmp,
     o.cleanup ?? (async () => undefined),
     o.usbNetRetries ?? USB_NET_RETRIES,
   );
+}
+
+/** Points `link` at the console chardev's /dev/pts path (replaced in one rename, so a reader never sees it missing). */
+async function linkConsolePty(qmp: QmpClient, link: string): Promise<string> {
+  const chardevs = await qmp.execute<Array<{ label: string; filename: string }>>('query-chardev');
+  const pty = chardevs.find((c) => c.label === CONSOLE_CHARDEV)?.filename.replace(/^pty:/, '');
+  if (!pty?.startsWith('/dev/')) throw new FleetlabError('SUP_ERR_HOST', `QEMU did not say where the console's pseudo-terminal is (query-chardev: ${JSON.stringify(chardevs)})`);
+  const tmp = `${link}.tmp`;
+  await rm(tmp, { force: true });
+  await symlink(pty, tmp);
+  await rename(tmp, link);
+  return link;
 }
 
 /** Asks the `qemu boot` owning the board (by its QMP socket) to power it on again after the next quit. */
@@ -285,8 +310,8 @@ export function takePowerCycleRequest(qmpSocket: string): boolean {
 
 /** The same board powered on again after its QEMU ended: same disk, ports and run dir. */
 export function relaunch(board: QemuBoard, image: QemuImage, runDir: string): Promise<QemuBoard> {
-  const { machine, apiUrl, sshPort, overlay } = board.info;
-  return launch({ image, machine, overlay, runDir, apiPort: Number(new URL(apiUrl).port), sshPort, cleanup: board.cleanup, usbNetRetries: board.nextUsbNetRetries });
+  const { machine, apiUrl, sshPort, overlay, serialPty } = board.info;
+  return launch({ image, machine, overlay, runDir, apiPort: Number(new URL(apiUrl).port), sshPort, cleanup: board.cleanup, usbNetRetries: board.nextUsbNetRetries, consolePty: serialPty !== undefined });
 }
 
 /** Boots a board and resolves once its supervisor answers `/ping` (or its SSH server greets, `readyWhen: 'ssh'`). */
@@ -310,6 +335,7 @@ export async function bootBoard(o: BootOptions): Promise<{ board: QemuBoard; rea
     apiPort,
     sshPort,
     ...(o.appendExtra ? { appendExtra: o.appendExtra } : {}),
+    ...(o.consolePty ? { consolePty: true } : {}),
     cleanup: async () => {
       if (o.snapshot) await rm(overlay, { force: true });
       if (!o.runDir) await rm(runDir, { recursive: true, force: true });

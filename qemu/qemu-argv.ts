@@ -33,6 +33,9 @@ export const NETDEV_ID = 'net0';
 /** The guest NIC's device id: the name to give QMP `set_link` to cut the network. */
 export const NIC_ID = 'nic0';
 
+/** The console's chardev id when it is on a pty (QMP query-chardev names its /dev/pts path). */
+export const CONSOLE_CHARDEV = 'console';
+
 export const GUEST_API_PORT = 48484;
 export const GUEST_SSH_PORT = 22;
 
@@ -51,6 +54,8 @@ export interface QemuArgvInput {
   /** qcow2 overlay over the base image; on raspi3b the base's virtual size must be a power of two (SD card rule). */
   disk: string;
   appendExtra?: string[];
+  /** The kernel's root= (default: the whole disk, /dev/mmcblk0 or /dev/vda); a card image's root partition is LABEL=fleetlab-root. */
+  root?: string;
   hostfwd: { api: PortForward<typeof GUEST_API_PORT>; ssh: PortForward<typeof GUEST_SSH_PORT> };
   qmpSocket: string;
   serialLog: string;
@@ -62,6 +67,11 @@ export interface QemuArgvInput {
   memoryMiB?: number;
   /** virt only (raspi3b has 4 cores fixed); default 2. */
   cpus?: number;
+  /**
+   * The console on a pseudo-terminal as well as in serialLog (`-chardev pty,logfile=`): what a
+   * lab's USB serial adapter is to a real board, for the `board` target's serial capture.
+   */
+  consolePty?: boolean;
   /** Start with the CPUs stopped (-S) until QMP `cont`. */
   paused?: boolean;
   /** `-no-reboot`: any reset (the guest's or QMP `system_reset`) ends QEMU instead (see above). */
@@ -82,6 +92,7 @@ export function buildQemuArgv(input: QemuArgvInput): string[] {
   // A QMP socket takes one client at a time: the second one is for whoever else watches the board.
   const qmp = [input.qmpSocket, ...(input.userQmpSocket ? [input.userQmpSocket] : [])].flatMap((sock) => ['-qmp', `unix:${sock},server=on,wait=off`]);
   const paused = [...(input.paused ? ['-S'] : []), ...(input.noReboot ? ['-no-reboot'] : [])];
+  const consoleSerial = input.consolePty ? ['-chardev', `pty,id=${CONSOLE_CHARDEV},logfile=${input.serialLog}`, '-serial', `chardev:${CONSOLE_CHARDEV}`] : ['-serial', `file:${input.serialLog}`];
 
   if (input.machine === 'raspi3b') {
     return [
@@ -95,7 +106,7 @@ export function buildQemuArgv(input: QemuArgvInput): string[] {
       '-device', `usb-net,netdev=${NETDEV_ID},id=${NIC_ID}`,
       // serial_hd(0) is the PL011, serial_hd(1) the mini UART that carries the console.
       '-serial', 'null',
-      '-serial', `file:${input.serialLog}`,
+      ...consoleSerial,
       ...qmp,
       ...paused,
     ];
@@ -112,7 +123,7 @@ export function buildQemuArgv(input: QemuArgvInput): string[] {
     '-device', 'virtio-blk-device,drive=hd0',
     '-netdev', netdev,
     '-device', `virtio-net-device,netdev=${NETDEV_ID},id=${NIC_ID}`,
-    '-serial', `file:${input.serialLog}`,
+    ...consoleSerial,
     ...qmp,
     ...paused,
   ];
@@ -125,9 +136,9 @@ function baseAppend(input: QemuArgvInput): string[] {
     // image ships no profiles; net.ifnames=0: the usb-net NIC keeps its kernel name usb0, so
     // no udev rename races systemd-networkd bringing the link up. (A dead network seen later
     // had another cause, a NIC that never enumerated: see qemu/usb-net-watch.ts.)
-    return ['root=/dev/mmcblk0', 'rootwait', 'rw', 'console=ttyS1,115200', 'apparmor=0', 'dwc_otg.fiq_fsm_enable=0', 'net.ifnames=0'];
+    return [`root=${input.root ?? '/dev/mmcblk0'}`, 'rootwait', 'rw', 'console=ttyS1,115200', 'apparmor=0', 'dwc_otg.fiq_fsm_enable=0', 'net.ifnames=0'];
   }
-  return ['root=/dev/vda', 'rootwait', 'rw', 'console=ttyAMA0', 'apparmor=0'];
+  return [`root=${input.root ?? '/dev/vda'}`, 'rootwait', 'rw', 'console=ttyAMA0', 'apparmor=0'];
 }
 
 function bad(message: string): FleetlabError {
@@ -168,6 +179,7 @@ function validate(input: QemuArgvInput): void {
     // One item is one kernel parameter; whitespace would silently split it into several.
     if (item === '' || /[\s\p{Cc}]/u.test(item)) throw bad(`appendExtra item must be one non-empty parameter without whitespace: ${JSON.stringify(item)}`);
   }
+  if (input.root !== undefined && (input.root === '' || /[\s\p{Cc}]/u.test(input.root))) throw bad(`root must be one kernel parameter value without whitespace: ${JSON.stringify(input.root)}`);
   if (input.machine === 'raspi3b') {
     if (input.memoryMiB !== undefined && input.memoryMiB !== 1024) throw bad(`raspi3b has 1024 MiB of RAM fixed, got memoryMiB=${input.memoryMiB}`);
     if (input.cpus !== undefined && input.cpus !== 4) throw bad(`raspi3b has 4 cores fixed, got cpus=${input.cpus}`);

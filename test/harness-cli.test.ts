@@ -97,6 +97,11 @@ describe('fleetlab test flags', () => {
     writeFileSync(join(dir, 'fleetlab.lab.yaml'), 'boards:\n  - name: pi-a\n    tags: [rpi4]\n    host: 127.0.0.1\n    privateKey: ./k\n');
     await expect(runTests({ cwd: dir, target: 'board', playwrightArgs: [], lab: { file: 'fleetlab.lab.yaml', tags: ['rpi5'] } })).rejects.toThrow('no board has the tags [rpi5]; boards: pi-a [rpi4]');
   });
+  it('boots a card image on the qemu target only, and one that exists', async () => {
+    writeFileSync(join(dir, 'fleetlab.config.ts'), 'export default {};\n');
+    await expect(runTests({ cwd: dir, target: 'board', playwrightArgs: [], flashImage: 'card.img' })).rejects.toThrow('--flash-image boots a card image under QEMU: add --target qemu (got --target board)');
+    await expect(runTests({ cwd: dir, target: 'qemu', playwrightArgs: [], flashImage: 'card.img' })).rejects.toThrow(/--flash-image .*card\.img does not exist \(fleetlab image build --board rpi4 makes one\)/);
+  });
   it('refuses bad values with what would be right', () => {
     expect(() => playwrightArgv('c', { ...base, target: 'pi' })).toThrow('--target must be one of sim, container, qemu, board, not "pi"');
     expect(() => playwrightArgv('c', { ...base, repeat: 0 })).toThrow('--repeat must be a positive integer, not 0');

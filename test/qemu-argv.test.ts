@@ -106,6 +106,11 @@ describe('buildQemuArgv virt', () => {
     expect(flag(argv, '-append')).toBe('root=/dev/vda rootwait rw console=ttyAMA0 apparmor=0 fleetlab.epoch=1790000000');
   });
 
+  it('boots a card image\'s root partition by its label', () => {
+    const a = buildQemuArgv(input({ machine: 'virt', dtb: undefined, root: 'LABEL=fleetlab-root' }));
+    expect(flag(a, '-append')).toMatch(/^root=LABEL=fleetlab-root rootwait /);
+  });
+
   it('takes memory and cores', () => {
     const a = buildQemuArgv(input({ machine: 'virt', dtb: undefined, memoryMiB: 2048, cpus: 4 }));
     expect(flag(a, '-m')).toBe('2048');
@@ -124,6 +129,7 @@ describe('buildQemuArgv refuses what QEMU would misread', () => {
     ['a port out of range', { hostfwd: { api: { host: 70000, guest: 48484 }, ssh: { host: 40002, guest: 22 } } }, /1-65535/],
     ['the same host port twice', { hostfwd: { api: { host: 40001, guest: 48484 }, ssh: { host: 40001, guest: 22 } } }, /same host port/],
     ['an append item with a space', { appendExtra: ['a b'] }, /without whitespace/],
+    ['a root with a space', { root: 'LABEL=a b' }, /root must be one kernel parameter/],
     ['a fractional epoch', { epochSeconds: 1.5 }, /epochSeconds/],
     ['an empty kernel path', { kernel: '' }, /kernel path/],
   ];

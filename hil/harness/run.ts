@@ -7,6 +7,7 @@ import { spawn } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { join, resolve } from 'node:path';
+import { FLASH_IMAGE_VARIABLE } from '../../board/flash-image-plan.js';
 import { payloadSource, PREBUILT_PAYLOAD_DIR } from '../../qemu/image/payload.js';
 import { FleetlabError } from '../../src/errors.js';
 import { fleetlabRoot } from '../../src/package-root.js';
@@ -34,6 +35,8 @@ export interface RunOptions {
    * the lab file (hil/lab/worker-lease.ts); as many workers as such boards unless told.
    */
   lab?: { file: string; tags: readonly string[] };
+  /** `--flash-image FILE` with --target qemu: boot this card image (fleetlab image build) on virt instead of the emulated Pi's own image. */
+  flashImage?: string;
 }
 
 /** Playwright's arguments for the run; pure, so the flag mapping is tested without a run. */
@@ -79,9 +82,14 @@ function requirePayloadFor(target: string): void {
 
 /** Runs the specs; resolves with Playwright's exit code. */
 export async function runTests(options: RunOptions): Promise<number> {
-  requirePayloadFor(options.target);
-  const config = findConfig(options.cwd);
   let labEnv: Record<string, string> = {};
+  if (options.flashImage) {
+    if (options.target !== 'qemu') throw new FleetlabError('SUP_ERR_BAD_REQUEST', `--flash-image boots a card image under QEMU: add --target qemu (got --target ${options.target})`);
+    const card = resolve(options.cwd, options.flashImage);
+    if (!existsSync(card)) throw new FleetlabError('SUP_ERR_BAD_REQUEST', `--flash-image ${card} does not exist (fleetlab image build --board rpi4 makes one)`);
+    labEnv = { [FLASH_IMAGE_VARIABLE]: card, FLEETLAB_QEMU_MACHINE: 'virt' };
+  } else requirePayloadFor(options.target);
+  const config = findConfig(options.cwd);
   let workers: number | undefined;
   if (options.lab) {
     if (options.target !== 'board') throw new FleetlabError('HIL_ERR_LAB', `--lab hands out lab boards, which is the board target's: add --target board (got --target ${options.target})`);

@@ -1,7 +1,9 @@
 /**
  * The `qemu` target: the emulated Raspberry Pi of qemu/ (the image `fleetlab qemu build`
  * makes: Debian arm64, systemd, D-Bus, journald, dockerd, the supervisor as a systemd unit)
- * under `qemu-system-aarch64 -M raspi3b` (or `virt` with FLEETLAB_QEMU_MACHINE=virt).
+ * under `qemu-system-aarch64 -M raspi3b` (or `virt` with FLEETLAB_QEMU_MACHINE=virt). With
+ * FLEETLAB_QEMU_FLASH_IMAGE=<card.img> (`fleetlab test --flash-image`) it boots a card image of
+ * `fleetlab image build` instead, on virt (qemu/flash-boot.ts): what a lab flashes, tested.
  *
  * - `exec`, `files`, `journal`: over SSH to the forwarded port (./ssh-device.ts), as on a board.
  * - `led`: the emulated GPIO controller's level register, sampled through the QEMU monitor
@@ -28,6 +30,8 @@ import { Agent } from 'undici';
 import { FleetlabError } from '../../src/errors.js';
 import { fleetlabRoot } from '../../src/package-root.js';
 import { bootBoard, relaunch, serialTail, waitForPing, type QemuBoard } from '../../qemu/boot.js';
+import { FLASH_IMAGE_VARIABLE } from '../../board/flash-image-plan.js';
+import { flashImageForQemu } from '../../qemu/flash-boot.js';
 import { GpioProbe } from '../../qemu/gpio-probe.js';
 import { buildImage, formatBuildProgress, imageFromDir, type QemuImage } from '../../qemu/image/build.js';
 import { GUEST, LED_LINES } from '../../qemu/image/recipe.js';
@@ -36,6 +40,7 @@ import { startPartitionableLink, type PartitionableLink } from '../../sim/networ
 import { httpApi } from '../lib/http.js';
 import { dockerVolumePath, storedIdentity, unitLog, waitApiDown } from './board.js';
 import { runResetStep, supervisorWipeLines } from './board-reset.js';
+import { ensureBoardTestImages } from './board-test-images.js';
 import { PulledImages } from './pulled-images.js';
 import { prepareReplayOnBoard } from '../capture/replay.js';
 import { SshDevice } from './ssh-device.js';
@@ -63,20 +68,25 @@ const CLOUD_TIMINGS = { FLEETLAB_POLL_INTERVAL_MS: '2000', FLEETLAB_REPORT_INTER
 const HOST_FROM_GUEST = '10.0.2.2';
 
 export function machineFromEnv(env: NodeJS.ProcessEnv = process.env): MachineKind {
-  const m = env.FLEETLAB_QEMU_MACHINE ?? 'raspi3b';
+  if (env[FLASH_IMAGE_VARIABLE] && env.FLEETLAB_QEMU_MACHINE === 'raspi3b') throw new FleetlabError('SUP_ERR_BAD_REQUEST', `${FLASH_IMAGE_VARIABLE}: a card image boots on FLEETLAB_QEMU_MACHINE=virt, not raspi3b`);
+  const m = env.FLEETLAB_QEMU_MACHINE ?? (env[FLASH_IMAGE_VARIABLE] ? 'virt' : 'raspi3b');
   if (m !== 'raspi3b' && m !== 'virt') throw new FleetlabError('SUP_ERR_BAD_REQUEST', `FLEETLAB_QEMU_MACHINE must be raspi3b or virt, not ${JSON.stringify(m)}`);
   return m;
 }
 
+/** Where a card image's config.txt as it booted is kept, for the reset to put back (its kernel= lines are the firmware's). */
+const BOOT_CONFIG_AS_BOOTED = '/run/fleetlab/config.txt.booted';
+
 /**
  * The device reset between spec files: what a fresh board would not have. The test app
- * images stay (they came with the image); everything a spec can create goes.
+ * images stay (they came with the image, or were imported once); everything a spec can
+ * create goes. config.txt goes back to how the board booted: empty on the emulated Pi's image.
  */
-export function resetScript(): string {
+export function resetScript(bootDir: string = GUEST.bootDir): string {
   return [
     'set -eu',
-    ...supervisorWipeLines({ unit: GUEST.unit, dataDir: GUEST.dataDir, lockRoot: GUEST.lockRoot, proxyConfigDir: `${GUEST.bootDir}/system-proxy` }),
-    `: > ${GUEST.bootDir}/config.txt`,
+    ...supervisorWipeLines({ unit: GUEST.unit, dataDir: GUEST.dataDir, lockRoot: GUEST.lockRoot, proxyConfigDir: `${bootDir}/system-proxy` }),
+    `if [ -e ${BOOT_CONFIG_AS_BOOTED} ]; then cp ${BOOT_CONFIG_AS_BOOTED} ${bootDir}/config.txt; else : > ${bootDir}/config.txt; fi`,
     `printf '# Settings for this boot (FLEETLAB_* variables); the HIL harness writes the cloud link here.\\n' > ${GUEST.envFile}`,
     'hostnamectl set-hostname fleetlab',
     'systemctl restart redsocks.service || true',
@@ -89,8 +99,8 @@ async function setGuestClock(ssh: SshDevice): Promise<void> {
 }
 
 /** Runs `resetScript` on the board (the supervisor is left stopped). */
-export async function resetOverSsh(ssh: SshDevice): Promise<void> {
-  await runResetStep(ssh, 'wipe', resetScript(), [], RESET_MS);
+export async function resetOverSsh(ssh: SshDevice, bootDir?: string): Promise<void> {
+  await runResetStep(ssh, 'wipe', resetScript(bootDir), [], RESET_MS);
 }
 
 /** After a reset: the supervisor's unit started, and answering. */
@@ -177,6 +187,16 @@ class QemuLab {
     this.ssh = new SshDevice({ host: '127.0.0.1', port: board.info.sshPort, username: 'root', privateKey: await readFile(this.image.sshKey) });
     this.images = new PulledImages();
     await this.afterBoot();
+    if (this.image.bootDir) {
+      // A card image is a lab's board: no test app images of the harness's, and a config.txt the firmware needs.
+      await ensureBoardTestImages(this.ssh, (line) => process.stderr.write(`qemu target: ${line}\n`));
+      await this.ssh.run(['sh', '-c', `mkdir -p /run/fleetlab && cp ${this.image.bootDir}/config.txt ${BOOT_CONFIG_AS_BOOTED}`]);
+    }
+  }
+
+  /** Where config.txt and system-proxy/ are on this board's image. */
+  get bootDir(): string {
+    return this.image.bootDir ?? GUEST.bootDir;
   }
 
   /** QEMU again on the same disk and ports after `quit` (power restored). */
@@ -253,7 +273,7 @@ class QemuLab {
   /** Between spec files: the board as a fresh one, with the supervisor stopped. */
   async reset(): Promise<void> {
     if (this.#resetBy === 'snapshot') return restoreResetSnapshot(this.board!, this.ssh!);
-    await resetOverSsh(this.ssh!);
+    await resetOverSsh(this.ssh!, this.bootDir);
     if (this.#resetBy) return;
     const refused = await saveResetSnapshot(this.board!, this.ssh!);
     this.#resetBy = refused ? 'ssh' : 'snapshot';
@@ -323,7 +343,7 @@ class QemuUnderTest implements DeviceUnderTest {
       uuid: identity.uuid,
       vendor: 'platform',
       lockRoot: GUEST.lockRoot,
-      hostPaths: { hostname: '/etc/hostname', proxyConfigDir: `${GUEST.bootDir}/system-proxy`, bootConfig: `${GUEST.bootDir}/config.txt` },
+      hostPaths: { hostname: '/etc/hostname', proxyConfigDir: `${lab.bootDir}/system-proxy`, bootConfig: `${lab.bootDir}/config.txt` },
     }, { dispatcher: this.#connections });
     this.exec = ssh.exec;
     this.journal = ssh.journal;
@@ -389,7 +409,7 @@ class QemuUnderTest implements DeviceUnderTest {
  * A reset board (supervisor stopped, nothing of a device left) put into a bundle's state, its
  * supervisor set to run as the captured one did; `startSupervisor` then starts it from there.
  */
-async function replayOnto(ssh: SshDevice, bundle: string): Promise<void> {
+async function replayOnto(ssh: SshDevice, bundle: string, bootDir: string): Promise<void> {
   const engine = await ssh.forwardUnixSocket('/var/run/docker.sock');
   try {
     const replayed = await prepareReplayOnBoard({
@@ -400,7 +420,7 @@ async function replayOnto(ssh: SshDevice, bundle: string): Promise<void> {
         runRaw: (argv, o) => ssh.runRaw(argv, o),
         dataDir: GUEST.dataDir,
         lockRoot: GUEST.lockRoot,
-        proxyConfigDir: `${GUEST.bootDir}/system-proxy`,
+        proxyConfigDir: `${bootDir}/system-proxy`,
         setHostname: async (name) => {
           const r = await ssh.run(['hostnamectl', 'set-hostname', name]);
           if (r.exitCode !== 0) throw new FleetlabError('SUP_ERR_HOST', `hostnamectl set-hostname ${name} on the board: ${r.stderr.trim()}`);
@@ -425,6 +445,8 @@ export function replayEnv(o: { localMode: boolean; vendor: string; deviceType: s
 
 /** The image: the one the global setup built, else built (or found cached) now. */
 async function resolveImage(): Promise<QemuImage> {
+  const card = process.env[FLASH_IMAGE_VARIABLE];
+  if (card) return flashImageForQemu({ image: card, progress: (line) => process.stderr.write(`qemu target: ${line}\n`) });
   const dir = process.env.FLEETLAB_QEMU_IMAGE_DIR;
   if (dir) return imageFromDir(dir);
   const repoRoot = fleetlabRoot(import.meta.url);
@@ -456,7 +478,7 @@ export function createQemuTarget(): TargetDriver<TargetStartOptions> {
           guestUrl.hostname = HOST_FROM_GUEST;
           await ssh.files.write(GUEST.envFile, cloudEnv({ url: guestUrl.origin, provisioningKey: options.cloud.provisioningKey }));
         }
-        if (options.bundle) await replayOnto(ssh, options.bundle);
+        if (options.bundle) await replayOnto(ssh, options.bundle, lab.bootDir);
         await startSupervisor(ssh, lab.board!);
         const stored = await storedIdentity(ssh, GUEST.dataDir);
         return new QemuUnderTest(lab, { uuid: stored.uuid, apiKey: stored.deviceKey }, link);

@@ -69,6 +69,12 @@ export interface QemuImage {
   /** The private half of the key in the image's `/root/.ssh/authorized_keys`. */
   readonly sshKey: string;
   readonly manifest: ImageManifest;
+  /** The kernel's root= when the disk is partitioned (a card image, ../flash-boot.ts); default the whole disk. */
+  readonly root?: string;
+  /** The disk's size as the board sees it, when larger than sdImage (a card bigger than the image flashed onto it). */
+  readonly diskBytes?: number;
+  /** Where the supervisor's config.txt and system-proxy/ are on this image; default GUEST.bootDir. */
+  readonly bootDir?: string;
 }
 
 export interface ImageManifest {
@@ -122,7 +128,7 @@ export function latestImage(cacheDir = join(cacheRoot(), 'qemu'), bare = false):
 }
 
 /** The SSH key pair the harness logs in with; one per cache, made on first use. */
-function sshKeyPair(cacheDir: string): { privateKey: string; publicKey: string } {
+export function sshKeyPair(cacheDir: string): { privateKey: string; publicKey: string } {
   const dir = join(cacheDir, 'ssh');
   const priv = join(dir, 'id_ed25519');
   const pub = `${priv}.pub`;
@@ -138,7 +144,7 @@ function sshKeyPair(cacheDir: string): { privateKey: string; publicKey: string }
   return { privateKey: readFileSync(priv, 'utf8'), publicKey: readFileSync(pub, 'utf8') };
 }
 
-function hashTree(h: ReturnType<typeof createHash>, root: string, rel = ''): void {
+export function hashTree(h: ReturnType<typeof createHash>, root: string, rel = ''): void {
   for (const name of readdirSync(join(root, rel)).sort()) {
     const path = join(root, rel, name);
     const st = statSync(path);
@@ -175,21 +181,7 @@ async function build(options: ImageBuildOptions, started: number, report: (stage
   mkdirSync(cacheDir, { recursive: true });
 
   // Layer 1: the Debian root filesystem.
-  const rKey = rootfsKey({ suite, mirror });
-  const rootfs = join(cacheDir, `rootfs-${rKey}`);
-  let builtRootfs = false;
-  let rootfsMs = 0;
-  if (options.force || !existsSync(join(rootfs, 'etc', 'os-release'))) {
-    const t0 = Date.now();
-    const tmp = `${rootfs}.tmp`;
-    rmSync(tmp, { recursive: true, force: true });
-    await buildRootfs({ target: tmp, suite, mirror, report: (f, d) => report('rootfs', f, d) });
-    rmSync(rootfs, { recursive: true, force: true });
-    renameSync(tmp, rootfs);
-    pruneSiblings(cacheDir, 'rootfs-', rootfs);
-    builtRootfs = true;
-    rootfsMs = Date.now() - t0;
-  } else report('rootfs', 1, `rootfs-${rKey} cached`);
+  const { rootfs, rootfsKey: rKey, built: builtRootfs, ms: rootfsMs } = await ensureRootfs({ cacheDir, suite, mirror, force: options.force, report: (f, d) => report('rootfs', f, d) });
   const boot = bootFiles(rootfs);
 
   // Layer 2: the payload, staged apart so its hash is the image key.
@@ -231,15 +223,7 @@ async function build(options: ImageBuildOptions, started: number, report: (stage
     mkdirSync(work, { recursive: true });
     const tree = join(work, 'rootfs');
     report('assemble', 0, `copying rootfs-${rKey} and adding the payload`);
-    await execa('cp', ['-a', '--reflink=auto', rootfs, tree]);
-    await execa('cp', ['-a', `${stage}/.`, tree]);
-    for (const wants of DISABLED_UNITS) rmSync(join(tree, 'etc/systemd/system', wants), { force: true });
-    for (const u of enabledUnits) {
-      const link = join(tree, 'etc/systemd/system', `${u.wantedBy}.wants`, u.unit);
-      mkdirSync(dirname(link), { recursive: true });
-      rmSync(link, { force: true });
-      symlinkSync(u.source, link);
-    }
+    await assembleTree({ rootfs, stage, tree, enabledUnits, disabledUnits: DISABLED_UNITS });
     const dirs = options.bare ? ['var/log/journal'] : ['var/log/journal', `${GUEST.bootDir.slice(1)}/system-proxy`, GUEST.dataDir.slice(1)];
     for (const d of dirs) mkdirSync(join(tree, d), { recursive: true });
     chmodSync(join(tree, 'root/.ssh'), 0o700);
@@ -276,7 +260,38 @@ async function build(options: ImageBuildOptions, started: number, report: (stage
   }
 }
 
-function writeImageFiles(stage: string, files: ReadonlyArray<{ path: string; content: string; mode: number }>): void {
+/** The cached Debian root filesystem for `suite` (layer 1), built first when missing or forced; shared by `qemu build` and `image build`. */
+export async function ensureRootfs(o: { cacheDir: string; suite: string; mirror: string; force?: boolean | undefined; report: (fraction: number, detail: string) => void }): Promise<{ rootfs: string; rootfsKey: string; built: boolean; ms: number }> {
+  const rKey = rootfsKey({ suite: o.suite, mirror: o.mirror });
+  const rootfs = join(o.cacheDir, `rootfs-${rKey}`);
+  if (!o.force && existsSync(join(rootfs, 'etc', 'os-release'))) {
+    o.report(1, `rootfs-${rKey} cached`);
+    return { rootfs, rootfsKey: rKey, built: false, ms: 0 };
+  }
+  const t0 = Date.now();
+  const tmp = `${rootfs}.tmp`;
+  rmSync(tmp, { recursive: true, force: true });
+  await buildRootfs({ target: tmp, suite: o.suite, mirror: o.mirror, report: o.report });
+  rmSync(rootfs, { recursive: true, force: true });
+  renameSync(tmp, rootfs);
+  pruneSiblings(o.cacheDir, 'rootfs-', rootfs);
+  return { rootfs, rootfsKey: rKey, built: true, ms: Date.now() - t0 };
+}
+
+/** A copy of the root filesystem with the staged payload on top and units enabled and disabled as `systemctl` would. */
+export async function assembleTree(o: { rootfs: string; stage: string; tree: string; enabledUnits: ReadonlyArray<{ wantedBy: string; unit: string; source: string }>; disabledUnits: readonly string[] }): Promise<void> {
+  await execa('cp', ['-a', '--reflink=auto', o.rootfs, o.tree]);
+  await execa('cp', ['-a', `${o.stage}/.`, o.tree]);
+  for (const wants of o.disabledUnits) rmSync(join(o.tree, 'etc/systemd/system', wants), { force: true });
+  for (const u of o.enabledUnits) {
+    const link = join(o.tree, 'etc/systemd/system', `${u.wantedBy}.wants`, u.unit);
+    mkdirSync(dirname(link), { recursive: true });
+    rmSync(link, { force: true });
+    symlinkSync(u.source, link);
+  }
+}
+
+export function writeImageFiles(stage: string, files: ReadonlyArray<{ path: string; content: string; mode: number }>): void {
   for (const f of files) {
     const path = join(stage, f.path);
     mkdirSync(dirname(path), { recursive: true });
@@ -289,9 +304,9 @@ function writeImageFiles(stage: string, files: ReadonlyArray<{ path: string; con
  * Older layers of the same kind go, newest `keep` stay: a booted overlay still reads the image
  * it was made from, so the previous image is kept for runs in progress.
  */
-function pruneSiblings(cacheDir: string, prefix: string, current: string, keep = 1): void {
+export function pruneSiblings(cacheDir: string, prefix: string, current: string, keep = 1): void {
   const others = readdirSync(cacheDir)
-    .filter((d) => d.startsWith(prefix) && /^[a-z]+-[0-9a-f]{16}$/.test(d) && join(cacheDir, d) !== current)
+    .filter((d) => d.startsWith(prefix) && /^[a-z0-9]+-[0-9a-f]{16}$/.test(d) && join(cacheDir, d) !== current)
     .map((d) => join(cacheDir, d))
     .sort((a, b) => statSync(b).mtimeMs - statSync(a).mtimeMs);
   for (const d of others.slice(keep - 1)) rmSync(d, { recursive: true, force: true });

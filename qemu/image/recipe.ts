@@ -31,6 +31,7 @@ export const PACKAGES = [
   'docker.io', // the container engine (with containerd, runc, iptables)
   'iproute2', 'procps',
   'busybox-static', // the test app images are made of it
+  'systemd-timesyncd', // a card image's clock (a Pi has no RTC); disabled in the emulated boards, which must not reach out to NTP
 ] as const;
 
 /** Suites whose docker.io still carries the docker command. */
@@ -50,9 +51,11 @@ export function packagesFor(suite: string): readonly string[] {
  * MODULES=list: only what mounts the root filesystem goes into the initramfs. Regenerating a
  * MODULES=most initramfs under qemu-user is most of a 25-minute build; this list takes seconds.
  * raspi3b: the SD card sits on the sdhost controller (`bcm2835`) or the Arasan SDHCI
- * (`sdhci-iproc`) depending on the pin functions; virt: virtio over MMIO.
+ * (`sdhci-iproc`) depending on the pin functions; virt: virtio over MMIO. A real Pi 4's SD slot
+ * (emmc2, sdhci-iproc) waits for its two supply regulators, a GPIO one and a fixed one, both
+ * modules in Debian's kernel: without them in the initramfs the card never probes.
  */
-export const INITRAMFS_MODULES = ['ext4', 'mmc_block', 'bcm2835', 'sdhci_iproc', 'sdhci_pltfm', 'virtio_mmio', 'virtio_blk'] as const;
+export const INITRAMFS_MODULES = ['ext4', 'mmc_block', 'bcm2835', 'sdhci_iproc', 'sdhci_pltfm', 'virtio_mmio', 'virtio_blk', 'gpio_regulator', 'fixed'] as const;
 
 /** The device tree QEMU's raspi3b boots with, as Debian's kernel package ships it. */
 export const RASPI3B_DTB = 'broadcom/bcm2837-rpi-3-b.dtb';
@@ -239,6 +242,8 @@ export const DISABLED_UNITS = [
   'timers.target.wants/dpkg-db-backup.timer',
   'timers.target.wants/fstrim.timer',
   'getty.target.wants/getty@tty1.service',
+  // Test boards get the harness's clock (fleetlab-boot, then over SSH) and send nothing past the host; a card image keeps it (FLASH_KEEPS_ENABLED).
+  'sysinit.target.wants/systemd-timesyncd.service',
 ] as const;
 
 /** Dropped from the root filesystem: documentation, translations, package caches. */

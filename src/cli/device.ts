@@ -1,6 +1,7 @@
 /**
- * The device's own command: only `fleetlab supervisor`. The QEMU image (and a board install)
- * bundles this entry, so the cloud, the simulator and their native addons stay off the device.
+ * The device's own commands: `fleetlab supervisor`, and `first-boot` for a flashed card
+ * (board/first-boot.ts). The QEMU image, a board install and a card image bundle this entry,
+ * so the cloud, the simulator and their native addons stay off the device.
  */
 import { Command } from 'commander';
 import { addSupervisorCommand } from './supervisor-command.js';
@@ -8,5 +9,13 @@ import { pointUsageErrorsAtHelp } from './usage-hint.js';
 
 const program = new Command('fleetlab').description('fleetlab device supervisor');
 addSupervisorCommand(program);
+program
+  .command('first-boot')
+  .description('On a flashed fleetlab card: grow the root partition once, apply fleetlab.txt from the boot partition')
+  .action(async () => {
+    const { firstBoot } = await import('../../board/first-boot.js');
+    const result = await firstBoot({ growRoot: true });
+    if (result === 'failed') process.exitCode = 1;
+  });
 pointUsageErrorsAtHelp(program);
 await program.parseAsync(process.argv);

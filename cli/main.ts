@@ -628,8 +628,9 @@ qemu
   .option('--suite <name>', 'Debian suite of the image (trixie, bookworm)', 'trixie')
   .option('--bare', 'boot the bare image (qemu build --bare: no supervisor); ready once SSH answers, for `fleetlab board install`', false)
   .option('--flash-image <file>', 'boot a card image (fleetlab image build) instead: its kernel and root partition, provisioned with this harness\'s SSH key; --machine virt')
+  .option('--serial-pty', 'the console on a pseudo-terminal too (serialPty in the ready line, serial in --board-config), as a lab board\'s USB serial adapter', false)
   .action(
-    action(async (opts: { machine: 'raspi3b' | 'virt'; snapshot: boolean; apiPort?: string; sshPort?: string; boardConfig?: string; suite: string; bare: boolean; flashImage?: string }) => {
+    action(async (opts: { machine: 'raspi3b' | 'virt'; snapshot: boolean; apiPort?: string; sshPort?: string; boardConfig?: string; suite: string; bare: boolean; flashImage?: string; serialPty: boolean }) => {
       const { buildImage, formatBuildProgress } = await import('../qemu/image/build.js');
       const { bootBoard } = await import('../qemu/boot.js');
       const { untilStopped } = await import('../src/stop-signals.js');
@@ -650,6 +651,7 @@ qemu
         machine: opts.machine,
         snapshot: opts.snapshot,
         readyWhen: opts.bare ? 'ssh' : 'api',
+        consolePty: opts.serialPty,
         ...(opts.apiPort ? { apiPort: port(opts.apiPort) } : {}),
         ...(opts.sshPort ? { sshPort: port(opts.sshPort) } : {}),
         progress: (d) => console.error(d),

@@ -245,7 +245,7 @@ async function attachEvidence(device: DeviceUnderTest, testInfo: TestInfo, since
     const log = await device.supervisorLog();
     return log.length > LOG_TAIL_BYTES ? `…(earlier output cut)\n${log.slice(-LOG_TAIL_BYTES)}` : log;
   });
-  if (device.consoleLog) await attach('serial console', () => device.consoleLog!());
+  if (device.consoleLog) await attach('serial console', () => device.consoleLog!(since));
   await attachCapture(device, testInfo);
   if (device.led) {
     await attach('LED transitions', async () =>

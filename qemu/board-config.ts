@@ -22,5 +22,7 @@ export function boardConfigFor(ready: ReadyInfo, cli: readonly string[], bootDir
     // TCG: the same deadlines as the qemu target.
     timeScale: ready.machine === 'raspi3b' ? 8 : 4,
     power: { cycle: shellQuote([...cli, 'qemu', 'power', 'cycle', '--qmp', ready.qmpSocket]) },
+    // The console's pseudo-terminal (qemu boot --serial-pty), read as a lab reads a board's USB serial adapter.
+    ...(ready.serialPty ? { serial: ready.serialPty } : {}),
   };
 }

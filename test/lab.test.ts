@@ -35,8 +35,9 @@ describe('the lab file', () => {
       ['pi-a', ['rpi4', '4gb'], '/dev/ttyUSB0', '127.0.0.1', 22, '/lab/lab-key', 'pdu 3 cycle'],
       ['pi-b', ['rpi3'], undefined, '127.0.0.1', 2222, '/lab/lab-key', undefined],
     ]);
-    // What `lab run` hands the board target: the fields as written, the key made absolute.
-    expect(lab.boards[0]!.raw).toEqual({ host: '127.0.0.1', sshPort: 22, privateKey: '/lab/lab-key', power: { cycle: 'pdu 3 cycle' } });
+    // What `lab run` hands the board target: the fields as written (the console too, for its capture), the key made absolute.
+    expect(lab.boards[0]!.raw).toEqual({ host: '127.0.0.1', sshPort: 22, privateKey: '/lab/lab-key', serial: '/dev/ttyUSB0', power: { cycle: 'pdu 3 cycle' } });
+    expect(lab.boards[0]!.config.serial).toEqual({ device: '/dev/ttyUSB0', baud: 115200 });
   });
 
   it('takes the lease store and time to live it is given', () => {

@@ -106,6 +106,14 @@ describe('buildQemuArgv virt', () => {
     expect(flag(argv, '-append')).toBe('root=/dev/vda rootwait rw console=ttyAMA0 apparmor=0 fleetlab.epoch=1790000000');
   });
 
+  it('puts the console on a pty too, logged to the same file, when asked', () => {
+    const a = buildQemuArgv(input({ machine: 'virt', dtb: undefined, consolePty: true }));
+    expect(flags(a, '-chardev')).toEqual(['pty,id=console,logfile=/run/board/serial.log']);
+    expect(flags(a, '-serial')).toEqual(['chardev:console']);
+    // raspi3b: the console is the second serial (mini UART), the first stays null.
+    expect(flags(buildQemuArgv(input({ consolePty: true })), '-serial')).toEqual(['null', 'chardev:console']);
+  });
+
   it('boots a card image\'s root partition by its label', () => {
     const a = buildQemuArgv(input({ machine: 'virt', dtb: undefined, root: 'LABEL=fleetlab-root' }));
     expect(flag(a, '-append')).toMatch(/^root=LABEL=fleetlab-root rootwait /);

@@ -683,6 +683,17 @@ describe('board config', () => {
   it('reads the example config', () => {
     const c = loadBoardConfig({ FLEETLAB_BOARD_CONFIG: fileURLToPath(new URL('../hil/boards/example.json', import.meta.url)), HOME: '/root' });
     expect(boardCapabilities(c)).toContain('led');
+    expect(c.serial).toEqual({ device: '/dev/ttyUSB0', baud: 115200 });
+  });
+
+  it('takes the serial console as a path or with its speed, and says what is wrong', () => {
+    const where = { source: 't.json', baseDir: '/lab' };
+    const base = { host: '192.0.2.10', privateKey: '/k' };
+    expect(parseBoardConfig({ ...base, serial: { device: '/dev/ttyAMA1', baud: 921600 } }, where).serial).toEqual({ device: '/dev/ttyAMA1', baud: 921600 });
+    expect(parseBoardConfig(base, where).serial).toBeUndefined();
+    expect(() => parseBoardConfig({ ...base, serial: 'ttyUSB0' }, where)).toThrow(/serial must be the serial device's absolute path/);
+    expect(() => parseBoardConfig({ ...base, serial: { device: '/dev/ttyUSB0', baud: 12345 } }, where)).toThrow(/"serial.baud" must be one of 9600, .*115200/);
+    expect(() => parseBoardConfig({ ...base, serial: { device: '/dev/ttyUSB0', parity: 'none' } }, where)).toThrow(/unknown field "serial.parity" \(known: device, baud\)/);
   });
 
   it('resolves the LED line from chip labels as the supervisor does', () => {

@@ -93,7 +93,7 @@ export function parseLabFile(text: string, source: string, env: { home?: string 
   (raw.boards as unknown[]).forEach((b, i) => {
     const at = `boards[${i}]`;
     if (!isObject(b)) fail(`${at} must be a mapping with "name", "tags" and the board's config fields`);
-    const { name, tags, serial, ...config } = b as Fields;
+    const { name, tags, ...config } = b as Fields;
     if (typeof name !== 'string' || !/^[A-Za-z0-9][A-Za-z0-9._-]*$/.test(name)) fail(`${at}.name must be a word of letters, digits, ".", "_" or "-", got ${JSON.stringify(name)}`);
     const label = `${at} (${name as string})`;
     if (boards.some((o) => o.name === name)) fail(`${label}: another board is already called ${name as string}`);
@@ -101,14 +101,13 @@ export function parseLabFile(text: string, source: string, env: { home?: string 
     if (!Array.isArray(tagList) || tagList.some((t) => typeof t !== 'string' || !/^[A-Za-z0-9][A-Za-z0-9._:-]*$/.test(t))) {
       fail(`${label}.tags must be a list of words (e.g. [rpi4, 4gb]), got ${JSON.stringify(tags)}`);
     }
-    if (serial !== undefined && (typeof serial !== 'string' || !serial.startsWith('/'))) fail(`${label}.serial must be the serial device's absolute path on the lab host (e.g. /dev/ttyUSB0), got ${JSON.stringify(serial)}`);
     let parsed: BoardConfig;
     try {
       parsed = parseBoardConfig(config, { source: `${source} ${label}`, baseDir, home: env.home, example: LAB_FILE_EXAMPLE });
     } catch (err) {
       throw new FleetlabError('HIL_ERR_LAB', errorText(err));
     }
-    boards.push({ name: name as string, tags: tagList as string[], ...(serial ? { serial: serial as string } : {}), config: parsed, raw: { ...config, privateKey: parsed.privateKey } });
+    boards.push({ name: name as string, tags: tagList as string[], ...(parsed.serial ? { serial: parsed.serial.device } : {}), config: parsed, raw: { ...config, privateKey: parsed.privateKey } });
   });
   return { source, store, ttlSeconds: ttl as number, boards };
 }

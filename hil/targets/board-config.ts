@@ -58,6 +58,8 @@ export interface BoardConfig {
   };
   /** Lab-host shell commands; only the ones given back a capability. */
   readonly power: { readonly cycle?: string; readonly off?: string; readonly on?: string };
+  /** The board's serial console as the lab host sees it (a USB adapter's tty), captured while a worker holds the board. */
+  readonly serial?: { readonly device: string; readonly baud: number };
 }
 
 function configError(source: string, message: string, example = `(${BOARD_CONFIG_VARIABLE}=hil/boards/example.json):\n${BOARD_CONFIG_EXAMPLE}`): FleetlabError {
@@ -95,7 +97,7 @@ export function parseBoardConfig(raw: unknown, where: { source: string; baseDir:
   };
   if (typeof raw !== 'object' || raw === null || Array.isArray(raw)) fail('must be a JSON object');
   const o = raw as Fields;
-  const known = ['host', 'sshPort', 'user', 'privateKey', 'apiUrl', 'apiKey', 'dataDir', 'vendor', 'lockRoot', 'supervisorUnit', 'hostPaths', 'led', 'power', 'timeScale', 'reset'];
+  const known = ['host', 'sshPort', 'user', 'privateKey', 'apiUrl', 'apiKey', 'dataDir', 'vendor', 'lockRoot', 'supervisorUnit', 'hostPaths', 'led', 'power', 'timeScale', 'reset', 'serial'];
   const unknown = Object.keys(o).filter((k) => !known.includes(k));
   if (unknown.length) fail(`unknown field${unknown.length > 1 ? 's' : ''} ${unknown.map((k) => `"${k}"`).join(', ')} (known: ${known.join(', ')})`);
 
@@ -172,7 +174,22 @@ export function parseBoardConfig(raw: unknown, where: { source: string; baseDir:
     },
     ...(o.led !== undefined ? { led: parseLed(o.led, fail) } : {}),
     power: parsePower(o.power, fail),
+    ...(o.serial !== undefined ? { serial: parseSerial(o.serial, fail) } : {}),
   };
+}
+
+/** Baud rates a Pi's UART and common USB adapters take. */
+const BAUDS = [9600, 19200, 38400, 57600, 115200, 230400, 460800, 921600];
+
+/** `"/dev/ttyUSB0"`, or `{"device": "/dev/ttyUSB0", "baud": 115200}`; the Pi's console runs at 115200. */
+function parseSerial(raw: unknown, fail: (m: string) => never): NonNullable<BoardConfig['serial']> {
+  const o: Fields = typeof raw === 'string' ? { device: raw } : typeof raw === 'object' && raw !== null && !Array.isArray(raw) ? (raw as Fields) : {};
+  const bad = Object.keys(o).filter((k) => k !== 'device' && k !== 'baud');
+  if (bad.length) fail(`unknown field "serial.${bad[0]}" (known: device, baud)`);
+  if (typeof o.device !== 'string' || !o.device.startsWith('/')) fail(`serial must be the serial device's absolute path on the lab host (e.g. /dev/ttyUSB0) or {"device": ..., "baud": 115200}, got ${JSON.stringify(raw)}`);
+  const baud = o.baud ?? 115200;
+  if (typeof baud !== 'number' || !BAUDS.includes(baud)) fail(`"serial.baud" must be one of ${BAUDS.join(', ')}, got ${JSON.stringify(o.baud)}`);
+  return { device: o.device as string, baud: baud as number };
 }
 
 function parseTimeScale(raw: unknown, fail: (m: string) => never): number {

@@ -19,6 +19,7 @@ import { boardCapabilities, loadBoardConfig, type BoardConfig, type BoardLedGpio
 import { readHostBaseline, resetBoard, type HostBaseline } from './board-reset.js';
 import { readLab } from '../lab/lab-command.js';
 import { labCapabilities, labSelection, WorkerLease } from '../lab/worker-lease.js';
+import { SerialConsole } from './serial-console.js';
 import { ensureBoardTestImages } from './board-test-images.js';
 import { PulledImages } from './pulled-images.js';
 import { SshDevice, type FollowedCommand } from './ssh-device.js';
@@ -68,6 +69,18 @@ export interface BoardMemory {
   images?: PulledImages;
   /** The test app images are on the board (checked, and imported where missing, once per worker). */
   testImages?: boolean;
+  /** The board's serial console, read from the worker's first start on the board to its end. */
+  serial?: SerialConsole;
+}
+
+/** The capture for the config's serial console: the worker's running one if it reads that device, else a new one. */
+async function serialFor(config: BoardConfig, memory: BoardMemory): Promise<SerialConsole | undefined> {
+  if (memory.serial && memory.serial.device !== config.serial?.device) {
+    await memory.serial.close();
+    memory.serial = undefined;
+  }
+  if (config.serial && !memory.serial) memory.serial = new SerialConsole(config.serial.device, config.serial.baud);
+  return memory.serial;
 }
 
 /** A deadline for this board: `ms` at timeScale 1. */
@@ -348,6 +361,7 @@ class BoardUnderTest implements DeviceUnderTest {
   readonly led?: LedProtocol;
   readonly images?: ImagesProtocol;
   readonly paths: DevicePaths;
+  readonly consoleLog?: (sinceMs?: number) => Promise<string>;
   #closed = false;
 
   constructor(
@@ -356,8 +370,10 @@ class BoardUnderTest implements DeviceUnderTest {
     identity: { uuid: string; apiKey: string },
     private readonly ledObserver: LedObserver | undefined,
     images: PulledImages | undefined,
+    serial?: SerialConsole,
   ) {
     if (images) this.images = images.over(ssh);
+    if (serial) this.consoleLog = async (sinceMs = 0) => serial.slice(sinceMs);
     this.capabilities = new Set(boardCapabilities(config));
     this.facts = { engine: 'docker', imagesArePulled: false, timeScale: config.timeScale };
     this.api = httpApi({ url: config.apiUrl, apiKey: identity.apiKey, uuid: identity.uuid, vendor: config.vendor, lockRoot: config.lockRoot, hostPaths: config.hostPaths });
@@ -467,6 +483,8 @@ export async function startBoard(config: BoardConfig, memory: BoardMemory = {}):
   }
   const ssh = new SshDevice({ host: config.host, port: config.sshPort, username: config.user, privateKey });
   let observer: LedObserver | undefined;
+  // Before anything can fail: a board that does not come up is where its console matters most.
+  const serial = await serialFor(config, memory);
   try {
     await ssh.waitReachable(scaledFor(config, REACH_MS));
     if (!memory.testImages) {
@@ -481,7 +499,7 @@ export async function startBoard(config: BoardConfig, memory: BoardMemory = {}):
     const stored = config.reset ? await waitStoredIdentity(ssh, config.dataDir, scaledFor(config, READY_MS)) : await storedIdentity(ssh, config.dataDir);
     observer = await startLedObserver(config, ssh);
     memory.images ??= new PulledImages();
-    const dut = new BoardUnderTest(config, ssh, { uuid: stored.uuid, apiKey: config.apiKey ?? stored.deviceKey }, observer, memory.images);
+    const dut = new BoardUnderTest(config, ssh, { uuid: stored.uuid, apiKey: config.apiKey ?? stored.deviceKey }, observer, memory.images, serial);
     await dut.api.waitReady(scaledFor(config, READY_MS));
     return dut;
   } catch (err) {
@@ -516,6 +534,8 @@ export function createBoardTarget(): TargetDriver<BoardTargetOptions> {
     },
     async dispose() {
       try {
+        await memory.serial?.close();
+        memory.serial = undefined;
         await memory.images?.close();
         memory.images = undefined;
       } finally {

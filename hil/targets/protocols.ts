@@ -205,8 +205,12 @@ export interface DeviceUnderTest extends AsyncDisposable {
   readonly paths?: DevicePaths;
   /** The supervisor's own log so far (attached to failed tests). */
   supervisorLog(): Promise<string>;
-  /** The board's serial console (emulated boards): what the guest said when SSH cannot reach it. */
-  consoleLog?(): Promise<string>;
+  /**
+   * The board's serial console: what it said when SSH cannot reach it. From `sinceMs` (a test's
+   * start, less a margin) where the target keeps times (a lab board's capture); the emulated
+   * board's recent tail otherwise.
+   */
+  consoleLog?(sinceMs?: number): Promise<string>;
   close(): Promise<void>;
 }
 

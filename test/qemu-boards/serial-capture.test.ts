@@ -1,0 +1,75 @@
+/**
+ * A lab board's serial console in a failed test's report: the installed bare board (booted
+ * with `qemu boot --serial-pty`, its console on a pseudo-terminal as a Pi's is on a USB serial
+ * adapter, named by `serial` in its board config) runs a team's spec through `fleetlab test
+ * --target board`; the spec has the board print a line on its console, then fails. The report
+ * must carry that line in its "serial console" attachment, and not the boot from minutes before.
+ */
+import { randomBytes } from 'node:crypto';
+import { mkdirSync, symlinkSync, writeFileSync } from 'node:fs';
+import { mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { execa } from 'execa';
+import { afterAll, describe, expect, it } from 'vitest';
+import { boardUnderTest, repoRoot } from './board-under-test.js';
+
+const { config } = boardUnderTest();
+
+interface Attachment {
+  name: string;
+  body?: string;
+}
+
+/** Every attachment in a Playwright JSON report, wherever the suites nest it. */
+function attachmentsOf(node: unknown): Attachment[] {
+  if (Array.isArray(node)) return node.flatMap(attachmentsOf);
+  if (typeof node !== 'object' || node === null) return [];
+  const o = node as Record<string, unknown>;
+  const own = Array.isArray(o.attachments) ? (o.attachments as Attachment[]) : [];
+  return [...own, ...Object.entries(o).filter(([k]) => k !== 'attachments').flatMap(([, v]) => attachmentsOf(v))];
+}
+
+describe('the serial console of a lab board', () => {
+  let dir: string | undefined;
+  afterAll(async () => {
+    if (dir) await rm(dir, { recursive: true, force: true });
+  });
+
+  it('is attached to a failed test from the test\'s start, with what the board printed during it', async () => {
+    expect(config.serial, 'the board config names the console (qemu boot --serial-pty --board-config)').toBeDefined();
+    dir = await mkdtemp(join(tmpdir(), 'fleetlab-serial-team-'));
+    const marker = `fleetlab-serial-${randomBytes(6).toString('hex')}`;
+    const earlier = `${marker}-earlier`;
+    // A team's directory with fleetlab linked from this checkout, as in ./lab-runs.test.ts.
+    mkdirSync(join(dir, 'node_modules'), { recursive: true });
+    mkdirSync(join(dir, 'fleetlab'));
+    symlinkSync(repoRoot, join(dir, 'node_modules', 'fleetlab'));
+    writeFileSync(join(dir, 'package.json'), `${JSON.stringify({ name: 'serial-team', private: true, type: 'module' }, null, 2)}\n`);
+    writeFileSync(join(dir, 'fleetlab.config.ts'), "import { defineConfig } from 'fleetlab/test';\n\nexport default defineConfig({});\n");
+    writeFileSync(join(dir, 'fleetlab', 'console.spec.ts'), `import { expect, test } from 'fleetlab/test';
+
+test('an earlier test prints on the console and passes', async ({ device }) => {
+  expect((await device.exec!.run(['sh', '-c', 'echo ${earlier} > /dev/console'])).exitCode).toBe(0);
+  // Past the slice's margin before the next test starts.
+  await new Promise((r) => setTimeout(r, 7000));
+});
+
+test('the board prints on its console, then the test fails', async ({ device }) => {
+  const printed = await device.exec!.run(['sh', '-c', 'echo ${marker} > /dev/console']);
+  expect(printed.exitCode).toBe(0);
+  expect('this test').toBe('failing on purpose');
+});
+`);
+    const run = await execa(process.execPath, [join(repoRoot, 'bin', 'fleetlab.js'), 'test', '--target', 'board', '--reporter=json'], { cwd: dir, reject: false, env: { FLEETLAB_BOARD_CONFIG: process.env.FLEETLAB_BOARD_CONFIG! } });
+    expect(run.exitCode, run.stderr).toBe(1);
+    const report = JSON.parse(run.stdout.slice(run.stdout.indexOf('{'))) as unknown;
+    const serial = attachmentsOf(report).find((a) => a.name === 'serial console');
+    expect(serial, `no serial console attachment; stderr:\n${run.stderr}`).toBeDefined();
+    const text = Buffer.from(serial!.body ?? '', 'base64').toString('utf8');
+    expect(text).toMatch(new RegExp(`^\\d\\d:\\d\\d:\\d\\d\\.\\d{3} ${marker}$`, 'm'));
+    // The slice starts at the failed test (less a few seconds), not at the capture's start.
+    expect(text).not.toContain(earlier);
+    expect(attachmentsOf(report).filter((a) => a.name === 'serial console')).toHaveLength(1);
+  });
+});

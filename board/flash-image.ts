@@ -18,11 +18,10 @@ import { createHash } from 'node:crypto';
 import { cpSync, existsSync, mkdirSync, openSync, closeSync, readdirSync, readFileSync, renameSync, rmSync, writeFileSync, writeSync } from 'node:fs';
 import { basename, dirname, join, resolve } from 'node:path';
 import { execa } from 'execa';
-import { withBuildLock } from '../src/build-lock.js';
 import { FleetlabError } from '../src/errors.js';
 import { fleetlabVersion } from '../src/package-root.js';
-import { assembleTree, ensureRootfs, formatBuildProgress, hashTree, pruneSiblings, writeImageFiles, type BuildProgress } from '../qemu/image/build.js';
-import { payloadSource, PREBUILT_PAYLOAD_DIR } from '../qemu/image/payload.js';
+import { assembleTree, ensureRootfs, formatBuildProgress, hashTree, pruneSiblings, withImageBuild, writeImageFiles, type BuildProgress, type ReportProgress } from '../qemu/image/build.js';
+import { requirePayloadSource } from '../qemu/image/payload.js';
 import { DEFAULT_MIRROR, DEFAULT_SUITE, DISABLED_UNITS, NODE_PACKAGE } from '../qemu/image/recipe.js';
 import { bootFiles } from '../qemu/image/rootfs.js';
 import { cacheRoot, needTool, qemuTools } from '../qemu/tools.js';
@@ -79,30 +78,15 @@ export const flashTools = {
 
 const SPAN = { rootfs: [0, 60], payload: [60, 75], assemble: [75, 85], sdcard: [85, 100] } as const;
 
-export async function buildFlashImage(o: FlashImageOptions): Promise<FlashImageResult> {
-  const started = Date.now();
-  let last: BuildProgress | undefined;
-  const report = (stage: BuildProgress['stage'], fraction: number, detail: string) => {
-    const span = stage in SPAN ? SPAN[stage as keyof typeof SPAN] : [100, 100];
-    last = { stage, percent: Math.round(span[0] + (span[1] - span[0]) * Math.min(1, Math.max(0, fraction))), elapsedMs: Date.now() - started, detail };
-    o.progress?.(last);
-  };
-  const heartbeat = setInterval(() => last && o.progress?.({ ...last, elapsedMs: Date.now() - started, detail: `${last.detail} (still running)` }), 20_000);
-  try {
-    // The same lock as `qemu build`: both write the root filesystem layer.
-    return await withBuildLock('fleetlab-qemu-image', (_s, detail) => report('wait', 0, detail), () => build(o, started, report), 90 * 60_000);
-  } finally {
-    clearInterval(heartbeat);
-  }
+export function buildFlashImage(o: FlashImageOptions): Promise<FlashImageResult> {
+  return withImageBuild(SPAN, o.progress, (report, started) => build(o, started, report));
 }
 
-async function build(o: FlashImageOptions, started: number, report: (stage: BuildProgress['stage'], fraction: number, detail: string) => void): Promise<FlashImageResult> {
+async function build(o: FlashImageOptions, started: number, report: ReportProgress): Promise<FlashImageResult> {
   for (const tool of Object.values(flashTools)) needTool(tool);
   needTool(qemuTools.mke2fs);
   const repoRoot = resolve(o.repoRoot);
-  const source = payloadSource(repoRoot);
-  if (!source) throw new FleetlabError('SUP_ERR_INTERNAL', `${repoRoot} has neither fleetlab's sources nor its prebuilt board payload (${PREBUILT_PAYLOAD_DIR}): reinstall fleetlab, or run from a checkout`);
-  if (source !== 'sources' && source.node !== NODE_PACKAGE) throw new FleetlabError('SUP_ERR_INTERNAL', `the prebuilt board payload was built for ${source.node}, the image takes ${NODE_PACKAGE}: reinstall fleetlab`);
+  const source = requirePayloadSource(repoRoot, NODE_PACKAGE);
   const out = resolve(o.out ?? `fleetlab-${o.board}.img`);
   if (!existsSync(dirname(out))) throw new FleetlabError('SUP_ERR_BAD_REQUEST', `--out ${out}: the directory ${dirname(out)} does not exist`);
   const suite = o.suite ?? DEFAULT_SUITE;

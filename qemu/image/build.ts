@@ -22,7 +22,7 @@ import { withBuildLock } from '../../src/build-lock.js';
 import { FleetlabError } from '../../src/errors.js';
 import { writeTestRootfsTar } from '../../sim/images/test-images.js';
 import { cacheRoot, needTool, qemuTools } from '../tools.js';
-import { payloadSource, PREBUILT_PAYLOAD_DIR } from './payload.js';
+import { requirePayloadSource } from './payload.js';
 import { stageSupervisor } from '../../board/supervisor-payload.js';
 import { BOARD_OS_UNITS, boardOsFiles, DEFAULT_MIRROR, DEFAULT_SUITE, DISABLED_UNITS, ENABLED_UNITS, GUEST, IMAGE_RECIPE_VERSION, NODE_PACKAGE, SD_SIZE_BYTES, overlayFiles, rootfsKey } from './recipe.js';
 import { bootFiles, buildRootfs } from './rootfs.js';
@@ -153,28 +153,36 @@ export function hashTree(h: ReturnType<typeof createHash>, root: string, rel = '
   }
 }
 
-export async function buildImage(options: ImageBuildOptions): Promise<BuildResult> {
+export type ReportProgress = (stage: BuildProgress['stage'], fraction: number, detail: string) => void;
+
+/**
+ * Runs a build under the image lock (image builds share the root filesystem layer), turning
+ * each stage's fraction into a percentage of the whole by `spans`, and saying a long step is
+ * still going (with the elapsed time) every 20 s, since such a step prints nothing for minutes.
+ */
+export async function withImageBuild<T>(spans: Readonly<Record<string, readonly [number, number]>>, progress: ((e: BuildProgress) => void) | undefined, run: (report: ReportProgress, started: number) => Promise<T>): Promise<T> {
   const started = Date.now();
   let last: BuildProgress | undefined;
-  const report = (stage: BuildProgress['stage'], fraction: number, detail: string) => {
-    const span = stage in SPAN ? SPAN[stage as keyof typeof SPAN] : [100, 100];
+  const report: ReportProgress = (stage, fraction, detail) => {
+    const span = spans[stage] ?? [100, 100];
     last = { stage, percent: Math.round(span[0] + (span[1] - span[0]) * Math.min(1, Math.max(0, fraction))), elapsedMs: Date.now() - started, detail };
-    options.progress?.(last);
+    progress?.(last);
   };
-  // Long steps print nothing for minutes: say it is still going, with the elapsed time.
-  const heartbeat = setInterval(() => last && options.progress?.({ ...last, elapsedMs: Date.now() - started, detail: `${last.detail} (still running)` }), 20_000);
+  const heartbeat = setInterval(() => last && progress?.({ ...last, elapsedMs: Date.now() - started, detail: `${last.detail} (still running)` }), 20_000);
   try {
-    return await withBuildLock('fleetlab-qemu-image', (_stage, detail) => report('wait', 0, detail), () => build(options, started, report), 90 * 60_000);
+    return await withBuildLock('fleetlab-qemu-image', (_stage, detail) => report('wait', 0, detail), () => run(report, started), 90 * 60_000);
   } finally {
     clearInterval(heartbeat);
   }
 }
 
-async function build(options: ImageBuildOptions, started: number, report: (stage: BuildProgress['stage'], fraction: number, detail: string) => void): Promise<BuildResult> {
+export function buildImage(options: ImageBuildOptions): Promise<BuildResult> {
+  return withImageBuild(SPAN, options.progress, (report, started) => build(options, started, report));
+}
+
+async function build(options: ImageBuildOptions, started: number, report: ReportProgress): Promise<BuildResult> {
   const repoRoot = resolve(options.repoRoot);
-  const source = payloadSource(repoRoot);
-  if (!source) throw new FleetlabError('SUP_ERR_INTERNAL', `${repoRoot} has neither fleetlab's sources nor its prebuilt board payload (${PREBUILT_PAYLOAD_DIR}): reinstall fleetlab, or run from a checkout`);
-  if (source !== 'sources' && source.node !== NODE_PACKAGE) throw new FleetlabError('SUP_ERR_INTERNAL', `the prebuilt board payload was built for ${source.node}, the image takes ${NODE_PACKAGE}: reinstall fleetlab`);
+  const source = requirePayloadSource(repoRoot, NODE_PACKAGE);
   const cacheDir = options.cacheDir ?? join(cacheRoot(), 'qemu');
   const suite = options.suite ?? DEFAULT_SUITE;
   const mirror = options.mirror ?? DEFAULT_MIRROR;

@@ -84,6 +84,14 @@ export function payloadSource(root: string): 'sources' | PrebuiltPayload | undef
 }
 
 /** The `node_modules` directory onoff resolves from (the checkout's, or the user's project's for an installed fleetlab). */
+/** payloadSource, or an error saying what to do when there is none or it was built for another Node. */
+export function requirePayloadSource(root: string, nodeSpec: string): 'sources' | PrebuiltPayload {
+  const source = payloadSource(root);
+  if (!source) throw new FleetlabError('SUP_ERR_INTERNAL', `${root} has neither fleetlab's sources nor its prebuilt board payload (${PREBUILT_PAYLOAD_DIR}): reinstall fleetlab, or run from a checkout`);
+  if (source !== 'sources' && source.node !== nodeSpec) throw new FleetlabError('SUP_ERR_INTERNAL', `the prebuilt board payload was built for ${source.node}, the image takes ${nodeSpec}: reinstall fleetlab`);
+  return source;
+}
+
 export function nodeModulesOf(root: string): string {
   try {
     return dirname(dirname(createRequire(join(root, 'package.json')).resolve('onoff/package.json')));

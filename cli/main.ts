@@ -485,6 +485,16 @@ lab
     }),
   );
 lab
+  .command('online <board>')
+  .description('Put a board back in the lab after it was marked offline (it did not come back after its power control); logged')
+  .addOption(labFileOption())
+  .action(
+    action(async (board: string, opts: { lab: string }) => {
+      const { labOnline } = await import('../hil/lab/lab-command.js');
+      console.log(await withLab(opts.lab, (open) => labOnline(open, board)));
+    }),
+  );
+lab
   .command('run')
   .description("Lease a board with the tags (waiting in line while all are busy), run the command with FLEETLAB_BOARD_CONFIG set to that board's config, give the board back: e.g. fleetlab lab run --tag rpi4 -- npx fleetlab test --target board")
   .addOption(labFileOption())

@@ -175,6 +175,11 @@ export const test = base.extend<HilTestFixtures, HilWorkerFixtures>({
       await use(new Device(held.device, { ...(app ? { app } : {}), ...(bundle ? { bundle } : {}), startedAt: origin, log: (line) => console.log(`fleetlab: ${line}`) }));
     } finally {
       const failed = !held || testInfo.status !== testInfo.expectedStatus;
+      if (failed && held?.raw.infrastructureFailure) {
+        // The lab failed, not the device: said in the report, and apart in the run's summary.
+        testInfo.annotations.push({ type: 'infrastructure failure', description: held.raw.infrastructureFailure });
+        console.error(`fleetlab: infrastructure failure (not the device's): ${held.raw.infrastructureFailure}`);
+      }
       if (failed && held) await attachEvidence(held.raw, testInfo, origin);
       if (failed || deviceScope === 'test') await devicePool.retire();
       recorder.stop();

@@ -35,6 +35,7 @@ export const errorCatalogue = {
   HIL_ERR_REGISTRY: { status: 500, summary: "Harness: the registry or build engine for a device that pulls could not start, or refused a release's images." },
   HIL_ERR_FLEET: { status: 400, summary: "Harness: the fleet fixture was not given its size, or a fleet was given a release with a service to build." },
   HIL_ERR_LAB: { status: 400, summary: 'Lab: the lab file is malformed, its lease store cannot be opened, a board is held by another run, or a lease was lost.' },
+  HIL_ERR_BOARD_OFFLINE: { status: 503, summary: 'Lab: a board did not answer again within its timeout after its power control; it is marked offline in the lab and the test is an infrastructure failure, not a device failure.' },
   HIL_ERR_BOARD_INSTALL: { status: 400, summary: 'Board install: the board cannot be reached, is not one the supervisor runs on, lacks packages it could not install, or a step failed.' },
 } as const satisfies Record<string, { status: number; summary: string }>;
 

@@ -141,6 +141,34 @@ describe.each(['sqlite', 'postgres'] as const)('the lease store on %s', (kind) =
     expect((await s.history('f1')).at(-1)).toMatchObject({ event: 'forced', holder: 'stuck-run', detail: 'released by ops@lab' });
   });
 
+  it('gives nobody a board marked offline, ends its lease with it, logs both, and hands it out again once online', async () => {
+    const s = await store();
+    const lab = parseLabFile(`leases: { ttlSeconds: 60 }\nboards:\n${board('o1', 'pwr', 22)}${board('o2', 'pwr', 23)}`, '/lab/fleetlab.lab.yaml', {});
+    const held = await leaseBoard(s, lab, { tags: ['pwr'], holder: 'run-a', waitMs: 5000, pollMs: 50 });
+    expect(held.board.name).toBe('o1');
+    await held.markOffline('did not answer within 30 s after power cycle');
+    expect((await s.current()).has('o1')).toBe(false);
+    expect((await s.offline()).get('o1')).toMatchObject({ reason: 'did not answer within 30 s after power cycle', markedBy: 'run-a' });
+    // The other board is given; with both offline a run is told at once, not left waiting.
+    const other = await leaseBoard(s, lab, { tags: ['pwr'], holder: 'run-b', waitMs: 5000, pollMs: 50 });
+    expect(other.board.name).toBe('o2');
+    await s.markOffline('o2', 'relay stuck', 'ops@lab');
+    const started = Date.now();
+    await expect(leaseBoard(s, lab, { tags: ['pwr'], holder: 'run-c', waitMs: 60_000, pollMs: 50 })).rejects.toThrow(/every board with tags \[pwr\] is offline: o1 \(did not answer .*\); o2 \(relay stuck\)\. Once a board is fixed: fleetlab lab online <board>/);
+    expect(Date.now() - started).toBeLessThan(5000);
+    expect(await s.acquire(['o1'], 'sneaky', 60_000)).toBeNull();
+    expect(await s.markOnline('o1', 'ops@lab')).toBe(true);
+    expect(await s.markOnline('o1', 'ops@lab')).toBe(false);
+    expect((await s.acquire(['o1'], 'run-d', 60_000))?.board).toBe('o1');
+    expect((await s.history('o1')).map((e) => [e.event, e.holder])).toEqual([
+      ['acquired', 'run-a'],
+      ['offline', 'run-a'],
+      ['online', 'ops@lab'],
+      ['acquired', 'run-d'],
+    ]);
+    await s.markOnline('o2', 'ops@lab');
+  });
+
   it('never gives one board to two of many runs asking at once', async () => {
     const stores = await Promise.all(Array.from({ length: 6 }, () => store()));
     const results = await Promise.all(stores.flatMap((s, i) => [0, 1].map((j) => s.acquire(['c1', 'c2'], `run-${i}-${j}`, 60_000))));

@@ -686,6 +686,14 @@ describe('board config', () => {
     expect(c.serial).toEqual({ device: '/dev/ttyUSB0', baud: 115200 });
   });
 
+  it('takes how long a board may take to come back after its power control', () => {
+    const where = { source: 't.json', baseDir: '/lab' };
+    const base = { host: '192.0.2.10', privateKey: '/k' };
+    expect(parseBoardConfig({ ...base, power: { cycle: 'pdu 3 cycle', timeoutSeconds: 90 } }, where).power).toEqual({ cycle: 'pdu 3 cycle', timeoutSeconds: 90 });
+    expect(() => parseBoardConfig({ ...base, power: { cycle: 'x', timeoutSeconds: 0 } }, where)).toThrow(/"power.timeoutSeconds" must be a whole number of seconds from 1 to 3600/);
+    expect(() => parseBoardConfig({ ...base, power: { cycel: 'x' } }, where)).toThrow(/unknown field "power.cycel" \(known: cycle, off, on, timeoutSeconds\)/);
+  });
+
   it('takes the serial console as a path or with its speed, and says what is wrong', () => {
     const where = { source: 't.json', baseDir: '/lab' };
     const base = { host: '192.0.2.10', privateKey: '/k' };

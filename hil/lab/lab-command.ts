@@ -85,13 +85,18 @@ async function supervisorOf(board: LabBoard, ms: number): Promise<string> {
 
 /** One line per board: reachable over SSH, its supervisor, and who holds it until when. */
 export async function labStatus(open: OpenLab, probeMs = 2000): Promise<string[]> {
-  const [leases, now] = await Promise.all([open.store.current(), open.store.clock()]);
+  const [leases, offline, now] = await Promise.all([open.store.current(), open.store.offline(), open.store.clock()]);
   const rows = await Promise.all(
     open.lab.boards.map(async (b) => {
       const ssh = (await reachable(b.config.host, b.config.sshPort, probeMs)) ? 'reachable' : 'unreachable';
       const sup = ssh === 'reachable' ? await supervisorOf(b, probeMs) : '-';
       const lease = leases.get(b.name);
-      const held = lease ? `leased by ${lease.holder} until ${when(lease.expiresAt)} (${Math.max(0, Math.round((lease.expiresAt - now) / 1000))} s, renewed while it runs)` : 'free';
+      const out = offline.get(b.name);
+      const held = out
+        ? `OFFLINE since ${when(out.since)} (${out.reason}; marked by ${out.markedBy}); fleetlab lab online ${b.name} once fixed`
+        : lease
+          ? `leased by ${lease.holder} until ${when(lease.expiresAt)} (${Math.max(0, Math.round((lease.expiresAt - now) / 1000))} s, renewed while it runs)`
+          : 'free';
       return [b.name, `[${b.tags.join(', ')}]`, `${b.config.host}:${b.config.sshPort}`, ssh, `supervisor ${sup}`, held];
     }),
   );
@@ -109,6 +114,12 @@ function boardNamed(lab: Lab, name: string): LabBoard {
   const b = lab.boards.find((x) => x.name === name);
   if (!b) throw labError(lab.source, `no board called ${name}; boards: ${lab.boards.map((x) => x.name).join(', ')}`, { example: false });
   return b;
+}
+
+/** Puts a board marked offline back in the lab (logged with who did it). */
+export async function labOnline(open: OpenLab, board: string): Promise<string> {
+  boardNamed(open.lab, board);
+  return (await open.store.markOnline(board, whoAmI())) ? `${board} is back in the lab (logged as online by ${whoAmI()})` : `${board} was not offline`;
 }
 
 /**

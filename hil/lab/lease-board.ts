@@ -9,6 +9,8 @@ import { LeaseLostError, type LeaseStore } from './lease-store.js';
 export interface HeldBoard {
   board: LabBoard;
   lease: string;
+  /** Takes the board out of the lab, ending this lease: it did not come back after its power control. */
+  markOffline(reason: string): Promise<void>;
   /** Resolves if the lease is lost (expired or forced away) while held. */
   lost: Promise<LeaseLostError>;
   /** Stops the heartbeat and gives the board back. */
@@ -46,10 +48,16 @@ export async function leaseBoard(store: LeaseStore, lab: Lab, opts: LeaseBoardOp
     let last = -1;
     for (let attempt = 0; ; attempt++) {
       if (opts.signal?.aborted) throw labError(lab.source, 'stopped while waiting for a board', { example: false });
+      // Waiting on boards that are all out of the lab would never end: say so at once.
+      const offline = await store.offline();
+      if (names.every((n) => offline.has(n))) {
+        const why = names.map((n) => `${n} (${offline.get(n)!.reason})`).join('; ');
+        throw labError(lab.source, `every board with tags [${opts.tags.join(', ')}] is offline: ${why}. Once a board is fixed: fleetlab lab online <board>`, { example: false });
+      }
       const position = await store.position(waiter, ttlMs);
       if (position === 0) {
         const lease = await store.acquire(names, opts.holder, ttlMs);
-        if (lease) return hold(store, candidates.find((b) => b.name === lease.board)!, lease.lease, ttlMs);
+        if (lease) return hold(store, candidates.find((b) => b.name === lease.board)!, lease.lease, ttlMs, opts.holder);
       }
       if (position !== last) {
         last = position;
@@ -69,7 +77,7 @@ export async function leaseBoard(store: LeaseStore, lab: Lab, opts: LeaseBoardOp
 }
 
 /** A taken lease, renewed at a third of its time to live so two missed beats still keep it. */
-function hold(store: LeaseStore, board: LabBoard, lease: string, ttlMs: number): HeldBoard {
+function hold(store: LeaseStore, board: LabBoard, lease: string, ttlMs: number, holder: string): HeldBoard {
   let markLost: (err: LeaseLostError) => void = () => undefined;
   const lost = new Promise<LeaseLostError>((resolve) => (markLost = resolve));
   let beating = true;
@@ -92,6 +100,12 @@ function hold(store: LeaseStore, board: LabBoard, lease: string, ttlMs: number):
     board,
     lease,
     lost,
+    async markOffline(reason: string) {
+      beating = false;
+      clearInterval(timer);
+      await beat;
+      await store.markOffline(board.name, reason, holder, lease);
+    },
     async release() {
       beating = false;
       clearInterval(timer);

@@ -10,7 +10,8 @@
  * matching board busy wait in a queue, first come first served among runs that want the
  * same boards. The log records every lease's life: acquired, renewed is not logged (it
  * would drown the rest), released, expired (noticed when the board is next taken) and
- * forced.
+ * forced; and a board marked offline (it did not come back after its power control: nobody
+ * is given it until someone marks it online again) or online.
  */
 import { randomBytes } from 'node:crypto';
 import type { Db, SqlValue } from '../../src/cloud/db/port.js';
@@ -20,9 +21,18 @@ const SCHEMA = [
   `CREATE TABLE IF NOT EXISTS lab_lease (board TEXT PRIMARY KEY, lease TEXT NOT NULL UNIQUE, holder TEXT NOT NULL, acquired_at BIGINT NOT NULL, expires_at BIGINT NOT NULL)`,
   `CREATE TABLE IF NOT EXISTS lab_lease_log (id {pk}, at BIGINT NOT NULL, board TEXT NOT NULL, lease TEXT NOT NULL, holder TEXT NOT NULL, event TEXT NOT NULL, detail TEXT)`,
   `CREATE TABLE IF NOT EXISTS lab_waiter (id TEXT PRIMARY KEY, holder TEXT NOT NULL, boards TEXT NOT NULL, since BIGINT NOT NULL, seen_at BIGINT NOT NULL)`,
+  `CREATE TABLE IF NOT EXISTS lab_board_offline (board TEXT PRIMARY KEY, since BIGINT NOT NULL, reason TEXT NOT NULL, marked_by TEXT NOT NULL)`,
 ];
 
-export type LeaseEvent = 'acquired' | 'released' | 'expired' | 'forced';
+export type LeaseEvent = 'acquired' | 'released' | 'expired' | 'forced' | 'offline' | 'online';
+
+/** A board taken out of the lab because it did not come back after its power control. */
+export interface OfflineBoard {
+  board: string;
+  since: number;
+  reason: string;
+  markedBy: string;
+}
 
 export interface Lease {
   board: string;
@@ -80,6 +90,8 @@ export class LeaseStore {
     for (const board of boards) {
       const lease = newId();
       const taken = await this.db.transaction(async (tx) => {
+        // An offline board is nobody's until it is marked online: a run would only wait on it again.
+        if ((await tx.query('SELECT 1 AS x FROM lab_board_offline WHERE board = ?', [board])).length) return null;
         const [old] = await tx.query<{ lease: string; holder: string; expired: number | boolean }>(`SELECT lease, holder, (expires_at < ${this.now}) AS expired FROM lab_lease WHERE board = ?`, [board]);
         const params: SqlValue[] = [lease, holder, ttlMs];
         let rows: Array<{ acquired_at: number; expires_at: number }>;
@@ -132,6 +144,33 @@ export class LeaseStore {
       await this.log(tx, { board, lease: r.lease, holder: r.holder, event: 'forced', detail: `released by ${by}` });
       return { board, lease: r.lease, holder: r.holder, acquiredAt: Number(r.acquired_at), expiresAt: Number(r.expires_at) };
     });
+  }
+
+  /**
+   * Takes `board` out of the lab (its lease, if `lease` names the one it has, ends with it):
+   * the lease log says when, why and by whom.
+   */
+  async markOffline(board: string, reason: string, by: string, lease?: string): Promise<void> {
+    await this.db.transaction(async (tx) => {
+      await tx.query(`INSERT INTO lab_board_offline (board, since, reason, marked_by) VALUES (?, ${this.now}, ?, ?) ON CONFLICT (board) DO UPDATE SET reason = excluded.reason, marked_by = excluded.marked_by`, [board, reason, by]);
+      if (lease) await tx.query('DELETE FROM lab_lease WHERE board = ? AND lease = ?', [board, lease]);
+      await this.log(tx, { board, lease: lease ?? '-', holder: by, event: 'offline', detail: reason });
+    });
+  }
+
+  /** Puts `board` back in the lab; false if it was not offline. */
+  async markOnline(board: string, by: string): Promise<boolean> {
+    return this.db.transaction(async (tx) => {
+      const rows = await tx.query('DELETE FROM lab_board_offline WHERE board = ? RETURNING board', [board]);
+      if (rows.length) await this.log(tx, { board, lease: '-', holder: by, event: 'online', detail: null });
+      return rows.length > 0;
+    });
+  }
+
+  /** The boards out of the lab, by board. */
+  async offline(): Promise<Map<string, OfflineBoard>> {
+    const rows = await this.db.query<{ board: string; since: number; reason: string; marked_by: string }>('SELECT board, since, reason, marked_by FROM lab_board_offline', []);
+    return new Map(rows.map((r) => [r.board, { board: r.board, since: Number(r.since), reason: r.reason, markedBy: r.marked_by }]));
   }
 
   /** The leases that have not expired, by board. */

@@ -84,6 +84,19 @@ export class WorkerLease {
     return held.board.config;
   }
 
+  /**
+   * The board did not come back after its power control: it leaves the lab (nobody is given it
+   * until `fleetlab lab online`), this lease ends with it, and the worker's next spec file
+   * leases another matching board, or fails at once saying they are all offline.
+   */
+  async markOffline(reason: string): Promise<void> {
+    const held = this.#held;
+    if (!held) return;
+    this.#held = undefined;
+    await held.markOffline(reason);
+    this.#log(`marked ${held.board.name} offline in the lab: ${reason}`);
+  }
+
   async release(): Promise<void> {
     const held = this.#held;
     this.#held = undefined;

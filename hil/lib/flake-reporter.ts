@@ -3,7 +3,9 @@
  * - flakes: tests that both passed and failed across repeats (`--repeat-each`) and retries,
  *   with the counts, per project;
  * - capability skips: tests skipped because the target lacks a capability, grouped by reason;
- * - other skips with a reason (a spec that runs under one project only), grouped the same way.
+ * - other skips with a reason (a spec that runs under one project only), grouped the same way;
+ * - infrastructure failures: failed tests the lab failed, not the device (a board that did not
+ *   come back after its power control), apart from the device's failures.
  */
 import type { FullResult, Reporter, TestCase, TestResult } from '@playwright/test/reporter';
 
@@ -19,6 +21,7 @@ export default class FlakeReporter implements Reporter {
   readonly #tallies = new Map<string, Tally>();
   readonly #skips = new Map<string, Set<string>>();
   readonly #otherSkips = new Map<string, Set<string>>();
+  readonly #infrastructure: string[] = [];
 
   onTestEnd(test: TestCase, result: TestResult): void {
     // Repeats are separate TestCases with one title path; the key joins them.
@@ -29,6 +32,8 @@ export default class FlakeReporter implements Reporter {
     else if (result.status === 'skipped') tally.skipped++;
     else tally.failed++;
     this.#tallies.set(key, tally);
+    const infra = result.status !== 'passed' && result.status !== 'skipped' ? [...result.annotations, ...test.annotations].find((a) => a.type === 'infrastructure failure') : undefined;
+    if (infra) this.#infrastructure.push(`${key}: ${infra.description ?? ''}`);
     if (result.status === 'skipped') {
       for (const a of [...result.annotations, ...test.annotations]) {
         if (a.type !== 'skip' || !a.description) continue;
@@ -49,6 +54,10 @@ export default class FlakeReporter implements Reporter {
     for (const [reason, tests] of this.#skips) {
       lines.push(`  ${reason}: ${tests.size}`);
       for (const t of tests) lines.push(`    - ${t}`);
+    }
+    if (this.#infrastructure.length) {
+      lines.push(`HIL infrastructure failures (the lab's, not the device's): ${this.#infrastructure.length}`);
+      for (const t of this.#infrastructure) lines.push(`    - ${t}`);
     }
     for (const [reason, tests] of this.#otherSkips) {
       lines.push(`HIL skipped, ${reason}: ${tests.size}`);

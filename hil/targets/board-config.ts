@@ -56,8 +56,12 @@ export interface BoardConfig {
     /** `sysfs`: sampled on the device over SSH; `command`: a lab-host command printing 0/1 lines. */
     readonly observe: { readonly kind: 'sysfs'; readonly pollMs: number } | { readonly kind: 'command'; readonly command: string };
   };
-  /** Lab-host shell commands; only the ones given back a capability. */
-  readonly power: { readonly cycle?: string; readonly off?: string; readonly on?: string };
+  /**
+   * Lab-host shell commands; only the ones given back a capability. `timeoutSeconds`: how long
+   * the board may take to answer again after a cycle or on (default: 180 s times timeScale)
+   * before it counts as offline, an infrastructure failure.
+   */
+  readonly power: { readonly cycle?: string; readonly off?: string; readonly on?: string; readonly timeoutSeconds?: number };
   /** The board's serial console as the lab host sees it (a USB adapter's tty), captured while a worker holds the board. */
   readonly serial?: { readonly device: string; readonly baud: number };
 }
@@ -231,9 +235,14 @@ function parsePower(raw: unknown, fail: (m: string) => never): BoardConfig['powe
   if (raw === undefined) return {};
   if (typeof raw !== 'object' || raw === null || Array.isArray(raw)) fail('"power" must be an object like {"cycle": "<lab-host command>"}');
   const o = raw as Fields;
-  const out: { cycle?: string; off?: string; on?: string } = {};
+  const out: { cycle?: string; off?: string; on?: string; timeoutSeconds?: number } = {};
   for (const [key, value] of Object.entries(o)) {
-    if (key !== 'cycle' && key !== 'off' && key !== 'on') fail(`unknown field "power.${key}" (known: cycle, off, on)`);
+    if (key === 'timeoutSeconds') {
+      if (typeof value !== 'number' || !Number.isInteger(value) || value < 1 || value > 3600) fail(`"power.timeoutSeconds" must be a whole number of seconds from 1 to 3600, got ${JSON.stringify(value)}`);
+      out.timeoutSeconds = value as number;
+      continue;
+    }
+    if (key !== 'cycle' && key !== 'off' && key !== 'on') fail(`unknown field "power.${key}" (known: cycle, off, on, timeoutSeconds)`);
     if (typeof value !== 'string' || value.trim() === '') fail(`"power.${key}" must be a non-empty shell command, got ${JSON.stringify(value)}`);
     out[key as 'cycle' | 'off' | 'on'] = value as string;
   }

@@ -71,6 +71,10 @@ export interface BoardMemory {
   testImages?: boolean;
   /** The board's serial console, read from the worker's first start on the board to its end. */
   serial?: SerialConsole;
+  /** Which board the rest belongs to (host:port): a worker given another board starts afresh. */
+  board?: string;
+  /** Takes the board out of the lab (a worker's lease), when it did not come back after its power control. */
+  markOffline?: (reason: string) => Promise<void>;
 }
 
 /** The capture for the config's serial console: the worker's running one if it reads that device, else a new one. */
@@ -362,6 +366,7 @@ class BoardUnderTest implements DeviceUnderTest {
   readonly images?: ImagesProtocol;
   readonly paths: DevicePaths;
   readonly consoleLog?: (sinceMs?: number) => Promise<string>;
+  infrastructureFailure?: string;
   #closed = false;
 
   constructor(
@@ -371,6 +376,7 @@ class BoardUnderTest implements DeviceUnderTest {
     private readonly ledObserver: LedObserver | undefined,
     images: PulledImages | undefined,
     serial?: SerialConsole,
+    private readonly markOffline?: (reason: string) => Promise<void>,
   ) {
     if (images) this.images = images.over(ssh);
     if (serial) this.consoleLog = async (sinceMs = 0) => serial.slice(sinceMs);
@@ -400,7 +406,7 @@ class BoardUnderTest implements DeviceUnderTest {
     };
     const powerOn = on === undefined ? undefined : async () => {
       await runLabCommand('on', on);
-      await this.#waitBack();
+      await this.#waitBackAfterPower('on');
     };
     return {
       reboot: async () => {
@@ -418,7 +424,7 @@ class BoardUnderTest implements DeviceUnderTest {
         ? async () => {
             await runLabCommand('cycle', cycle);
             await this.#waitApiDown(this.#scaled(DOWN_MS));
-            await this.#waitBack();
+            await this.#waitBackAfterPower('cycle');
           }
         : powerOff && powerOn
           ? async () => {
@@ -435,6 +441,30 @@ class BoardUnderTest implements DeviceUnderTest {
   async #waitBack(): Promise<void> {
     await this.api.waitReady(this.#scaled(READY_MS));
     await this.ssh.waitReachable(this.#scaled(REACH_MS));
+  }
+
+  /**
+   * After the lab's power control: a board that does not answer within its power timeout is
+   * the lab's failure, not the device's. The test says so, and a lab board leaves the lab
+   * rather than being handed to the next run, which would only wait on it again.
+   */
+  async #waitBackAfterPower(what: 'cycle' | 'on'): Promise<void> {
+    const timeoutMs = this.config.power.timeoutSeconds !== undefined ? this.config.power.timeoutSeconds * 1000 : this.#scaled(READY_MS);
+    try {
+      await this.api.waitReady(timeoutMs);
+      await this.ssh.waitReachable(this.#scaled(REACH_MS));
+    } catch (err) {
+      const reason = `did not answer within ${Math.round(timeoutMs / 1000)} s after power ${what} (${errorText(err)})`;
+      this.infrastructureFailure = `board ${this.config.host}:${this.config.sshPort} ${reason}`;
+      let marked = '';
+      if (this.markOffline) {
+        marked = await this.markOffline(reason).then(
+          () => '; marked offline in the lab (fleetlab lab online <board> once it is fixed)',
+          (e: unknown) => `; marking it offline in the lab failed: ${errorText(e)}`,
+        );
+      }
+      throw new FleetlabError('HIL_ERR_BOARD_OFFLINE', `infrastructure failure: ${this.infrastructureFailure}${marked}`, { cause: err });
+    }
   }
 
   #scaled(ms: number): number {
@@ -475,6 +505,13 @@ async function startLedObserver(config: BoardConfig, ssh: SshDevice): Promise<Le
  * resets it; `memory` keeps the host baseline from the worker's first start for the next.
  */
 export async function startBoard(config: BoardConfig, memory: BoardMemory = {}): Promise<DeviceUnderTest> {
+  const board = `${config.host}:${config.sshPort}`;
+  if (memory.board !== board) {
+    // Another board (a lab worker's first was marked offline): its own baseline and images.
+    memory.baseline = undefined;
+    memory.testImages = false;
+    memory.board = board;
+  }
   let privateKey: Buffer;
   try {
     privateKey = await readFile(config.privateKey);
@@ -499,7 +536,7 @@ export async function startBoard(config: BoardConfig, memory: BoardMemory = {}):
     const stored = config.reset ? await waitStoredIdentity(ssh, config.dataDir, scaledFor(config, READY_MS)) : await storedIdentity(ssh, config.dataDir);
     observer = await startLedObserver(config, ssh);
     memory.images ??= new PulledImages();
-    const dut = new BoardUnderTest(config, ssh, { uuid: stored.uuid, apiKey: config.apiKey ?? stored.deviceKey }, observer, memory.images, serial);
+    const dut = new BoardUnderTest(config, ssh, { uuid: stored.uuid, apiKey: config.apiKey ?? stored.deviceKey }, observer, memory.images, serial, memory.markOffline);
     await dut.api.waitReady(scaledFor(config, READY_MS));
     return dut;
   } catch (err) {
@@ -518,9 +555,9 @@ export async function startBoard(config: BoardConfig, memory: BoardMemory = {}):
  * (../lab/worker-lease.ts); `provides` is then what every matching board of the lab offers.
  */
 export function createBoardTarget(): TargetDriver<BoardTargetOptions> {
-  const memory: BoardMemory = {};
   const lab = labSelection();
   const lease = lab ? new WorkerLease(lab, (line) => console.error(`fleetlab lab (worker ${process.env.TEST_WORKER_INDEX ?? 0}): ${line}`)) : undefined;
+  const memory: BoardMemory = lease ? { markOffline: (reason) => lease.markOffline(reason) } : {};
   return {
     name: BOARD_TARGET,
     get provides() {

@@ -211,6 +211,11 @@ export interface DeviceUnderTest extends AsyncDisposable {
    * board's recent tail otherwise.
    */
   consoleLog?(sinceMs?: number): Promise<string>;
+  /**
+   * Set when the lab, not the device, failed the test (a board that did not come back after
+   * its power control): the test is labelled an infrastructure failure.
+   */
+  readonly infrastructureFailure?: string;
   close(): Promise<void>;
 }
 

@@ -2,7 +2,7 @@
  * The bare board test/qemu-boards/ works on, from the board config `qemu boot --bare
  * --board-config` wrote, and `fleetlab board install|uninstall` run as a user runs them.
  */
-import { readFileSync } from 'node:fs';
+import { mkdirSync, readFileSync, symlinkSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { execa, type ResultPromise } from 'execa';
 import { loadBoardConfig, type BoardConfig } from '../../hil/targets/board-config.js';
@@ -53,4 +53,28 @@ export function lastEvent(stdout: string): Record<string, unknown> {
   const line = stdout.trim().split('\n').filter((l) => l.startsWith('{')).at(-1);
   if (!line) throw new Error(`no JSON line in:\n${stdout}`);
   return JSON.parse(line) as Record<string, unknown>;
+}
+
+/**
+ * A team's directory at `dir`: fleetlab linked from this checkout (as `npm link` does), an ES
+ * module package (Playwright then loads the config and fleetlab's compiled modules as ES
+ * modules: the linked files are outside node_modules, which it would otherwise transpile as
+ * CommonJS), the default config, and `specs` (file name -> source) under fleetlab/.
+ */
+export function writeTeam(dir: string, specs: Readonly<Record<string, string>>): void {
+  mkdirSync(join(dir, 'node_modules'), { recursive: true });
+  mkdirSync(join(dir, 'fleetlab'), { recursive: true });
+  symlinkSync(repoRoot, join(dir, 'node_modules', 'fleetlab'));
+  writeFileSync(join(dir, 'package.json'), `${JSON.stringify({ name: 'lab-team', private: true, type: 'module' }, null, 2)}\n`);
+  writeFileSync(join(dir, 'fleetlab.config.ts'), "import { defineConfig } from 'fleetlab/test';\n\nexport default defineConfig({});\n");
+  for (const [name, source] of Object.entries(specs)) writeFileSync(join(dir, 'fleetlab', name), source);
+}
+
+/** Every attachment and annotation in a Playwright JSON report (--reporter=json), wherever the suites nest them. */
+export function reportItems(node: unknown, key: 'attachments' | 'annotations'): Array<{ name?: string; type?: string; body?: string; description?: string }> {
+  if (Array.isArray(node)) return node.flatMap((n) => reportItems(n, key));
+  if (typeof node !== 'object' || node === null) return [];
+  const o = node as Record<string, unknown>;
+  const own = Array.isArray(o[key]) ? (o[key] as Array<Record<string, string>>) : [];
+  return [...own, ...Object.entries(o).filter(([k]) => k !== key).flatMap(([, v]) => reportItems(v, key))];
 }

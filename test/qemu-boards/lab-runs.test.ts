@@ -6,7 +6,7 @@
  * lease log nor the specs' own record shows two runs on one board at once.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
-import { mkdirSync, readFileSync, symlinkSync, writeFileSync } from 'node:fs';
+import { readFileSync, writeFileSync } from 'node:fs';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -17,7 +17,7 @@ import type { LeaseLogEntry } from '../../hil/lab/lease-store.js';
 import { boardConfigFor } from '../../qemu/board-config.js';
 import { bootBoard, type QemuBoard } from '../../qemu/boot.js';
 import { buildImage } from '../../qemu/image/build.js';
-import { repoRoot } from './board-under-test.js';
+import { repoRoot, writeTeam } from './board-under-test.js';
 
 const TTL_S = 10;
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
@@ -79,16 +79,7 @@ describe('three fleetlab test runs share a lab of two QEMU boards', () => {
       leases: { store: `sqlite:${join(dir, 'leases.db')}`, ttlSeconds: TTL_S },
       boards: booted.map((b, i) => ({ name: `qemu-${'ab'[i]}`, tags: ['virt'], ...boardConfigFor(b.ready, cli) })),
     }));
-    // A team's directory, with fleetlab linked from this checkout (`npm link`). An ES module
-    // package: Playwright then loads the config and fleetlab's compiled modules as ES modules
-    // (the linked files are outside node_modules, which it would otherwise transpile as CommonJS).
-    const team = join(dir, 'team');
-    mkdirSync(join(team, 'node_modules'), { recursive: true });
-    mkdirSync(join(team, 'fleetlab'));
-    symlinkSync(repoRoot, join(team, 'node_modules', 'fleetlab'));
-    writeFileSync(join(team, 'package.json'), `${JSON.stringify({ name: 'lab-team', private: true, type: 'module' }, null, 2)}\n`);
-    writeFileSync(join(team, 'fleetlab.config.ts'), "import { defineConfig } from 'fleetlab/test';\n\nexport default defineConfig({});\n");
-    for (const n of ['one', 'two']) writeFileSync(join(team, 'fleetlab', `${n}.spec.ts`), SPEC(n));
+    writeTeam(join(dir, 'team'), { 'one.spec.ts': SPEC('one'), 'two.spec.ts': SPEC('two') });
     proofLog = join(dir, 'proof.jsonl');
     writeFileSync(proofLog, '');
   }, 900_000);

@@ -6,29 +6,14 @@
  * must carry that line in its "serial console" attachment, and not the boot from minutes before.
  */
 import { randomBytes } from 'node:crypto';
-import { mkdirSync, symlinkSync, writeFileSync } from 'node:fs';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { execa } from 'execa';
 import { afterAll, describe, expect, it } from 'vitest';
-import { boardUnderTest, repoRoot } from './board-under-test.js';
+import { boardUnderTest, repoRoot, reportItems, writeTeam } from './board-under-test.js';
 
 const { config } = boardUnderTest();
-
-interface Attachment {
-  name: string;
-  body?: string;
-}
-
-/** Every attachment in a Playwright JSON report, wherever the suites nest it. */
-function attachmentsOf(node: unknown): Attachment[] {
-  if (Array.isArray(node)) return node.flatMap(attachmentsOf);
-  if (typeof node !== 'object' || node === null) return [];
-  const o = node as Record<string, unknown>;
-  const own = Array.isArray(o.attachments) ? (o.attachments as Attachment[]) : [];
-  return [...own, ...Object.entries(o).filter(([k]) => k !== 'attachments').flatMap(([, v]) => attachmentsOf(v))];
-}
 
 describe('the serial console of a lab board', () => {
   let dir: string | undefined;
@@ -41,13 +26,7 @@ describe('the serial console of a lab board', () => {
     dir = await mkdtemp(join(tmpdir(), 'fleetlab-serial-team-'));
     const marker = `fleetlab-serial-${randomBytes(6).toString('hex')}`;
     const earlier = `${marker}-earlier`;
-    // A team's directory with fleetlab linked from this checkout, as in ./lab-runs.test.ts.
-    mkdirSync(join(dir, 'node_modules'), { recursive: true });
-    mkdirSync(join(dir, 'fleetlab'));
-    symlinkSync(repoRoot, join(dir, 'node_modules', 'fleetlab'));
-    writeFileSync(join(dir, 'package.json'), `${JSON.stringify({ name: 'serial-team', private: true, type: 'module' }, null, 2)}\n`);
-    writeFileSync(join(dir, 'fleetlab.config.ts'), "import { defineConfig } from 'fleetlab/test';\n\nexport default defineConfig({});\n");
-    writeFileSync(join(dir, 'fleetlab', 'console.spec.ts'), `import { expect, test } from 'fleetlab/test';
+    writeTeam(dir, { 'console.spec.ts': `import { expect, test } from 'fleetlab/test';
 
 test('an earlier test prints on the console and passes', async ({ device }) => {
   expect((await device.exec!.run(['sh', '-c', 'echo ${earlier} > /dev/console'])).exitCode).toBe(0);
@@ -60,16 +39,16 @@ test('the board prints on its console, then the test fails', async ({ device }) 
   expect(printed.exitCode).toBe(0);
   expect('this test').toBe('failing on purpose');
 });
-`);
+` });
     const run = await execa(process.execPath, [join(repoRoot, 'bin', 'fleetlab.js'), 'test', '--target', 'board', '--reporter=json'], { cwd: dir, reject: false, env: { FLEETLAB_BOARD_CONFIG: process.env.FLEETLAB_BOARD_CONFIG! } });
     expect(run.exitCode, run.stderr).toBe(1);
     const report = JSON.parse(run.stdout.slice(run.stdout.indexOf('{'))) as unknown;
-    const serial = attachmentsOf(report).find((a) => a.name === 'serial console');
+    const serial = reportItems(report, 'attachments').find((a) => a.name === 'serial console');
     expect(serial, `no serial console attachment; stderr:\n${run.stderr}`).toBeDefined();
     const text = Buffer.from(serial!.body ?? '', 'base64').toString('utf8');
     expect(text).toMatch(new RegExp(`^\\d\\d:\\d\\d:\\d\\d\\.\\d{3} ${marker}$`, 'm'));
     // The slice starts at the failed test (less a few seconds), not at the capture's start.
     expect(text).not.toContain(earlier);
-    expect(attachmentsOf(report).filter((a) => a.name === 'serial console')).toHaveLength(1);
+    expect(reportItems(report, 'attachments').filter((a) => a.name === 'serial console')).toHaveLength(1);
   });
 });

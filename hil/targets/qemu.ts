@@ -41,6 +41,7 @@ import { httpApi } from '../lib/http.js';
 import { dockerVolumePath, storedIdentity, unitLog, waitApiDown } from './board.js';
 import { runResetStep, supervisorWipeLines } from './board-reset.js';
 import { ensureBoardTestImages } from './board-test-images.js';
+import { SerialConsole } from './serial-console.js';
 import { PulledImages } from './pulled-images.js';
 import { prepareReplayOnBoard } from '../capture/replay.js';
 import { SshDevice } from './ssh-device.js';
@@ -151,6 +152,8 @@ class QemuLab {
   /** A team's releases: built for arm64 and pulled by the board from a registry on this host. */
   images: PulledImages | undefined;
   probe: GpioProbe | undefined;
+  /** The console's lines with their times, for a failed test's slice; read through QEMU restarts (its pty link stays put). */
+  console: SerialConsole | undefined;
   runDir: string | undefined;
   /** Where `power.off` left the board: QEMU gone, the disk kept for `on`. */
   cut = false;
@@ -180,8 +183,10 @@ class QemuLab {
   async boot(): Promise<void> {
     await this.shutdown();
     this.runDir = await mkdtemp(join(tmpdir(), 'fleetlab-hil-qemu-'));
-    const { board } = await bootBoard({ image: this.image, machine: this.machine, snapshot: true, runDir: this.runDir, readyTimeoutMs: BOOT_MS });
+    // The console on a pty as well as in the log: read with arrival times, as a lab board's adapter is.
+    const { board } = await bootBoard({ image: this.image, machine: this.machine, snapshot: true, runDir: this.runDir, readyTimeoutMs: BOOT_MS, consolePty: true });
     this.board = board;
+    this.console = board.info.serialPty ? new SerialConsole(board.info.serialPty, 115200) : undefined;
     this.#resetBy = undefined;
     this.#followResets(board);
     this.ssh = new SshDevice({ host: '127.0.0.1', port: board.info.sshPort, username: 'root', privateKey: await readFile(this.image.sshKey) });
@@ -302,6 +307,8 @@ class QemuLab {
 
   async shutdown(): Promise<void> {
     this.#retireProbe();
+    await this.console?.close();
+    this.console = undefined;
     await this.images?.close().catch(() => undefined);
     this.images = undefined;
     await this.ssh?.close().catch(() => undefined);
@@ -388,8 +395,12 @@ class QemuUnderTest implements DeviceUnderTest {
     return this.lab.ssh ? unitLog(this.lab.ssh, GUEST.unit) : Promise.resolve('(no SSH to the board)');
   }
 
-  async consoleLog(): Promise<string> {
-    return this.lab.board ? serialTail(this.lab.board.info.serialLog, CONSOLE_LINES) : '(no board)';
+  /** From the test's start (less a margin) as the console said it; the log's tail when it said nothing since. */
+  async consoleLog(sinceMs?: number): Promise<string> {
+    if (!this.lab.board) return '(no board)';
+    const console_ = this.lab.console;
+    if (console_ && sinceMs !== undefined && console_.lines(sinceMs).length > 0) return console_.slice(sinceMs);
+    return serialTail(this.lab.board.info.serialLog, CONSOLE_LINES);
   }
 
   /** The board stays up for the worker's next spec file; only this file's cloud link goes. */

@@ -5,6 +5,7 @@
 import { mkdirSync, readFileSync, symlinkSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { execa, type ResultPromise } from 'execa';
+import { expect } from 'vitest';
 import { loadBoardConfig, type BoardConfig } from '../../hil/targets/board-config.js';
 import { SshDevice } from '../../hil/targets/ssh-device.js';
 
@@ -77,4 +78,18 @@ export function reportItems(node: unknown, key: 'attachments' | 'annotations'): 
   const o = node as Record<string, unknown>;
   const own = Array.isArray(o[key]) ? (o[key] as Array<Record<string, string>>) : [];
   return [...own, ...Object.entries(o).filter(([k]) => k !== key).flatMap(([, v]) => reportItems(v, key))];
+}
+
+/**
+ * Runs `fleetlab test --target <target> --reporter=json` in a team's directory, expects it to
+ * fail (the team's spec fails on purpose) and returns the text of the one "serial console"
+ * attachment of its report.
+ */
+export async function failedRunSerialConsole(dir: string, target: string, env: Record<string, string>): Promise<string> {
+  const run = await execa(process.execPath, [join(repoRoot, 'bin', 'fleetlab.js'), 'test', '--target', target, '--reporter=json'], { cwd: dir, reject: false, env });
+  expect(run.exitCode, run.stderr).toBe(1);
+  const report = JSON.parse(run.stdout.slice(run.stdout.indexOf('{'))) as unknown;
+  const serial = reportItems(report, 'attachments').filter((a) => a.name === 'serial console');
+  expect(serial, `not one serial console attachment; stderr:\n${run.stderr}`).toHaveLength(1);
+  return Buffer.from(serial[0]!.body ?? '', 'base64').toString('utf8');
 }

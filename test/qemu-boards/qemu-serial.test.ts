@@ -7,9 +7,8 @@ import { randomBytes } from 'node:crypto';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { execa } from 'execa';
 import { afterAll, describe, expect, it } from 'vitest';
-import { repoRoot, reportItems, writeTeam } from './board-under-test.js';
+import { failedRunSerialConsole, writeTeam } from './board-under-test.js';
 
 describe('the qemu target\'s serial console', () => {
   let dir: string | undefined;
@@ -30,12 +29,7 @@ test('the board prints on its console, then the test fails', async ({ device }) 
 });
 `,
     });
-    const run = await execa(process.execPath, [join(repoRoot, 'bin', 'fleetlab.js'), 'test', '--target', 'qemu', '--reporter=json'], { cwd: dir, reject: false, env: { FLEETLAB_QEMU_MACHINE: 'virt' } });
-    expect(run.exitCode, run.stderr).toBe(1);
-    const report = JSON.parse(run.stdout.slice(run.stdout.indexOf('{'))) as unknown;
-    const serial = reportItems(report, 'attachments').find((a) => a.name === 'serial console');
-    expect(serial, `no serial console attachment; stderr:\n${run.stderr}`).toBeDefined();
-    const text = Buffer.from(serial!.body ?? '', 'base64').toString('utf8');
+    const text = await failedRunSerialConsole(dir, 'qemu', { FLEETLAB_QEMU_MACHINE: 'virt' });
     expect(text).toMatch(new RegExp(`^\\d\\d:\\d\\d:\\d\\d\\.\\d{3} ${marker}$`, 'm'));
     // From the test's start, not the boot's tail.
     expect(text).not.toMatch(/Booting Linux|Run \/init as init process/);

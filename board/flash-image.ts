@@ -95,6 +95,8 @@ async function build(o: FlashImageOptions, started: number, report: ReportProgre
   const flashDir = join(cacheRoot(), 'flash');
   mkdirSync(cacheDir, { recursive: true });
   mkdirSync(flashDir, { recursive: true });
+  // Under the build lock no other build is running: any work directory here is a killed build's.
+  for (const d of readdirSync(flashDir).filter((d) => /\.tmp-\d+$/.test(d))) rmSync(join(flashDir, d), { recursive: true, force: true });
 
   const { rootfs, rootfsKey } = await ensureRootfs({ cacheDir, suite, mirror, force: o.force, report: (f, d) => report('rootfs', f, d) });
   const kernel = bootFiles(rootfs);

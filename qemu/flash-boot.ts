@@ -7,12 +7,13 @@
  * what is flashed onto it; the first boot grows the root partition into it.
  */
 import { createHash } from 'node:crypto';
-import { closeSync, existsSync, mkdirSync, openSync, readFileSync, readSync, renameSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { closeSync, existsSync, mkdirSync, openSync, readdirSync, readFileSync, readSync, renameSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { execa } from 'execa';
 import { flashTools } from '../board/flash-image.js';
 import { BOOT_INITRD, BOOT_KERNEL, BOOT_MOUNT, parseMbr, PROVISION_FILE, ROOT_LABEL, SECTOR, withProvisionSettings } from '../board/flash-image-plan.js';
 import { FleetlabError } from '../src/errors.js';
+import { alive } from '../src/processes.js';
 import { pruneSiblings, sshKeyPair, type QemuImage } from './image/build.js';
 import { LED_LINES } from './image/recipe.js';
 import { cacheRoot, needTool } from './tools.js';
@@ -48,7 +49,10 @@ export async function flashImageForQemu(o: { image: string; cacheDir?: string; p
   const own = await execa(needTool(flashTools.mtype), ['-i', fat(image), `::${PROVISION_FILE}`], mtools);
   const provision = emulatorProvision(own.exitCode === 0 ? own.stdout : '', keys.publicKey);
   const key = createHash('sha256').update(`${image}\0${st.size}\0${st.mtimeMs}\0${provision}`).digest('hex').slice(0, 16);
-  const dir = join(cacheDir, 'cards', `card-${key}`);
+  const cards = join(cacheDir, 'cards');
+  const dir = join(cards, `card-${key}`);
+  // A copy a killed run left half made (its process gone): 1-2 GB each, so not left to pile up.
+  if (existsSync(cards)) for (const d of readdirSync(cards).filter((d) => /\.tmp-\d+$/.test(d) && !alive(Number(d.split('.tmp-')[1])))) rmSync(join(cards, d), { recursive: true, force: true });
   if (!existsSync(join(dir, 'manifest.json'))) {
     o.progress?.(`provisioning a copy of ${image} (${PROVISION_FILE}: the harness's SSH key, the virt LED line, ntp=off)`);
     const tmp = `${dir}.tmp-${process.pid}`;

@@ -5,13 +5,14 @@
  * one there (hostname, SSH keys, the cloud link or local mode, the LED line, time servers).
  * The decisions are ./flash-image-plan.ts; this is the files and the two tools it takes.
  */
-import { closeSync, existsSync, fsyncSync, mkdirSync, openSync, readFileSync, readSync, realpathSync, renameSync, rmSync, writeFileSync, writeSync } from 'node:fs';
+import { closeSync, existsSync, fsyncSync, mkdirSync, openSync, readFileSync, readSync, realpathSync, rmSync, writeFileSync, writeSync } from 'node:fs';
 import { basename, dirname, join } from 'node:path';
 import { execa } from 'execa';
+import { writeFileAtomic } from '../src/atomic-file.js';
 import { errorText } from '../src/errors.js';
 import { ledLineFor } from './install-plan.js';
-import { BOARD, installEnv } from './layout.js';
-import { APPLIED_FILE, ERROR_FILE, appliedFileText, BOOT_MOUNT, errorFileText, grownRootMbr, hostsFile, ROOT_GROWN_MARKER_PATH as ROOT_GROWN_MARKER, SSH_HOST_KEY, NTP_OFF_MARKER, parseProvision, PROVISION_FILE, SECTOR, timesyncdConf, withAuthorizedKeys, withCloudLink } from './flash-image-plan.js';
+import { BOARD, hostsFile, installEnv } from './layout.js';
+import { APPLIED_FILE, ERROR_FILE, appliedFileText, BOOT_MOUNT, errorFileText, grownRootMbr, ROOT_GROWN_MARKER_PATH as ROOT_GROWN_MARKER, SSH_HOST_KEY, NTP_OFF_MARKER, parseProvision, PROVISION_FILE, SECTOR, timesyncdConf, withAuthorizedKeys, withCloudLink } from './flash-image-plan.js';
 
 export const TIMESYNCD_DROPIN = '/etc/systemd/timesyncd.conf.d/fleetlab.conf';
 
@@ -32,7 +33,7 @@ export async function firstBoot(o: FirstBootOptions = {}): Promise<'applied' | '
   if (o.growRoot && !existsSync(at(ROOT_GROWN_MARKER))) {
     try {
       log(await growRootPartition());
-      writeAtomic(at(ROOT_GROWN_MARKER), '');
+      await writeFileAtomic(at(ROOT_GROWN_MARKER), '');
     } catch (err) {
       log(`root partition: not grown: ${errorText(err)}`);
     }
@@ -54,8 +55,8 @@ export async function firstBoot(o: FirstBootOptions = {}): Promise<'applied' | '
     return 'failed';
   }
   if (provision.hostname) {
-    writeAtomic(at('/etc/hostname'), `${provision.hostname}\n`);
-    writeAtomic(at('/etc/hosts'), hostsFile(provision.hostname));
+    await writeFileAtomic(at('/etc/hostname'), `${provision.hostname}\n`);
+    await writeFileAtomic(at('/etc/hosts'), hostsFile(provision.hostname));
     // Before hostnamed and the network: the kernel's name is what they read.
     if (!root) writeFileSync('/proc/sys/kernel/hostname', provision.hostname);
     log(`hostname: ${provision.hostname}`);
@@ -63,20 +64,20 @@ export async function firstBoot(o: FirstBootOptions = {}): Promise<'applied' | '
   if (provision.sshKeys.length) {
     mkdirSync(at('/root/.ssh'), { recursive: true, mode: 0o700 });
     const keys = at('/root/.ssh/authorized_keys');
-    writeAtomic(keys, withAuthorizedKeys(existsSync(keys) ? readFileSync(keys, 'utf8') : '', provision.sshKeys), 0o600);
+    await writeFileAtomic(keys, withAuthorizedKeys(existsSync(keys) ? readFileSync(keys, 'utf8') : '', provision.sshKeys), 0o600);
     log(`ssh: ${provision.sshKeys.length} key(s) for root`);
   }
   const envFile = at(BOARD.envFile);
-  writeAtomic(envFile, withCloudLink(existsSync(envFile) ? readFileSync(envFile, 'utf8') : '', provision));
+  await writeFileAtomic(envFile, withCloudLink(existsSync(envFile) ? readFileSync(envFile, 'utf8') : '', provision));
   log(provision.cloudUrl ? `cloud: ${provision.cloudUrl}` : 'cloud: none, local mode');
   const model = existsSync(at('/proc/device-tree/model')) ? readFileSync(at('/proc/device-tree/model'), 'utf8').replace(/\0/g, '') : '';
   const led = ledLineFor(provision.led, model);
-  writeAtomic(at(BOARD.installEnvFile), installEnv({ ledGpio: led.line }));
+  await writeFileAtomic(at(BOARD.installEnvFile), installEnv({ ledGpio: led.line }));
   log(`led: ${led.line || 'none'} (${led.source === 'model' ? model : led.source})`);
   rmSync(at(NTP_OFF_MARKER), { force: true });
   rmSync(at(TIMESYNCD_DROPIN), { force: true });
-  if (provision.ntp === 'off') writeAtomic(at(NTP_OFF_MARKER), '');
-  else if (provision.ntp) writeAtomic(at(TIMESYNCD_DROPIN), timesyncdConf(provision.ntp));
+  if (provision.ntp === 'off') await writeFileAtomic(at(NTP_OFF_MARKER), '');
+  else if (provision.ntp) await writeFileAtomic(at(TIMESYNCD_DROPIN), timesyncdConf(provision.ntp));
   log(`ntp: ${provision.ntp === 'off' ? 'off' : provision.ntp ? provision.ntp.join(' ') : 'the Debian pool'}`);
   // The applied copy first: killed between the two, the next boot applies the same file again.
   writeFileSync(at(`${BOOT_MOUNT}/${APPLIED_FILE}`), appliedFileText(text, now));
@@ -84,13 +85,6 @@ export async function firstBoot(o: FirstBootOptions = {}): Promise<'applied' | '
   rmSync(file);
   log(`${PROVISION_FILE}: applied, now ${APPLIED_FILE}`);
   return 'applied';
-}
-
-function writeAtomic(path: string, content: string, mode = 0o644): void {
-  mkdirSync(dirname(path), { recursive: true });
-  const tmp = `${path}.tmp-${process.pid}`;
-  writeFileSync(tmp, content, { mode });
-  renameSync(tmp, path);
 }
 
 /** The root filesystem's partition as the kernel sees it: `179:2` in /proc/self/mountinfo, then sysfs. */

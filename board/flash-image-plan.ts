@@ -7,7 +7,7 @@
  */
 import { FleetlabError } from '../src/errors.js';
 import { parseLedGpio } from '../src/supervisor/adapters/led.js';
-import { BOARD, dockerDaemonConfigFor, ENV_FILE_HEADER, installEnv, supervisorConfig, supervisorUnit } from './layout.js';
+import { BOARD, dockerDaemonConfigFor, ENV_FILE_HEADER, hostsFile, installEnv, NETWORK_UNITS, supervisorConfig, supervisorUnit } from './layout.js';
 
 export type FlashBoard = 'rpi3' | 'rpi4';
 
@@ -314,10 +314,6 @@ export function withAuthorizedKeys(existing: string, keys: readonly string[]): s
   return lines.length ? `${lines.join('\n')}\n` : '';
 }
 
-export function hostsFile(hostname: string): string {
-  return `127.0.0.1\tlocalhost\n127.0.1.1\t${hostname}\n::1\tlocalhost ip6-localhost ip6-loopback\n`;
-}
-
 /** systemd-timesyncd's drop-in for the servers given (`ntp=a b`). */
 export function timesyncdConf(servers: readonly string[]): string {
   return `# Written at first boot from ${PROVISION_FILE} (ntp=).\n[Time]\nNTP=${servers.join(' ')}\n`;
@@ -337,8 +333,7 @@ export const FIRST_BOOT_UNIT = 'fleetlab-first-boot.service';
 export const FLASH_ENABLED_UNITS: ReadonlyArray<{ wantedBy: string; unit: string; source: string }> = [
   { wantedBy: 'sysinit.target', unit: FIRST_BOOT_UNIT, source: `/etc/systemd/system/${FIRST_BOOT_UNIT}` },
   { wantedBy: 'multi-user.target', unit: BOARD.unit, source: BOARD.unitFile },
-  { wantedBy: 'multi-user.target', unit: 'systemd-networkd.service', source: '/lib/systemd/system/systemd-networkd.service' },
-  { wantedBy: 'sockets.target', unit: 'systemd-networkd.socket', source: '/lib/systemd/system/systemd-networkd.socket' },
+  ...NETWORK_UNITS,
 ];
 /** Of the units the emulated boards disable, what a card keeps: a real Pi needs NTP. */
 export const FLASH_KEEPS_ENABLED = ['sysinit.target.wants/systemd-timesyncd.service'] as const;

@@ -85,4 +85,15 @@ export function installEnv(o: { ledGpio: string }): string {
   return `# Written by fleetlab board install; FLEETLAB_* settings of your own go in ${BOARD.envFile}.\nFLEETLAB_LED_GPIO=${o.ledGpio}\n`;
 }
 
+/** /etc/hosts naming the board itself, as Debian's installer writes it. */
+export function hostsFile(hostname: string): string {
+  return `127.0.0.1\tlocalhost\n127.0.1.1\t${hostname}\n::1\tlocalhost ip6-localhost ip6-loopback\n`;
+}
+
+/** The units that bring a board's wired network up (systemd-networkd), enabled by symlink as `systemctl enable` would. */
+export const NETWORK_UNITS: ReadonlyArray<{ wantedBy: string; unit: string; source: string }> = [
+  { wantedBy: 'multi-user.target', unit: 'systemd-networkd.service', source: '/lib/systemd/system/systemd-networkd.service' },
+  { wantedBy: 'sockets.target', unit: 'systemd-networkd.socket', source: '/lib/systemd/system/systemd-networkd.socket' },
+];
+
 export const ENV_FILE_HEADER = '# Settings for the supervisor (FLEETLAB_* variables); the HIL harness writes the cloud link here.\n';

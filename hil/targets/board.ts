@@ -438,8 +438,8 @@ class BoardUnderTest implements DeviceUnderTest {
   }
 
   /** Back means the API answers; SSH comes back first on a board, so it is awaited too for exec right after. */
-  async #waitBack(): Promise<void> {
-    await this.api.waitReady(this.#scaled(READY_MS));
+  async #waitBack(readyMs = this.#scaled(READY_MS)): Promise<void> {
+    await this.api.waitReady(readyMs);
     await this.ssh.waitReachable(this.#scaled(REACH_MS));
   }
 
@@ -451,8 +451,7 @@ class BoardUnderTest implements DeviceUnderTest {
   async #waitBackAfterPower(what: 'cycle' | 'on'): Promise<void> {
     const timeoutMs = this.config.power.timeoutSeconds !== undefined ? this.config.power.timeoutSeconds * 1000 : this.#scaled(READY_MS);
     try {
-      await this.api.waitReady(timeoutMs);
-      await this.ssh.waitReachable(this.#scaled(REACH_MS));
+      await this.#waitBack(timeoutMs);
     } catch (err) {
       const reason = `did not answer within ${Math.round(timeoutMs / 1000)} s after power ${what} (${errorText(err)})`;
       this.infrastructureFailure = `board ${this.config.host}:${this.config.sshPort} ${reason}`;

@@ -5,7 +5,7 @@
  * of them, so changing a line here rebuilds exactly the layers it belongs to.
  */
 import { createHash } from 'node:crypto';
-import { BOARD, dockerDaemonConfigFor, ENV_FILE_HEADER, supervisorConfig as boardSupervisorConfig, supervisorUnit } from '../../board/layout.js';
+import { BOARD, dockerDaemonConfigFor, ENV_FILE_HEADER, hostsFile, NETWORK_UNITS, supervisorConfig as boardSupervisorConfig, supervisorUnit } from '../../board/layout.js';
 import { defaultCommand, testImages } from '../../sim/images/test-images.js';
 
 /** Bump when the way a layer is made changes without its listed inputs changing. */
@@ -156,7 +156,7 @@ const TCG_DOCKER_CONFIG = { iptables: false, ip6tables: false };
 export function boardOsFiles(authorizedKey: string): ImageFile[] {
   return [
     { path: '/etc/hostname', content: 'fleetlab\n', mode: 0o644 },
-    { path: '/etc/hosts', content: '127.0.0.1\tlocalhost\n127.0.1.1\tfleetlab\n::1\tlocalhost ip6-localhost ip6-loopback\n', mode: 0o644 },
+    { path: '/etc/hosts', content: hostsFile('fleetlab'), mode: 0o644 },
     // The lock root lives on tmpfs, as on a board: a reboot clears stale locks.
     { path: '/etc/fstab', content: '/dev/root / ext4 rw,noatime 0 1\ntmpfs /tmp tmpfs mode=1777,nosuid,nodev 0 0\n', mode: 0o644 },
     { path: '/etc/systemd/network/10-wired.network', content: '[Match]\nName=e* usb*\n\n[Network]\nDHCP=ipv4\n', mode: 0o644 },
@@ -216,10 +216,7 @@ export function overlayFiles(authorizedKey: string): ImageFile[] {
 }
 
 /** The bare board's enabled units: its network. */
-export const BOARD_OS_UNITS: ReadonlyArray<{ wantedBy: string; unit: string; source: string }> = [
-  { wantedBy: 'multi-user.target', unit: 'systemd-networkd.service', source: '/lib/systemd/system/systemd-networkd.service' },
-  { wantedBy: 'sockets.target', unit: 'systemd-networkd.socket', source: '/lib/systemd/system/systemd-networkd.socket' },
-];
+export const BOARD_OS_UNITS = NETWORK_UNITS;
 
 /** Units enabled by symlink (what `systemctl enable` would make), target -> unit. */
 export const ENABLED_UNITS: ReadonlyArray<{ wantedBy: string; unit: string; source: string }> = [

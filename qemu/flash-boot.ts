@@ -27,10 +27,8 @@ export function emulatorProvision(imageText: string, harnessPublicKey: string): 
   return withProvisionSettings(imageText, { led, ntp: 'off' }, [harnessPublicKey]);
 }
 
-export async function flashImageForQemu(o: { image: string; cacheDir?: string; progress?: (line: string) => void }): Promise<QemuImage> {
-  const image = resolve(o.image);
-  if (!existsSync(image)) throw new FleetlabError('SUP_ERR_BAD_REQUEST', `card image ${image} does not exist (fleetlab image build --board rpi4 makes one)`);
-  const cacheDir = o.cacheDir ?? join(cacheRoot(), 'qemu');
+/** The partition table of an image file. */
+export function readMbr(image: string): ReturnType<typeof parseMbr> {
   const mbr = Buffer.alloc(SECTOR);
   const fd = openSync(image, 'r');
   try {
@@ -38,7 +36,14 @@ export async function flashImageForQemu(o: { image: string; cacheDir?: string; p
   } finally {
     closeSync(fd);
   }
-  const [boot, root] = parseMbr(mbr).partitions;
+  return parseMbr(mbr);
+}
+
+export async function flashImageForQemu(o: { image: string; cacheDir?: string; progress?: (line: string) => void }): Promise<QemuImage> {
+  const image = resolve(o.image);
+  if (!existsSync(image)) throw new FleetlabError('SUP_ERR_BAD_REQUEST', `card image ${image} does not exist (fleetlab image build --board rpi4 makes one)`);
+  const cacheDir = o.cacheDir ?? join(cacheRoot(), 'qemu');
+  const [boot, root] = readMbr(image).partitions;
   if (!boot || !root || boot.type !== 0x0c || root.type !== 0x83) throw new FleetlabError('SUP_ERR_BAD_REQUEST', `${image} is not a fleetlab card image: its partitions are not FAT32 then Linux`);
   const fat = (img: string) => `${img}@@${boot.startSector * SECTOR}`;
   const mtools = { env: { MTOOLS_SKIP_CHECK: '1' }, reject: false, all: true } as const;

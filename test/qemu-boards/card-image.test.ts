@@ -10,20 +10,13 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { execa, type ResultPromise } from 'execa';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { BOOT_LABEL, FLASH_BOARDS, parseMbr, parseProvision, PROVISION_FILE, ROOT_LABEL, SECTOR, APPLIED_FILE } from '../../board/flash-image-plan.js';
+import { BOOT_LABEL, FLASH_BOARDS, parseProvision, PROVISION_FILE, ROOT_LABEL, SECTOR, APPLIED_FILE } from '../../board/flash-image-plan.js';
 import { SshDevice } from '../../hil/targets/ssh-device.js';
+import { readMbr } from '../../qemu/flash-boot.js';
 import { lastEvent, repoRoot } from './board-under-test.js';
 
 const fleetlab = (args: readonly string[], cwd: string) => execa(process.execPath, [join(repoRoot, 'bin', 'fleetlab.js'), ...args], { cwd, reject: false, all: true });
 const mtools = (tool: string, args: readonly string[]) => execa(tool, args, { env: { MTOOLS_SKIP_CHECK: '1' }, reject: false, all: true });
-
-function readMbr(image: string) {
-  const buf = Buffer.alloc(SECTOR);
-  const fd = openSync(image, 'r');
-  readSync(fd, buf, 0, SECTOR, 0);
-  closeSync(fd);
-  return parseMbr(buf);
-}
 
 /** The ext4 volume name: superblock at 1024, s_volume_name at 120 (16 bytes). */
 function ext4Label(image: string, offset: number): string {

@@ -3,7 +3,8 @@
  * usable answer (no route, timeout, a 5xx, a malformed body) is SUP_ERR_CLOUD_UNREACHABLE,
  * which the device API maps to 503; callers retry with backoff.
  */
-import { request } from 'undici';
+import { request as httpRequest } from 'node:http';
+import { request as httpsRequest } from 'node:https';
 import { Value } from '@sinclair/typebox/value';
 import { FleetlabError, errorText } from '../../../errors.js';
 import {
@@ -87,16 +88,7 @@ export class CloudClient {
     const headers: Record<string, string> = { authorization: `Bearer ${key}`, ...extra };
     if (body !== undefined) headers['content-type'] = 'application/json';
     try {
-      const res = await request(new URL(path, this.base), {
-        method,
-        headers,
-        body: body === undefined ? undefined : JSON.stringify(body),
-        headersTimeout: timeoutMs,
-        bodyTimeout: timeoutMs,
-      });
-      const text = await res.body.text();
-      const etag = res.headers.etag;
-      return { status: res.statusCode, text, headers: { etag: typeof etag === 'string' ? etag : undefined } };
+      return await send(new URL(path, this.base), method, headers, body === undefined ? undefined : JSON.stringify(body), timeoutMs);
     } catch (err) {
       throw unreachable(what, errorText(err));
     }
@@ -110,4 +102,35 @@ export class CloudClient {
       throw unreachable(what, `answer is not JSON: ${res.text.slice(0, 200)}`);
     }
   }
+}
+
+interface Answer {
+  readonly status: number;
+  readonly text: string;
+  readonly headers: { readonly etag: string | undefined };
+}
+
+/**
+ * One request through node:http(s), whose modules the device API's server has loaded already:
+ * an HTTP client package (undici) cost the supervisor its own code and, through it, Node's
+ * bundled one: with the bundle's builtin imports, 4.5 MiB of idle RSS on Node 24. Node's global
+ * agents keep connections alive. The timeout is on silence (no headers, then no body chunk), as
+ * undici's headers and body timeouts were.
+ */
+function send(url: URL, method: string, headers: Record<string, string>, body: string | undefined, timeoutMs: number): Promise<Answer> {
+  return new Promise((resolveAnswer, reject) => {
+    const request = url.protocol === 'https:' ? httpsRequest : httpRequest;
+    const req = request(url, { method, headers: body === undefined ? headers : { ...headers, 'content-length': String(Buffer.byteLength(body)) } }, (res) => {
+      const chunks: Buffer[] = [];
+      res.on('data', (chunk: Buffer) => chunks.push(chunk));
+      res.once('error', reject);
+      res.once('end', () => {
+        const etag = res.headers.etag;
+        resolveAnswer({ status: res.statusCode ?? 0, text: Buffer.concat(chunks).toString('utf8'), headers: { etag: typeof etag === 'string' ? etag : undefined } });
+      });
+    });
+    req.setTimeout(timeoutMs, () => req.destroy(new Error(`no answer within ${timeoutMs} ms`)));
+    req.once('error', reject);
+    req.end(body);
+  });
 }

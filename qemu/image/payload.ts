@@ -203,6 +203,22 @@ const absentPackages = {
 };
 
 /**
+ * The bundle's own `import ... from 'node:x'` become `require('node:x')`. An ES import of a
+ * builtin builds a facade that reads every export, and Node 24's `http` exports WebSocket,
+ * MessageEvent and CloseEvent as getters that load its bundled undici: 0.7 MB of source and
+ * its objects, held for the life of a supervisor that never uses them.
+ */
+const builtinsThroughRequire = {
+  name: 'fleetlab-device-builtins-through-require',
+  setup(build: { onResolve: Function; onLoad: Function }) {
+    build.onResolve({ filter: /^node:/ }, (args: { path: string; kind: string }) =>
+      args.kind === 'import-statement' ? { path: args.path, namespace: 'device-builtin' } : undefined,
+    );
+    build.onLoad({ filter: /.*/, namespace: 'device-builtin' }, (args: { path: string }) => ({ contents: `module.exports = require(${JSON.stringify(args.path)});`, loader: 'js' }));
+  },
+};
+
+/**
  * The device entry (`src/cli/device.ts`: only `fleetlab supervisor`) as one ES module.
  * Left out: onoff (native addon, shipped beside it), optional natives its dependencies
  * probe for inside try/catch (cpu-features) or never load on Linux (x11), and the
@@ -223,7 +239,7 @@ export async function bundleSupervisor(repoRoot: string, outFile: string): Promi
       legalComments: 'none',
       define: { __FLEETLAB_VERSION__: JSON.stringify(packageJson(repoRoot).version) },
       external: ['onoff', 'cpu-features', '*.node'],
-      plugins: [absentPackages],
+      plugins: [absentPackages, builtinsThroughRequire],
       // CommonJS dependencies use require() and __dirname; an ES module has neither of its own.
       banner: {
         js: [

@@ -1,0 +1,43 @@
+/**
+ * The device bundle as a supervisor runs on a board: what it holds in memory once it answers.
+ * Run under each Node the suite runs on (CI runs it on Node 24, what devices run).
+ */
+import { spawn } from 'node:child_process';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, describe, expect, it } from 'vitest';
+import { bundleSupervisor } from '../qemu/image/payload.js';
+import { waitForPing } from '../qemu/boot.js';
+import { freePort } from '../src/free-port.js';
+import { fleetlabRoot } from '../src/package-root.js';
+
+const work = mkdtempSync(join(tmpdir(), 'fleetlab-bundle-run-'));
+afterAll(() => rmSync(work, { recursive: true, force: true }));
+
+describe('the device bundle, started as a supervisor', () => {
+  it('loads no HTTP client beside node:http: neither the undici package nor Node\'s bundled undici', async () => {
+    const bundle = join(work, 'fleetlab-device.mjs');
+    await bundleSupervisor(fleetlabRoot(import.meta.url), bundle);
+    // What Node loaded, written as the process exits (the supervisor exits 0 on SIGTERM).
+    const loaded = join(work, 'modules.txt');
+    const preload = join(work, 'modules.cjs');
+    writeFileSync(preload, `process.on('exit', () => require('node:fs').writeFileSync(${JSON.stringify(loaded)}, process.moduleLoadList.join('\\n')));\n`);
+    const port = await freePort();
+    const child = spawn(process.execPath, ['--require', preload, bundle, 'supervisor', '--port', String(port), '--listen-address', '127.0.0.1', '--data-dir', join(work, 'data'), '--local-mode', '--lock-root', join(work, 'locks'), '--journal-directory', work, '--docker-socket', process.env.FLEETLAB_DOCKER_SOCKET ?? '/var/run/docker.sock', '--log-level', 'warn'], { stdio: ['ignore', 'ignore', 'pipe'] });
+    let stderr = '';
+    child.stderr.on('data', (d: Buffer) => (stderr += d.toString()));
+    const exited = new Promise<number | null>((resolve) => child.once('exit', (code) => resolve(code)));
+    try {
+      await waitForPing(`http://127.0.0.1:${port}`, 30_000, () => (child.exitCode === null ? undefined : `the supervisor exited: ${stderr}`), 50);
+      // A request through the API's whole path, then the supervisor as it idles.
+      expect((await fetch(`http://127.0.0.1:${port}/ping`)).status).toBe(200);
+    } finally {
+      child.kill('SIGTERM');
+    }
+    expect(await exited, stderr).toBe(0);
+    const modules = readFileSync(loaded, 'utf8').split('\n');
+    expect(modules).toContain('NativeModule http');
+    expect(modules.filter((m) => m.includes('undici'))).toEqual([]);
+  }, 90_000);
+});

@@ -19,6 +19,8 @@ export interface StartCandidate {
   nodeArgs?: readonly string[];
   /** The module that takes the CLI's `supervisor` command. */
   module: string;
+  /** Environment beside this process's (a device's compile cache). */
+  env?: Readonly<Record<string, string>>;
 }
 
 const READY_BOUND_MS = 60_000;
@@ -30,7 +32,7 @@ async function startOnce(candidate: StartCandidate, dockerSocket: string): Promi
   const port = await freePort();
   const args = [...(candidate.nodeArgs ?? []), candidate.module, 'supervisor', '--port', String(port), '--listen-address', '127.0.0.1', '--data-dir', join(dir, 'data'), '--local-mode', '--lock-root', join(dir, 'locks'), '--journal-directory', dir, '--docker-socket', dockerSocket, '--log-level', 'warn'];
   const t0 = performance.now();
-  const child = spawn(candidate.node, args, { stdio: ['ignore', 'ignore', 'pipe'] });
+  const child = spawn(candidate.node, args, { stdio: ['ignore', 'ignore', 'pipe'], env: { ...process.env, ...candidate.env } });
   let stderr = '';
   child.stderr.on('data', (d: Buffer) => (stderr = (stderr + d.toString()).slice(-2000)));
   const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));

@@ -84,6 +84,8 @@ export interface SupervisorEntry {
   nodeArgs?: readonly string[];
   /** A module that takes the CLI's `supervisor` command (the device bundle). */
   module: string;
+  /** Environment beside the device's own (a board's unit sets NODE_COMPILE_CACHE). */
+  env?: Readonly<Record<string, string>>;
 }
 
 export interface SimCloudOptions {
@@ -321,7 +323,7 @@ export class SimDevice extends EventEmitter<{ reboot: []; poweroff: []; exit: [c
     this.logFile ??= createWriteStream(this.supervisorLog, { flags: 'a' });
     // Its own process group: a Ctrl-C meant for the owner must not stop the supervisor before
     // the owner does, in order, with the peers it uses still up.
-    const child = spawn(cmd.file, cmd.args, { stdio: ['ignore', 'pipe', 'pipe'], env: { ...sessionEnv(this.session), FORCE_COLOR: '0', ...(offset ? { [CLOCK_OFFSET_VARIABLE]: String(offset) } : {}) }, detached: true });
+    const child = spawn(cmd.file, cmd.args, { stdio: ['ignore', 'pipe', 'pipe'], env: { ...sessionEnv(this.session), ...entry?.env, FORCE_COLOR: '0', ...(offset ? { [CLOCK_OFFSET_VARIABLE]: String(offset) } : {}) }, detached: true });
     this.child = child;
     child.stdout!.pipe(this.logFile, { end: false });
     child.stderr!.pipe(this.logFile, { end: false });

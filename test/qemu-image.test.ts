@@ -116,9 +116,10 @@ describe('the payload', () => {
     expect(help.status, help.stderr).toBe(0);
     expect(help.stdout).toContain('FLEETLAB_LED_GPIO');
     expect(help.stdout).toContain('--data-dir');
-    // dockerode's SSH transport and BuildKit session stay out; strings only they carry.
+    // dockerode's SSH transport and BuildKit session stay out, and undici (the cloud client uses
+    // node:http); strings only they carry.
     const text = readFileSync(out, 'utf8');
-    for (const [name, mark] of [['ssh2', 'SSH-2.0'], ['@grpc/grpc-js', 'grpc-timeout'], ['protobufjs', 'google.protobuf']]) {
+    for (const [name, mark] of [['ssh2', 'SSH-2.0'], ['@grpc/grpc-js', 'grpc-timeout'], ['protobufjs', 'google.protobuf'], ['undici', 'kHTTP2Stream']]) {
       expect(text.includes(mark), `${name} is in the device bundle`).toBe(false);
     }
   }, 60_000);

@@ -14,10 +14,11 @@
  * way the QEMU image and a board install build it), on this Node or the one `--node` names.
  * Before the device, start-up is timed in alternating rounds for the bundle as a device runs
  * it (compile cache filled), the bundle with no compile cache, and the CLI from dist/; the
- * device then runs with the same compile cache. After the rest, 100,000 GET /v1/device at 10 connections show where RSS
- * settles, and a paced 1,000 req/s shows the latency at that rate. Last, a summary puts each
- * of issue 17's figures beside its goal and balena-supervisor v19's figure as issue 17
- * measured it (the reference does not run here: it needs its own images and balenaEngine).
+ * device then runs with the same compile cache. After the rest, 100,000 GET /v1/device at 10
+ * connections show where RSS settles, and a paced 1,000 req/s shows the latency at that rate.
+ * Last, a summary puts each of issue 17's figures beside its goal and balena-supervisor v19's
+ * figure as issue 17 measured it (the reference does not run here: it needs its own images and
+ * balenaEngine).
  *
  * Output: a readable table, then one JSON line (`{"bench":"supervisor",...}`).
  * All traffic goes to 127.0.0.1; every loop is bounded.
@@ -557,8 +558,8 @@ async function main(): Promise<void> {
 
   // A device runs its supervisor with a compile cache (its unit sets NODE_COMPILE_CACHE; the
   // first start writes it): the bundle's figures are taken that way, after one start that
-  // fills the cache. The same bundle with no cache is timed beside it.
-  // Beside the bundle, emptied on each run: a cache of an earlier build would be rejected anyway.
+  // fills the cache, and the same bundle with no cache is timed beside it. The cache sits
+  // beside the bundle, emptied on each run (one of an earlier build would be rejected anyway).
   const compileCache = join(root, 'dist', 'bench', 'device', 'compile-cache');
   await rm(compileCache, { recursive: true, force: true });
   const deviceEnv = { NODE_COMPILE_CACHE: compileCache };

@@ -1,9 +1,10 @@
 /**
- * Round-trip times of the fleet's calls to the cloud, read off undici's diagnostics channels
- * (the supervisor's cloud client is undici): from a request's creation to its response
+ * Round-trip times of the fleet's calls to the cloud, read off node:http's diagnostics channels
+ * (the supervisor's cloud client is node:http): from a request's start to its response
  * headers, per kind of call. Observing changes nothing the devices do.
  */
 import { subscribe, unsubscribe } from 'node:diagnostics_channel';
+import type { ClientRequest } from 'node:http';
 
 export type CallKind = 'target-state' | 'report' | 'register' | 'other';
 
@@ -28,21 +29,15 @@ function percentile(sorted: readonly number[], p: number): number {
   return sorted[Math.min(sorted.length - 1, Math.ceil((p / 100) * sorted.length) - 1)]!;
 }
 
-interface UndiciRequest {
-  method: string;
-  path: string;
-  origin?: string | URL;
-}
-
 export class CloudLatency {
   private readonly started = new WeakMap<object, number>();
   private samples = new Map<CallKind, number[]>();
-  private readonly onCreate = (message: unknown) => {
-    const { request } = message as { request: UndiciRequest };
-    if (this.origins.has(String(request.origin))) this.started.set(request, performance.now());
+  private readonly onStart = (message: unknown) => {
+    const { request } = message as { request: ClientRequest };
+    if (this.origins.has(`${request.protocol}//${String(request.getHeader('host'))}`)) this.started.set(request, performance.now());
   };
   private readonly onHeaders = (message: unknown) => {
-    const { request } = message as { request: UndiciRequest };
+    const { request } = message as { request: ClientRequest };
     const t0 = this.started.get(request);
     if (t0 === undefined) return;
     this.started.delete(request);
@@ -54,8 +49,9 @@ export class CloudLatency {
 
   /** Watches calls to these origins (`http://127.0.0.1:48400`), the cloud and its links. */
   constructor(private readonly origins: ReadonlySet<string>) {
-    subscribe('undici:request:create', this.onCreate);
-    subscribe('undici:request:headers', this.onHeaders);
+    // 'response.finish' is published when the response's headers are parsed, before its body.
+    subscribe('http.client.request.start', this.onStart);
+    subscribe('http.client.response.finish', this.onHeaders);
   }
 
   /** The calls since the last reset, per kind. */
@@ -73,7 +69,7 @@ export class CloudLatency {
   }
 
   close(): void {
-    unsubscribe('undici:request:create', this.onCreate);
-    unsubscribe('undici:request:headers', this.onHeaders);
+    unsubscribe('http.client.request.start', this.onStart);
+    unsubscribe('http.client.response.finish', this.onHeaders);
   }
 }

@@ -215,11 +215,12 @@ describe('kill -9 while a bundle is written', () => {
       await w.finish({ complete: true });
       process.stdout.write('done\\n');
     `);
-    const tsx = fileURLToPath(new URL('../node_modules/.bin/tsx', import.meta.url));
     const outcomes = { none: 0, whole: 0, packing: 0 };
     for (let round = 0; round < 8; round++) {
       const out = join(dir, `killed-${round}.tar.gz`);
-      const child = spawn(tsx, [script, out], { stdio: ['ignore', 'pipe', 'inherit'] });
+      // The writer is this process's child itself: tsx's own command runs the script in a
+      // child of its own, which a SIGKILL to tsx would leave writing into the directory.
+      const child = spawn(process.execPath, ['--import', 'tsx', script, out], { stdio: ['ignore', 'pipe', 'inherit'], cwd: fileURLToPath(new URL('..', import.meta.url)) });
       const exited = new Promise((resolve) => child.once('exit', resolve));
       await Promise.race([new Promise((resolve) => child.stdout.once('data', resolve)), exited.then(() => { throw new Error('the writer exited before it opened the bundle'); })]);
       // From the first step to past the end: some rounds die while packing, some after.

@@ -68,8 +68,9 @@ describe('startReadyProcess', () => {
     expect(p.gone()).toMatch(/probe exited \(code 3\): bye/);
   });
   it('leaves a process that got ready running past the start timeout', async () => {
-    const p = await startReadyProcess(process.execPath, ['-e', `console.log('{"event":"ready"}'); setInterval(() => {}, 1000)`], { label: 'probe', timeoutMs: 200 });
-    await new Promise((resolve) => setTimeout(resolve, 500));
+    const p = await startReadyProcess(process.execPath, ['-e', `console.log('{"event":"ready"}'); setInterval(() => {}, 1000)`], { label: 'probe', timeoutMs: 1_500 });
+    // Long enough for a node to start on a loaded machine (200 ms was not, on CI's Node 24 run).
+    await new Promise((resolve) => setTimeout(resolve, 2_000));
     expect(p.gone()).toBeUndefined();
     expect(await p.stop()).toBeNull(); // SIGTERM's default: killed by it, no exit code
   });

@@ -27,10 +27,15 @@ const READY_BOUND_MS = 60_000;
 const PING_EVERY_MS = 2;
 const EXIT_BOUND_MS = 10_000;
 
+/** `supervisor` arguments for a local-mode device on 127.0.0.1:`port`, its files all under `dir`. */
+export function localSupervisorArgs(port: number, dir: string, dockerSocket: string): string[] {
+  return ['supervisor', '--port', String(port), '--listen-address', '127.0.0.1', '--data-dir', join(dir, 'data'), '--local-mode', '--lock-root', join(dir, 'locks'), '--journal-directory', dir, '--docker-socket', dockerSocket, '--log-level', 'warn'];
+}
+
 async function startOnce(candidate: StartCandidate, dockerSocket: string): Promise<number> {
   const dir = await mkdtemp(join(tmpdir(), 'fleetlab-bench-start-'));
   const port = await freePort();
-  const args = [...(candidate.nodeArgs ?? []), candidate.module, 'supervisor', '--port', String(port), '--listen-address', '127.0.0.1', '--data-dir', join(dir, 'data'), '--local-mode', '--lock-root', join(dir, 'locks'), '--journal-directory', dir, '--docker-socket', dockerSocket, '--log-level', 'warn'];
+  const args = [...(candidate.nodeArgs ?? []), candidate.module, ...localSupervisorArgs(port, dir, dockerSocket)];
   const t0 = performance.now();
   const child = spawn(candidate.node, args, { stdio: ['ignore', 'ignore', 'pipe'], env: { ...process.env, ...candidate.env } });
   let stderr = '';

@@ -7,6 +7,7 @@ import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
+import { localSupervisorArgs } from '../bench/supervisor-start.js';
 import { bundleSupervisor } from '../qemu/image/payload.js';
 import { waitForPing } from '../qemu/boot.js';
 import { freePort } from '../src/free-port.js';
@@ -24,7 +25,7 @@ describe('the device bundle, started as a supervisor', () => {
     const preload = join(work, 'modules.cjs');
     writeFileSync(preload, `process.on('exit', () => require('node:fs').writeFileSync(${JSON.stringify(loaded)}, process.moduleLoadList.join('\\n')));\n`);
     const port = await freePort();
-    const child = spawn(process.execPath, ['--require', preload, bundle, 'supervisor', '--port', String(port), '--listen-address', '127.0.0.1', '--data-dir', join(work, 'data'), '--local-mode', '--lock-root', join(work, 'locks'), '--journal-directory', work, '--docker-socket', process.env.FLEETLAB_DOCKER_SOCKET ?? '/var/run/docker.sock', '--log-level', 'warn'], { stdio: ['ignore', 'ignore', 'pipe'] });
+    const child = spawn(process.execPath, ['--require', preload, bundle, ...localSupervisorArgs(port, work, process.env.FLEETLAB_DOCKER_SOCKET ?? '/var/run/docker.sock')], { stdio: ['ignore', 'ignore', 'pipe'] });
     let stderr = '';
     child.stderr.on('data', (d: Buffer) => (stderr += d.toString()));
     const exited = new Promise<number | null>((resolve) => child.once('exit', (code) => resolve(code)));

@@ -4,7 +4,9 @@
  *
  *   - idle RSS of the supervisor process after start;
  *   - RSS after 10,000 mixed API calls (bounded concurrency) and their throughput;
- *   - the throughput of 10,000 GET /v1/device alone, 10 concurrent;
+ *   - the throughput of 10,000 GET /v1/device alone over 10 connections, from the load
+ *     generator (bench/http-load.ts, its own process: the figure is the supervisor's, not the
+ *     client's), and from the bench's own fetch client beside it;
  *   - sequential p50/p99 latency of GET /v1/device and GET /v2/applications/state with a
  *     3-service app running;
  *   - time from POST /v2/local/target-state to `applied` with all 3 services Running,
@@ -14,8 +16,9 @@
  * way the QEMU image and a board install build it), on this Node or the one `--node` names.
  * Before the device, start-up is timed in alternating rounds for the bundle as a device runs
  * it (compile cache filled), the bundle with no compile cache, and the CLI from dist/; the
- * device then runs with the same compile cache. After the rest, 100,000 GET /v1/device at 10
- * connections show where RSS settles, and a paced 1,000 req/s shows the latency at that rate.
+ * device then runs with the same compile cache. After the rest, a paced 1,000 req/s shows the
+ * latency at that rate, and 100,000 GET /v1/device at 10 connections show where RSS settles,
+ * both from the load generator.
  * Last, a summary puts each of issue 17's figures beside its goal and balena-supervisor v19's
  * figure as issue 17 measured it (the reference does not run here: it needs its own images and
  * balenaEngine).
@@ -43,6 +46,7 @@ import { errorText } from '../src/errors.js';
 import { fleetlabRoot } from '../src/package-root.js';
 import type { WireLocalState, WireService } from '../src/protocol/target-state.js';
 import { runPeerBench } from './cloud-peer.js';
+import { runLoadProcess, type LoadPlan, type LoadResult as LeanResult } from './http-load.js';
 import { percentile } from './percentile.js';
 import { measureStarts } from './supervisor-start.js';
 
@@ -182,9 +186,14 @@ interface Api {
   post(path: string, body: unknown): Promise<{ status: number; body: string }>;
 }
 
+/** `path` with the device's API key in its query, as the benches send it. */
+function keyedPath(info: SimDeviceInfo, path: string): string {
+  return `${path}${path.includes('?') ? '&' : '?'}apikey=${encodeURIComponent(info.apiKey)}`;
+}
+
 function apiFor(info: SimDeviceInfo): Api {
   requireLoopback(info.url);
-  const withKey = (path: string) => `${info.url}${path}${path.includes('?') ? '&' : '?'}apikey=${encodeURIComponent(info.apiKey)}`;
+  const withKey = (path: string) => `${info.url}${keyedPath(info, path)}`;
   const signal = () => AbortSignal.any([AbortSignal.timeout(REQUEST_TIMEOUT_MS), interrupted.signal]);
   return {
     async get(path) {
@@ -396,61 +405,31 @@ async function latency(api: Api, paths: readonly string[]): Promise<LatencyResul
   });
 }
 
-/**
- * `total` GETs of `path` sent on a fixed schedule of `rps` (open loop: a slow answer does
- * not slow the schedule, so a stall of the supervisor shows in the figures). Each is timed
- * from its send; how late the bench's own timers sent them is reported beside.
- */
-async function paced(api: Api, path: string, rps: number, total: number): Promise<{ calls: number; p50: number; p99: number; max: number; achievedRps: number; sendLateP99: number }> {
-  const interval = 1000 / rps;
-  const times: number[] = [];
-  const late: number[] = [];
-  const inFlight = new Set<Promise<void>>();
-  let failure = '';
-  const t0 = performance.now();
-  for (let i = 0; i < total && !failure; i++) {
+/** `/v1/device`'s figures come from the lean load generator in its own process; any failure fails the bench. */
+async function leanLoad(plan: LoadPlan): Promise<LeanResult> {
+  const r = await runLoadProcess(plan, interrupted.signal).catch((err: unknown) => {
     checkInterrupted();
-    const due = t0 + i * interval;
-    const wait = due - performance.now();
-    if (wait >= 1) await sleep(wait);
-    while (inFlight.size >= PACED_MAX_IN_FLIGHT) await Promise.race(inFlight);
-    const from = performance.now();
-    late.push(Math.max(0, from - due));
-    const call: Promise<void> = api
-      .get(path)
-      .then(
-        (res) => {
-          if (res.status !== 200) failure ||= `GET ${path} answered ${res.status}`;
-          times.push(performance.now() - from);
-        },
-        (err: unknown) => void (failure ||= `GET ${path}: ${errorText(err)}`),
-      )
-      .finally(() => inFlight.delete(call));
-    inFlight.add(call);
-  }
-  await Promise.all(inFlight);
-  if (failure) throw new BenchError(`paced load: ${failure}`);
-  const sorted = times.sort((a, b) => a - b);
-  const seconds = (performance.now() - t0) / 1000;
-  return { calls: sorted.length, p50: round(percentile(sorted, 50), 3), p99: round(percentile(sorted, 99), 3), max: round(sorted[sorted.length - 1]!, 3), achievedRps: round(sorted.length / seconds, 1), sendLateP99: round(percentile(late.sort((a, b) => a - b), 99), 3) };
+    throw err;
+  });
+  const nonOk = Object.entries(r.statuses).filter(([status]) => status !== '200');
+  if (r.errors || nonOk.length) throw new BenchError(`GET ${plan.path.split('?')[0]} (${plan.mode} load): ${r.errors} failed${r.firstError ? ` (first: ${r.firstError})` : ''}, non-200: ${nonOk.map(([s, n]) => `${s} x${n}`).join(', ') || 'none'}`);
+  return r;
 }
 
-/** `total` GET /v1/device at `concurrency`, the RSS read every LONG_CHECKPOINT calls. */
-async function longRun(api: Api, total: number, concurrency: number, rss: () => Memory): Promise<{ checkpoints: Array<{ calls: number; rssMiB: number }>; reqPerSec: number; errors: number }> {
+/** `total` GET /v1/device at `connections`, the RSS read every LONG_CHECKPOINT calls. */
+async function longRun(port: number, path: string, total: number, connections: number, rss: () => Memory): Promise<{ checkpoints: Array<{ calls: number; rssMiB: number }>; reqPerSec: number }> {
   const checkpoints: Array<{ calls: number; rssMiB: number }> = [];
   let calls = 0;
   let seconds = 0;
-  let errors = 0;
   while (calls < total) {
-    const r = await load(api, Math.min(LONG_CHECKPOINT, total - calls), concurrency, ['/v1/device']);
-    if (r.calls === 0) throw new BenchError('the long run made no progress');
-    calls += r.calls;
+    const r = await leanLoad({ mode: 'closed', port, path, connections, total: Math.min(LONG_CHECKPOINT, total - calls) });
+    if (r.answered === 0) throw new BenchError('the long run made no progress');
+    calls += r.answered;
     seconds += r.seconds;
-    errors += r.errors + Object.values(r.nonOk).reduce((a, b) => a + b, 0);
     checkpoints.push({ calls, rssMiB: mib(rss().rssKiB) });
     process.stderr.write(`bench:   ${calls} calls, RSS ${checkpoints.at(-1)!.rssMiB} MiB\n`);
   }
-  return { checkpoints, reqPerSec: round(calls / seconds, 1), errors };
+  return { checkpoints, reqPerSec: round(calls / seconds, 1) };
 }
 
 /* ------------------------------------------------------------------ options */
@@ -520,7 +499,7 @@ function summary(r: {
   start: { bundle: { medianMs: number } };
   rss: { idleLongMiB: number; idleSeconds: number; peakMiB: number };
   loadV1Device: { reqPerSec: number };
-  pacedV1Device: { p99: number };
+  pacedV1Device: { latencyMs: { p99: number } };
   long: { drift: number; settledAt: number; checkpoints: Array<{ calls: number }> };
 }): string {
   const best = (x: number | readonly number[], lowIsBetter: boolean) => (typeof x === 'number' ? x : lowIsBetter ? Math.min(...x) : Math.max(...x));
@@ -533,7 +512,7 @@ function summary(r: {
   row(`idle RSS, ${r.rss.idleSeconds} s, no apps`, megabytes(r.rss.idleLongMiB), 'MB', ISSUE_17.idleMB.goal, true, ISSUE_17.idleMB.reference);
   row('peak RSS (VmHWM)', megabytes(r.rss.peakMiB), 'MB', ISSUE_17.peakMB.goal, true, ISSUE_17.peakMB.reference);
   row('/v1/device, 10 connections', r.loadV1Device.reqPerSec, 'req/s', ISSUE_17.v1DeviceRps.goal, false, ISSUE_17.v1DeviceRps.reference);
-  row('/v1/device p99 at 1k req/s', r.pacedV1Device.p99, 'ms', ISSUE_17.pacedP99Ms.goal, true);
+  row('/v1/device p99 at 1k req/s', r.pacedV1Device.latencyMs.p99, 'ms', ISSUE_17.pacedP99Ms.goal, true);
   const lastCalls = r.long.checkpoints.at(-1)!.calls;
   lines.push([`RSS after ${lastCalls / 1000}k calls vs after ${r.long.settledAt / 1000}k`, `${round(r.long.drift * 100, 1)}%`, `within ${ISSUE_17.longRssDrift.goal * 100}%`, '', '', Math.abs(r.long.drift) <= ISSUE_17.longRssDrift.goal ? 'yes' : 'NO']);
   const widths = lines[0]!.map((_, i) => Math.max(...lines.map((l) => l[i]!.length)));
@@ -612,8 +591,11 @@ async function main(): Promise<void> {
     await sleep(SETTLE_MS, undefined, { signal: interrupted.signal }).catch(() => checkInterrupted());
     const afterLoadSettled = rss();
 
-    process.stderr.write(`bench: ${LOAD_CALLS} GET /v1/device, ${DEVICE_LOAD_CONCURRENCY} concurrent\n`);
-    const deviceLoad = await load(api, LOAD_CALLS, DEVICE_LOAD_CONCURRENCY, ['/v1/device']);
+    process.stderr.write(`bench: ${LOAD_CALLS} GET /v1/device, ${DEVICE_LOAD_CONCURRENCY} concurrent, from the bench's fetch, then from the load generator\n`);
+    const deviceLoadFetch = await load(api, LOAD_CALLS, DEVICE_LOAD_CONCURRENCY, ['/v1/device']);
+    const devicePort = Number(new URL(info.url).port);
+    const devicePath = keyedPath(info, '/v1/device');
+    const deviceLoad = await leanLoad({ mode: 'closed', port: devicePort, path: devicePath, connections: DEVICE_LOAD_CONCURRENCY, total: LOAD_CALLS });
 
     process.stderr.write(`bench: sequential latency (${LATENCY_WARMUP} warm-up + ${LATENCY_SAMPLES} samples per endpoint, interleaved)\n`);
     const [latDevice, latApps] = (await latency(api, ['/v1/device', '/v2/applications/state'])) as [LatencyResult, LatencyResult];
@@ -627,9 +609,9 @@ async function main(): Promise<void> {
     const final = rss();
 
     process.stderr.write(`bench: GET /v1/device paced at ${PACED_RPS} req/s, ${PACED_CALLS} calls\n`);
-    const pacedDevice = await paced(api, '/v1/device', PACED_RPS, PACED_CALLS);
+    const pacedDevice = await leanLoad({ mode: 'paced', port: devicePort, path: devicePath, rps: PACED_RPS, total: PACED_CALLS, maxConnections: PACED_MAX_IN_FLIGHT });
     process.stderr.write(`bench: ${options.longCalls} GET /v1/device, ${DEVICE_LOAD_CONCURRENCY} concurrent, RSS every ${LONG_CHECKPOINT}\n`);
-    const long = await longRun(api, options.longCalls, DEVICE_LOAD_CONCURRENCY, rss);
+    const long = await longRun(devicePort, devicePath, options.longCalls, DEVICE_LOAD_CONCURRENCY, rss);
     const settled = long.checkpoints.find((c) => c.calls >= LONG_SETTLED_AT) ?? long.checkpoints[0]!;
     const last = long.checkpoints.at(-1)!;
     const longDrift = round(last.rssMiB / settled.rssMiB - 1, 3);
@@ -659,6 +641,7 @@ async function main(): Promise<void> {
       },
       load: { ...loadResult, concurrency: LOAD_CONCURRENCY, mix: LOAD_MIX },
       loadV1Device: { ...deviceLoad, concurrency: DEVICE_LOAD_CONCURRENCY },
+      loadV1DeviceFetch: { ...deviceLoadFetch, concurrency: DEVICE_LOAD_CONCURRENCY },
       pacedV1Device: { ...pacedDevice, rps: PACED_RPS },
       long: { ...long, settledAt: settled.calls, drift: longDrift },
       latencyMs: {
@@ -688,7 +671,8 @@ async function main(): Promise<void> {
       ['calls / duration', `${loadResult.calls} in ${loadResult.seconds} s`],
       ['throughput', `${loadResult.reqPerSec} req/s`],
       ['transport errors / non-200', `${loadResult.errors} / ${nonOk}`],
-      [`GET /v1/device alone, ${DEVICE_LOAD_CONCURRENCY} concurrent`, `${deviceLoad.reqPerSec} req/s  (${deviceLoad.calls} in ${deviceLoad.seconds} s; errors ${deviceLoad.errors}, non-200 ${Object.values(deviceLoad.nonOk).reduce((a, b) => a + b, 0)})`],
+      [`GET /v1/device alone, ${DEVICE_LOAD_CONCURRENCY} connections (load generator in its own process)`, `${deviceLoad.reqPerSec} req/s  (${deviceLoad.answered} in ${deviceLoad.seconds} s; p50 ${deviceLoad.latencyMs.p50} ms, p99 ${deviceLoad.latencyMs.p99} ms)`],
+      [`  the same from the bench's own fetch client`, `${deviceLoadFetch.reqPerSec} req/s  (${deviceLoadFetch.calls} in ${deviceLoadFetch.seconds} s; errors ${deviceLoadFetch.errors}, non-200 ${Object.values(deviceLoadFetch.nonOk).reduce((a, b) => a + b, 0)})`],
       [`Sequential latency, ${LATENCY_SAMPLES} samples each after ${LATENCY_WARMUP} warm-up, interleaved (3-service app running)`, ''],
       ['GET /v1/device', `p50 ${latDevice.p50} ms  p99 ${latDevice.p99} ms  (p99/p50 ${result.latencyMs.v1Device.p99OverP50})  max ${latDevice.max} ms`],
       ['GET /v2/applications/state', `p50 ${latApps.p50} ms  p99 ${latApps.p99} ms  (p99/p50 ${result.latencyMs.v2ApplicationsState.p99OverP50})  max ${latApps.max} ms`],
@@ -697,9 +681,9 @@ async function main(): Promise<void> {
       ...changes.map((c, i): [string, string] => [`release change ${i + 1} (release ${c.releaseId}, recreate)`, `${round(c.ms, 1)} ms  (${c.polls} polls)`]),
       ['median of release changes', `${result.applyMs.releaseChangeMedian} ms  (max/min ${result.applyMs.releaseChangeMaxOverMin})`],
       [`GET /v1/device paced at ${PACED_RPS} req/s (open loop, each timed from its send)`, ''],
-      ['latency', `p50 ${pacedDevice.p50} ms  p99 ${pacedDevice.p99} ms  max ${pacedDevice.max} ms  (${pacedDevice.calls} calls at ${pacedDevice.achievedRps} req/s; sends late by p99 ${pacedDevice.sendLateP99} ms)`],
+      ['latency', `p50 ${pacedDevice.latencyMs.p50} ms  p99 ${pacedDevice.latencyMs.p99} ms  max ${pacedDevice.latencyMs.max} ms  (${pacedDevice.answered} calls at ${pacedDevice.reqPerSec} req/s over ${pacedDevice.connections} connections; sends late by p99 ${pacedDevice.sendLateP99Ms} ms)`],
       [`${long.checkpoints.at(-1)!.calls} GET /v1/device, ${DEVICE_LOAD_CONCURRENCY} concurrent`, ''],
-      ['throughput', `${long.reqPerSec} req/s  (failed ${long.errors})`],
+      ['throughput', `${long.reqPerSec} req/s`],
       ['RSS by calls', long.checkpoints.map((c) => `${c.calls / 1000}k ${c.rssMiB}`).join(', ') + ' MiB'],
       [`RSS after ${last.calls} vs after ${settled.calls}`, `${longDrift >= 0 ? '+' : ''}${round(longDrift * 100, 1)}%`],
       [`Start-up: spawn to first /ping 200, local mode, ${start.rounds} alternating rounds`, ''],

@@ -17,7 +17,7 @@ const work = mkdtempSync(join(tmpdir(), 'fleetlab-bundle-run-'));
 afterAll(() => rmSync(work, { recursive: true, force: true }));
 
 describe('the device bundle, started as a supervisor', () => {
-  it('loads no HTTP client beside node:http: neither the undici package nor Node\'s bundled undici', async () => {
+  it('loads no HTTP client beside node:http (neither the undici package nor Node\'s bundled undici), nor TLS, HTTP/2 or zlib', async () => {
     const bundle = join(work, 'fleetlab-device.mjs');
     await bundleSupervisor(fleetlabRoot(import.meta.url), bundle);
     // What Node loaded, written as the process exits (the supervisor exits 0 on SIGTERM).
@@ -40,5 +40,7 @@ describe('the device bundle, started as a supervisor', () => {
     const modules = readFileSync(loaded, 'utf8').split('\n');
     expect(modules).toContain('NativeModule http');
     expect(modules.filter((m) => m.includes('undici'))).toEqual([]);
+    // Dependencies require these at load time; the bundle loads them only when used (DEVICE_LAZY_BUILTINS).
+    expect(modules.filter((m) => /^NativeModule (tls|https|http2|zlib)$/.test(m))).toEqual([]);
   }, 90_000);
 });

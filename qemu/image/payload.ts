@@ -171,7 +171,11 @@ export async function buildEpollAddon(repoRoot: string, cacheDir: string, node: 
  * V8 limits a device runs its supervisor with. The supervisor's live heap is ~16 MB; by
  * default V8 lets the heap grow far past that before collecting (a 16 MB young generation,
  * an old generation sized for a desktop): on Node 24 the bundle idled at ~94 MiB of RSS
- * without these and ~80 MiB with them, and peaks at ~108 MiB under the bench's load.
+ * without these and ~70 MiB with them. Measured on Node 24.21 and left out:
+ * - a 1 MiB semi-space: 1.5-2 MiB less idle, but more is promoted under load, and RSS grew
+ *   7.4% from 20,000 to 100,000 calls (0% with 2 MiB);
+ * - --optimize-for-size: 2 MiB less again, but start-up ~50 ms slower (~310 against ~265 ms);
+ * - --lite-mode: 5.5 MiB less, but 60% of /v1/device's throughput gone.
  * Measured with `npm run bench` (see bench/supervisor.bench.ts, `--node-flags`, `--node`).
  */
 export const DEVICE_NODE_FLAGS = ['--max-semi-space-size=2', '--max-old-space-size=64'] as const;
@@ -219,6 +223,51 @@ const builtinsThroughRequire = {
 };
 
 /**
+ * Builtins that dependencies require at load time but use only inside functions a device
+ * rarely or never calls: fastify's https and http2 (the API serves plain HTTP), docker-modem's
+ * https (the engine is on a local socket), ws's tls and zlib, pino's worker_threads. Each
+ * loaded one stays in RSS (its code, its objects; tls alone ~3 MiB on Node 24), so a
+ * dependency's `require` of one gets an object that loads the builtin on first use.
+ */
+export const DEVICE_LAZY_BUILTINS = ['https', 'tls', 'http2', 'zlib', 'worker_threads', 'v8', 'dns'] as const;
+
+/**
+ * Stands in for builtin `name` until first touched: every operation on the object loads the
+ * builtin and goes to it. These builtins export plain objects, as the stand-in is, and their
+ * functions do not depend on `this`. A property is reported configurable, as a proxy of an
+ * empty object must (the builtins' own exports are).
+ */
+export function lazyBuiltinSource(name: string): string {
+  // An object whose prototype is the stand-in (follow-redirects builds its wrappers so)
+  // gets its own property on set, as it would over the builtin's writable data property,
+  // without loading the builtin.
+  return `let real;
+const load = () => (real ??= require(${JSON.stringify(`node:${name}`)}));
+const stand = new Proxy({}, {
+  get: (_, key, receiver) => Reflect.get(load(), key, receiver === stand ? load() : receiver),
+  set: (_, key, value, receiver) => receiver === stand ? Reflect.set(load(), key, value) : Reflect.defineProperty(receiver, key, { value, writable: true, enumerable: true, configurable: true }),
+  has: (_, key) => key in load(),
+  ownKeys: () => Reflect.ownKeys(load()),
+  getOwnPropertyDescriptor: (_, key) => { const d = Reflect.getOwnPropertyDescriptor(load(), key); return d && { ...d, configurable: true }; },
+  defineProperty: (_, key, d) => Reflect.defineProperty(load(), key, d),
+  deleteProperty: (_, key) => Reflect.deleteProperty(load(), key),
+  getPrototypeOf: () => Reflect.getPrototypeOf(load()),
+});
+module.exports = stand;`;
+}
+
+const lazyBuiltins = {
+  name: 'fleetlab-device-lazy-builtins',
+  setup(build: { onResolve: Function; onLoad: Function }) {
+    const filter = new RegExp(`^(node:)?(${DEVICE_LAZY_BUILTINS.join('|')})$`);
+    build.onResolve({ filter }, (args: { path: string; kind: string; importer: string }) =>
+      args.kind === 'require-call' && args.importer.includes('/node_modules/') ? { path: args.path.replace(/^node:/, ''), namespace: 'device-lazy-builtin' } : undefined,
+    );
+    build.onLoad({ filter: /.*/, namespace: 'device-lazy-builtin' }, (args: { path: string }) => ({ contents: lazyBuiltinSource(args.path), loader: 'js' }));
+  },
+};
+
+/**
  * The device entry (`src/cli/device.ts`: only `fleetlab supervisor`) as one ES module.
  * Left out: onoff (native addon, shipped beside it), optional natives its dependencies
  * probe for inside try/catch (cpu-features) or never load on Linux (x11), and the
@@ -239,7 +288,7 @@ export async function bundleSupervisor(repoRoot: string, outFile: string): Promi
       legalComments: 'none',
       define: { __FLEETLAB_VERSION__: JSON.stringify(packageJson(repoRoot).version) },
       external: ['onoff', 'cpu-features', '*.node'],
-      plugins: [absentPackages, builtinsThroughRequire],
+      plugins: [absentPackages, lazyBuiltins, builtinsThroughRequire],
       // CommonJS dependencies use require() and __dirname; an ES module has neither of its own.
       banner: {
         js: [

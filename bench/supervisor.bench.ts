@@ -17,7 +17,8 @@
  * Before the device, start-up is timed in alternating rounds for the bundle as a device runs
  * it (compile cache filled), the bundle with no compile cache, and the CLI from dist/; the
  * device then runs with the same compile cache. After the rest, a paced 1,000 req/s shows the
- * latency at that rate, and 100,000 GET /v1/device at 10 connections show where RSS settles,
+ * latency at that rate, and 200,000 GET /v1/device at 10 connections show where RSS settles
+ * (issue 17: RSS after 100,000 calls within 5% of it),
  * both from the load generator.
  * Last, a summary puts each of issue 17's figures beside its goal and balena-supervisor v19's
  * figure as issue 17 measured it (the reference does not run here: it needs its own images and
@@ -27,7 +28,7 @@
  * All traffic goes to 127.0.0.1; every loop is bounded.
  *
  *   npm run bench            (builds, then runs dist/bench/supervisor.bench.js)
- *   npm run bench -- --node /path/to/node24/bin/node --idle-seconds 60 --long-calls 100000 --start-rounds 5
+ *   npm run bench -- --node /path/to/node24/bin/node --idle-seconds 60 --long-calls 200000 --start-rounds 5
  *   npm run bench -- --node-flags ""     (the device's V8 limits, DEVICE_NODE_FLAGS, left out)
  *   npm run bench -- --no-cloud          (without the cloud against pinejs, which runs last)
  *   FLEETLAB_DOCKER_SOCKET=/path/to/docker.sock npm run bench
@@ -70,8 +71,14 @@ const PACED_CALLS = 5_000;
 const PACED_MAX_IN_FLIGHT = 200;
 /** RSS is read after every this many calls of the long run. */
 const LONG_CHECKPOINT = 10_000;
-/** Where the long run's RSS is taken to have settled: after this many calls. */
-const LONG_SETTLED_AT = 20_000;
+/**
+ * Issue 17 wants RSS after 100,000 calls within 5% of where it settles. Where V8's heap
+ * settles depends on the allocation rate, not on a call count known beforehand (at ~13k
+ * req/s on Node 24 it grew in steps up to 70k calls, then stayed flat to 400k), so the long
+ * run goes on as far again: RSS at its half is compared with RSS at its end, and a leak
+ * shows as growth over the second half.
+ */
+const LONG_COMPARED_AT = 100_000;
 
 /**
  * Issue 17's goals, and balena-supervisor v19 as issue 17 measured it on this kind of
@@ -465,7 +472,7 @@ function parseOptions(argv: string[]): BenchOptions {
     node,
     nodeFlags: (text('node-flags') ?? DEVICE_NODE_FLAGS.join(' ')).split(/\s+/).filter(Boolean),
     idleSeconds: positive('idle-seconds', text('idle-seconds'), 60),
-    longCalls: positive('long-calls', text('long-calls'), 100_000),
+    longCalls: positive('long-calls', text('long-calls'), 2 * LONG_COMPARED_AT),
     startRounds: positive('start-rounds', text('start-rounds'), 5),
     cloud: values['no-cloud'] !== true,
   };
@@ -500,7 +507,7 @@ function summary(r: {
   rss: { idleLongMiB: number; idleSeconds: number; peakMiB: number };
   loadV1Device: { reqPerSec: number };
   pacedV1Device: { latencyMs: { p99: number } };
-  long: { drift: number; settledAt: number; checkpoints: Array<{ calls: number }> };
+  long: { drift: number; comparedAt: number; checkpoints: Array<{ calls: number }> };
 }): string {
   const best = (x: number | readonly number[], lowIsBetter: boolean) => (typeof x === 'number' ? x : lowIsBetter ? Math.min(...x) : Math.max(...x));
   const lines: string[][] = [['figure', 'fleetlab', 'goal', 'balena-supervisor v19 (issue 17)', 'ratio', 'goal met']];
@@ -514,7 +521,7 @@ function summary(r: {
   row('/v1/device, 10 connections', r.loadV1Device.reqPerSec, 'req/s', ISSUE_17.v1DeviceRps.goal, false, ISSUE_17.v1DeviceRps.reference);
   row('/v1/device p99 at 1k req/s', r.pacedV1Device.latencyMs.p99, 'ms', ISSUE_17.pacedP99Ms.goal, true);
   const lastCalls = r.long.checkpoints.at(-1)!.calls;
-  lines.push([`RSS after ${lastCalls / 1000}k calls vs after ${r.long.settledAt / 1000}k`, `${round(r.long.drift * 100, 1)}%`, `within ${ISSUE_17.longRssDrift.goal * 100}%`, '', '', Math.abs(r.long.drift) <= ISSUE_17.longRssDrift.goal ? 'yes' : 'NO']);
+  lines.push([`RSS after ${r.long.comparedAt / 1000}k calls vs settled (${lastCalls / 1000}k)`, `${round(r.long.drift * 100, 1)}%`, `within ${ISSUE_17.longRssDrift.goal * 100}%`, '', '', Math.abs(r.long.drift) <= ISSUE_17.longRssDrift.goal ? 'yes' : 'NO']);
   const widths = lines[0]!.map((_, i) => Math.max(...lines.map((l) => l[i]!.length)));
   return ['Issue 17 goals (reference: balena-supervisor v19 as issue 17 measured it on this kind of machine; not run here)', ...lines.map((l) => '  ' + l.map((c, i) => c.padEnd(widths[i]!)).join('  ').trimEnd())].join('\n');
 }
@@ -612,9 +619,10 @@ async function main(): Promise<void> {
     const pacedDevice = await leanLoad({ mode: 'paced', port: devicePort, path: devicePath, rps: PACED_RPS, total: PACED_CALLS, maxConnections: PACED_MAX_IN_FLIGHT });
     process.stderr.write(`bench: ${options.longCalls} GET /v1/device, ${DEVICE_LOAD_CONCURRENCY} concurrent, RSS every ${LONG_CHECKPOINT}\n`);
     const long = await longRun(devicePort, devicePath, options.longCalls, DEVICE_LOAD_CONCURRENCY, rss);
-    const settled = long.checkpoints.find((c) => c.calls >= LONG_SETTLED_AT) ?? long.checkpoints[0]!;
+    // Half the run (100k of the default 200k) against its end, where RSS has settled.
+    const compared = long.checkpoints.find((c) => c.calls >= Math.min(LONG_COMPARED_AT, options.longCalls / 2)) ?? long.checkpoints[0]!;
     const last = long.checkpoints.at(-1)!;
-    const longDrift = round(last.rssMiB / settled.rssMiB - 1, 3);
+    const longDrift = round(compared.rssMiB / last.rssMiB - 1, 3);
     const peak = rss();
 
     const changeMedian = median(changes.map((c) => c.ms));
@@ -643,7 +651,7 @@ async function main(): Promise<void> {
       loadV1Device: { ...deviceLoad, concurrency: DEVICE_LOAD_CONCURRENCY },
       loadV1DeviceFetch: { ...deviceLoadFetch, concurrency: DEVICE_LOAD_CONCURRENCY },
       pacedV1Device: { ...pacedDevice, rps: PACED_RPS },
-      long: { ...long, settledAt: settled.calls, drift: longDrift },
+      long: { ...long, comparedAt: compared.calls, drift: longDrift },
       latencyMs: {
         v1Device: { ...latDevice, p99OverP50: round(latDevice.p99 / latDevice.p50) },
         v2ApplicationsState: { ...latApps, p99OverP50: round(latApps.p99 / latApps.p50) },
@@ -685,7 +693,7 @@ async function main(): Promise<void> {
       [`${long.checkpoints.at(-1)!.calls} GET /v1/device, ${DEVICE_LOAD_CONCURRENCY} concurrent`, ''],
       ['throughput', `${long.reqPerSec} req/s`],
       ['RSS by calls', long.checkpoints.map((c) => `${c.calls / 1000}k ${c.rssMiB}`).join(', ') + ' MiB'],
-      [`RSS after ${last.calls} vs after ${settled.calls}`, `${longDrift >= 0 ? '+' : ''}${round(longDrift * 100, 1)}%`],
+      [`RSS after ${compared.calls} vs settled (after ${last.calls})`, `${longDrift >= 0 ? '+' : ''}${round(longDrift * 100, 1)}%`],
       [`Start-up: spawn to first /ping 200, local mode, ${start.rounds} alternating rounds`, ''],
       [`${BUNDLE} (as a device runs it: compile cache filled)`, `median ${start.bundle.medianMs} ms  (${start.bundle.minMs}..${start.bundle.maxMs})`],
       [COLD, `median ${start.bundleNoCompileCache.medianMs} ms  (${start.bundleNoCompileCache.minMs}..${start.bundleNoCompileCache.maxMs})`],

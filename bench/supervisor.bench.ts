@@ -29,7 +29,8 @@
  *
  *   npm run bench            (builds, then runs dist/bench/supervisor.bench.js)
  *   npm run bench -- --node /path/to/node24/bin/node --idle-seconds 60 --long-calls 200000 --start-rounds 5
- *   npm run bench -- --node-flags ""     (the device's V8 limits, DEVICE_NODE_FLAGS, left out)
+ *   npm run bench -- --node-flags=""     (the device's V8 limits, DEVICE_NODE_FLAGS, left out)
+ *   npm run bench -- "--node-flags=--max-old-space-size=64 --optimize-for-size"   (flags start with a dash: use the = form)
  *   npm run bench -- --no-cloud          (without the cloud against pinejs, which runs last)
  *   FLEETLAB_DOCKER_SOCKET=/path/to/docker.sock npm run bench
  */
@@ -463,7 +464,7 @@ function parseOptions(argv: string[]): BenchOptions {
   try {
     ({ values } = parseArgs({ args: argv, options: { node: { type: 'string' }, 'node-flags': { type: 'string' }, 'idle-seconds': { type: 'string' }, 'long-calls': { type: 'string' }, 'start-rounds': { type: 'string' }, 'no-cloud': { type: 'boolean' } }, strict: true }));
   } catch (err) {
-    throw new BenchError(`${errorText(err)}; options: --node PATH, --node-flags "FLAGS", --idle-seconds N, --long-calls N, --start-rounds N, --no-cloud`);
+    throw new BenchError(`${errorText(err)}; options: --node PATH, --node-flags="FLAGS" (the = form: flags start with a dash), --idle-seconds N, --long-calls N, --start-rounds N, --no-cloud`);
   }
   const text = (name: string) => (typeof values[name] === 'string' ? (values[name] as string) : undefined);
   const node = text('node') ?? process.execPath;

@@ -171,14 +171,16 @@ export async function buildEpollAddon(repoRoot: string, cacheDir: string, node: 
  * V8 limits a device runs its supervisor with. The supervisor's live heap is ~16 MB; by
  * default V8 lets the heap grow far past that before collecting (a 16 MB young generation,
  * an old generation sized for a desktop): on Node 24 the bundle idled at ~94 MiB of RSS
- * without these and ~70 MiB with them. Measured on Node 24.21 and left out:
- * - a 1 MiB semi-space: 1.5-2 MiB less idle, but more is promoted under load, and RSS grew
- *   7.4% from 20,000 to 100,000 calls (0% with 2 MiB);
- * - --optimize-for-size: 2 MiB less again, but start-up ~50 ms slower (~310 against ~265 ms);
+ * without these and ~70 MiB with the two limits. --optimize-for-size (V8 keeps smaller
+ * inline caches and heap reserves) takes 3.5 MiB more off the idle figure (70.1 -> 66.6 MiB,
+ * under issue 17's 70 MB) for ~10 ms of start-up, once lazy builtins had made start-up cheap
+ * enough to pay it; throughput stays far above the goal. Measured on Node 24.21 and left out:
+ * - a 1 MiB semi-space: with --optimize-for-size only 0.1 MiB less idle, and more is promoted
+ *   under load;
  * - --lite-mode: 5.5 MiB less, but 60% of /v1/device's throughput gone.
  * Measured with `npm run bench` (see bench/supervisor.bench.ts, `--node-flags`, `--node`).
  */
-export const DEVICE_NODE_FLAGS = ['--max-semi-space-size=2', '--max-old-space-size=64'] as const;
+export const DEVICE_NODE_FLAGS = ['--max-semi-space-size=2', '--max-old-space-size=64', '--optimize-for-size'] as const;
 
 /**
  * Packages dockerode loads that a device never uses: docker-modem's SSH transport (a device

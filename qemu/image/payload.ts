@@ -171,10 +171,10 @@ export async function buildEpollAddon(repoRoot: string, cacheDir: string, node: 
  * V8 limits a device runs its supervisor with. The supervisor's live heap is ~16 MB; by
  * default V8 lets the heap grow far past that before collecting (a 16 MB young generation,
  * an old generation sized for a desktop): on Node 24 the bundle idled at ~94 MiB of RSS
- * without these and ~70 MiB with the two limits. --optimize-for-size takes 3.5
- * MiB more off the idle figure, all of it anonymous memory (70.1 -> 66.6 MiB,
- * under issue 17's 70 MB) for ~10 ms of start-up, once lazy builtins had made start-up cheap
- * enough to pay it; throughput stays far above the goal. Under emulation (qemu raspi3b) it costs
+ * without these and ~70 MiB with the two limits. --optimize-for-size takes 3.5 MiB more off
+ * the idle figure, all of it anonymous memory (70.1 -> 66.6 MiB, under issue 17's 70 MB), for
+ * 6-19 ms of start-up, once lazy builtins had made start-up cheap enough to pay it; throughput
+ * stays far above the goal. Under emulation (qemu raspi3b) it costs
  * more: a cached start of 4.1 s against 3.6 s without it (bench/qemu-start.bench.ts). Memory is
  * what a Pi runs short of all day; half a second of boot under TCG is the price. Measured on
  * Node 24.21 and left out:

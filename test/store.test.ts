@@ -61,6 +61,14 @@ describe('DeviceStore round trip', () => {
     expect(store.get().generation).toBe(4);
   });
 
+  it('a whole document is opened without calling initial() (it mints a uuid and a key)', () => {
+    DeviceStore.open(dir, initial());
+    let calls = 0;
+    const reopened = DeviceStore.open(dir, () => (calls++, initialRecord()));
+    expect(calls).toBe(0);
+    expect(reopened.get()).toEqual(initialRecord());
+  });
+
   it('an unreadable document is refused with a FleetlabError naming the file', async () => {
     await writeFile(join(dir, 'device.json'), '{"uuid": "trunc');
     let caught: unknown;

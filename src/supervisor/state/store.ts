@@ -37,6 +37,22 @@ export interface DeviceRecord {
   generation: number;
 }
 
+type RequiredKeys<T> = { [K in keyof T]-?: object extends Pick<T, K> ? never : K }[keyof T];
+
+/** Every field a record must hold; the compiler keeps the list whole. */
+const REQUIRED_FIELDS = Object.keys({
+  uuid: 0,
+  deviceKey: 0,
+  appKeys: 0,
+  localMode: 0,
+  deviceName: 0,
+  localTarget: 0,
+  cloudTarget: 0,
+  registered: 0,
+  cloudKey: 0,
+  generation: 0,
+} satisfies Record<RequiredKeys<DeviceRecord>, 0>);
+
 export class DeviceStore {
   private record: DeviceRecord;
   private queue: Promise<void> = Promise.resolve();
@@ -45,7 +61,11 @@ export class DeviceStore {
     this.record = record;
   }
 
-  /** Opens the store in dataDir, creating it from `initial()` on first start. */
+  /**
+   * Opens the store in dataDir, creating it from `initial()` on first start. A record an older
+   * supervisor wrote gets the fields it lacks from `initial()`; a whole one is taken as it is,
+   * without calling `initial()`, which mints a uuid and a key (and loads crypto to do it).
+   */
   static open(dataDir: string, initial: () => DeviceRecord): DeviceStore {
     mkdirSync(dataDir, { recursive: true });
     const path = join(dataDir, 'device.json');
@@ -63,7 +83,8 @@ export class DeviceStore {
       // Atomic writes make this unreachable short of disk corruption; refuse to guess.
       throw new FleetlabError('SUP_ERR_INTERNAL', `device store ${path} is unreadable: ${errorText(err)}`);
     }
-    return new DeviceStore(path, { ...initial(), ...record });
+    const whole = REQUIRED_FIELDS.every((field) => field in record);
+    return new DeviceStore(path, whole ? record : { ...initial(), ...record });
   }
 
   get(): Readonly<DeviceRecord> {

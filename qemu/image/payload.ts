@@ -17,6 +17,7 @@ import { dirname, join } from 'node:path';
 import { execa } from 'execa';
 import { FleetlabError, errorText } from '../../src/errors.js';
 import { needTool, qemuTools } from '../tools.js';
+import { eagerModuleBodies } from './eager-modules.js';
 import { lazyBuiltinsPlugin } from './lazy-builtins.js';
 
 export interface NodeDist {
@@ -236,19 +237,26 @@ const builtinsThroughRequire = {
  * DEVICE_ABSENT_PACKAGES.
  */
 export async function bundleSupervisor(repoRoot: string, outFile: string): Promise<void> {
+  let bodies: number;
   try {
-    await bundleForDevice(join(repoRoot, 'src', 'cli', 'device.ts'), outFile, packageJson(repoRoot).version);
+    ({ bodies } = await bundleForDevice(join(repoRoot, 'src', 'cli', 'device.ts'), outFile, packageJson(repoRoot).version));
   } catch (err) {
     throw new FleetlabError('SUP_ERR_INTERNAL', `bundling the supervisor failed: ${errorText(err)}`);
   }
+  // Its hundreds of CommonJS dependencies are all wrapped: none found means esbuild's output changed shape.
+  if (bodies === 0) throw new FleetlabError('SUP_ERR_INTERNAL', "bundling the supervisor: esbuild's module wrappers were not found (its output changed shape), so no module body would be in the compile cache");
 }
 
-/** Bundles `entry` as the device's supervisor is bundled (the tests bundle their own entries so). */
-export async function bundleForDevice(entry: string, outFile: string, version: string): Promise<void> {
+/**
+ * Bundles `entry` as the device's supervisor is bundled (the tests bundle their own entries
+ * so), its module bodies compiled into Node's compile cache with the rest (eager-modules.ts).
+ */
+export async function bundleForDevice(entry: string, outFile: string, version: string): Promise<{ bodies: number }> {
   const esbuild = await import('esbuild');
-  await esbuild.build({
+  const built = await esbuild.build({
     entryPoints: [entry],
     outfile: outFile,
+    write: false,
     bundle: true,
     platform: 'node',
     format: 'esm',
@@ -274,6 +282,11 @@ export async function bundleForDevice(entry: string, outFile: string, version: s
     },
     logLevel: 'silent',
   });
+  const ts = (await import('typescript')).default;
+  mkdirSync(dirname(outFile), { recursive: true });
+  const eager = eagerModuleBodies(ts, built.outputFiles[0]!.text);
+  writeFileSync(outFile, eager.source);
+  return { bodies: eager.bodies };
 }
 
 /** Copies the runtime packages from `nodeModules` into `<appDir>/node_modules`, with the arm64 addon in place. */

@@ -35,10 +35,20 @@ export function unbuiltNativeModules(names: readonly NativeModule[]): Array<{ na
     try {
       load(name);
     } catch (err) {
-      missing.push({ name, reason: errorText(err).split('\n')[0]! });
+      missing.push({ name, reason: loadFailure(errorText(err)) });
     }
   }
   return missing;
+}
+
+/**
+ * Why an addon did not load, in the loader's words made plain: built for another Node's ABI
+ * (Node was changed after npm install; npm rebuild fixes it), or not built at all.
+ */
+export function loadFailure(loaderMessage: string): string {
+  const abi = /NODE_MODULE_VERSION (\d+)\.[\s\S]*?requires\s+NODE_MODULE_VERSION (\d+)/.exec(loaderMessage);
+  if (abi) return `built for another Node (NODE_MODULE_VERSION ${abi[1]}; this Node, ${process.version}, needs ${abi[2]})`;
+  return 'not built';
 }
 
 /** The command that allows and builds the addons in a user's project. */
@@ -55,11 +65,21 @@ export function neededOnThisNode(names: readonly NativeModule[]): NativeModule[]
 export function requireNativeModules(names: readonly NativeModule[]): void {
   const missing = unbuiltNativeModules(neededOnThisNode(names));
   if (missing.length === 0) return;
-  const list = missing.map((m) => `${m.name} (for ${PURPOSE[m.name]})`).join(' and ');
+  const failed = missing.map((m) => m.name);
+  const plural = failed.length > 1;
+  const unbuilt = missing.filter((m) => m.reason === 'not built');
+  // One reason for all: said once, as before; otherwise each addon with its own.
+  const list =
+    unbuilt.length === missing.length
+      ? `${missing.map((m) => `${m.name} (for ${PURPOSE[m.name]})`).join(' and ')} ${plural ? 'are' : 'is'} not built in this installation`
+      : missing.map((m) => `${m.name} (for ${PURPOSE[m.name]}) is ${m.reason}`).join('; ');
+  if (unbuilt.length === 0) {
+    throw new FleetlabError('HIL_ERR_NATIVE_MODULE', `the native module${plural ? 's' : ''} ${list}: Node was changed after npm install. Fix: npm rebuild ${failed.join(' ')}`);
+  }
   throw new FleetlabError(
     'HIL_ERR_NATIVE_MODULE',
-    `the native module${missing.length > 1 ? 's' : ''} ${list} ${missing.length > 1 ? 'are' : 'is'} not built in this installation ` +
+    `the native module${plural ? 's' : ''} ${list} ` +
       `(npm 12 skips install scripts that package.json's "allowScripts" does not allow; \`npx fleetlab init\` adds them). ` +
-      `Fix: ${buildCommand(missing.map((m) => m.name))}`,
+      `Fix: ${buildCommand(failed)}`,
   );
 }

@@ -9,7 +9,7 @@ import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { CONFIG_FILE, EXAMPLE_APP, NEEDED_ALLOW_SCRIPTS, SPEC_FILE, initProject } from '../hil/harness/init.js';
 import { playwrightArgv, runTests } from '../hil/harness/run.js';
 import { loadCompose } from '../hil/release/compose.js';
-import { buildCommand, requireNativeModules } from '../src/native-modules.js';
+import { buildCommand, loadFailure, requireNativeModules } from '../src/native-modules.js';
 
 let dir: string;
 let lines: string[];
@@ -116,5 +116,12 @@ describe('native modules', () => {
   });
   it('the fix approves and builds exactly the missing ones', () => {
     expect(buildCommand(['epoll'])).toBe('npm install-scripts approve epoll && npm rebuild epoll');
+  });
+  it('an addon built for another Node is told apart from one never built', () => {
+    // What Node 20 said of an epoll built for Node 24 (Node changed after npm install).
+    const otherNode =
+      "The module '/work/main/node_modules/epoll/build/Release/epoll.node'\nwas compiled against a different Node.js version using\nNODE_MODULE_VERSION 137. This version of Node.js requires\nNODE_MODULE_VERSION 115. Please try re-compiling or re-installing\nthe module (for instance, using `npm rebuild` or `npm install`).";
+    expect(loadFailure(otherNode)).toBe(`built for another Node (NODE_MODULE_VERSION 137; this Node, ${process.version}, needs 115)`);
+    expect(loadFailure("Could not locate the bindings file. Tried:\n → /x/build/epoll.node")).toBe('not built');
   });
 });

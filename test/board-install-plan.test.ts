@@ -101,7 +101,7 @@ describe('the manifest and the unit', () => {
 
   it('runs the bundle with the board\'s Node, the user\'s settings read last', () => {
     const unit = supervisorUnit();
-    expect(unit).toContain(`ExecStart=${BOARD.node} --max-semi-space-size=2 --max-old-space-size=64 --optimize-for-size ${BOARD.bundle} supervisor --config ${BOARD.configFile}`);
+    expect(unit).toContain(`ExecStart=${BOARD.node} --max-old-space-size=64 --optimize-for-size ${BOARD.bundle} supervisor --config ${BOARD.configFile}`);
     expect(unit.indexOf(BOARD.installEnvFile)).toBeLessThan(unit.indexOf(BOARD.envFile));
     expect(unit).toContain('WantedBy=multi-user.target');
   });

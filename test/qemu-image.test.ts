@@ -65,7 +65,7 @@ describe('the files the image adds', () => {
 
   it('runs the bundle from the supervisor unit with both environment files', () => {
     const unit = byPath.get(`/etc/systemd/system/${GUEST.unit}`)!.content;
-    expect(unit).toContain(`ExecStart=/opt/fleetlab/bin/node --max-semi-space-size=2 --max-old-space-size=64 --optimize-for-size ${GUEST.appDir}/fleetlab-device.mjs supervisor --config ${GUEST.configFile}`);
+    expect(unit).toContain(`ExecStart=/opt/fleetlab/bin/node --max-old-space-size=64 --optimize-for-size ${GUEST.appDir}/fleetlab-device.mjs supervisor --config ${GUEST.configFile}`);
     expect(unit).toContain(`EnvironmentFile=-${GUEST.runEnvFile}`);
     expect(unit).toContain(`EnvironmentFile=-${GUEST.envFile}`);
     // The harness's settings (the cloud link) win over the machine's.

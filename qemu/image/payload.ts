@@ -173,20 +173,21 @@ export async function buildEpollAddon(repoRoot: string, cacheDir: string, node: 
  * V8 limits a device runs its supervisor with. The supervisor's live heap is ~16 MB; by
  * default V8 lets the heap grow far past that before collecting (a 16 MB young generation,
  * an old generation sized for a desktop): on Node 24 the bundle idled at ~94 MiB of RSS
- * without these and ~70 MiB with the two limits. --optimize-for-size takes 3.5 MiB more off
- * the idle figure, all of it anonymous memory (70.1 -> 66.6 MiB, under issue 17's 70 MB), for
- * 6-19 ms of start-up, once lazy builtins had made start-up cheap enough to pay it; throughput
- * stays far above the goal. Under emulation (qemu raspi3b) it costs
- * more: a cached start of 4.1 s against 3.6 s without it (bench/qemu-start.bench.ts). Memory is
- * what a Pi runs short of all day; half a second of boot under TCG is the price. Measured on
- * Node 24.21 and left out:
- * - a 1 MiB semi-space: with --optimize-for-size only 0.1 MiB less idle, and more is promoted
- *   under load;
+ * without limits and ~70 MiB with a 64 MB old generation and a 2 MiB semi-space.
+ * --optimize-for-size takes 3.5-4.5 MiB more off the idle figure, all of it anonymous memory
+ * (69.1 -> 64.6 MiB once crypto, readline and v8 were lazy; 70.1 -> 66.6 MiB before), for a
+ * few ms of start-up on a PC; throughput stays far above the goal. It sets the semi-space to
+ * 1 MiB itself, and a --max-semi-space-size beside it has no effect (V8's flag implication
+ * wins), so none is given; a 1 MiB semi-space alone is only 1.5 of those MiB (67.6 MiB).
+ * Under emulation (qemu raspi3b) the flag costs more: a cached start of 4.2 s against 3.5 s
+ * without it (bench/qemu-start.bench.ts; the base before issue 17 took 11.3 s on that run).
+ * Memory is what a Pi runs short of all day; under a second of boot under TCG is the price.
+ * Measured on Node 24.21 and left out:
  * - --no-maglev: 3.7 MiB more idle (TurboFan's code pages are touched instead of Maglev's);
  * - --lite-mode: 5.5 MiB less, but 60% of /v1/device's throughput gone.
  * Measured with `npm run bench` (see bench/supervisor.bench.ts, `--node-flags`, `--node`).
  */
-export const DEVICE_NODE_FLAGS = ['--max-semi-space-size=2', '--max-old-space-size=64', '--optimize-for-size'] as const;
+export const DEVICE_NODE_FLAGS = ['--max-old-space-size=64', '--optimize-for-size'] as const;
 
 /**
  * Packages dockerode loads that a device never uses: docker-modem's SSH transport (a device

@@ -61,6 +61,13 @@ describe('DeviceStore round trip', () => {
     expect(store.get().generation).toBe(4);
   });
 
+  it('a document that is JSON but no record is refused, not replaced by a fresh identity', async () => {
+    for (const text of ['null', '[]', '7']) {
+      await writeFile(join(dir, 'device.json'), text);
+      expect(() => DeviceStore.open(dir, initial())).toThrow(`device store ${join(dir, 'device.json')} holds no device record (${text})`);
+    }
+  });
+
   it('a whole document is opened without calling initial() (it mints a uuid and a key)', () => {
     DeviceStore.open(dir, initial());
     let calls = 0;

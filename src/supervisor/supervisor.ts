@@ -65,10 +65,9 @@ function readOsVersion(): string {
   }
 }
 
-/** This boot's id: a lock recorded under another boot cannot belong to a live process. */
 /**
  * A fresh id for this supervisor instance, from the kernel's random UUID where there is one:
- * a device then never loads node:crypto once its store exists (~1.6 MiB of RSS on Node 24).
+ * a device starting on its existing store then loads no node:crypto (qemu/image/lazy-builtins.ts).
  */
 function newInstanceId(): string {
   try {
@@ -78,6 +77,7 @@ function newInstanceId(): string {
   }
 }
 
+/** This boot's id: a lock recorded under another boot cannot belong to a live process. */
 function readBootId(): string {
   try {
     return readFileSync('/proc/sys/kernel/random/boot_id', 'utf8').trim();

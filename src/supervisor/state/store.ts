@@ -83,6 +83,9 @@ export class DeviceStore {
       // Atomic writes make this unreachable short of disk corruption; refuse to guess.
       throw new FleetlabError('SUP_ERR_INTERNAL', `device store ${path} is unreadable: ${errorText(err)}`);
     }
+    if (typeof record !== 'object' || record === null || Array.isArray(record)) {
+      throw new FleetlabError('SUP_ERR_INTERNAL', `device store ${path} holds no device record (${JSON.stringify(record)})`);
+    }
     const whole = REQUIRED_FIELDS.every((field) => field in record);
     return new DeviceStore(path, whole ? record : { ...initial(), ...record });
   }

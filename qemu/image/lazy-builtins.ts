@@ -2,9 +2,9 @@
  * Builtins the device bundle loads on first use rather than at start-up. Each builtin a
  * supervisor loads stays in its RSS for good: its source and code cache (file-backed pages
  * of the node binary) and its objects; tls alone ~3 MiB on Node 24, and crypto, readline and
- * v8 together 1.0 MiB of the bundle's idle RSS (69.7 -> 68.7 MiB, medians of 4 alternating
- * starts). Dependencies and our own modules import these at load time but call them only on
- * paths an idle device never takes:
+ * v8 together 1.6 MiB of the bundle's idle RSS with the device's flags (66.3 -> 64.7 MiB,
+ * medians of 4 alternating starts on an existing store). Dependencies and our own modules
+ * import these at load time but call them only on paths an idle device never takes:
  * - https, tls, http2, zlib: fastify's HTTPS and HTTP/2 servers (the API serves plain HTTP),
  *   docker-modem's https (the engine is on a local socket), ws's TLS and compression;
  * - crypto: key generation, ETags, config hashes, the API key check, ws's handshake;

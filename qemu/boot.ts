@@ -86,7 +86,7 @@ export function serialTail(serialLog: string, lines = 25): string {
  * Asks `answers()` every `everyMs` until it says yes; fails early when `alive()` names why the
  * board is gone, and after `timeoutMs` with `what` did not answer.
  */
-async function pollBoard(answers: () => Promise<boolean>, what: string, timeoutMs: number, alive: () => string | undefined, everyMs: number): Promise<void> {
+export async function pollBoard(answers: () => Promise<boolean>, what: string, timeoutMs: number, alive: () => string | undefined, everyMs: number): Promise<void> {
   const deadline = Date.now() + timeoutMs;
   while (Date.now() < deadline) {
     const dead = alive();
@@ -240,6 +240,8 @@ export async function launch(o: {
   /** Default USB_NET_RETRIES. */
   usbNetRetries?: number;
   consolePty?: boolean;
+  /** Wait for a saved state to be streamed in (./ready-state.ts) instead of booting. */
+  incoming?: boolean;
 }): Promise<QemuBoard> {
   const qemu = needTool(qemuTools.qemuSystem);
   const qmpSocket = join(o.runDir, 'qmp-launcher.sock');
@@ -259,6 +261,7 @@ export async function launch(o: {
     serialLog,
     noReboot: true,
     ...(o.consolePty ? { consolePty: true } : {}),
+    ...(o.incoming ? { incoming: true } : {}),
     epochSeconds: Math.floor(Date.now() / 1000),
   });
   for (const sock of [qmpSocket, userQmpSocket]) await rm(sock, { force: true });

@@ -76,6 +76,11 @@ export interface QemuArgvInput {
   paused?: boolean;
   /** `-no-reboot`: any reset (the guest's or QMP `system_reset`) ends QEMU instead (see above). */
   noReboot?: boolean;
+  /**
+   * `-incoming defer`: the machine's state comes from a saved migration stream (QMP
+   * `migrate-incoming`, ./ready-state.ts) instead of a boot; it stays paused until `cont`.
+   */
+  incoming?: boolean;
 }
 
 /** The arguments after the program name. */
@@ -91,7 +96,7 @@ export function buildQemuArgv(input: QemuArgvInput): string[] {
   const boot = ['-kernel', input.kernel, '-initrd', input.initrd];
   // A QMP socket takes one client at a time: the second one is for whoever else watches the board.
   const qmp = [input.qmpSocket, ...(input.userQmpSocket ? [input.userQmpSocket] : [])].flatMap((sock) => ['-qmp', `unix:${sock},server=on,wait=off`]);
-  const paused = [...(input.paused ? ['-S'] : []), ...(input.noReboot ? ['-no-reboot'] : [])];
+  const paused = [...(input.paused ? ['-S'] : []), ...(input.noReboot ? ['-no-reboot'] : []), ...(input.incoming ? ['-incoming', 'defer'] : [])];
   const consoleSerial = input.consolePty ? ['-chardev', `pty,id=${CONSOLE_CHARDEV},logfile=${input.serialLog}`, '-serial', `chardev:${CONSOLE_CHARDEV}`] : ['-serial', `file:${input.serialLog}`];
 
   if (input.machine === 'raspi3b') {
@@ -181,6 +186,7 @@ function validate(input: QemuArgvInput): void {
   }
   if (input.root !== undefined && (input.root === '' || /[\s\p{Cc}]/u.test(input.root))) throw bad(`root must be one kernel parameter value without whitespace: ${JSON.stringify(input.root)}`);
   if (input.machine === 'raspi3b') {
+    if (input.incoming) throw bad('raspi3b cannot start from a saved state: QEMU 7.2 cannot migrate its usb-net; boot it');
     if (input.memoryMiB !== undefined && input.memoryMiB !== 1024) throw bad(`raspi3b has 1024 MiB of RAM fixed, got memoryMiB=${input.memoryMiB}`);
     if (input.cpus !== undefined && input.cpus !== 4) throw bad(`raspi3b has 4 cores fixed, got cpus=${input.cpus}`);
   } else {

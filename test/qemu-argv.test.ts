@@ -83,6 +83,10 @@ describe('buildQemuArgv raspi3b', () => {
     expect(buildQemuArgv(input({ paused: true }))).toContain('-S');
   });
 
+  it('refuses to start from a saved state, which QEMU cannot restore for its usb-net', () => {
+    expect(() => buildQemuArgv(input({ incoming: true }))).toThrow(/raspi3b cannot start from a saved state/);
+  });
+
   it('omits -dtb when none is given', () => {
     expect(buildQemuArgv(input({ dtb: undefined }))).not.toContain('-dtb');
   });
@@ -97,6 +101,11 @@ describe('buildQemuArgv virt', () => {
     expect(flag(argv, '-m')).toBe('1024');
     expect(flag(argv, '-smp')).toBe('2');
     expect(argv).not.toContain('-dtb');
+  });
+
+  it('waits for a saved state to be streamed in when asked, and otherwise boots', () => {
+    expect(argv).not.toContain('-incoming');
+    expect(flag(buildQemuArgv(input({ machine: 'virt', dtb: undefined, incoming: true })), '-incoming')).toBe('defer');
   });
 
   it('uses virtio block and net and the PL011 console', () => {

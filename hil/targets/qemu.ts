@@ -13,23 +13,25 @@
  * - `network`: the guest reaches the lab cloud through a partitionable link on the host
  *   (sim/network/), addressed through QEMU's user network (10.0.2.2 is the host's loopback).
  *
- * One board per worker: booting takes minutes under TCG, so a worker boots once and, for each
- * next spec file, resets the device instead (containers, volumes, the supervisor's data and
- * host config wiped; a new uuid and key). The first reset runs over SSH and the machine is then
- * saved in its overlay (`savevm`); later resets restore it (`loadvm`): every file starts from
- * the same machine, whatever the last one left behind. raspi3b cannot be saved (QEMU 7.2
- * cannot migrate its usb-net), so it is reset over SSH each time. Either way the supervisor
- * then starts, and that start is most of a reset: on virt 23.5 s restored against 26.1 s over
- * SSH and 79 s for a boot (bench/qemu.bench.ts). A board whose QEMU is gone (a power cut that
- * was never restored) is booted again.
+ * One board per worker: booting takes minutes under TCG, so a worker boots once and gives each
+ * next spec file a fresh device without booting again. On virt the first board of an image is
+ * reset over SSH, its supervisor started and systemd left to settle, and the machine is saved
+ * (qemu/ready-state.ts: its RAM as a migration stream, its disk frozen); every spec file then
+ * gets a new QEMU started from that state, with its supervisor already answering, in seconds,
+ * and later runs on the same image start from it too. raspi3b cannot be saved (QEMU 7.2 cannot
+ * migrate its usb-net), so there each file resets the device over SSH (containers, volumes, the
+ * supervisor's data and host config wiped) and starts the supervisor again. A board whose QEMU
+ * is gone (a power cut that was never restored) is booted or restored again.
  */
 import { join } from 'node:path';
 import { mkdtemp, readFile, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
+import { freePort } from '../../src/free-port.js';
 import { Agent } from 'undici';
-import { FleetlabError } from '../../src/errors.js';
+import { FleetlabError, errorText } from '../../src/errors.js';
 import { fleetlabRoot } from '../../src/package-root.js';
 import { bootBoard, relaunch, serialTail, waitForPing, type QemuBoard } from '../../qemu/boot.js';
+import { findReadyState, RESTORABLE_MACHINES, restoreBoard, saveReadyState, type ReadyState } from '../../qemu/ready-state.js';
 import { FLASH_IMAGE_VARIABLE } from '../../board/flash-image-plan.js';
 import { flashImageForQemu } from '../../qemu/flash-boot.js';
 import { GpioProbe } from '../../qemu/gpio-probe.js';
@@ -55,10 +57,6 @@ const BOOT_MS = 900_000;
 const READY_MS = 300_000;
 const DOWN_MS = 60_000;
 const LED_SAMPLE_MS = 10;
-/** The machine as the first reset left it, saved in the board's overlay. */
-const RESET_SNAPSHOT = 'fleetlab-reset';
-/** savevm/loadvm of the guest's RAM: a few seconds on virt; far more on a loaded machine. */
-const SNAPSHOT_MS = 180_000;
 const RESET_MS = 120_000;
 /** Serial console lines attached to a failed test: enough for a whole boot's tail. */
 const CONSOLE_LINES = 150;
@@ -111,32 +109,14 @@ export async function startSupervisor(ssh: SshDevice, board: QemuBoard): Promise
   await waitForPing(board.info.apiUrl, READY_MS, () => board.exitReason);
 }
 
-/**
- * A savevm/loadvm with no SSH session across it: a saved session would come back with every
- * restore, and a live one would lead into a guest that never had it. Resolves with QEMU's
- * complaint, or '' once the command ran and SSH answers again.
- */
-async function snapshotCommand(board: QemuBoard, ssh: SshDevice, command: 'savevm' | 'loadvm'): Promise<string> {
-  await ssh.disconnect();
-  const complaint = (await board.qmp.hmp(`${command} ${RESET_SNAPSHOT}`, { timeoutMs: SNAPSHOT_MS })).trim();
-  await ssh.waitReachable(READY_MS);
-  return complaint;
-}
+/** What a saved ready board has done, in the words its ready.json keeps. */
+const READINESS = 'reset over SSH, supervisor started in local mode and answering /ping, systemd settled (hil/targets/qemu.ts)';
 
-/**
- * Saves the running machine in its overlay as the state every later reset restores.
- * Resolves with why QEMU refused (raspi3b: usb-net cannot be migrated), or undefined.
- */
-export async function saveResetSnapshot(board: QemuBoard, ssh: SshDevice): Promise<string | undefined> {
-  return (await snapshotCommand(board, ssh, 'savevm')) || undefined;
-}
-
-/** Restores the saved machine (`loadvm`); resolves once SSH works and the clock is now. */
-export async function restoreResetSnapshot(board: QemuBoard, ssh: SshDevice): Promise<void> {
-  const failed = await snapshotCommand(board, ssh, 'loadvm');
-  if (failed) throw new FleetlabError('SUP_ERR_HOST', `restoring the board (loadvm ${RESET_SNAPSHOT}) failed: ${failed}`);
-  // The clock came back with the machine: it says when the snapshot was saved.
-  await setGuestClock(ssh);
+/** Until systemd has started everything it will at boot: a board saved earlier would finish starting at every restore. */
+async function waitSettled(ssh: SshDevice): Promise<void> {
+  const r = await ssh.run(['timeout', String(READY_MS / 1000), 'systemctl', 'is-system-running', '--wait'], { timeoutMs: READY_MS + 10_000 });
+  const state = r.stdout.trim();
+  if (state !== 'running' && state !== 'degraded') throw new FleetlabError('SUP_ERR_HOST', `the board did not settle before it was saved: systemctl is-system-running says ${JSON.stringify(state)} ${r.stderr.trim()}`);
 }
 
 /** The env file that points the supervisor at a cloud (local mode off). */
@@ -160,10 +140,16 @@ class QemuLab {
   /** LED transitions of earlier QEMU processes (a probe lives as long as its QMP connection). */
   #ledHistory: Array<{ at: number; value: 0 | 1 }> = [];
   /**
-   * How this board is reset between spec files: unknown until its first reset, then by
-   * `loadvm` where QEMU could save the machine, else over SSH.
+   * Whether this board starts each spec file from a saved ready state (virt), rather than
+   * being reset over SSH. A card image always boots: its first boot is part of what it tests.
    */
-  #resetBy: 'snapshot' | 'ssh' | undefined;
+  #restorable: boolean;
+  /** The saved ready board of this image, once found in the cache or saved from the first boot. */
+  #ready: ReadyState | undefined;
+  /** The running board was started from the saved state and no spec file has had it yet. */
+  #untouched = false;
+  /** The loopback port `ssh` reaches the board on: the same across restores, new with a boot. */
+  #sshPort: number | undefined;
   /** Set while QEMU is started again after a guest reset; `waitUp` waits for it. */
   #relaunching: Promise<void> | undefined;
   #relaunchError: string | undefined;
@@ -172,6 +158,7 @@ class QemuLab {
     readonly image: QemuImage,
     readonly machine: MachineKind,
   ) {
+    this.#restorable = RESTORABLE_MACHINES.has(machine) && !image.bootDir;
     // A worker that exits without closing (killed by a timeout) must not leave QEMU running.
     process.once('exit', () => this.board?.process.kill('SIGKILL'));
   }
@@ -183,20 +170,87 @@ class QemuLab {
   async boot(): Promise<void> {
     await this.shutdown();
     this.runDir = await mkdtemp(join(tmpdir(), 'fleetlab-hil-qemu-'));
+    this.images = new PulledImages();
+    if (this.#restorable) {
+      this.#ready ??= await findReadyState(this.image, this.machine);
+      if (this.#ready && (await this.#restore(await freePort(), await freePort()))) return;
+    }
     // The console on a pty as well as in the log: read with arrival times, as a lab board's adapter is.
     const { board } = await bootBoard({ image: this.image, machine: this.machine, snapshot: true, runDir: this.runDir, readyTimeoutMs: BOOT_MS, consolePty: true });
-    this.board = board;
-    this.console = board.info.serialPty ? new SerialConsole(board.info.serialPty, 115200) : undefined;
-    this.#resetBy = undefined;
-    this.#followResets(board);
-    this.ssh = new SshDevice({ host: '127.0.0.1', port: board.info.sshPort, username: 'root', privateKey: await readFile(this.image.sshKey) });
-    this.images = new PulledImages();
+    await this.#adopt(board);
     await this.afterBoot();
     if (this.image.bootDir) {
       // A card image is a lab's board: no test app images of the harness's, and a config.txt the firmware needs.
-      await ensureBoardTestImages(this.ssh, (line) => process.stderr.write(`qemu target: ${line}\n`));
-      await this.ssh.run(['sh', '-c', `mkdir -p /run/fleetlab && cp ${this.image.bootDir}/config.txt ${BOOT_CONFIG_AS_BOOTED}`]);
+      await ensureBoardTestImages(this.ssh!, (line) => process.stderr.write(`qemu target: ${line}\n`));
+      await this.ssh!.run(['sh', '-c', `mkdir -p /run/fleetlab && cp ${this.image.bootDir}/config.txt ${BOOT_CONFIG_AS_BOOTED}`]);
     }
+  }
+
+  /** A new QEMU as this lab's board: its console read, its reboots followed, SSH pointed at it. */
+  async #adopt(board: QemuBoard): Promise<void> {
+    this.board = board;
+    // The pty link stays put across QEMU processes: one reader for the lab's life.
+    this.console ??= board.info.serialPty ? new SerialConsole(board.info.serialPty, 115200) : undefined;
+    this.#followResets(board);
+    if (this.ssh && this.#sshPort === board.info.sshPort) return;
+    await this.ssh?.close().catch(() => undefined);
+    this.ssh = new SshDevice({ host: '127.0.0.1', port: board.info.sshPort, username: 'root', privateKey: await readFile(this.image.sshKey) });
+    this.#sshPort = board.info.sshPort;
+  }
+
+  /**
+   * The board started from the saved ready state on these ports, its supervisor answering.
+   * False, with the reason on stderr, when that fails: the caller boots instead, and this lab
+   * resets over SSH from then on.
+   */
+  async #restore(apiPort: number, sshPort: number): Promise<boolean> {
+    try {
+      const board = await restoreBoard({ state: this.#ready!, image: this.image, runDir: this.runDir!, apiPort, sshPort, consolePty: true });
+      await this.#adopt(board);
+      await this.afterBoot();
+      await waitForPing(board.info.apiUrl, READY_MS, () => board.exitReason);
+      this.#untouched = true;
+      return true;
+    } catch (err) {
+      process.stderr.write(`qemu target: the board did not start from its saved state (${errorText(err)}); booting it instead\n`);
+      this.#restorable = false;
+      await this.#retireBoard();
+      return false;
+    }
+  }
+
+  /**
+   * The booted board, reset and with its supervisor answering in local mode once systemd has
+   * settled, saved as the image's ready state (its QEMU ends). False, with the reason on
+   * stderr, when it cannot be: this lab then resets over SSH.
+   */
+  async #save(): Promise<boolean> {
+    const board = this.board!;
+    const ssh = this.ssh!;
+    try {
+      await resetOverSsh(ssh, this.bootDir);
+      await startSupervisor(ssh, board);
+      await waitSettled(ssh);
+      await ssh.disconnect();
+      this.#retireProbe();
+      this.#ready = await saveReadyState({ board, image: this.image, readiness: READINESS });
+      return true;
+    } catch (err) {
+      process.stderr.write(`qemu target: the board could not be saved (${errorText(err)}); resetting it over SSH between spec files\n`);
+      this.#restorable = false;
+      // A failed save may leave the machine paused (or gone): running again, or booted again.
+      if (board.exitReason) await this.boot();
+      else await board.qmp.execute('cont').catch(() => undefined);
+      return false;
+    }
+  }
+
+  /** Ends the current QEMU and removes its overlay; the lab's run dir, console and SSH stay. */
+  async #retireBoard(): Promise<void> {
+    this.#retireProbe();
+    await this.ssh?.disconnect().catch(() => undefined);
+    await this.board?.stop().catch(() => undefined);
+    this.board = undefined;
   }
 
   /** Where config.txt and system-proxy/ are on this board's image. */
@@ -275,14 +329,26 @@ class QemuLab {
     this.probe.startSampling(LED_SAMPLE_MS);
   }
 
-  /** Between spec files: the board as a fresh one, with the supervisor stopped. */
-  async reset(): Promise<void> {
-    if (this.#resetBy === 'snapshot') return restoreResetSnapshot(this.board!, this.ssh!);
+  /**
+   * Between spec files: the board as a fresh device. Resolves with whether its supervisor is
+   * running (a board started from the ready state) or stopped (reset over SSH).
+   */
+  async reset(): Promise<'running' | 'stopped'> {
+    if (this.#restorable && this.#untouched) {
+      this.#untouched = false;
+      return 'running';
+    }
+    if (this.#restorable && (this.#ready || (await this.#save()))) {
+      const ports = this.board ? { api: Number(new URL(this.board.info.apiUrl).port), ssh: this.board.info.sshPort } : { api: await freePort(), ssh: await freePort() };
+      await this.#retireBoard();
+      if (await this.#restore(ports.api, ports.ssh)) {
+        this.#untouched = false;
+        return 'running';
+      }
+    }
+    if (!this.running) await this.boot();
     await resetOverSsh(this.ssh!, this.bootDir);
-    if (this.#resetBy) return;
-    const refused = await saveResetSnapshot(this.board!, this.ssh!);
-    this.#resetBy = refused ? 'ssh' : 'snapshot';
-    if (refused) process.stderr.write(`qemu target: ${this.machine} cannot be saved (${refused}); resetting it over SSH between spec files\n`);
+    return 'stopped';
   }
 
   ledTransitions(sinceMs: number): Array<{ at: number; value: 0 | 1 }> {
@@ -478,10 +544,13 @@ export function createQemuTarget(): TargetDriver<TargetStartOptions> {
     async start(options: TargetStartOptions = {}) {
       lab ??= new QemuLab(await resolveImage(), machineFromEnv());
       if (!lab.running) await lab.boot();
-      await lab.reset();
+      const supervisor = await lab.reset();
       const ssh = lab.ssh!;
+      // A cloud link or a captured bundle is this file's own device: one that starts from them.
+      const ownStart = Boolean(options.cloud || options.bundle);
       let link: PartitionableLink | undefined;
       try {
+        if (ownStart && supervisor === 'running') await resetOverSsh(ssh, lab.bootDir);
         if (options.cloud) {
           const cloudUrl = new URL(options.cloud.url);
           link = await startPartitionableLink({ host: cloudUrl.hostname, port: Number(cloudUrl.port) });
@@ -490,7 +559,7 @@ export function createQemuTarget(): TargetDriver<TargetStartOptions> {
           await ssh.files.write(GUEST.envFile, cloudEnv({ url: guestUrl.origin, provisioningKey: options.cloud.provisioningKey }));
         }
         if (options.bundle) await replayOnto(ssh, options.bundle, lab.bootDir);
-        await startSupervisor(ssh, lab.board!);
+        if (ownStart || supervisor === 'stopped') await startSupervisor(ssh, lab.board!);
         const stored = await storedIdentity(ssh, GUEST.dataDir);
         return new QemuUnderTest(lab, { uuid: stored.uuid, apiKey: stored.deviceKey }, link);
       } catch (err) {

@@ -1,0 +1,99 @@
+/**
+ * Ready boards from a saved state (qemu/ready-state.ts), on a real QEMU: a virt machine whose
+ * "kernel" is two instructions (wait for an interrupt, branch back), so a save and a restore
+ * take seconds here. The HIL qemu target does the same with the supervised image on every run.
+ */
+import { existsSync, mkdirSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, describe, expect, it } from 'vitest';
+import { createOverlay, launch } from '../qemu/boot.js';
+import type { QemuImage } from '../qemu/image/build.js';
+import { findReadyState, qemuVersion, readyStateKey, restoreBoard, saveReadyState } from '../qemu/ready-state.js';
+import { freePort } from '../src/free-port.js';
+
+const work = mkdtempSync(join(tmpdir(), 'fleetlab-ready-state-test-'));
+afterAll(() => rmSync(work, { recursive: true, force: true }));
+
+/** A bare-metal loop as the kernel (wfi; b .-4) and a small raw disk: all QEMU needs to run a virt machine. */
+function tinyImage(key: string): QemuImage {
+  const dir = join(work, `image-${key}`);
+  mkdirSync(dir, { recursive: true });
+  const kernel = join(dir, 'vmlinuz');
+  const loop = Buffer.alloc(8);
+  loop.writeUInt32LE(0xd503207f, 0);
+  loop.writeUInt32LE(0x17ffffff, 4);
+  writeFileSync(kernel, loop);
+  writeFileSync(join(dir, 'initrd.img'), Buffer.alloc(16));
+  writeFileSync(join(dir, 'sd.img'), Buffer.alloc(1024 * 1024));
+  return { key, dir, sdImage: join(dir, 'sd.img'), kernel, initrd: join(dir, 'initrd.img'), dtb: '', sshKey: '', manifest: {} as QemuImage['manifest'] };
+}
+
+async function bootTiny(image: QemuImage, name: string) {
+  const runDir = join(work, name);
+  mkdirSync(runDir, { recursive: true });
+  const overlay = join(runDir, 'overlay.qcow2');
+  await createOverlay(image, overlay);
+  return launch({ image, machine: 'virt', overlay, runDir, apiPort: await freePort(), sshPort: await freePort(), cleanup: async () => rmSync(overlay, { force: true }) });
+}
+
+describe('the ready state key', () => {
+  const image = tinyImage('a');
+
+  it('is the same for the same image, machine and QEMU, and differs when any of them does', () => {
+    const key = readyStateKey(image, 'virt', 'QEMU 7.2');
+    expect(readyStateKey(image, 'virt', 'QEMU 7.2')).toBe(key);
+    expect(readyStateKey({ ...image, key: 'b' }, 'virt', 'QEMU 7.2')).not.toBe(key);
+    expect(readyStateKey(image, 'virt', 'QEMU 8.2')).not.toBe(key);
+    // The kernel's root= is part of the machine a card image boots.
+    expect(readyStateKey({ ...image, root: 'LABEL=fleetlab-root' }, 'virt', 'QEMU 7.2')).not.toBe(key);
+  });
+});
+
+describe('saving a running board and starting new ones from it', () => {
+  const image = tinyImage('saved');
+  const cacheDir = join(work, 'cache');
+
+  it('saves the machine whole, finds it again, and starts a board from it on other ports, running', async () => {
+    // A save killed halfway left a staging directory whose process is gone: the next save removes it.
+    const root = join(cacheDir, 'qemu', 'ready');
+    mkdirSync(join(root, '.staging-999999999-abc'), { recursive: true });
+    expect(await findReadyState(image, 'virt', cacheDir)).toBeUndefined();
+    expect(await findReadyState(image, 'raspi3b', cacheDir)).toBeUndefined();
+
+    const board = await bootTiny(image, 'first');
+    const state = await saveReadyState({ board, image, readiness: 'test: a loop', cacheDir });
+    expect(board.exitReason).toBeDefined(); // its QEMU ended with the save
+    expect(existsSync(state.disk) && existsSync(state.state)).toBe(true);
+    expect(state.meta).toMatchObject({ imageKey: 'saved', machine: 'virt', readiness: 'test: a loop', qemu: await qemuVersion() });
+    expect(readdirSync(root).filter((n) => n.startsWith('.staging-'))).toEqual([]);
+    expect((await findReadyState(image, 'virt', cacheDir))?.dir).toBe(state.dir);
+
+    for (const name of ['second', 'third']) {
+      const runDir = join(work, name);
+      mkdirSync(runDir, { recursive: true });
+      const restored = await restoreBoard({ state, image, runDir, apiPort: await freePort(), sshPort: await freePort() });
+      try {
+        expect(await restored.qmp.execute<{ status: string }>('query-status')).toMatchObject({ status: 'running' });
+      } finally {
+        await restored.stop();
+      }
+      expect(existsSync(join(runDir, 'overlay.qcow2'))).toBe(false);
+    }
+  }, 120_000);
+
+  it('keeps the state another worker saved first, and drops its own', async () => {
+    const first = await findReadyState(image, 'virt', cacheDir);
+    const board = await bootTiny(image, 'late');
+    const late = await saveReadyState({ board, image, readiness: 'test: saved second', cacheDir });
+    expect(late.dir).toBe(first!.dir);
+    expect(late.meta.readiness).toBe('test: a loop');
+    expect(readdirSync(join(cacheDir, 'qemu', 'ready')).filter((n) => n.startsWith('.staging-'))).toEqual([]);
+  }, 120_000);
+
+  it('refuses raspi3b, whose usb-net QEMU cannot migrate', async () => {
+    // Refused before the board is touched: only its machine is read.
+    const raspi = { info: { machine: 'raspi3b' } } as unknown as Parameters<typeof saveReadyState>[0]['board'];
+    await expect(saveReadyState({ board: raspi, image, readiness: 'x', cacheDir })).rejects.toThrow(/raspi3b cannot be saved/);
+  });
+});

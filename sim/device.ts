@@ -30,6 +30,7 @@ import { ContainerLogFollower } from './journal/container-logs.js';
 import { startJournalSim, supervisorUnit, type JournalSim } from './journal/journal-sim.js';
 import { startSimEngine, type Scenario, type SimEngineHandle } from './engine/index.js';
 import { freePort } from '../src/free-port.js';
+import { sharedEngineNetwork, sharedEngineNetworkArgs, type SharedEngineNetwork } from './supervisor-network.js';
 
 export interface SimDeviceOptions {
   /** Device API port; 0 picks a free one. */
@@ -159,6 +160,8 @@ export class SimDevice extends EventEmitter<{ reboot: []; poweroff: []; exit: [c
   cloudLink: PartitionableLink | undefined;
   /** The inspector port of the supervisor's first start (`inspectBrk`), taken by it. */
   private inspectBrk: number | undefined;
+  /** On dockerd, which other devices share, a supervisor network of its own; its own simulated engine has balena's. */
+  private readonly supervisorNetwork: SharedEngineNetwork | undefined;
 
   private constructor(
     readonly options: Required<Omit<SimDeviceOptions, 'apiKey' | 'dataDir' | 'bandwidth' | 'scenario' | 'cloud' | 'session' | 'deviceType' | 'prepare' | 'inspectBrk' | 'clockOffsetMs' | 'supervisorEntry'>> & { apiKey?: string; dataDir: string; cloud?: SimCloudOptions; deviceType?: string; inspectBrk?: number; clockOffsetMs?: number; supervisorEntry?: SupervisorEntry },
@@ -174,6 +177,7 @@ export class SimDevice extends EventEmitter<{ reboot: []; poweroff: []; exit: [c
     super();
     this.docker = new Docker({ socketPath: options.dockerSocket });
     this.inspectBrk = options.inspectBrk;
+    this.supervisorNetwork = options.engine === 'docker' ? sharedEngineNetwork() : undefined;
   }
 
   static async start(opts: SimDeviceOptions): Promise<SimDevice> {
@@ -288,7 +292,7 @@ export class SimDevice extends EventEmitter<{ reboot: []; poweroff: []; exit: [c
       '--local-mode', String(o.localMode),
       ...(o.apiKey ? ['--api-key', o.apiKey] : []),
       ...(o.deviceType ? ['--device-type', o.deviceType] : []),
-      '--supervisor-address', this.url,
+      ...(this.supervisorNetwork ? sharedEngineNetworkArgs(this.supervisorNetwork) : []),
       '--docker-socket', o.dockerSocket,
       '--dbus-address', this.bus.address,
       '--led-gpio', `${SIM_LED_CHIP}:${o.ledOffset}`,

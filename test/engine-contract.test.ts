@@ -643,6 +643,37 @@ describe.each<EngineKind>(['dockerd', 'sim'])('engine contract on %s', (kind) =>
       const builtin = (await docker.listNetworks()).map((x) => x.Name);
       expect(builtin).toEqual(expect.arrayContaining(['bridge', 'host', 'none']));
     });
+
+    it('IPAM: the subnet and gateway asked for, shown as asked; overlaps 403, a gateway outside 500; a container on two networks has an address in each', async () => {
+      // A /24 of 10.251/16 this run alone is likely to use on a shared dockerd.
+      const third = Number.parseInt(e.runId.slice(0, 2), 16);
+      const subnet = `10.251.${third}.0/25`;
+      const withGateway = await docker.createNetwork({ Name: name('ipam'), CheckDuplicate: true, Labels: e.labels, IPAM: { Driver: 'default', Config: [{ Subnet: subnet, Gateway: `10.251.${third}.1` }] } });
+      expect((await withGateway.inspect()).IPAM).toEqual({ Driver: 'default', Options: null, Config: [{ Subnet: subnet, Gateway: `10.251.${third}.1` }] });
+      const overlap = await engineError(docker.createNetwork({ Name: name('ipam'), Labels: e.labels, IPAM: { Config: [{ Subnet: `10.251.${third}.64/26` }] } }));
+      expect([overlap.statusCode, overlap.message]).toEqual([403, 'Pool overlaps with other one on this address space']);
+      const outside = await engineError(docker.createNetwork({ Name: name('ipam'), Labels: e.labels, IPAM: { Config: [{ Subnet: `10.251.${third}.128/25`, Gateway: '10.252.0.1' }] } }));
+      expect([outside.statusCode, outside.message]).toEqual([500, 'failed to allocate gateway (10.252.0.1): Requested address is out of range']);
+      // Without a gateway dockerd shows none, and gives the bridge the first address all the same.
+      const noGateway = await docker.createNetwork({ Name: name('ipam'), Labels: e.labels, IPAM: { Config: [{ Subnet: `10.251.${third}.128/25` }] } });
+      expect((await noGateway.inspect()).IPAM?.Config).toEqual([{ Subnet: `10.251.${third}.128/25` }]);
+      const picked = await docker.createNetwork({ Name: name('ipam'), Labels: e.labels });
+      const pickedConfig = (await picked.inspect()).IPAM?.Config?.[0];
+      expect(pickedConfig?.Gateway).toMatch(/^\d+\.\d+\.\d+\.1$/);
+
+      const c = await create({ HostConfig: { NetworkMode: picked.id } });
+      await withGateway.connect({ Container: c.id, EndpointConfig: {} });
+      await c.start();
+      const endpoints = (await c.inspect()).NetworkSettings.Networks;
+      expect(Object.keys(endpoints).sort()).toEqual([(await picked.inspect()).Name, (await withGateway.inspect()).Name].sort());
+      const onSubnet = Object.values(endpoints).find((ep) => ep.Gateway === `10.251.${third}.1`)!;
+      expect([onSubnet.IPAddress, onSubnet.IPPrefixLen]).toEqual([`10.251.${third}.2`, 25]);
+      // Joined without aliases, it has the short id only, as on any user network.
+      expect(onSubnet.Aliases).toEqual([c.id.slice(0, 12)]);
+      expect(Object.values((await withGateway.inspect()).Containers ?? {}).map((x) => x.IPv4Address)).toEqual([`10.251.${third}.2/25`]);
+      await c.remove({ force: true });
+      for (const n of [withGateway, noGateway, picked]) await n.remove();
+    });
   });
 });
 

@@ -4,7 +4,7 @@
  */
 import { describe, expect, it } from 'vitest';
 import { checkWireState, normaliseState, type WireApp, type WireLocalState } from '../src/protocol/target-state.js';
-import { LABEL, type ContainerState, type EngineSnapshot, type ManagedContainer, type ManagedNetwork, type ManagedVolume } from '../src/supervisor/adapters/engine.js';
+import { LABEL, type ContainerState, type EngineSnapshot, type ManagedContainer, type ManagedNetwork, type ManagedVolume, type SupervisorNetworkState } from '../src/supervisor/adapters/engine.js';
 import { desiredContainer, type DesiredContainer, type SpecContext } from '../src/supervisor/state/container-spec.js';
 import { checkDeviceConfig, readDeviceConfig, unknownConfigKeys } from '../src/supervisor/state/device-config.js';
 import { plan, serviceKey, type Step } from '../src/supervisor/state/planner.js';
@@ -91,10 +91,10 @@ function containerOf(d: DesiredContainer, state: ContainerState = 'running', id 
 const net = (appId: number, network: string): ManagedNetwork => ({ id: `net-${appId}-${network}`, name: `${appId}_${network}`, appId, network });
 const vol = (appId: number, volume: string): ManagedVolume => ({ name: `${appId}_${volume}`, appId, volume });
 
-function snapshot(parts: { containers?: ManagedContainer[]; networks?: ManagedNetwork[]; volumes?: ManagedVolume[]; images?: string[] } = {}): EngineSnapshot {
+function snapshot(parts: { containers?: ManagedContainer[]; networks?: ManagedNetwork[]; volumes?: ManagedVolume[]; images?: string[]; supervisorNetwork?: SupervisorNetworkState } = {}): EngineSnapshot {
   const images = new Map<string, string>();
   for (const ref of parts.images ?? []) images.set(ref, `sha256:${Buffer.from(ref).toString('hex').slice(0, 24)}`);
-  return { containers: parts.containers ?? [], networks: parts.networks ?? [], volumes: parts.volumes ?? [], images };
+  return { containers: parts.containers ?? [], networks: parts.networks ?? [], volumes: parts.volumes ?? [], images, ...(parts.supervisorNetwork ? { supervisorNetwork: parts.supervisorNetwork } : {}) };
 }
 
 const allImages = ['registry.local/web:1', 'registry.local/worker:1'];
@@ -105,6 +105,8 @@ function brief(steps: Step[]): string[] {
     switch (s.action) {
       case 'fetch':
         return `fetch ${s.appId}/${s.serviceName} ${s.image}`;
+      case 'createSupervisorNetwork':
+        return 'createSupervisorNetwork';
       case 'createNetwork':
         return `createNetwork ${s.appId}/${s.network}`;
       case 'createVolume':
@@ -424,7 +426,7 @@ describe('plan: removing an app', () => {
   it('an empty target removes every app, lowest appId first', () => {
     const empty = target(wire({}));
     const steps = plan({ target: empty.target, desired: empty.desired, current: snapshot({ networks, volumes, images: allImages, containers: [...app2, ...app1] }), startStopped: false });
-    expect(steps.map((s) => `${s.action} ${s.appId}`)).toEqual(['removeContainer 1', 'removeContainer 1', 'removeContainer 2', 'removeContainer 2']);
+    expect(steps.map((s) => `${s.action} ${'appId' in s ? s.appId : ''}`)).toEqual(['removeContainer 1', 'removeContainer 1', 'removeContainer 2', 'removeContainer 2']);
   });
 });
 
@@ -535,5 +537,44 @@ describe('checkDeviceConfig', () => {
     const typed = readDeviceConfig(config);
     expect(typed.pollIntervalMs).toBe(60000);
     expect(typed.hostConfig).toEqual({ gpu_mem: '64' });
+  });
+});
+
+describe('plan: the supervisor network', () => {
+  const labelled = (networkMode?: string) => {
+    const app = demoApp();
+    app.services['11']!.labels = { 'io.platform.features.supervisor-api': '1' };
+    if (networkMode) app.services['11']!.network_mode = networkMode;
+    return wire({ '1': app });
+  };
+  const found: SupervisorNetworkState = { id: 'sup-net', name: 'supervisor0', subnet: '10.114.104.0/25', gateway: '10.114.104.1', ours: true, usable: true };
+  const infra = { networks: [net(1, 'default')], volumes: [vol(1, 'data')], images: allImages };
+
+  it('is made before a labelled service that joins it, which waits for it; others do not wait', () => {
+    const before = target(labelled());
+    const round1 = plan({ target: before.target, desired: before.desired, current: snapshot(infra), startStopped: false });
+    expect(brief(round1)).toEqual(['createSupervisorNetwork', 'createContainer 1/worker']);
+    // The state engine builds the desired containers again with the network the engine now has.
+    const after = target(labelled(), { ...ctx(), supervisorNetwork: { name: found.name, subnet: found.subnet, gateway: found.gateway } });
+    const worker = containerOf(after.want(1, 'worker'));
+    const round2 = plan({ target: after.target, desired: after.desired, current: snapshot({ ...infra, containers: [worker], supervisorNetwork: found }), startStopped: false });
+    expect(brief(round2)).toEqual(['createContainer 1/web']);
+    const web = (round2[0] as Extract<Step, { action: 'createContainer' }>).desired;
+    expect(web.spec.supervisorNetwork).toBe('supervisor0');
+    expect(web.spec.networkMode).toBe('1_default');
+  });
+
+  it('is made again when the one the engine has does not fit the settings', () => {
+    const t = target(labelled(), { ...ctx(), supervisorNetwork: { name: found.name, subnet: found.subnet, gateway: found.gateway } });
+    const steps = plan({ target: t.target, desired: t.desired, current: snapshot({ ...infra, supervisorNetwork: { ...found, subnet: '10.9.0.0/24', gateway: '10.9.0.1', usable: false } }), startStopped: false });
+    expect(brief(steps)).toEqual(['createSupervisorNetwork', 'createContainer 1/worker']);
+  });
+
+  it('is not made for a labelled service in the host network, nor for unlabelled ones', () => {
+    for (const state of [labelled('host'), wire({ '1': demoApp() })]) {
+      const t = target(state);
+      const steps = plan({ target: t.target, desired: t.desired, current: snapshot(infra), startStopped: false });
+      expect(brief(steps)).toEqual(['createContainer 1/web', 'createContainer 1/worker']);
+    }
   });
 });

@@ -86,6 +86,28 @@ describe('supervisor over the simulated engine', () => {
     expect((await docker.getImage('fleetlab/test-app:1').inspect()).RepoTags).toContain('fleetlab/test-app:1');
   }, 120_000);
 
+  it("the labelled service joins the supervisor network, balena's, besides its app network, and is told the gateway", async () => {
+    const uuid = device.info().uuid;
+    const [net] = (await docker.listNetworks({ filters: { name: ['supervisor0'] } })).filter((n) => n.Name === 'supervisor0');
+    expect(net?.IPAM?.Config).toEqual([{ Subnet: '10.114.104.0/25', Gateway: '10.114.104.1' }]);
+    expect(net?.Labels).toMatchObject({ [LABEL.device]: uuid, [LABEL.supervisorNetwork]: 'true' });
+    expect(net?.Options).toEqual({ 'com.docker.network.bridge.enable_icc': 'false', 'com.docker.network.bridge.name': 'supervisor0' });
+    const mainId = (await api('GET', '/v2/containerId?service=main')).json().containerId as string;
+    const main = await docker.getContainer(mainId).inspect();
+    const port = new URL(url).port;
+    expect(main.Config.Env).toEqual(expect.arrayContaining([`PLATFORM_SUPERVISOR_ADDRESS=http://10.114.104.1:${port}`, 'PLATFORM_SUPERVISOR_HOST=10.114.104.1', `PLATFORM_SUPERVISOR_PORT=${port}`]));
+    const endpoints = main.NetworkSettings.Networks;
+    expect(Object.keys(endpoints).sort()).toEqual([`${uuid.slice(0, 7)}_1_default`, 'supervisor0']);
+    // Its service name is an alias on its app's network only: the supervisor network is every app's.
+    expect(endpoints.supervisor0).toMatchObject({ Aliases: [mainId.slice(0, 12)], Gateway: '10.114.104.1', IPPrefixLen: 25 });
+    expect(endpoints[`${uuid.slice(0, 7)}_1_default`]?.Aliases).toContain('main');
+    expect(endpoints.supervisor0?.IPAddress).toMatch(/^10\.114\.104\.(\d|[1-9]\d|1[01]\d|12[0-6])$/);
+    const workerId = (await api('GET', '/v2/containerId?service=worker')).json().containerId as string;
+    expect(Object.keys((await docker.getContainer(workerId).inspect()).NetworkSettings.Networks)).toEqual([`${uuid.slice(0, 7)}_1_default`]);
+    // Nothing on a simulated network can call: its gateway is no address of this host.
+    expect(readFileSync(device.supervisorLog, 'utf8')).toMatch(/Device API not on the supervisor network's gateway 10\.114\.104\.1: no such address on this host/);
+  });
+
   it('journals simulated container output through the same Engine API', async () => {
     const containerId = (await api('GET', '/v2/containerId?service=worker')).json().containerId as string;
     let text = '';

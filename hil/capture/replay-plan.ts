@@ -184,7 +184,7 @@ export function planReplay(captured: CapturedDevice, ctx: ReplayContext): Replay
     const labels = { ...(c.Config.Labels ?? {}) };
     const appId = Number(labels[LABEL.appId]);
     const withApi = (c.Config.Env ?? []).some((e) => e.startsWith(`${V}_SUPERVISOR_API_KEY=`));
-    const ours = deviceEnvironment(appId, spec, withApi);
+    const ours = deviceEnvironment(appId, spec, withApi ? ctx.supervisorAddress : undefined);
     let env = (c.Config.Env ?? []).map((entry) => {
       const name = entry.slice(0, entry.indexOf('='));
       return name in ours ? `${name}=${ours[name]}` : entry;

@@ -312,10 +312,12 @@ export const containerTarget: TargetDriver<ContainerTargetOptions> = {
     let started: StartedTestContainer | undefined;
     try {
       const hostPort = await freePort();
-      // The host's port inside too: the supervisor hands its services http://127.0.0.1:<port>
-      // as PLATFORM_SUPERVISOR_ADDRESS, and a service with network_mode: host runs in the
-      // host's network namespace (the host's dockerd starts it), where the API is the
-      // published port, not the container's.
+      // The host's port inside too: the supervisor hands a labelled service with
+      // network_mode: host http://127.0.0.1:<port> as PLATFORM_SUPERVISOR_ADDRESS, and that
+      // service runs in the host's network namespace (the host's dockerd starts it), where the
+      // API is the published port, not the container's. A bridged one is told the gateway of
+      // the device's supervisor network, a bridge on the host where nothing answers for the
+      // supervisor in this container: that needs the device container on that network.
       let localMode = true;
       let deviceType: string[] = [];
       let clock: string[] = [];

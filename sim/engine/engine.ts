@@ -9,6 +9,7 @@
  */
 import { existsSync, mkdirSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
+import { formatIpv4, parseIpv4, parseIpv4Subnet, subnetSize } from '../../src/ipv4.js';
 import { badParameter, conflict, EngineApiError, noSpace, noSuchContainer, noSuchImage, noSuchNetwork, serverError } from './api-error.js';
 import { EventBus } from './events.js';
 import { anyOf, labelsMatch, type Filters } from './filters.js';
@@ -210,7 +211,9 @@ export class SimEngine {
     const n = this.findNetwork(ref);
     const c = this.findContainer(containerRef);
     if (c.networks[n.name]) throw new EngineApiError(403, `endpoint with name ${c.name} already exists in network ${n.name}`);
-    c.networks[n.name] = this.endpoint(n, aliases);
+    // As at create, dockerd adds the short id to the aliases on a user network.
+    const shortId = c.id.slice(0, 12);
+    c.networks[n.name] = this.endpoint(n, n.predefined || aliases?.includes(shortId) ? aliases : [...(aliases ?? []), shortId]);
     if (c.state.status === 'running') this.assignAddress(c, n.name);
     this.events.emit('network', 'connect', n.id, { container: c.id, name: n.name, type: n.driver });
     void this.save();
@@ -229,15 +232,20 @@ export class SimEngine {
     return { networkId: n.id, endpointId: '', aliases, ip: '', gateway: '', mac: '' };
   }
 
+  /** The lowest free address of the network's subnet but its gateway and broadcast, as dockerd's IPAM gives. */
   private assignAddress(c: ContainerRecord, networkName: string): void {
     const ep = c.networks[networkName];
     const n = this.networks.byName(networkName);
-    if (!ep || !n || !n.subnet) return;
+    const subnet = n?.subnet ? parseIpv4Subnet(n.subnet) : undefined;
+    if (!ep || !n || !subnet) return;
     const taken = new Set([...this.containers.values()].map((x) => x.networks[networkName]?.ip).filter(Boolean));
-    let host = 2;
-    const prefix = n.subnet.replace(/0\.0\/16$/, '');
-    while (taken.has(`${prefix}0.${host}`) && host < 254) host++;
-    ep.ip = `${prefix}0.${host}`;
+    const gateway = parseIpv4(n.gateway);
+    let address = subnet.base + 1;
+    const broadcast = subnet.base + subnetSize(subnet) - 1;
+    while (address < broadcast && (address === gateway || taken.has(formatIpv4(address)))) address++;
+    if (address >= broadcast) return;
+    ep.ip = formatIpv4(address);
+    ep.prefixLen = subnet.prefix;
     ep.gateway = n.gateway;
     ep.endpointId = randomId();
     const octets = ep.ip.split('.').map(Number);

@@ -42,6 +42,8 @@ export interface EndpointRecord {
   endpointId: string;
   aliases: string[] | null;
   ip: string;
+  /** Of the network's subnet; absent in states saved before it was kept (all /16 then). */
+  prefixLen?: number;
   gateway: string;
   mac: string;
 }
@@ -107,6 +109,12 @@ export interface NetworkRecord {
   attachable: boolean;
   subnet: string;
   gateway: string;
+  /**
+   * The IPAM section as inspect shows it: dockerd lists what the create asked for (a subnet
+   * given without a gateway shows none) and everything when it picked the subnet itself.
+   * Absent in states saved before it was kept: subnet and gateway are shown.
+   */
+  ipam?: { config: Array<{ Subnet: string; Gateway?: string }>; options: Record<string, string> | null };
   options: Record<string, string>;
   /** Built in (bridge, host, none): cannot be removed. */
   predefined: boolean;

@@ -1,9 +1,12 @@
 /**
- * The engine's networks: the predefined bridge/host/none and user networks, one /16 each
- * (172.18.0.0/16 on), created, listed and removed with dockerd's rules and messages.
+ * The engine's networks: the predefined bridge/host/none and user networks, created, listed
+ * and removed with dockerd's rules and messages. A user network gets the subnet (and gateway)
+ * its create asks for, else the first of dockerd's default pools that overlaps no other
+ * network (172.18.0.0/16 on, then 192.168.0.0/20s); overlapping subnets are refused.
  */
+import { firstHost, formatIpv4, formatIpv4Subnet, inIpv4Subnet, ipv4SubnetsOverlap, parseIpv4, parseIpv4Subnet, type Ipv4Subnet } from '../../src/ipv4.js';
 import { anyOf, labelsMatch, type Filters } from './filters.js';
-import { badParameter, conflict, EngineApiError, noSuchNetwork } from './api-error.js';
+import { badParameter, conflict, EngineApiError, noSuchNetwork, serverError } from './api-error.js';
 import type { EventBus } from './events.js';
 import { isoAt, randomId, sha256, type NetworkRecord, type WallClock } from './model.js';
 
@@ -24,7 +27,18 @@ export interface CreateNetworkBody {
   Internal?: boolean;
   Attachable?: boolean;
   Options?: Record<string, string> | null;
+  IPAM?: { Driver?: string; Config?: Array<{ Subnet?: string; Gateway?: string }> | null; Options?: Record<string, string> | null } | null;
 }
+
+/** dockerd 20.10's default address pools for local networks. */
+function defaultPools(): Ipv4Subnet[] {
+  const pools: Ipv4Subnet[] = [];
+  for (let octet = 17; octet <= 31; octet++) pools.push({ base: parseIpv4(`172.${octet}.0.0`)!, prefix: 16 });
+  for (let third = 0; third < 256; third += 16) pools.push({ base: parseIpv4(`192.168.${third}.0`)!, prefix: 20 });
+  return pools;
+}
+
+type Addressing = Pick<NetworkRecord, 'subnet' | 'gateway' | 'ipam'>;
 
 export class NetworkStore {
   private readonly networks = new Map<string, NetworkRecord>();
@@ -42,7 +56,8 @@ export class NetworkStore {
       const id = sha256(`predefined-${name}-${this.deps.dataDir}`);
       this.networks.set(id, {
         id, name, driver, created: isoAt(this.deps.clock()), labels: {}, internal: false, attachable: false, subnet,
-        gateway: subnet ? '172.17.0.1' : '', options: name === 'bridge' ? { 'com.docker.network.bridge.default_bridge': 'true' } : {}, predefined: true,
+        gateway: subnet ? '172.17.0.1' : '', ipam: { config: subnet ? [{ Subnet: subnet }] : [], options: null },
+        options: name === 'bridge' ? { 'com.docker.network.bridge.default_bridge': 'true' } : {}, predefined: true,
       });
     }
   }
@@ -73,17 +88,38 @@ export class NetworkStore {
     const same = this.byName(name);
     if (same?.predefined) throw new EngineApiError(403, `${name} is a pre-defined network and cannot be created`);
     if (same) throw conflict(`network with name ${name} already exists`);
-    const used = new Set(this.records().map((n) => n.subnet));
-    let octet = 18;
-    while (used.has(`172.${octet}.0.0/16`) && octet < 255) octet++;
     const n: NetworkRecord = {
       id: randomId(), name, driver: body.Driver || 'bridge', created: isoAt(this.deps.clock()), labels: body.Labels ?? {}, internal: !!body.Internal,
-      attachable: !!body.Attachable, subnet: `172.${octet}.0.0/16`, gateway: `172.${octet}.0.1`, options: body.Options ?? {}, predefined: false,
+      attachable: !!body.Attachable, ...this.addressing(body.IPAM?.Config?.[0]), options: body.Options ?? {}, predefined: false,
     };
     this.networks.set(n.id, n);
     this.deps.events.emit('network', 'create', n.id, { name: n.name, type: n.driver });
     void this.deps.save();
     return n;
+  }
+
+  private overlapsAny(subnet: Ipv4Subnet): boolean {
+    return this.records().some((n) => {
+      const other = n.subnet ? parseIpv4Subnet(n.subnet) : undefined;
+      return other !== undefined && ipv4SubnetsOverlap(other, subnet);
+    });
+  }
+
+  /** The subnet and gateway asked for, checked as dockerd checks them, or the first free default pool. */
+  private addressing(asked: { Subnet?: string; Gateway?: string } | undefined): Addressing {
+    if (asked?.Subnet) {
+      const subnet = parseIpv4Subnet(asked.Subnet);
+      if (!subnet) throw serverError(`Invalid subnet ${asked.Subnet} : invalid CIDR address: ${asked.Subnet}`);
+      if (this.overlapsAny(subnet)) throw new EngineApiError(403, 'Pool overlaps with other one on this address space');
+      const gateway = asked.Gateway ? parseIpv4(asked.Gateway) : firstHost(subnet);
+      if (gateway === undefined || !inIpv4Subnet(gateway, subnet)) throw serverError(`failed to allocate gateway (${asked.Gateway}): Requested address is out of range`);
+      return { subnet: asked.Subnet, gateway: formatIpv4(gateway), ipam: { config: [{ Subnet: asked.Subnet, ...(asked.Gateway ? { Gateway: asked.Gateway } : {}) }], options: null } };
+    }
+    const pool = defaultPools().find((p) => !this.overlapsAny(p));
+    if (!pool) throw serverError('could not find an available, non-overlapping IPv4 address pool among the defaults to assign to the network');
+    const subnet = formatIpv4Subnet(pool);
+    const gateway = formatIpv4(firstHost(pool));
+    return { subnet, gateway, ipam: { config: [{ Subnet: subnet, Gateway: gateway }], options: {} } };
   }
 
   list(f: Filters): NetworkRecord[] {

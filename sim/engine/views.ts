@@ -18,7 +18,7 @@ function networkEntries(c: ContainerRecord) {
       {
         // dockerd binds the endpoint (and shows the network id) only while the container runs
         IPAMConfig: null, Links: null, Aliases: ep.aliases, NetworkID: ep.endpointId ? ep.networkId : '', EndpointID: ep.endpointId, Gateway: ep.gateway,
-        IPAddress: ep.ip, IPPrefixLen: ep.ip ? 16 : 0, IPv6Gateway: '', GlobalIPv6Address: '', GlobalIPv6PrefixLen: 0, MacAddress: ep.mac, DriverOpts: null,
+        IPAddress: ep.ip, IPPrefixLen: ep.ip ? (ep.prefixLen ?? 16) : 0, IPv6Gateway: '', GlobalIPv6Address: '', GlobalIPv6PrefixLen: 0, MacAddress: ep.mac, DriverOpts: null,
       },
     ]),
   );
@@ -131,12 +131,12 @@ export function networkView(engine: SimEngine, n: NetworkRecord) {
   const containers = Object.fromEntries(
     engine.networkContainers(n).map((c) => {
       const ep = c.networks[n.name]!;
-      return [c.id, { Name: c.name, EndpointID: ep.endpointId, MacAddress: ep.mac, IPv4Address: ep.ip ? `${ep.ip}/16` : '', IPv6Address: '' }];
+      return [c.id, { Name: c.name, EndpointID: ep.endpointId, MacAddress: ep.mac, IPv4Address: ep.ip ? `${ep.ip}/${ep.prefixLen ?? 16}` : '', IPv6Address: '' }];
     }),
   );
   return {
     Name: n.name, Id: n.id, Created: n.created, Scope: 'local', Driver: n.driver, EnableIPv6: false,
-    IPAM: { Driver: 'default', Options: null, Config: n.subnet ? [{ Subnet: n.subnet, Gateway: n.gateway }] : [] },
+    IPAM: { Driver: 'default', Options: n.ipam?.options ?? null, Config: n.ipam?.config ?? (n.subnet ? [{ Subnet: n.subnet, Gateway: n.gateway }] : []) },
     Internal: n.internal, Attachable: n.attachable, Ingress: false, ConfigFrom: { Network: '' }, ConfigOnly: false,
     Containers: containers, Options: n.options, Labels: n.labels,
   };

@@ -5,6 +5,7 @@
  */
 import { readFileSync } from 'node:fs';
 import { FleetlabError, errorText } from '../errors.js';
+import { supervisorNetworkDefaults, supervisorNetworkProblems } from './supervisor-network.js';
 
 export interface SupervisorConfig {
   port: number;
@@ -17,6 +18,8 @@ export interface SupervisorConfig {
   deviceType: string;
   osVersion: string;
   supervisorAddress: string;
+  supervisorNetwork: string;
+  supervisorSubnet: string;
   dockerSocket: string;
   dbusAddress: string;
   ledGpio: string;
@@ -53,7 +56,9 @@ export const settings: readonly Setting[] = [
   { key: 'localMode', kind: 'boolean', defaultValue: false, description: 'start in local mode (target state from POST /v2/local/target-state)' },
   { key: 'deviceType', kind: 'string', defaultValue: 'raspberrypi3', description: 'device type slug reported by /v2/local/device-info' },
   { key: 'osVersion', kind: 'string', defaultValue: '', description: 'host OS version (read from /etc/os-release when empty)' },
-  { key: 'supervisorAddress', kind: 'string', defaultValue: '', description: 'address given to services as PLATFORM_SUPERVISOR_ADDRESS (default http://127.0.0.1:<port>)' },
+  { key: 'supervisorAddress', kind: 'string', defaultValue: '', description: 'PLATFORM_SUPERVISOR_ADDRESS of labelled services on the supervisor network (default http://<its gateway>:<port>); one in the host network gets http://127.0.0.1:<port>' },
+  { key: 'supervisorNetwork', kind: 'string', defaultValue: supervisorNetworkDefaults.name, description: 'engine network every service with the supervisor-api label joins; the API listens on its gateway' },
+  { key: 'supervisorSubnet', kind: 'string', defaultValue: supervisorNetworkDefaults.subnet, description: 'its IPv4 subnet, gateway the first address; empty: the engine picks a free one (devices sharing an engine)' },
   { key: 'dockerSocket', kind: 'string', defaultValue: '/var/run/docker.sock', description: 'container engine API socket' },
   { key: 'dbusAddress', kind: 'string', defaultValue: '', description: 'D-Bus system bus address (default: DBUS_SYSTEM_BUS_ADDRESS or the system bus)' },
   { key: 'ledGpio', kind: 'string', defaultValue: '', description: 'identify LED line: "<chip label>:<offset>" or a global GPIO number; empty: no LED' },
@@ -129,6 +134,8 @@ export function loadConfig(sources: ConfigSources = {}): SupervisorConfig {
   const config = out as unknown as SupervisorConfig;
   if (config.port < 1 || config.port > 65535) throw new FleetlabError('SUP_ERR_BAD_REQUEST', `port must be 1..65535, got ${config.port}`);
   if (!/^[a-z][a-z0-9]*$/.test(config.vendor)) throw new FleetlabError('SUP_ERR_BAD_REQUEST', `vendor must be a lowercase word, got "${config.vendor}"`);
+  const networkProblems = supervisorNetworkProblems({ name: config.supervisorNetwork, subnet: config.supervisorSubnet });
+  if (networkProblems.length) throw new FleetlabError('SUP_ERR_BAD_REQUEST', networkProblems.join('; '));
   return config;
 }
 

@@ -21,6 +21,7 @@ import type { HostPort, JournalPort, LedPort } from './adapters/ports.js';
 import type { SupervisorContext } from './api/context.js';
 import { buildApi } from './api/server.js';
 import { cachedAddresses } from './host-addresses.js';
+import { GatewayListener } from './gateway-listener.js';
 import { Blinker } from './blink.js';
 import { LogBus } from './log-bus.js';
 import { AppActions } from './state/app-actions.js';
@@ -111,6 +112,9 @@ export class Supervisor implements SupervisorContext {
   readonly cloud: CloudLink | null;
   /** Set while a reboot or shutdown is under way. */
   private powerAction: Promise<void> | null = null;
+  /** Opened by `listen()`: the API on the supervisor network's gateway, once that network exists. */
+  private gateway: GatewayListener | null = null;
+  private supervisorNetwork: { gateway: string; subnet: string } | null = null;
 
   constructor(private readonly deps: SupervisorDeps) {
     const { config } = deps;
@@ -134,7 +138,13 @@ export class Supervisor implements SupervisorContext {
     this.log = this.busLogger(deps.logger);
     this.keys = new ApiKeys(this.store);
     this.readAddresses = deps.addresses ?? cachedAddresses();
-    this.engine = deps.engine ?? new Engine({ snapshotFromEvents: true, ...deps.engineOptions, socketPath: config.dockerSocket, device: record.uuid });
+    this.engine = deps.engine ?? new Engine({
+      snapshotFromEvents: true,
+      ...deps.engineOptions,
+      socketPath: config.dockerSocket,
+      device: record.uuid,
+      supervisorNetwork: { name: config.supervisorNetwork, subnet: config.supervisorSubnet },
+    });
     this.locks = new UpdateLocks({
       lockRoot: config.lockRoot,
       ledger: this.store.lockLedger(),
@@ -147,6 +157,10 @@ export class Supervisor implements SupervisorContext {
         locks: this.locks,
         log: this.log,
         overrideLock: () => readDeviceConfig(this.state.getTarget().config).overrideLock,
+        supervisorNetworkSeen: async ({ gateway, subnet }) => {
+          this.supervisorNetwork = { gateway, subnet };
+          await this.gateway?.open(this.supervisorNetwork);
+        },
         specContext: () => ({
           vendor: config.vendor,
           uuid: this.uuid,
@@ -252,8 +266,9 @@ export class Supervisor implements SupervisorContext {
     return engineArch(osArch());
   }
 
+  /** PLATFORM_SUPERVISOR_ADDRESS of labelled services on the supervisor network; empty: its gateway's (container-spec.ts). */
   get address(): string {
-    return this.config.supervisorAddress || `http://127.0.0.1:${this.config.port}`;
+    return this.config.supervisorAddress;
   }
 
   addresses(): { ip: string; mac: string } {
@@ -325,8 +340,12 @@ export class Supervisor implements SupervisorContext {
     this.cloud?.start();
   }
 
+  /** Listens where configured, and on the supervisor network's gateway once that network exists. */
   async listen(): Promise<string> {
-    return this.api.listen({ port: this.config.port, host: this.config.listenAddress });
+    const url = await this.api.listen({ port: this.config.port, host: this.config.listenAddress });
+    this.gateway = new GatewayListener({ api: this.api, port: this.config.port, listenAddress: this.config.listenAddress, log: this.log });
+    if (this.supervisorNetwork) await this.gateway.open(this.supervisorNetwork);
+    return url;
   }
 
   /** Reboot or power off after the response is flushed (DECISIONS.md item 13). */
@@ -361,6 +380,7 @@ export class Supervisor implements SupervisorContext {
     // A round in flight may still create a container; let it land so callers can clean up.
     await this.state.settled();
     this.blinker.stop();
+    await this.gateway?.close();
     await this.builtApi?.close();
     await this.host.close();
     this.engine.close();

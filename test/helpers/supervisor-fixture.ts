@@ -17,6 +17,7 @@ import { startPrivateBus, type PrivateBus } from '../../sim/dbus/private-bus.js'
 import { startHostPeer, type HostPeer } from '../../sim/dbus/host-peer.js';
 import { startJournalSim, type JournalSim } from '../../sim/journal/journal-sim.js';
 import type { WireLocalState } from '../../src/protocol/target-state.js';
+import { sharedEngineNetwork } from '../../sim/supervisor-network.js';
 
 export const dockerSocket = process.env.FLEETLAB_DOCKER_SOCKET ?? '/var/run/docker.sock';
 
@@ -49,6 +50,7 @@ export async function startSupervisorFixture(options: { localMode?: boolean; dir
       bootConfigPath: join(dir, 'boot', 'config.txt'),
       journalDirectory: journal.directory,
       dbusAddress: bus.address,
+      ...sharedEngineNetwork(),
     },
   });
   const sup = new Supervisor({

@@ -15,6 +15,7 @@ import { startPrivateBus, type PrivateBus } from '../../sim/dbus/private-bus.js'
 import { startSimEngine, type Scenario, type SimEngineHandle } from '../../sim/engine/index.js';
 import { cliCommand } from '../../sim/entry.js';
 import { startJournalSim, type JournalSim } from '../../sim/journal/journal-sim.js';
+import { sharedEngineNetwork, sharedEngineNetworkArgs } from '../../sim/supervisor-network.js';
 import { freePort } from '../../src/free-port.js';
 import { newKey } from '../../src/supervisor/state/keys.js';
 import { Teardown } from '../../src/teardown.js';
@@ -80,7 +81,8 @@ async function start(dir: string, teardown: Teardown, o: { engine: 'dockerd' | '
   const url = `http://127.0.0.1:${port}`;
   const cli = cliCommand([
     'supervisor', '--port', String(port), '--listen-address', '127.0.0.1', '--data-dir', dataDir,
-    '--local-mode', 'true', '--api-key', key, '--supervisor-address', url, '--docker-socket', engineSocket,
+    '--local-mode', 'true', '--api-key', key, '--docker-socket', engineSocket,
+    ...(simEngine ? [] : sharedEngineNetworkArgs(sharedEngineNetwork())),
     '--dbus-address', bus.address, '--proxy-config-dir', join(dir, 'boot', 'system-proxy'),
     '--boot-config-path', join(dir, 'boot', 'config.txt'), '--journal-directory', journal.directory, '--lock-root', lockRoot,
   ]);

@@ -9,6 +9,7 @@ import type { Agent } from 'node:http';
 import type { HostSettings } from '../../protocol/target-state.js';
 import { PassThrough, type Readable } from 'node:stream';
 import { FleetlabError, errorText } from '../../errors.js';
+import { gatewayOf, matchesSettings, supervisorNetworkCreateOptions, supervisorNetworkDefaults, type SupervisorNetworkSettings } from '../supervisor-network.js';
 
 export const LABEL = {
   supervised: 'io.fleetlab.supervised',
@@ -22,6 +23,7 @@ export const LABEL = {
   configHash: 'io.fleetlab.config-hash',
   volume: 'io.fleetlab.volume',
   network: 'io.fleetlab.network',
+  supervisorNetwork: 'io.fleetlab.supervisor-network',
 } as const;
 
 /** Node's name for a CPU architecture as the platform names it (PLATFORM_DEVICE_ARCH). */
@@ -61,10 +63,25 @@ export interface ManagedNetwork {
   network: string;
 }
 
+/** The supervisor network (supervisor-network.ts) as the engine has it. */
+export interface SupervisorNetworkState {
+  id: string;
+  name: string;
+  subnet: string;
+  gateway: string;
+  /** Made by this device's supervisor (its labels), so the supervisor may replace it. */
+  ours: boolean;
+  /** What the settings ask for: services may join it. */
+  usable: boolean;
+}
+
 export interface EngineSnapshot {
   containers: ManagedContainer[];
   volumes: ManagedVolume[];
+  /** The apps' networks. */
   networks: ManagedNetwork[];
+  /** Absent until it exists. */
+  supervisorNetwork?: SupervisorNetworkState;
   /** Image references (repo:tag and ids) present in the engine, to engine image id. */
   images: Map<string, string>;
 }
@@ -81,6 +98,8 @@ export interface ContainerSpec extends HostSettings {
   extraNetworks?: string[];
   /** Network to attach with the service name as alias (app networks only). */
   aliases: string[];
+  /** The supervisor network, joined before the first start without aliases: names on it would clash across apps. */
+  supervisorNetwork?: string;
   restart: 'no' | 'always' | 'on-failure' | 'unless-stopped';
 }
 
@@ -150,6 +169,8 @@ export interface EngineOptions {
    * devices reading their state every report interval in one process).
    */
   snapshotFromEvents?: boolean;
+  /** Default: supervisor0 on 10.114.104.0/25, as balena's. */
+  supervisorNetwork?: SupervisorNetworkSettings;
 }
 
 const EVENTS_RETRY_MS = 1_000;
@@ -242,11 +263,13 @@ export class Engine {
 
   private async readSnapshot(): Promise<EngineSnapshot> {
     try {
-      const [containers, volumes, networks, images] = await Promise.all([
+      const [containers, volumes, networks, images, named] = await Promise.all([
         this.docker.listContainers({ all: true, filters: this.deviceFilter() }),
         this.docker.listVolumes({ filters: this.deviceFilter() }),
         this.docker.listNetworks({ filters: this.deviceFilter() }),
         this.docker.listImages(),
+        // By name, not label: one left by an earlier install, or by balena, is used when it fits.
+        this.docker.listNetworks({ filters: { name: [this.supervisorNetworkSettings.name] } }),
       ]);
       const imageMap = new Map<string, string>();
       for (const image of images) {
@@ -279,12 +302,13 @@ export class Engine {
           appId: Number(v.Labels?.[LABEL.appId]),
           volume: v.Labels?.[LABEL.volume] ?? v.Name,
         })),
-        networks: networks.map((n) => ({
+        networks: networks.filter((n) => !n.Labels?.[LABEL.supervisorNetwork]).map((n) => ({
           id: n.Id,
           name: n.Name,
           appId: Number(n.Labels?.[LABEL.appId]),
           network: n.Labels?.[LABEL.network] ?? n.Name,
         })),
+        ...this.supervisorNetworkIn(named),
         images: imageMap,
       };
     } catch (err) {
@@ -345,6 +369,57 @@ export class Engine {
       } catch (err) {
         if (statusCode(err) === 409) return;
         throw engineError(`creating network ${network} of app ${appId}`, err);
+      }
+    });
+  }
+
+  get supervisorNetworkSettings(): SupervisorNetworkSettings {
+    return this.options.supervisorNetwork ?? supervisorNetworkDefaults;
+  }
+
+  private supervisorNetworkIn(listed: Docker.NetworkInspectInfo[]): { supervisorNetwork?: SupervisorNetworkState } {
+    const settings = this.supervisorNetworkSettings;
+    // The name filter matches parts of names.
+    const n = listed.find((l) => l.Name === settings.name);
+    if (!n) return {};
+    const config = n.IPAM?.Config?.[0];
+    const found = { subnet: config?.Subnet ?? '', gateway: gatewayOf(config) ?? '' };
+    return { supervisorNetwork: { id: n.Id, name: n.Name, ...found, ours: n.Labels?.[LABEL.device] === this.options.device, usable: matchesSettings(settings, found) } };
+  }
+
+  /**
+   * Makes the supervisor network as the settings say. One of this device's that does not fit
+   * (the subnet setting changed) is replaced: its containers are disconnected first, as the
+   * engine refuses to remove a network in use, and the planner replaces them, as their
+   * address changed with it. Anyone else's is left alone and named in the error.
+   */
+  async createSupervisorNetwork(): Promise<void> {
+    const settings = this.supervisorNetworkSettings;
+    return this.changing(async () => {
+      try {
+        const existing = this.supervisorNetworkIn(await this.docker.listNetworks({ filters: { name: [settings.name] } })).supervisorNetwork;
+        if (existing?.usable) return;
+        if (existing && !existing.ours) {
+          throw new FleetlabError('SUP_ERR_ENGINE', `network ${settings.name} exists with subnet ${existing.subnet || 'none'} and is not this device's: remove it, or set supervisorNetwork or supervisorSubnet to fit`);
+        }
+        if (existing) {
+          const network = this.docker.getNetwork(existing.id);
+          const { Containers } = (await network.inspect()) as { Containers?: Record<string, unknown> };
+          for (const id of Object.keys(Containers ?? {})) await network.disconnect({ Container: id, Force: true });
+          await network.remove();
+        }
+        await this.docker.createNetwork({
+          Name: settings.name,
+          Driver: 'bridge',
+          CheckDuplicate: true,
+          Labels: { [LABEL.supervised]: 'true', [LABEL.device]: this.options.device, [LABEL.supervisorNetwork]: 'true' },
+          ...supervisorNetworkCreateOptions(settings),
+        });
+      } catch (err) {
+        if (err instanceof FleetlabError) throw err;
+        // Made meanwhile by another round: the next snapshot says whether it fits.
+        if (statusCode(err) === 409) return;
+        throw engineError(`creating the supervisor network ${settings.name}${settings.subnet ? ` on ${settings.subnet}` : ''}`, err);
       }
     });
   }
@@ -435,6 +510,7 @@ export class Engine {
       for (const network of spec.extraNetworks ?? []) {
         await this.docker.getNetwork(network).connect({ Container: id, EndpointConfig: { Aliases: spec.aliases } });
       }
+      if (spec.supervisorNetwork) await this.docker.getNetwork(spec.supervisorNetwork).connect({ Container: id, EndpointConfig: {} });
     } catch (err) {
       await this.docker.getContainer(id).remove({ force: true }).catch(() => undefined);
       throw err;

@@ -12,8 +12,11 @@ export interface SpecContext {
   deviceName: string;
   deviceType: string;
   arch: string;
+  /** PLATFORM_SUPERVISOR_ADDRESS of labelled services on the supervisor network; empty: its gateway's. */
   supervisorAddress: string;
   supervisorPort: number;
+  /** The supervisor network as the engine has it, when it fits the settings; absent until then. */
+  supervisorNetwork?: { name: string; subnet: string; gateway: string };
   /** Key handed to services of this app that carry the supervisor-api label. */
   appKey(appId: number): string;
   lockDir(appId: number, serviceName: string): string;
@@ -30,6 +33,8 @@ export interface DesiredContainer {
   configHash: string;
   /** The app networks it joins, the one it is created on first; empty for host, none and bridge modes. */
   appNetworks: string[];
+  /** It joins the supervisor network too, so it waits for that network. */
+  joinsSupervisorNetwork: boolean;
 }
 
 export const supervisorApiLabel = (vendor: string) => `io.${vendor}.features.supervisor-api`;
@@ -42,6 +47,21 @@ function hasApiLabel(service: TargetService, vendor: string): boolean {
 /** Variables that identify the device to the service but must not force a recreate. */
 const nameAtInit = (vendor: string) => `${vendor.toUpperCase()}_DEVICE_NAME_AT_INIT`;
 
+/**
+ * A labelled service joins the supervisor network unless it has the host's network (where the
+ * API is on loopback) or none at all (nothing to join with).
+ */
+export function joinsSupervisorNetwork(service: TargetService, vendor: string): boolean {
+  return hasApiLabel(service, vendor) && service.networkMode !== 'host' && service.networkMode !== 'none';
+}
+
+/** Where a labelled service reaches the API; empty while the supervisor network it needs does not exist. */
+export function supervisorAddressFor(service: TargetService, ctx: SpecContext): string {
+  if (!joinsSupervisorNetwork(service, ctx.vendor)) return `http://127.0.0.1:${ctx.supervisorPort}`;
+  if (ctx.supervisorAddress) return ctx.supervisorAddress;
+  return ctx.supervisorNetwork ? `http://${ctx.supervisorNetwork.gateway}:${ctx.supervisorPort}` : '';
+}
+
 export function platformEnvironment(app: TargetApp, service: TargetService, ctx: SpecContext): Record<string, string> {
   const V = ctx.vendor.toUpperCase();
   const withApi = hasApiLabel(service, ctx.vendor);
@@ -49,27 +69,28 @@ export function platformEnvironment(app: TargetApp, service: TargetService, ctx:
     [V]: '1',
     [`${V}_APP_NAME`]: app.name,
     [`${V}_SERVICE_NAME`]: service.serviceName,
-    ...deviceEnvironment(app.appId, ctx, withApi),
+    ...deviceEnvironment(app.appId, ctx, withApi ? supervisorAddressFor(service, ctx) : undefined),
     ...(withApi ? { [nameAtInit(ctx.vendor)]: ctx.deviceName } : {}),
   };
 }
 
 /**
  * The platform variables that come from the device and its supervisor rather than from the
- * release: the same for every service of an app (the API ones only with the supervisor-api
- * label). A replayed device has its own values for these (replay-plan.ts).
+ * release: the same for every service of an app but the API address (the API ones only with
+ * the supervisor-api label: `apiAddress`). A replayed device has its own values for these
+ * (replay-plan.ts).
  */
-export function deviceEnvironment(appId: number, ctx: SpecContext, withApi: boolean): Record<string, string> {
+export function deviceEnvironment(appId: number, ctx: SpecContext, apiAddress: string | undefined): Record<string, string> {
   const V = ctx.vendor.toUpperCase();
   return {
     [`${V}_DEVICE_UUID`]: ctx.uuid,
     [`${V}_DEVICE_TYPE`]: ctx.deviceType,
     [`${V}_DEVICE_ARCH`]: ctx.arch,
     [`${V}_APP_LOCK_PATH`]: `/tmp/${ctx.vendor}/updates.lock`,
-    ...(withApi
+    ...(apiAddress !== undefined
       ? {
-          [`${V}_SUPERVISOR_ADDRESS`]: ctx.supervisorAddress,
-          [`${V}_SUPERVISOR_HOST`]: new URL(ctx.supervisorAddress).hostname,
+          [`${V}_SUPERVISOR_ADDRESS`]: apiAddress,
+          [`${V}_SUPERVISOR_HOST`]: apiAddress && new URL(apiAddress).hostname,
           [`${V}_SUPERVISOR_PORT`]: String(ctx.supervisorPort),
           [`${V}_SUPERVISOR_API_KEY`]: ctx.appKey(appId),
           [`${V}_APP_ID`]: String(appId),
@@ -92,7 +113,8 @@ export function appNetworksFor(app: TargetApp, service: TargetService): string[]
  * device's uuid and the fixed configuration, so the uuid stands for them.
  */
 export function specInputs(ctx: SpecContext, target: { apps: readonly TargetApp[] }): string {
-  const scalars = [ctx.vendor, ctx.uuid, ctx.deviceName, ctx.deviceType, ctx.arch, ctx.supervisorAddress, String(ctx.supervisorPort)];
+  const net = ctx.supervisorNetwork;
+  const scalars = [ctx.vendor, ctx.uuid, ctx.deviceName, ctx.deviceType, ctx.arch, ctx.supervisorAddress, String(ctx.supervisorPort), net ? `${net.name} ${net.subnet} ${net.gateway}` : ''];
   return [...scalars, ...target.apps.map((a) => `${a.appId}=${ctx.appKey(a.appId)}`)].join('\u0000');
 }
 
@@ -107,6 +129,8 @@ export function desiredContainer(app: TargetApp, service: TargetService, ctx: Sp
   const appNetwork = appNetworks[0];
   const networkMode = appNetwork ? ctx.networkName(app.appId, appNetwork) : service.networkMode!;
   const extraNetworks = appNetworks.slice(1).map((n) => ctx.networkName(app.appId, n));
+  const joinsSupervisor = joinsSupervisorNetwork(service, ctx.vendor);
+  const supervisorNetwork = joinsSupervisor ? ctx.supervisorNetwork : undefined;
   const hashed = {
     image: normaliseImageRef(service.image),
     imageId: service.imageId,
@@ -120,6 +144,8 @@ export function desiredContainer(app: TargetApp, service: TargetService, ctx: Sp
     // Only when set, so a container made before these settings existed keeps its hash.
     ...pickHostSettings(service),
     ...(extraNetworks.length ? { extraNetworks } : {}),
+    // Its subnet too: a network replaced on another subnet must be joined again.
+    ...(supervisorNetwork ? { supervisorNetwork: `${supervisorNetwork.name} ${supervisorNetwork.subnet}` } : {}),
   };
   const configHash = createHash('sha256').update(JSON.stringify(hashed)).digest('hex').slice(0, 32);
   return {
@@ -128,6 +154,7 @@ export function desiredContainer(app: TargetApp, service: TargetService, ctx: Sp
     environment,
     configHash,
     appNetworks,
+    joinsSupervisorNetwork: joinsSupervisor,
     spec: {
       name: `${ctx.uuid.slice(0, 7)}_${service.serviceName}_${app.releaseId}`,
       image: service.image,
@@ -147,6 +174,7 @@ export function desiredContainer(app: TargetApp, service: TargetService, ctx: Sp
       networkMode,
       ...(extraNetworks.length ? { extraNetworks } : {}),
       aliases: [service.serviceName],
+      ...(supervisorNetwork ? { supervisorNetwork: supervisorNetwork.name } : {}),
       restart: service.restart,
       ...pickHostSettings(service),
     },

@@ -7,7 +7,8 @@
  * Ordering rules:
  * - new images are fetched while the old release keeps running; a service is replaced only
  *   when every image of its app's target release is present (no half-updated app);
- * - networks and volumes exist before containers that use them;
+ * - networks and volumes exist before containers that use them; the supervisor network exists
+ *   (as the settings say) before a labelled service that joins it is created, and is kept after;
  * - a service with `depends_on` is created (or started) only once each service it depends on
  *   has a container of the target release that has started (compose's `service_started`);
  * - an outdated container is removed (under its update lock) before its successor is created;
@@ -20,6 +21,7 @@ import type { DesiredContainer } from './container-spec.js';
 
 export type Step =
   | { action: 'fetch'; appId: number; serviceName: string; image: string }
+  | { action: 'createSupervisorNetwork' }
   | { action: 'createNetwork'; appId: number; network: string }
   | { action: 'createVolume'; appId: number; volume: string }
   | { action: 'removeContainer'; appId: number; container: ManagedContainer; reason: string }
@@ -113,7 +115,7 @@ function planApp(app: TargetApp, input: PlanInput): Step[] {
     if (seen.has(service.serviceName) || staleNames.has(service.serviceName)) continue;
     const want = desired.get(serviceKey(appId, service.serviceName));
     if (!want) continue;
-    const netReady = want.appNetworks.every((n) => networks.has(n));
+    const netReady = want.appNetworks.every((n) => networks.has(n)) && (!want.joinsSupervisorNetwork || (current.supervisorNetwork?.usable === true && want.spec.supervisorNetwork === current.supervisorNetwork.name));
     const volReady = service.volumes.every((v) => volumes.has(v.volume));
     if (netReady && volReady && depsStarted(service.serviceName)) ordered.push({ action: 'createContainer', appId, desired: want });
   }
@@ -132,6 +134,8 @@ export function plan(input: PlanInput): Step[] {
   const targetIds = new Set(input.target.apps.map((a) => a.appId));
   const currentIds = new Set([...input.current.containers.map((c) => c.appId), ...input.current.networks.map((n) => n.appId)]);
   const steps: Step[] = [];
+  const wantsSupervisorNetwork = [...input.desired.values()].some((d) => d.joinsSupervisorNetwork);
+  if (wantsSupervisorNetwork && !input.current.supervisorNetwork?.usable) steps.push({ action: 'createSupervisorNetwork' });
   for (const app of input.target.apps) steps.push(...planApp(app, input));
   for (const appId of [...currentIds].filter((id) => !targetIds.has(id)).sort((a, b) => a - b)) {
     steps.push(...planRemovedApp(appId, input));

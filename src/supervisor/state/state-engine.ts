@@ -6,7 +6,7 @@
  */
 import type { TargetState } from '../../protocol/target-state.js';
 import { FleetlabError, errorText, isFleetlabError } from '../../errors.js';
-import type { Engine, EngineSnapshot } from '../adapters/engine.js';
+import type { Engine, EngineSnapshot, SupervisorNetworkState } from '../adapters/engine.js';
 import { desiredContainer, specInputs, type DesiredContainer, type SpecContext } from './container-spec.js';
 import { ImagePulls, type PullFailure } from './image-pulls.js';
 import type { UpdateLocks } from './locks.js';
@@ -23,7 +23,10 @@ export interface StateEngineDeps {
   engine: Engine;
   locks: UpdateLocks;
   log: Logger;
-  specContext: () => SpecContext;
+  /** The context but the supervisor network, which the state engine reads from the engine. */
+  specContext: () => Omit<SpecContext, 'supervisorNetwork'>;
+  /** Each time a round's read finds the supervisor network usable; awaited, so the API listens on its gateway before a service that calls it there starts. */
+  supervisorNetworkSeen?: (network: SupervisorNetworkState) => Promise<void>;
   /** SUPERVISOR_OVERRIDE_LOCK of the current target. */
   overrideLock: () => boolean;
   /** Pause before retrying after a failed or lock-blocked round. */
@@ -60,6 +63,8 @@ export class StateEngine {
   private roundFailed = false;
   updateLocked = false;
   private desiredMemo: { target: TargetState; inputs: string; desired: ReadonlyMap<string, DesiredContainer> } | null = null;
+  /** As the last engine read found it, when usable: labelled services' address and attachment follow from it. */
+  private supervisorNetwork: SpecContext['supervisorNetwork'];
 
   constructor(private readonly deps: StateEngineDeps, initialTarget: TargetState) {
     this.target = initialTarget;
@@ -132,7 +137,7 @@ export class StateEngine {
    * round asks for them, and building them is most of what a read costs.
    */
   desired(): ReadonlyMap<string, DesiredContainer> {
-    const ctx = this.deps.specContext();
+    const ctx: SpecContext = { ...this.deps.specContext(), ...(this.supervisorNetwork ? { supervisorNetwork: this.supervisorNetwork } : {}) };
     const inputs = specInputs(ctx, this.target);
     if (this.desiredMemo?.target === this.target && this.desiredMemo.inputs === inputs) return this.desiredMemo.desired;
     const map = new Map<string, DesiredContainer>();
@@ -166,6 +171,13 @@ export class StateEngine {
       userStopped: this.userStopped,
       applying: this.isApplying(),
     });
+  }
+
+  /** Only apply rounds' reads count: a view read may be older than the round's change. */
+  private async observe(current: EngineSnapshot): Promise<void> {
+    const found = current.supervisorNetwork;
+    this.supervisorNetwork = found?.usable ? { name: found.name, subnet: found.subnet, gateway: found.gateway } : undefined;
+    if (found?.usable) await this.deps.supervisorNetworkSeen?.(found);
   }
 
   /** Stops applying; `settled()` then resolves once the round in flight has finished. */
@@ -207,6 +219,7 @@ export class StateEngine {
       let steps: Step[];
       try {
         const current = await this.deps.engine.snapshot();
+        await this.observe(current);
         steps = plan({ target: this.target, current, desired: this.desired(), startStopped: this.firstRound });
         this.pulls.keepOnly(steps.filter((s) => s.action === 'fetch'));
       } catch (err) {
@@ -253,6 +266,10 @@ export class StateEngine {
 
     for (const step of steps) {
       switch (step.action) {
+        case 'createSupervisorNetwork':
+          await engine.createSupervisorNetwork();
+          progressed = true;
+          break;
         case 'createNetwork':
           await engine.createNetwork(step.appId, step.network);
           progressed = true;

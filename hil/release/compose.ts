@@ -9,7 +9,8 @@ import { basename, dirname, isAbsolute, join, resolve } from 'node:path';
 import { Value } from '@sinclair/typebox/value';
 import { parse as parseYaml } from 'yaml';
 import { FleetlabError, errorText } from '../../src/errors.js';
-import { WireService, dependencyCycle, type HostSettings, type ServiceLinks } from '../../src/protocol/target-state.js';
+import type { ContainerSettings } from '../../src/protocol/container-settings.js';
+import { WireService, dependencyCycle, type ServiceLinks } from '../../src/protocol/target-state.js';
 
 /** The names compose looks for in a directory, in its order of preference. */
 export const COMPOSE_FILE_NAMES = ['compose.yaml', 'compose.yml', 'docker-compose.yml', 'docker-compose.yaml'] as const;
@@ -24,7 +25,7 @@ export interface ComposeBuild {
   args: Record<string, string>;
 }
 
-export interface ComposeService extends HostSettings, ServiceLinks {
+export interface ComposeService extends ContainerSettings, ServiceLinks {
   name: string;
   /** `image:` as written; with `build:` it names the image the build produces. */
   image?: string;

@@ -3,7 +3,8 @@
  * that, when changed, means the container must be replaced. Pure.
  */
 import { createHash } from 'node:crypto';
-import { pickHostSettings, type TargetApp, type TargetService } from '../../protocol/target-state.js';
+import { pickContainerSettings } from '../../protocol/container-settings.js';
+import type { TargetApp, TargetService } from '../../protocol/target-state.js';
 import { LABEL, normaliseImageRef, type ContainerSpec } from '../adapters/engine.js';
 
 export interface SpecContext {
@@ -118,7 +119,7 @@ export function desiredContainer(app: TargetApp, service: TargetService, ctx: Sp
     networkMode,
     restart: service.restart,
     // Only when set, so a container made before these settings existed keeps its hash.
-    ...pickHostSettings(service),
+    ...pickContainerSettings(service),
     ...(extraNetworks.length ? { extraNetworks } : {}),
   };
   const configHash = createHash('sha256').update(JSON.stringify(hashed)).digest('hex').slice(0, 32);
@@ -148,7 +149,7 @@ export function desiredContainer(app: TargetApp, service: TargetService, ctx: Sp
       ...(extraNetworks.length ? { extraNetworks } : {}),
       aliases: [service.serviceName],
       restart: service.restart,
-      ...pickHostSettings(service),
+      ...pickContainerSettings(service),
     },
   };
 }

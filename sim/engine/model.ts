@@ -3,6 +3,7 @@
  * the way dockerd does (ids, timestamps, the human "Up 3 seconds" status).
  */
 import { createHash, randomBytes } from 'node:crypto';
+import type { HealthConfig, HealthRecord } from './health.js';
 
 export const ZERO_TIME = '0001-01-01T00:00:00Z';
 
@@ -12,6 +13,8 @@ export interface ImageConfig {
   Env: string[] | null;
   Labels: Record<string, string> | null;
   WorkingDir: string;
+  /** The image's HEALTHCHECK, when it has one. */
+  Healthcheck?: HealthConfig | null;
 }
 
 export interface ImageRecord {
@@ -57,6 +60,8 @@ export interface ContainerStateRecord {
   finishedAt: string;
   /** Stopped by a client (stop/kill): restart policies other than `always` do not apply. */
   manuallyStopped: boolean;
+  /** Once it has run with a healthcheck. */
+  health?: HealthRecord;
 }
 
 export interface ContainerRecord {
@@ -74,7 +79,10 @@ export interface ContainerRecord {
     Labels: Record<string, string>;
     WorkingDir: string;
     Tty: boolean;
+    User: string;
+    StopSignal?: string;
     StopTimeout?: number;
+    Healthcheck?: HealthConfig;
   };
   hostConfig: Record<string, unknown> & {
     Binds: string[] | null;
@@ -156,8 +164,11 @@ export function statusText(s: ContainerStateRecord, now = Date.now()): string {
   switch (s.status) {
     case 'created':
       return 'Created';
-    case 'running':
-      return `Up ${humanDuration(now - Date.parse(s.startedAt))}`;
+    case 'running': {
+      const up = `Up ${humanDuration(now - Date.parse(s.startedAt))}`;
+      if (!s.health) return up;
+      return `${up} (${s.health.Status === 'starting' ? 'health: starting' : s.health.Status})`;
+    }
     case 'restarting':
       return `Restarting (${s.exitCode}) ${humanDuration(now - Date.parse(s.finishedAt))} ago`;
     case 'removing':

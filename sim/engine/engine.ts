@@ -16,9 +16,9 @@ import { ImageStore } from './image-store.js';
 import { LogBook } from './logs.js';
 import {
   DEFAULT_HISTORY, isoAt, normaliseRef, randomId, ZERO_TIME,
-  type ContainerRecord, type ImageRecord, type MountRecord, type NetworkRecord, type EngineHistory, type RestartPolicyName, type WallClock,
+  type ContainerRecord, type HealthConfig, type ImageRecord, type MountRecord, type NetworkRecord, type EngineHistory, type RestartPolicyName, type WallClock,
 } from './model.js';
-import { HealthMonitor, healthcheckProblem, mergeHealthcheck, probeCommand, type HealthConfig } from './health.js';
+import { HealthMonitor, healthcheckProblem, mergeHealthcheck, probeCommand } from './health.js';
 import { behaviourOf } from './process-model.js';
 import type { FaultSet } from './scenario.js';
 import { parseSignal, signalNumberOf, SimProcess, type Signal } from './sim-process.js';

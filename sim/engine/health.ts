@@ -10,25 +10,11 @@
  * (`exit N`, `true`, `false`, `sleep N`, `echo ...`, `sh -c` scripts of those); a command
  * the model cannot play passes, as the simulated app it checks is taken to be well.
  */
-import { randomId } from './model.js';
+import { randomId, type HealthConfig, type HealthRecord } from './model.js';
 import { behaviourOf } from './process-model.js';
 
 export const HEALTH_DEFAULTS = { intervalNs: 30e9, timeoutNs: 30e9, retries: 3, startPeriodNs: 0 };
 const KEEP_RESULTS = 5;
-
-export interface HealthConfig {
-  Test?: string[] | null;
-  Interval?: number;
-  Timeout?: number;
-  StartPeriod?: number;
-  Retries?: number;
-}
-
-export interface HealthRecord {
-  Status: 'starting' | 'healthy' | 'unhealthy';
-  FailingStreak: number;
-  Log: Array<{ Start: string; End: string; ExitCode: number; Output: string }>;
-}
 
 /** A duration as Go prints one (`200ms`, `30s`, `1m30s`, `1h0m0s`), as dockerd's probe timeout message shows it. */
 export function goDuration(ns: number): string {

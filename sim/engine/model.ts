@@ -3,9 +3,23 @@
  * the way dockerd does (ids, timestamps, the human "Up 3 seconds" status).
  */
 import { createHash, randomBytes } from 'node:crypto';
-import type { HealthConfig, HealthRecord } from './health.js';
 
 export const ZERO_TIME = '0001-01-01T00:00:00Z';
+
+/** A container's or image's `Healthcheck` (durations in ns; 0 or absent: the default). */
+export interface HealthConfig {
+  Test?: string[] | null;
+  Interval?: number;
+  Timeout?: number;
+  StartPeriod?: number;
+  Retries?: number;
+}
+
+export interface HealthRecord {
+  Status: 'starting' | 'healthy' | 'unhealthy';
+  FailingStreak: number;
+  Log: Array<{ Start: string; End: string; ExitCode: number; Output: string }>;
+}
 
 export interface ImageConfig {
   Cmd: string[] | null;

@@ -65,8 +65,8 @@ describe('fleetlab init', () => {
   });
 
   it('says at once when the compose file is one fleetlab cannot carry', async () => {
-    writeFileSync(join(dir, 'compose.yaml'), 'services:\n  api: { image: a, healthcheck: { test: [CMD, "true"] } }\n');
-    await expect(init()).rejects.toThrow(`${join(dir, 'compose.yaml')}: services.api.healthcheck: is not supported by fleetlab yet`);
+    writeFileSync(join(dir, 'compose.yaml'), 'services:\n  api: { image: a, logging: { driver: syslog } }\n');
+    await expect(init()).rejects.toThrow(`${join(dir, 'compose.yaml')}:2: services.api.logging: is not supported by fleetlab yet`);
   });
 
   it('without package.json: says how to install first', async () => {

@@ -119,6 +119,8 @@ export class SimEngine {
       // The engine went away under a running container: it died with it.
       if (c.state.status === 'running' || c.state.status === 'restarting') {
         c.state = { ...c.state, status: 'exited', exitCode: c.state.status === 'running' ? 137 : c.state.exitCode, pid: 0, finishedAt: isoAt(this.clock()) };
+        // As any stop leaves it (stopHealthchecks).
+        if (c.state.health) c.state.health = { ...c.state.health, Status: 'unhealthy', FailingStreak: 0 };
         this.diedWithEngine.add(c.id);
       }
       this.containers.set(c.id, c);

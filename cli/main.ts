@@ -294,13 +294,14 @@ program
   .option('--cloud <url>', 'the fleetlab cloud (with --fleet)')
   .option('--api-key <key>', "the device's key (--device) or a cloud key that may write the fleet (--fleet)")
   .option('--env <KEY=VALUE...>', 'environment for every service (--device)', [])
+  .option('--ignore-key <key...>', "a compose key fleetlab refuses that the app can run without (as ignoreComposeKeys in fleetlab.config): left out, with a warning", [])
   .option('--docker-socket <path>', 'the engine to build in: the one the devices use (without --registry)', '/var/run/docker.sock')
   .option('--registry <host:port>', 'push the images there and have the devices pull them (fleetlab registry serves one)')
   .option('--arch <arch>', 'build for the boards\' architecture in a private build engine (arm64; needs --registry and root)')
   .option('--no-wait', 'return once the release is handed over')
   .option('--timeout <s>', 'how long to wait for the release to run', '180')
   .action(
-    action(async (compose: string, opts: { device?: string; fleet?: string; cloud?: string; apiKey?: string; env: string[]; dockerSocket: string; registry?: string; arch?: string; wait: boolean; timeout: string }) => {
+    action(async (compose: string, opts: { device?: string; fleet?: string; cloud?: string; apiKey?: string; env: string[]; ignoreKey: string[]; dockerSocket: string; registry?: string; arch?: string; wait: boolean; timeout: string }) => {
       const timeout = Number(opts.timeout);
       if (!Number.isFinite(timeout) || timeout <= 0) throw new UsageError(`--timeout must be a positive number of seconds, got ${opts.timeout}`);
       if (opts.arch !== undefined && opts.arch !== 'arm64') throw new UsageError(`--arch must be arm64 (the boards fleetlab builds for), not ${JSON.stringify(opts.arch)}`);
@@ -315,6 +316,7 @@ program
         ...(opts.registry ? { registry: opts.registry } : {}),
         ...(opts.arch ? { arch: 'arm64' as const } : {}),
         env: parseEnvFlags(opts.env),
+        ignoreKeys: opts.ignoreKey,
         wait: opts.wait,
         timeoutMs: timeout * 1000,
         log: (line) => console.error(`fleetlab deploy: ${line}`),

@@ -121,6 +121,8 @@ export interface HilTestFixtures {
   withCloud: boolean;
   /** The compose file or directory `device.deploy()` builds when it is given none. */
   app: string | undefined;
+  /** Refused compose keys `device.deploy()` leaves out (`ignoreComposeKeys` in fleetlab.config). */
+  ignoreComposeKeys: string[];
   /**
    * Start the file's device in the state this bundle captured (`fleetlab capture`), as
    * `fleetlab replay` does; a path relative to the spec file. The sim, container and qemu targets.
@@ -162,9 +164,10 @@ export const test = base.extend<HilTestFixtures, HilWorkerFixtures>({
   deviceScope: ['file', { option: true }],
   withCloud: [false, { option: true }],
   app: [undefined, { option: true }],
+  ignoreComposeKeys: [[], { option: true }],
   fromBundle: [undefined, { option: true }],
 
-  device: async ({ devicePool, deviceScope, withCloud, app, fromBundle }, use, testInfo) => {
+  device: async ({ devicePool, deviceScope, withCloud, app, ignoreComposeKeys, fromBundle }, use, testInfo) => {
     const recorder = new StepRecorder(devicePool.steps);
     const origin = Date.now();
     let held: Awaited<ReturnType<DevicePool['forFile']>> | undefined;
@@ -172,7 +175,7 @@ export const test = base.extend<HilTestFixtures, HilWorkerFixtures>({
       // A repeat (--repeat-each) of a file is a new run of it: it gets its own device.
       const bundle = fromBundle ? resolve(dirname(testInfo.file), fromBundle) : undefined;
       held = await devicePool.forFile(`${testInfo.file}#${testInfo.repeatEachIndex}`, withCloud, bundle);
-      await use(new Device(held.device, { ...(app ? { app } : {}), ...(bundle ? { bundle } : {}), startedAt: origin, log: (line) => console.log(`fleetlab: ${line}`) }));
+      await use(new Device(held.device, { ...(app ? { app } : {}), ignoreComposeKeys, ...(bundle ? { bundle } : {}), startedAt: origin, log: (line) => console.log(`fleetlab: ${line}`) }));
     } finally {
       const failed = !held || testInfo.status !== testInfo.expectedStatus;
       if (failed && held?.raw.infrastructureFailure) {

@@ -479,6 +479,89 @@ describe.each<EngineKind>(['dockerd', 'sim'])('engine contract on %s', (kind) =>
     });
   });
 
+  describe('healthchecks and the settings compose keys give a container', () => {
+    /** The events since `since` up to a second from now, when the engine ends the stream. */
+    const pastEvents = async (since: number, filters: Record<string, string[]>) => {
+      const stream = (await docker.getEvents({ since, until: Math.floor(Date.now() / 1000) + 1, filters })) as unknown as Readable;
+      let text = '';
+      for await (const chunk of stream) text += (chunk as Buffer).toString('utf8');
+      return text.split('\n').filter(Boolean).map((l) => JSON.parse(l) as { id: string; Action: string; Actor: { Attributes: Record<string, string> } });
+    };
+
+    it('keeps Config and HostConfig settings as given, and refuses what dockerd refuses', async () => {
+      const c = await create({
+        User: '1000:1000', WorkingDir: '/tmp', StopSignal: 'SIGINT', StopTimeout: 3, Hostname: 'web-1', Entrypoint: [],
+        Healthcheck: { Test: ['CMD-SHELL', 'exit 0'], Interval: 1e9, Retries: 2 },
+        HostConfig: { Init: true, ReadonlyRootfs: true, Sysctls: { 'net.core.somaxconn': '1024' }, Ulimits: [{ Name: 'nofile', Soft: 512, Hard: 1024 }], ExtraHosts: ['db.local:10.0.0.5'], ShmSize: 32 * 1024 * 1024 },
+      } as Partial<Docker.ContainerCreateOptions>);
+      const info = await c.inspect();
+      expect(info.Config).toMatchObject({ User: '1000:1000', WorkingDir: '/tmp', StopSignal: 'SIGINT', StopTimeout: 3, Hostname: 'web-1', Healthcheck: { Test: ['CMD-SHELL', 'exit 0'], Interval: 1e9, Retries: 2 } });
+      // An empty Entrypoint drops the image's; the image's Cmd stays, as neither was given one.
+      expect(info.Config.Entrypoint).toEqual([]);
+      expect(info.Config.Cmd?.join(' ')).toMatch(/test-app v1/);
+      expect(info.HostConfig).toMatchObject({ Init: true, ReadonlyRootfs: true, Sysctls: { 'net.core.somaxconn': '1024' }, Ulimits: [{ Name: 'nofile', Soft: 512, Hard: 1024 }], ExtraHosts: ['db.local:10.0.0.5'], ShmSize: 32 * 1024 * 1024 });
+      const plain = await (await create()).inspect();
+      expect(plain.HostConfig).toMatchObject({ ReadonlyRootfs: false, ExtraHosts: null, Ulimits: null, ShmSize: 67108864 });
+      expect(plain.Config.User).toBe('');
+      expect(plain.Config).not.toHaveProperty('StopSignal');
+      expect(plain.Config).not.toHaveProperty('Healthcheck');
+      for (const [body, message] of [
+        [{ WorkingDir: 'rel' }, "the working directory 'rel' is invalid, it needs to be an absolute path"],
+        [{ Healthcheck: { Test: ['CMD', 'true'], Interval: 10 } }, 'Interval in Healthcheck cannot be less than 1ms'],
+        [{ Healthcheck: { Test: ['CMD', 'true'], Retries: -1 } }, 'Retries in Healthcheck cannot be negative'],
+        [{ StopSignal: 'BOGUS' }, 'Invalid signal: BOGUS'],
+      ] as const) {
+        expect(await engineError(create(body as Partial<Docker.ContainerCreateOptions>))).toEqual({ statusCode: 400, message });
+      }
+    });
+
+    it('runs the check: starting, then healthy or unhealthy in inspect, list Status, the health filter and events; a stop leaves it unhealthy', async () => {
+      const since = Math.floor(Date.now() / 1000) - 1;
+      const good = await create({ Healthcheck: { Test: ['CMD-SHELL', 'exit 0'], Interval: 300e6 } } as Partial<Docker.ContainerCreateOptions>);
+      const bad = await create({ Healthcheck: { Test: ['CMD-SHELL', 'exit 1'], Interval: 300e6, Retries: 2 } } as Partial<Docker.ContainerCreateOptions>);
+      const off = await create({ Healthcheck: { Test: ['NONE'] } } as Partial<Docker.ContainerCreateOptions>);
+      for (const c of [good, bad, off]) await c.start();
+      const status = async (c: Docker.Container) => (await c.inspect()).State.Health?.Status;
+      await eventually(async () => ((await status(good)) === 'healthy' && (await status(bad)) === 'unhealthy' ? true : undefined), 20_000, 'good healthy, bad unhealthy');
+      const badHealth = (await bad.inspect()).State.Health!;
+      expect(badHealth.FailingStreak).toBeGreaterThanOrEqual(2);
+      expect(badHealth.Log.at(-1)).toMatchObject({ ExitCode: 1 });
+      expect((await off.inspect()).State.Health).toBeUndefined();
+      const own = { label: [`${CONTRACT_LABEL}=${e.runId}`] };
+      const listed = await docker.listContainers({ all: true, filters: own });
+      const statusOf = (c: Docker.Container) => listed.find((l) => l.Id === c.id)!.Status;
+      expect(statusOf(good)).toMatch(/^Up .* \(healthy\)$/);
+      expect(statusOf(bad)).toMatch(/^Up .* \(unhealthy\)$/);
+      expect(statusOf(off)).not.toMatch(/\(/);
+      const ids = async (health: string) => (await docker.listContainers({ all: true, filters: { ...own, health: [health] } })).map((l) => l.Id);
+      expect(await ids('healthy')).toEqual([good.id]);
+      expect(await ids('unhealthy')).toEqual([bad.id]);
+      expect(await ids('none')).toContain(off.id);
+      expect(await engineError(docker.listContainers({ filters: { health: ['bogus'] } }))).toEqual({ statusCode: 400, message: 'Unrecognised filter value for health: bogus' });
+      const actions = await pastEvents(since, { container: [good.id, bad.id] });
+      expect(actions).toContainEqual(expect.objectContaining({ Action: 'health_status: healthy', id: good.id }));
+      expect(actions).toContainEqual(expect.objectContaining({ Action: 'health_status: unhealthy', id: bad.id }));
+      expect(actions).toContainEqual(expect.objectContaining({ Action: 'exec_start: /bin/sh -c exit 0', id: good.id }));
+      await good.stop({ t: 1 });
+      expect(await status(good)).toBe('unhealthy');
+      expect((await good.inspect()).State.Health!.FailingStreak).toBe(0);
+    });
+
+    it('stops with the container\'s StopSignal and StopTimeout when the stop names no timeout', async () => {
+      const since = Math.floor(Date.now() / 1000) - 1;
+      // test-app traps TERM and INT: SIGINT ends it at once; SIGQUIT it ignores, so the kill follows after StopTimeout.
+      const byInt = await create({ StopSignal: 'SIGINT', StopTimeout: 30 } as Partial<Docker.ContainerCreateOptions>);
+      const byQuit = await create({ StopSignal: 'SIGQUIT', StopTimeout: 1 } as Partial<Docker.ContainerCreateOptions>);
+      for (const c of [byInt, byQuit]) await c.start();
+      await Promise.all([byInt.stop(), byQuit.stop()]);
+      expect((await byInt.inspect()).State.ExitCode).toBe(0);
+      expect((await byQuit.inspect()).State.ExitCode).toBe(137);
+      const kills = await pastEvents(since, { event: ['kill'], container: [byInt.id, byQuit.id] });
+      expect(kills.filter((k) => k.id === byInt.id).map((k) => k.Actor.Attributes.signal)).toEqual(['2']);
+      expect(kills.filter((k) => k.id === byQuit.id).map((k) => k.Actor.Attributes.signal)).toEqual(['3', '9']);
+    });
+  });
+
   describe('logs', () => {
     it('frames stdout and stderr (multiplexed), with timestamps, tail and since', async () => {
       const c = await create({ Cmd: ['sh', '-c', 'echo out1; echo err1 >&2; echo out2'] });

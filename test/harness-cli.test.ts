@@ -7,6 +7,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { CONFIG_FILE, EXAMPLE_APP, NEEDED_ALLOW_SCRIPTS, SPEC_FILE, initProject } from '../hil/harness/init.js';
+import { readRunApp } from '../hil/harness/global-setup.js';
 import { playwrightArgv, runTests } from '../hil/harness/run.js';
 import { loadCompose } from '../hil/release/compose.js';
 import { buildCommand, loadFailure, requireNativeModules } from '../src/native-modules.js';
@@ -64,9 +65,31 @@ describe('fleetlab init', () => {
     expect(readFileSync(join(dir, CONFIG_FILE), 'utf8')).toContain('defineConfig');
   });
 
-  it('says at once when the compose file is one fleetlab cannot carry', async () => {
-    writeFileSync(join(dir, 'compose.yaml'), 'services:\n  api: { image: a, healthcheck: { test: [CMD, "true"] } }\n');
-    await expect(init()).rejects.toThrow(`${join(dir, 'compose.yaml')}: services.api.healthcheck: is not supported by fleetlab yet`);
+  it('writes its files for a compose file fleetlab cannot run as it is, and says what is wrong, with lines', async () => {
+    writeFileSync(join(dir, 'compose.yaml'), 'services:\n  api:\n    image: a\n    logging: { driver: syslog }\n    restart: sometimes\n  db: { image: b, expose: [5432] }\n');
+    await init();
+    expect(lines.slice(0, 5)).toEqual([
+      'found compose.yaml',
+      `wrote ${CONFIG_FILE}`,
+      `wrote ${SPEC_FILE}`,
+      `compose.yaml: 2 keys fleetlab does not carry to the device: services.api.logging (line 4), services.db.expose (line 6); ${CONFIG_FILE} lists them under ignoreComposeKeys, commented out: uncomment those your app can run without, remove the others from compose.yaml`,
+      'compose.yaml:5: services.api.restart: must be one of no, always, on-failure, unless-stopped (on-failure:N is not supported) (fix it before fleetlab test)',
+    ]);
+    expect(readFileSync(join(dir, CONFIG_FILE), 'utf8')).toContain('  // ignoreComposeKeys: ["services.api.logging","services.db.expose"],\n});');
+    expect(readFileSync(join(dir, SPEC_FILE), 'utf8')).toContain('["api","db"]');
+  });
+
+  it('a run warns about each key ignoreComposeKeys leaves out, and each entry that names none', () => {
+    writeFileSync(join(dir, 'compose.yaml'), 'services:\n  api:\n    image: a\n    logging: { driver: syslog }\n  db: { image: b, logging: {} }\n');
+    const file = join(dir, 'compose.yaml');
+    const { project, warnings } = readRunApp({ app: dir, ignoreComposeKeys: ['logging', 'expose'] });
+    expect(project.services.map((s) => s.name)).toEqual(['api', 'db']);
+    expect(warnings).toEqual([
+      `${file}:4: services.api.logging is ignored (ignoreComposeKeys: "logging"): the device runs the service without it`,
+      `${file}:5: services.db.logging is ignored (ignoreComposeKeys: "logging"): the device runs the service without it`,
+      `ignoreComposeKeys: "expose" names no key fleetlab refuses in ${file}; remove it from fleetlab.config`,
+    ]);
+    expect(() => readRunApp({ app: dir })).toThrow(`${file}: 2 problems:\n  ${file}:4: services.api.logging: is not supported by fleetlab yet`);
   });
 
   it('without package.json: says how to install first', async () => {

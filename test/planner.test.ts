@@ -121,6 +121,8 @@ function brief(steps: Step[]): string[] {
         return `stop ${s.appId}/${s.container.serviceName}`;
       case 'removeNetwork':
         return `removeNetwork ${s.appId}/${s.network.network}`;
+      case 'wait':
+        return `wait ${s.appId}/${s.serviceName}: ${s.reason}`;
     }
   });
 }
@@ -256,6 +258,80 @@ describe('plan: networks and depends_on', () => {
     const app = demoApp();
     app.services['11']!.depends_on = ['worker'];
     expect(target(wire({ '1': app })).want(1, 'web').configHash).toBe(target(wire({ '1': demoApp() })).want(1, 'web').configHash);
+    app.services['11']!.depends_on = { worker: { condition: 'service_healthy' } };
+    expect(target(wire({ '1': app })).want(1, 'web').configHash).toBe(target(wire({ '1': demoApp() })).want(1, 'web').configHash);
+  });
+
+  it('service_healthy: the dependent is created only once its dependency runs healthy; until then the round says why it waits', () => {
+    const app = demoApp();
+    app.services['11']!.depends_on = { worker: { condition: 'service_healthy' } };
+    app.services['12']!.healthcheck = { test: ['CMD-SHELL', 'exit 0'], interval: '1s' };
+    const { target: t, desired, want } = target(wire({ '1': app }));
+    const infra = { ...base, networks: [net(1, 'default')] };
+    const round = (worker?: Partial<ManagedContainer>) =>
+      brief(plan({ target: t, desired, current: snapshot({ ...infra, containers: worker ? [{ ...containerOf(want(1, 'worker')), ...worker }] : [] }), startStopped: false }));
+    expect(round()).toEqual(['createContainer 1/worker']);
+    expect(round({ state: 'created' })).toEqual(['start 1/worker']);
+    expect(round({ health: 'starting' })).toEqual(["wait 1/web: web waits for worker's healthcheck has not passed yet"]);
+    expect(round({ health: 'unhealthy' })).toEqual(['wait 1/web: web waits for worker is unhealthy']);
+    expect(round({})).toEqual(['wait 1/web: web waits for worker has no healthcheck (give it one in the compose file or its image)']);
+    expect(round({ state: 'exited' })).toEqual(['wait 1/web: web waits for worker is not running']);
+    expect(round({ health: 'healthy' })).toEqual(['createContainer 1/web']);
+    // A dependency of an older release does not count, however healthy.
+    expect(round({ health: 'healthy', configHash: 'older' })).toEqual(['removeContainer 1/worker worker-' + want(1, 'worker').configHash.slice(0, 8) + ' (configuration changed)']);
+  });
+
+  it('service_healthy after a reboot: the dependent is started once its dependency is healthy again', () => {
+    const app = demoApp();
+    app.services['11']!.depends_on = { worker: { condition: 'service_healthy' } };
+    const { target: t, desired, want } = target(wire({ '1': app }));
+    const infra = { ...base, networks: [net(1, 'default')] };
+    const web = containerOf(want(1, 'web'), 'exited');
+    const plan2 = (worker: ManagedContainer) => brief(plan({ target: t, desired, current: snapshot({ ...infra, containers: [web, worker] }), startStopped: true }));
+    expect(plan2(containerOf(want(1, 'worker'), 'exited'))).toEqual(['start 1/worker']);
+    expect(plan2({ ...containerOf(want(1, 'worker')), health: 'starting' })).toEqual(["wait 1/web: web waits for worker's healthcheck has not passed yet"]);
+    expect(plan2({ ...containerOf(want(1, 'worker')), health: 'healthy' })).toEqual(['start 1/web']);
+  });
+});
+
+describe('plan: container settings', () => {
+  const infra = { images: allImages, networks: [net(1, 'default')], volumes: [vol(1, 'data')] };
+  const settings: Array<[string, Partial<WireApp['services'][string]>]> = [
+    ['healthcheck', { healthcheck: { test: ['CMD', 'true'], interval: '5s' } }],
+    ['entrypoint', { entrypoint: ['/bin/sh', '-c'] }],
+    ['user', { user: '1000:1000' }],
+    ['working_dir', { working_dir: '/srv' }],
+    ['stop_signal', { stop_signal: 'SIGINT' }],
+    ['stop_grace_period', { stop_grace_period: '1m30s' }],
+    ['init', { init: true }],
+    ['read_only', { read_only: true }],
+    ['sysctls', { sysctls: { 'net.core.somaxconn': '1024' } }],
+    ['ulimits', { ulimits: { nofile: { soft: 1024, hard: 4096 } } }],
+    ['extra_hosts', { extra_hosts: ['db.local:10.0.0.5'] }],
+    ['hostname', { hostname: 'web-1' }],
+    ['shm_size', { shm_size: 134217728 }],
+  ];
+
+  it.each(settings)('a change of %s replaces the container; the same settings again replace nothing', (_key, setting) => {
+    const before = target(wire({ '1': demoApp() }));
+    const running = [containerOf(before.want(1, 'web')), containerOf(before.want(1, 'worker'))];
+    const app = demoApp();
+    Object.assign(app.services['11']!, setting);
+    const after = target(wire({ '1': app }));
+    expect(brief(plan({ target: after.target, desired: after.desired, current: snapshot({ ...infra, containers: running }), startStopped: false }))).toEqual([
+      `removeContainer 1/web ${running[0]!.id} (configuration changed)`,
+    ]);
+    // The container read back carries the new hash: the next plans are empty, not a recreate loop.
+    const again = target(wire({ '1': structuredClone(app) }));
+    const replaced = [containerOf(again.want(1, 'web')), running[1]!];
+    expect(plan({ target: again.target, desired: again.desired, current: snapshot({ ...infra, containers: replaced }), startStopped: false })).toEqual([]);
+  });
+
+  it('a service with none of them keeps the hash it had before they were carried', () => {
+    const plain = target(wire({ '1': demoApp() })).want(1, 'web');
+    const app = demoApp();
+    Object.assign(app.services['11']!, { sysctls: {}, extra_hosts: [] });
+    expect(target(wire({ '1': app })).want(1, 'web').configHash).toBe(plain.configHash);
   });
 });
 

@@ -2,7 +2,7 @@
  * `fleetlab deploy --fleet`: a release published to a real fleetlab cloud (SQLite, in this
  * process) through its data API, and what a device of the fleet is then told to run.
  */
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -103,6 +103,23 @@ describe('fleetlab deploy arguments', () => {
     await expect(runDeploy({ ...base, device: 'http://x', apiKey: 'k', arch: 'arm64' })).rejects.toThrow('--arch arm64 needs --registry HOST:PORT: a board pulls its release from a registry (fleetlab registry serves one)');
     await expect(runDeploy({ ...base, device: 'http://x', apiKey: 'k', registry: 'http://r:5000/' })).rejects.toThrow('--registry "http://r:5000/": write HOST:PORT, e.g. 127.0.0.1:5000');
   });
+  it('leaves out the keys --ignore-key names, with a warning each, and refuses the rest', async () => {
+    const appDir = mkdtempSync(join(tmpdir(), 'fleetlab-deploy-ignore-'));
+    const compose = join(appDir, 'compose.yaml');
+    writeFileSync(compose, 'services:\n  web:\n    image: fleetlab/test-app:1\n    logging: { driver: syslog }\n');
+    const lines: string[] = [];
+    const go = (ignoreKeys: string[]) => runDeploy({ ...base, compose, device: 'http://127.0.0.1:9', apiKey: 'k', dockerSocket: join(appDir, 'no-engine.sock'), ignoreKeys, log: (l) => lines.push(l) });
+    await expect(go([])).rejects.toThrow(`${compose}:4: services.web.logging: is not supported by fleetlab yet`);
+    // Past the compose file, the deploy stops at the missing engine; what it said first is the point.
+    await expect(go(['logging', 'expose'])).rejects.toThrow('no-engine.sock');
+    expect(lines.slice(0, 3)).toEqual([
+      `warning: ${compose}:4: services.web.logging is ignored (ignoreComposeKeys: "logging"): the device runs the service without it`,
+      `warning: --ignore-key expose names no key fleetlab refuses in ${compose}`,
+      `${compose}: 1 service (web)`,
+    ]);
+    rmSync(appDir, { recursive: true, force: true });
+  });
+
   it('reads --env as KEY=VALUE', () => {
     expect(parseEnvFlags(['A=1', 'B=x=y', 'C='])).toEqual({ A: '1', B: 'x=y', C: '' });
     expect(() => parseEnvFlags(['NOEQ'])).toThrow('--env "NOEQ": write KEY=VALUE');

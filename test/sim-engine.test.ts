@@ -101,12 +101,15 @@ describe('simulated engine', () => {
   it('keeps images, containers, volumes, networks and logs across an engine restart; restart policies decide what runs', async () => {
     await pullMessages(docker, 'fleetlab/test-app:1');
     const net = await docker.createNetwork({ Name: 'keepnet', Labels: { keep: '1' } });
-    const always = await docker.createContainer({ Image: 'fleetlab/test-app:1', name: 'keep-always', Labels: { keep: '1' }, HostConfig: { Binds: ['keepvol:/data'], RestartPolicy: { Name: 'always' }, NetworkMode: 'keepnet' } });
-    const never = await docker.createContainer({ Image: 'fleetlab/test-app:1', name: 'keep-never', Labels: { keep: '1' } });
+    // A check that passes at once, so each is healthy before the restart.
+    const Healthcheck = { Test: ['CMD', 'true'], Interval: 100e6 };
+    const always = await docker.createContainer({ Image: 'fleetlab/test-app:1', name: 'keep-always', Labels: { keep: '1' }, Healthcheck, HostConfig: { Binds: ['keepvol:/data'], RestartPolicy: { Name: 'always' }, NetworkMode: 'keepnet' } } as Docker.ContainerCreateOptions);
+    const never = await docker.createContainer({ Image: 'fleetlab/test-app:1', name: 'keep-never', Labels: { keep: '1' }, Healthcheck } as Docker.ContainerCreateOptions);
     await always.start();
     await never.start();
     writeFileSync(join((await docker.getVolume('keepvol').inspect()).Mountpoint, 'kept'), 'yes');
     await eventually(async () => (demux((await always.logs({ stdout: true, follow: false })) as unknown as Buffer).length >= 2 ? true : undefined), 5_000, 'logs');
+    await eventually(async () => ((await never.inspect()).State.Health?.Status === 'healthy' ? true : undefined), 5_000, 'healthy before the restart');
     const events = (await docker.getEvents()) as unknown as Readable;
     const eventsEnded = new Promise<void>((r) => {
       events.on('close', () => r());
@@ -126,6 +129,9 @@ describe('simulated engine', () => {
     const nv = await never.inspect();
     // SIGTERM at shutdown: the test-app traps it and exits 0; policy "no" leaves it stopped.
     expect(nv.State).toMatchObject({ Running: false, Status: 'exited', ExitCode: 0 });
+    // Stopped with the engine, its health is left unhealthy, as a stop leaves it; the one started again runs its checks again.
+    expect(nv.State.Health).toMatchObject({ Status: 'unhealthy', FailingStreak: 0 });
+    expect(['starting', 'healthy']).toContain(a.State.Health?.Status);
     expect(existsSync(join((await docker.getVolume('keepvol').inspect()).Mountpoint, 'kept'))).toBe(true);
     const logs = demux((await never.logs({ stdout: true, follow: false })) as unknown as Buffer).map((f) => f.text);
     expect(logs).toEqual(expect.arrayContaining(['test-app v1: started\n', 'test-app v1: stopping\n']));

@@ -12,6 +12,13 @@ import { SLOW_TARGETS, targetNames } from '../targets/index.js';
 export interface FleetlabConfig {
   /** Your compose file or the directory holding it, relative to where you run fleetlab; `device.deploy()` builds it. */
   app?: string;
+  /**
+   * Compose keys fleetlab refuses (it cannot carry them to the device) that your app can run
+   * without: each is left out of the release, with a warning at every run. A bare key name
+   * (`logging`) stands for that key of every service and the top-level key of that name; a
+   * dotted path names one (`services.web.logging`, `services.*.expose`, `networks.*.driver`).
+   */
+  ignoreComposeKeys?: string[];
   /** Where your specs are (default `fleetlab`). */
   testDir?: string;
   /** Where reports go: `html/`, `junit.xml`, `artifacts/` (default `fleetlab-report`). */
@@ -57,7 +64,7 @@ export function defineConfig(options: FleetlabConfig = {}): PlaywrightTestConfig
     ],
     projects: targetNames.map((name) => ({
       name,
-      use: { target: name, app, deviceScope: options.deviceScope ?? 'test' },
+      use: { target: name, app, ignoreComposeKeys: options.ignoreComposeKeys ?? [], deviceScope: options.deviceScope ?? 'test' },
       ...(SLOW_TARGETS.has(name) ? { timeout: Math.max(options.timeout ?? 0, 900_000) } : {}),
     })),
   });

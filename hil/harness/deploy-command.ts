@@ -14,7 +14,7 @@ import { httpApi } from '../lib/http.js';
 import { sleep } from '../lib/wait.js';
 import { startBuildEngine, type BuildEngine } from '../release/build-engine.js';
 import type { ImageSource } from '../release/image-source.js';
-import { loadCompose } from '../release/compose.js';
+import { ignoredWarning, loadCompose } from '../release/compose.js';
 import { deployLocal } from '../release/local-deploy.js';
 import { fleetProgress, publishRelease } from '../release/publish.js';
 import { pushRelease } from '../release/push.js';
@@ -32,6 +32,8 @@ export interface DeployCommandOptions {
   /** Build for this architecture in a private build engine (needs `registry`). */
   arch?: 'arm64';
   env: Record<string, string>;
+  /** Refused compose keys to leave out (`--ignore-key`), as `ignoreComposeKeys` in fleetlab.config. */
+  ignoreKeys?: readonly string[];
   wait: boolean;
   timeoutMs: number;
   log: (line: string) => void;
@@ -55,7 +57,9 @@ export async function runDeploy(o: DeployCommandOptions): Promise<void> {
   if (o.registry !== undefined && !/^[^\s/]+:[0-9]{1,5}$/.test(o.registry)) throw new FleetlabError('HIL_ERR_DEPLOY', `--registry ${JSON.stringify(o.registry)}: write HOST:PORT, e.g. 127.0.0.1:5000`);
   if (!o.device && !o.cloud) throw new FleetlabError('HIL_ERR_DEPLOY', '--fleet needs --cloud URL (npm start prints it)');
   if (!o.device && Object.keys(o.env).length) throw new FleetlabError('HIL_ERR_DEPLOY', "--env goes with --device; a fleet's variables are set on the cloud (fleet environment variables)");
-  const project = loadCompose(o.compose);
+  const project = loadCompose(o.compose, { ignore: o.ignoreKeys ?? [] });
+  for (const key of project.ignored) o.log(`warning: ${ignoredWarning(project.file, key)}`);
+  for (const entry of project.unusedIgnores) o.log(`warning: --ignore-key ${entry} names no key fleetlab refuses in ${project.file}`);
   o.log(`${project.file}: ${project.services.length} service${project.services.length === 1 ? '' : 's'} (${project.services.map((s) => s.name).join(', ')})`);
   let engine: BuildEngine | undefined;
   try {

@@ -56,6 +56,8 @@ export interface Faults {
 export interface DeviceContext {
   /** The compose file or directory of the run's app (`app` in fleetlab.config), for `deploy()` without one. */
   app?: string;
+  /** Refused compose keys to leave out (`ignoreComposeKeys` in fleetlab.config); the run's global setup warns about each. */
+  ignoreComposeKeys?: readonly string[];
   /** The bundle the device started from (`fromBundle`), absolute. */
   bundle?: string;
   /** Epoch ms the test started: `led.timeline()` counts from it. */
@@ -164,7 +166,7 @@ export class Device {
   async deploy(composeFileOrDir?: string, options: DeployOptions = {}): Promise<DeployedRelease> {
     const path = composeFileOrDir ?? this.#context.app;
     if (!path) throw new FleetlabError('HIL_ERR_COMPOSE', 'device.deploy(): name a compose file or directory, or set `app` in fleetlab.config');
-    const project = loadCompose(resolve(path));
+    const project = loadCompose(resolve(path), { ignore: this.#context.ignoreComposeKeys ?? [] });
     const engine = await this.#need(this.#dut.images, 'deploy()', 'images').prepare();
     return deployLocal({
       api: this.client,

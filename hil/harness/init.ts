@@ -3,14 +3,16 @@
  * naming the team's compose project and one example spec for it (or, with no compose file, a
  * minimal two-service example app too); adds the install-script approvals fleetlab's native
  * addons need to the team's package.json and builds them when npm skipped them. Never
- * overwrites a file without `force`.
+ * overwrites a file without `force`. A compose file fleetlab cannot run as it is still gets
+ * its files: init says what is wrong, each with its line, and the config lists the refused
+ * keys under `ignoreComposeKeys`, commented out, for the team to decide.
  */
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { dirname, join, relative } from 'node:path';
 import { execa } from 'execa';
 import { FleetlabError, errorText } from '../../src/errors.js';
 import { buildCommand, neededOnThisNode, unbuiltNativeModules, type NativeModule } from '../../src/native-modules.js';
-import { COMPOSE_FILE_NAMES, loadCompose } from '../release/compose.js';
+import { COMPOSE_FILE_NAMES, checkCompose, type ComposeCheck } from '../release/compose.js';
 
 export interface InitOptions {
   dir: string;
@@ -70,14 +72,20 @@ CMD ["/bin/sh", "-c", "trap 'exit 0' TERM INT; i=0; while :; do i=$((i+1)); echo
 `,
 };
 
-function configText(app: string): string {
+function configText(app: string, refused: readonly string[]): string {
+  const ignore = refused.length
+    ? `  // Keys of ${app.replace(/^\.\//, '')} that fleetlab does not carry to the device yet. Uncomment those your app
+  // can run without (each is then left out, with a warning at every run); remove the others from the file.
+  // ignoreComposeKeys: ${JSON.stringify(refused)},
+`
+    : '';
   return `import { defineConfig } from 'fleetlab/test';
 
 // npx fleetlab test [--target sim|container|qemu|board] runs the specs in ./fleetlab on a device
 // of that target; reports go to ./fleetlab-report (html/, junit.xml).
 export default defineConfig({
   app: ${JSON.stringify(app)},
-});
+${ignore}});
 `;
 }
 
@@ -123,6 +131,16 @@ function addAllowScripts(packageJson: string): string[] {
   return added;
 }
 
+/** What fleetlab cannot run in the team's compose file, said now rather than at the first deploy. */
+function sayProblems(check: ComposeCheck, name: string, log: (line: string) => void): void {
+  const at = (line: number | undefined) => (line === undefined ? '' : ` (line ${line})`);
+  if (check.refused.length) {
+    const keys = check.refused.map((r) => `${r.key}${at(r.line)}`).join(', ');
+    log(`${name}: ${check.refused.length} key${check.refused.length === 1 ? '' : 's'} fleetlab does not carry to the device: ${keys}; ${CONFIG_FILE} lists them under ignoreComposeKeys, commented out: uncomment those your app can run without, remove the others from ${name}`);
+  }
+  for (const p of check.problems) log(`${name}${p.line === undefined ? '' : `:${p.line}`}: ${p.key}: ${p.message} (fix it before fleetlab test)`);
+}
+
 export async function initProject(options: InitOptions): Promise<void> {
   const { dir, log } = options;
   const compose = findCompose(dir);
@@ -136,8 +154,9 @@ export async function initProject(options: InitOptions): Promise<void> {
     Object.assign(files, EXAMPLE_APP);
     composePath = join(dir, 'compose.yaml');
   }
-  const services = compose ? loadCompose(compose).services.map((s) => s.name) : ['web', 'worker'];
-  files[CONFIG_FILE] = configText(`./${relative(dir, composePath)}`);
+  const check = compose ? checkCompose(compose) : undefined;
+  const services = check ? check.serviceNames : ['web', 'worker'];
+  files[CONFIG_FILE] = configText(`./${relative(dir, composePath)}`, check?.refused.map((r) => r.key) ?? []);
   files[SPEC_FILE] = specText(services);
 
   const existing = Object.keys(files).filter((f) => existsSync(join(dir, f)));
@@ -149,7 +168,7 @@ export async function initProject(options: InitOptions): Promise<void> {
     writeFileSync(join(dir, file), text);
     log(`wrote ${file}`);
   }
-  if (compose) loadCompose(compose); // a compose file fleetlab cannot carry is said now, not at the first deploy
+  if (check) sayProblems(check, relative(dir, check.project.file), log);
 
   const packageJson = join(dir, 'package.json');
   if (existsSync(packageJson)) {

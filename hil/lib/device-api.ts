@@ -50,14 +50,18 @@ export interface AppInfo {
   containerId: string;
   env: Record<string, string>;
 }
+/** A healthcheck's verdict on a running container that has one (`healthcheck` in compose). */
+export type Health = 'starting' | 'healthy' | 'unhealthy';
 export interface ServiceState {
   status: string;
   releaseId: number;
   downloadProgress: number | null;
+  /** Only while the service runs with a healthcheck. */
+  health?: Health;
 }
 export type ApplicationsState = Record<string, { appId: number; commit: string; services: Record<string, ServiceState> }>;
 export interface AppStateV2 {
-  local: Record<string, { services: Record<string, { status: string; releaseId: number; download_progress: number | null }> }>;
+  local: Record<string, { services: Record<string, { status: string; releaseId: number; download_progress: number | null; health?: Health }> }>;
   commit: string;
 }
 export interface StatusContainer {
@@ -68,6 +72,8 @@ export interface StatusContainer {
   serviceId: number;
   containerId: string;
   createdAt: string;
+  /** Only while the container runs with a healthcheck. */
+  health?: Health;
 }
 export interface StatusImage {
   name: string;

@@ -6,7 +6,8 @@
  * new target state and apply it as they would any release.
  */
 import { FleetlabError, errorText } from '../../src/errors.js';
-import { hostSettingsToWire, linksToWire } from '../../src/protocol/target-state.js';
+import { containerSettingsToWire } from '../../src/protocol/container-settings.js';
+import { linksToWire } from '../../src/protocol/target-state.js';
 import type { Release } from './release.js';
 
 export interface CloudTarget {
@@ -59,7 +60,7 @@ export function compositionOf(release: Release): Record<string, unknown> {
       ...(s.volumes.length ? { volumes: s.volumes } : {}),
       ...(s.restart ? { restart: s.restart } : {}),
       ...(s.networkMode ? { network_mode: s.networkMode } : {}),
-      ...hostSettingsToWire(s),
+      ...containerSettingsToWire(s),
       ...linksToWire(s),
     };
   }

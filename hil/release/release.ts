@@ -7,7 +7,8 @@
 import { createHash } from 'node:crypto';
 import type Docker from 'dockerode';
 import { FleetlabError, errorText } from '../../src/errors.js';
-import { hostSettingsToWire, linksToWire, type WireLocalState, type WireService } from '../../src/protocol/target-state.js';
+import { containerSettingsToWire } from '../../src/protocol/container-settings.js';
+import { linksToWire, type WireLocalState, type WireService } from '../../src/protocol/target-state.js';
 import { buildServiceImage, type BuildProgress } from './image-build.js';
 import { adoptImage, type ImageSource } from './image-source.js';
 import type { ComposeProject, ComposeService } from './compose.js';
@@ -119,7 +120,7 @@ export function localTargetState(release: Release, o: TargetStateOptions): WireL
     if (s.command) service.command = s.command;
     if (s.restart) service.restart = s.restart;
     if (s.networkMode) service.network_mode = s.networkMode;
-    Object.assign(service, hostSettingsToWire(s), linksToWire(s));
+    Object.assign(service, containerSettingsToWire(s), linksToWire(s));
     services[String(id)] = service;
   });
   return {

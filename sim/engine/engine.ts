@@ -17,11 +17,12 @@ import { ImageStore } from './image-store.js';
 import { LogBook } from './logs.js';
 import {
   DEFAULT_HISTORY, isoAt, normaliseRef, randomId, ZERO_TIME,
-  type ContainerRecord, type ImageRecord, type MountRecord, type NetworkRecord, type EngineHistory, type RestartPolicyName, type WallClock,
+  type ContainerRecord, type HealthConfig, type ImageRecord, type MountRecord, type NetworkRecord, type EngineHistory, type RestartPolicyName, type WallClock,
 } from './model.js';
+import { HealthMonitor, healthcheckProblem, mergeHealthcheck, probeCommand } from './health.js';
 import { behaviourOf } from './process-model.js';
 import type { FaultSet } from './scenario.js';
-import { SimProcess, type Signal } from './sim-process.js';
+import { parseSignal, signalNumberOf, SimProcess, type Signal } from './sim-process.js';
 import { NetworkStore } from './network-store.js';
 import { StateFile, type PersistedState } from './state-file.js';
 import { VolumeStore } from './volume-store.js';
@@ -33,6 +34,7 @@ const DEFAULT_STOP_TIMEOUT_S = 10;
 
 interface Runtime {
   proc?: SimProcess;
+  health?: HealthMonitor;
   restartTimer?: NodeJS.Timeout;
   backoffMs: number;
   log: LogBook;
@@ -52,7 +54,10 @@ export interface CreateContainerBody {
   WorkingDir?: string;
   Tty?: boolean;
   Hostname?: string;
+  User?: string;
+  StopSignal?: string;
   StopTimeout?: number;
+  Healthcheck?: HealthConfig | null;
   HostConfig?: {
     Binds?: string[] | null;
     Mounts?: Array<{ Type?: string; Source?: string; Target?: string; ReadOnly?: boolean }> | null;
@@ -115,6 +120,8 @@ export class SimEngine {
       // The engine went away under a running container: it died with it.
       if (c.state.status === 'running' || c.state.status === 'restarting') {
         c.state = { ...c.state, status: 'exited', exitCode: c.state.status === 'running' ? 137 : c.state.exitCode, pid: 0, finishedAt: isoAt(this.clock()) };
+        // As any stop leaves it (stopHealthchecks).
+        if (c.state.health) c.state.health = { ...c.state.health, Status: 'unhealthy', FailingStreak: 0 };
         this.diedWithEngine.add(c.id);
       }
       this.containers.set(c.id, c);
@@ -156,6 +163,7 @@ export class SimEngine {
     await Promise.all(running.map((c) => this.stopContainer(c, undefined, { shutdown: true }).catch(() => undefined)));
     for (const rt of this.runtimes.values()) {
       rt.proc?.dispose();
+      rt.health?.stop();
       if (rt.restartTimer) clearTimeout(rt.restartTimer);
     }
     await this.store.save();
@@ -273,9 +281,14 @@ export class SimEngine {
     if (!network && !netName.startsWith('container:')) throw noSuchNetwork(netName);
     const id = randomId();
     if (this.faults.diskFull) throw serverError(noSpace(`mkdir /var/lib/docker/containers/${id}`));
+    if (body.WorkingDir && !body.WorkingDir.startsWith('/')) throw badParameter(`the working directory '${body.WorkingDir}' is invalid, it needs to be an absolute path`);
+    const healthProblem = healthcheckProblem(body.Healthcheck);
+    if (healthProblem) throw badParameter(healthProblem);
+    if (body.StopSignal && signalNumberOf(body.StopSignal) === undefined) throw badParameter(`Invalid signal: ${body.StopSignal}`);
     const mounts = this.mountsOf(host);
     const cmd = typeof body.Cmd === 'string' ? [body.Cmd] : body.Cmd;
     const entrypoint = typeof body.Entrypoint === 'string' ? [body.Entrypoint] : body.Entrypoint;
+    const healthcheck = mergeHealthcheck(image.config.Healthcheck, body.Healthcheck);
     const c: ContainerRecord = {
       id,
       name: cleanName,
@@ -285,13 +298,18 @@ export class SimEngine {
       config: {
         Hostname: body.Hostname || id.slice(0, 12),
         Env: mergeEnv(image.config.Env, body.Env ?? null),
+        // As dockerd merges them: an empty Entrypoint (`[]`) runs the command without one, a
+        // missing one keeps the image's; the image's Cmd only when neither is given.
         Cmd: cmd && cmd.length ? cmd : entrypoint && entrypoint.length ? null : image.config.Cmd,
-        Entrypoint: entrypoint && entrypoint.length ? entrypoint : image.config.Entrypoint,
+        Entrypoint: entrypoint ?? image.config.Entrypoint,
         Image: body.Image,
         Labels: { ...(image.config.Labels ?? {}), ...(body.Labels ?? {}) },
         WorkingDir: body.WorkingDir || image.config.WorkingDir,
         Tty: !!body.Tty,
+        User: body.User ?? '',
+        ...(body.StopSignal ? { StopSignal: body.StopSignal } : {}),
         ...(body.StopTimeout !== undefined ? { StopTimeout: body.StopTimeout } : {}),
+        ...(healthcheck ? { Healthcheck: healthcheck } : {}),
       },
       hostConfig: {
         ...host,
@@ -346,6 +364,9 @@ export class SimEngine {
     for (const s of f.get('status') ?? []) {
       if (!['created', 'restarting', 'running', 'removing', 'paused', 'exited', 'dead'].includes(s)) throw badParameter(`Invalid filter 'status=${s}'`);
     }
+    for (const h of f.get('health') ?? []) {
+      if (!['starting', 'healthy', 'unhealthy', 'none'].includes(h)) throw badParameter(`Unrecognised filter value for health: ${h}`);
+    }
     return [...this.containers.values()]
       .filter((c) => all || c.state.status === 'running' || c.state.status === 'restarting' || f.has('status'))
       .filter(
@@ -357,7 +378,8 @@ export class SimEngine {
           anyOf(f, 'ancestor', (v) => this.findImage(v)?.id === c.imageId) &&
           anyOf(f, 'network', (v) => Object.entries(c.networks).some(([name, ep]) => name === v || ep.networkId.startsWith(v))) &&
           anyOf(f, 'volume', (v) => c.mounts.some((m) => m.Name === v || m.Destination === v)) &&
-          anyOf(f, 'exited', (v) => c.state.status === 'exited' && String(c.state.exitCode) === v),
+          anyOf(f, 'exited', (v) => c.state.status === 'exited' && String(c.state.exitCode) === v) &&
+          anyOf(f, 'health', (v) => (c.state.health?.Status ?? 'none') === v),
       )
       .sort((a, b) => Date.parse(b.created) - Date.parse(a.created));
   }
@@ -391,13 +413,40 @@ export class SimEngine {
     const proc = new SimProcess(played, rt.log, (code) => this.onExit(c, code));
     rt.proc = proc;
     this.events.emit('container', 'start', c.id, this.containerAttributes(c));
+    this.startHealthchecks(c, rt);
     void this.save();
     proc.run();
+  }
+
+  /** As dockerd at each start: a container with a probe to run is `starting` again, its past results kept. */
+  private startHealthchecks(c: ContainerRecord, rt: Runtime): void {
+    rt.health?.stop();
+    rt.health = undefined;
+    const command = probeCommand(c.config.Healthcheck);
+    if (!command) return;
+    c.state.health ??= { Status: 'starting', FailingStreak: 0, Log: [] };
+    rt.health = new HealthMonitor({
+      config: c.config.Healthcheck!,
+      command,
+      record: c.state.health,
+      startedAt: Date.parse(c.state.startedAt),
+      clock: this.clock,
+      event: (action, extra) => this.events.emit('container', action, c.id, this.containerAttributes(c, extra)),
+      changed: () => void this.save(),
+    });
+  }
+
+  /** dockerd leaves a stopped container's health `unhealthy`, its streak reset. */
+  private stopHealthchecks(c: ContainerRecord, rt: Runtime): void {
+    rt.health?.stop();
+    rt.health = undefined;
+    if (c.state.health) c.state.health = { ...c.state.health, Status: 'unhealthy', FailingStreak: 0 };
   }
 
   private onExit(c: ContainerRecord, code: number, opts: { shutdown?: boolean } = {}): void {
     const rt = this.runtime(c.id);
     rt.proc = undefined;
+    this.stopHealthchecks(c, rt);
     const ranMs = this.clock() - Date.parse(c.state.startedAt);
     c.state = { ...c.state, status: 'exited', pid: 0, exitCode: code, finishedAt: isoAt(this.clock()) };
     this.events.emit('container', 'die', c.id, this.containerAttributes(c, { exitCode: String(code) }));
@@ -462,8 +511,11 @@ export class SimEngine {
     const proc = rt.proc;
     if (!proc) return;
     const exited = new Promise<void>((r) => rt.exitWaiters.push(() => r()));
-    this.events.emit('container', 'kill', c.id, this.containerAttributes(c, { signal: '15' }));
-    if (!proc.signal('TERM')) {
+    // The container's own stop signal (compose's stop_signal); one the model does not play is ignored, as by a process without a handler.
+    const stopSignal = c.config.StopSignal ?? 'SIGTERM';
+    this.events.emit('container', 'kill', c.id, this.containerAttributes(c, { signal: String(signalNumberOf(stopSignal)) }));
+    const modelled = parseSignal(stopSignal);
+    if (!modelled || !proc.signal(modelled)) {
       const t = timeoutS ?? c.config.StopTimeout ?? DEFAULT_STOP_TIMEOUT_S;
       const timer = t < 0 ? undefined : setTimeout(() => {
         this.events.emit('container', 'kill', c.id, this.containerAttributes(c, { signal: '9' }));
@@ -499,6 +551,7 @@ export class SimEngine {
     }
     c.state.manuallyStopped = true;
     if (rt.restartTimer) clearTimeout(rt.restartTimer);
+    rt.health?.stop();
     if (rt.proc) {
       this.events.emit('container', 'kill', c.id, this.containerAttributes(c, { signal: '9' }));
       rt.proc.signal('KILL');

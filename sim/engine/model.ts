@@ -6,12 +6,29 @@ import { createHash, randomBytes } from 'node:crypto';
 
 export const ZERO_TIME = '0001-01-01T00:00:00Z';
 
+/** A container's or image's `Healthcheck` (durations in ns; 0 or absent: the default). */
+export interface HealthConfig {
+  Test?: string[] | null;
+  Interval?: number;
+  Timeout?: number;
+  StartPeriod?: number;
+  Retries?: number;
+}
+
+export interface HealthRecord {
+  Status: 'starting' | 'healthy' | 'unhealthy';
+  FailingStreak: number;
+  Log: Array<{ Start: string; End: string; ExitCode: number; Output: string }>;
+}
+
 export interface ImageConfig {
   Cmd: string[] | null;
   Entrypoint: string[] | null;
   Env: string[] | null;
   Labels: Record<string, string> | null;
   WorkingDir: string;
+  /** The image's HEALTHCHECK, when it has one. */
+  Healthcheck?: HealthConfig | null;
 }
 
 export interface ImageRecord {
@@ -59,6 +76,8 @@ export interface ContainerStateRecord {
   finishedAt: string;
   /** Stopped by a client (stop/kill): restart policies other than `always` do not apply. */
   manuallyStopped: boolean;
+  /** Once it has run with a healthcheck. */
+  health?: HealthRecord;
 }
 
 export interface ContainerRecord {
@@ -76,7 +95,10 @@ export interface ContainerRecord {
     Labels: Record<string, string>;
     WorkingDir: string;
     Tty: boolean;
+    User: string;
+    StopSignal?: string;
     StopTimeout?: number;
+    Healthcheck?: HealthConfig;
   };
   hostConfig: Record<string, unknown> & {
     Binds: string[] | null;
@@ -164,8 +186,11 @@ export function statusText(s: ContainerStateRecord, now = Date.now()): string {
   switch (s.status) {
     case 'created':
       return 'Created';
-    case 'running':
-      return `Up ${humanDuration(now - Date.parse(s.startedAt))}`;
+    case 'running': {
+      const up = `Up ${humanDuration(now - Date.parse(s.startedAt))}`;
+      if (!s.health) return up;
+      return `${up} (${s.health.Status === 'starting' ? 'health: starting' : s.health.Status})`;
+    }
     case 'restarting':
       return `Restarting (${s.exitCode}) ${humanDuration(now - Date.parse(s.finishedAt))} ago`;
     case 'removing':

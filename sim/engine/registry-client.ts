@@ -148,6 +148,8 @@ export class RegistryClient {
       Env: c.Env ?? DEFAULT_ENV,
       Labels: c.Labels ?? null,
       WorkingDir: c.WorkingDir ?? '',
+      // A HEALTHCHECK the image was built with applies to its containers, as in dockerd.
+      ...(c.Healthcheck ? { Healthcheck: c.Healthcheck } : {}),
     };
     return {
       ref,

@@ -72,3 +72,22 @@ export function parseSignal(raw: string | null): Signal | undefined {
   if (byNumber[s]) return byNumber[s];
   return (['TERM', 'KILL', 'INT', 'HUP', 'USR1', 'USR2', 'QUIT'] as const).find((x) => x === s);
 }
+
+/** Linux's signal numbers by name, as dockerd's signal.ParseSignal knows them (RTMIN+n and RTMAX-n too). */
+const LINUX_SIGNALS: Record<string, number> = {
+  HUP: 1, INT: 2, QUIT: 3, ILL: 4, TRAP: 5, ABRT: 6, IOT: 6, BUS: 7, FPE: 8, KILL: 9, USR1: 10, SEGV: 11, USR2: 12, PIPE: 13, ALRM: 14, TERM: 15,
+  STKFLT: 16, CHLD: 17, CONT: 18, STOP: 19, TSTP: 20, TTIN: 21, TTOU: 22, URG: 23, XCPU: 24, XFSZ: 25, VTALRM: 26, PROF: 27, WINCH: 28, IO: 29, POLL: 29,
+  PWR: 30, SYS: 31, RTMIN: 34, RTMAX: 64,
+};
+
+/** The number of a signal given as a name (`SIGTERM`, `TERM`, `SIGRTMIN+3`) or a number, or undefined when it is none. */
+export function signalNumberOf(raw: string): number | undefined {
+  const s = raw.toUpperCase().replace(/^SIG/, '');
+  if (/^[0-9]+$/.test(s)) return Number(s) >= 1 && Number(s) <= 64 ? Number(s) : undefined;
+  const rt = /^RT(MIN|MAX)([+-][0-9]+)$/.exec(s);
+  if (rt) {
+    const n = LINUX_SIGNALS[`RT${rt[1]}`]! + Number(rt[2]);
+    return n >= 34 && n <= 64 ? n : undefined;
+  }
+  return LINUX_SIGNALS[s];
+}

@@ -63,6 +63,7 @@ export function containerInspect(engine: SimEngine, c: ContainerRecord) {
       Error: s.error,
       StartedAt: s.startedAt,
       FinishedAt: s.finishedAt,
+      ...(s.health ? { Health: s.health } : {}),
     },
     Image: c.imageId,
     ResolvConfPath: `${engine.dataDir}/containers/${c.id}/resolv.conf`,
@@ -77,14 +78,21 @@ export function containerInspect(engine: SimEngine, c: ContainerRecord) {
     ProcessLabel: '',
     AppArmorProfile: '',
     ExecIDs: null,
-    HostConfig: { LogConfig: { Type: 'json-file', Config: {} }, PortBindings: null, AutoRemove: false, Privileged: false, ...c.hostConfig },
+    HostConfig: {
+      LogConfig: { Type: 'json-file', Config: {} }, PortBindings: null, AutoRemove: false, Privileged: false, ReadonlyRootfs: false, Ulimits: null, ExtraHosts: null,
+      ...c.hostConfig,
+      // dockerd gives a container its 64 MiB /dev/shm unless told otherwise.
+      ShmSize: (c.hostConfig.ShmSize as number | undefined) || 67108864,
+    },
     GraphDriver: { Data: null, Name: 'sim' },
     Mounts: c.mounts,
     Config: {
-      Hostname: c.config.Hostname, Domainname: '', User: '', AttachStdin: false, AttachStdout: false, AttachStderr: false, Tty: c.config.Tty,
+      Hostname: c.config.Hostname, Domainname: '', User: c.config.User ?? '', AttachStdin: false, AttachStdout: false, AttachStderr: false, Tty: c.config.Tty,
       OpenStdin: false, StdinOnce: false, Env: c.config.Env, Cmd: c.config.Cmd, Image: c.config.Image, Volumes: null, WorkingDir: c.config.WorkingDir,
       Entrypoint: c.config.Entrypoint, OnBuild: null, Labels: c.config.Labels,
+      ...(c.config.StopSignal !== undefined ? { StopSignal: c.config.StopSignal } : {}),
       ...(c.config.StopTimeout !== undefined ? { StopTimeout: c.config.StopTimeout } : {}),
+      ...(c.config.Healthcheck ? { Healthcheck: c.config.Healthcheck } : {}),
     },
     NetworkSettings: {
       Bridge: '', SandboxID: '', HairpinMode: false, LinkLocalIPv6Address: '', LinkLocalIPv6PrefixLen: 0, Ports: {}, SandboxKey: '',
@@ -115,6 +123,7 @@ export function imageInspect(i: ImageRecord) {
   const config = {
     Hostname: '', Domainname: '', User: '', AttachStdin: false, AttachStdout: false, AttachStderr: false, Tty: false, OpenStdin: false, StdinOnce: false,
     Env: i.config.Env, Cmd: i.config.Cmd, Image: '', Volumes: null, WorkingDir: i.config.WorkingDir, Entrypoint: i.config.Entrypoint, OnBuild: null, Labels: i.config.Labels,
+    ...(i.config.Healthcheck ? { Healthcheck: i.config.Healthcheck } : {}),
   };
   return {
     Id: i.id, RepoTags: i.repoTags, RepoDigests: i.repoDigests, Parent: '', Comment: '', Created: i.created, Container: '', ContainerConfig: config,

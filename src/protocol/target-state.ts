@@ -4,6 +4,7 @@
  * form the planner works on.
  */
 import { Type, type Static, type TSchema } from '@sinclair/typebox';
+import { checkContainerSettings, containerSettingsFromWire, containerSettingsSchema, containerSettingsToWire, type ContainerSettings } from './container-settings.js';
 
 const name = (description: string) =>
   Type.String({ pattern: '^[a-zA-Z0-9][a-zA-Z0-9_.-]*$', maxLength: 63, description });
@@ -28,20 +29,23 @@ export const WireService = Type.Object({
   /** `<volume>:<path>` with a volume declared by the app. */
   volumes: Type.Optional(Type.Array(Type.String({ pattern: '^[a-zA-Z0-9][a-zA-Z0-9_.-]*:/[^:]*(:ro|:rw)?$' }))),
   restart: Type.Optional(Type.Union([Type.Literal('no'), Type.Literal('always'), Type.Literal('on-failure'), Type.Literal('unless-stopped')])),
-  /** Compose-style host settings; absent means the engine's default. */
-  privileged: Type.Optional(Type.Boolean()),
-  cap_add: Type.Optional(Type.Array(Type.String({ pattern: '^[A-Z_]+$' }))),
-  cap_drop: Type.Optional(Type.Array(Type.String({ pattern: '^[A-Z_]+$' }))),
-  /** `/dev/host[:/dev/container[:rwm]]` */
-  devices: Type.Optional(Type.Array(Type.String({ pattern: '^/dev/[^:\\s]*(:/dev/[^:\\s]*)?(:[rwm]{1,3})?$' }))),
-  /** `/path[:options]`, a tmpfs mounted in the container */
-  tmpfs: Type.Optional(Type.Array(Type.String({ pattern: '^/[^:\\s]*(:[^\\s]+)?$' }))),
-  /** `[ip:]hostPort:containerPort[/tcp|/udp]` */
-  ports: Type.Optional(Type.Array(Type.String({ pattern: '^(([0-9.]+|\\[[0-9a-fA-F:]+\\]):)?[0-9]{1,5}:[0-9]{1,5}(/(tcp|udp))?$' }))),
+  /** Compose-style container settings (container-settings.ts); absent means the image's or the engine's default. */
+  ...containerSettingsSchema,
   /** App networks (declared in the app's `networks`) the service joins instead of `default`. */
   networks: Type.Optional(Type.Array(name('app network name'), { minItems: 1, uniqueItems: true })),
-  /** Services of the same app that must have started before this one starts. */
-  depends_on: Type.Optional(Type.Array(name('service name'), { uniqueItems: true })),
+  /**
+   * Services of the same app this one starts after: a list (each must have started), or
+   * compose's mapping whose `condition` says whether each must have started or be healthy.
+   */
+  depends_on: Type.Optional(
+    Type.Union([
+      Type.Array(name('service name'), { uniqueItems: true }),
+      Type.Record(
+        Type.String({ pattern: '^[a-zA-Z0-9][a-zA-Z0-9_.-]*$' }),
+        Type.Object({ condition: Type.Union([Type.Literal('service_started'), Type.Literal('service_healthy')]) }, { additionalProperties: false }),
+      ),
+    ]),
+  ),
 });
 
 export const WireApp = Type.Object({
@@ -71,73 +75,44 @@ export interface VolumeMount {
   readOnly: boolean;
 }
 
-/** A service's host settings, compose's `privileged`, `cap_add`, ... ; each absent when not set. */
-export interface HostSettings {
-  privileged?: boolean;
-  capAdd?: string[];
-  capDrop?: string[];
-  /** `/dev/host[:/dev/container[:rwm]]` */
-  devices?: string[];
-  /** `/path[:options]` */
-  tmpfs?: string[];
-  /** `[ip:]hostPort:containerPort[/tcp|/udp]` */
-  ports?: string[];
-}
-
-type WireHostSettings = Pick<WireService, 'privileged' | 'cap_add' | 'cap_drop' | 'devices' | 'tmpfs' | 'ports'>;
-
-/** The settings that are set, from the wire's names. */
-export function hostSettingsFromWire(w: WireHostSettings): HostSettings {
-  return {
-    ...(w.privileged !== undefined ? { privileged: w.privileged } : {}),
-    ...(w.cap_add?.length ? { capAdd: w.cap_add } : {}),
-    ...(w.cap_drop?.length ? { capDrop: w.cap_drop } : {}),
-    ...(w.devices?.length ? { devices: w.devices } : {}),
-    ...(w.tmpfs?.length ? { tmpfs: w.tmpfs } : {}),
-    ...(w.ports?.length ? { ports: w.ports } : {}),
-  };
-}
-
-/** The settings that are set, under the wire's (compose's) names. */
-export function hostSettingsToWire(h: HostSettings): WireHostSettings {
-  return {
-    ...(h.privileged !== undefined ? { privileged: h.privileged } : {}),
-    ...(h.capAdd ? { cap_add: h.capAdd } : {}),
-    ...(h.capDrop ? { cap_drop: h.capDrop } : {}),
-    ...(h.devices ? { devices: h.devices } : {}),
-    ...(h.tmpfs ? { tmpfs: h.tmpfs } : {}),
-    ...(h.ports ? { ports: h.ports } : {}),
-  };
-}
-
 /** How a service hangs together with the rest of its app: compose's `networks` and `depends_on`; each absent when not set. */
 export interface ServiceLinks {
   /** App networks the service joins (the first as its network mode); absent: `default`. */
   networks?: string[];
   /** Services whose containers must have started first; ordering only, not part of the container. */
   dependsOn?: string[];
+  /** Those of `dependsOn` that must also be healthy (compose's `condition: service_healthy`). */
+  dependsOnHealthy?: string[];
 }
+
+/** The services `depends_on` names, in either of its forms. */
+export const dependencyNames = (dependsOn: WireService['depends_on']): string[] => (Array.isArray(dependsOn) ? dependsOn : Object.keys(dependsOn ?? {}));
 
 export function linksFromWire(w: Pick<WireService, 'networks' | 'depends_on'>): ServiceLinks {
+  const deps = dependencyNames(w.depends_on);
+  const healthy = Array.isArray(w.depends_on) ? [] : Object.entries(w.depends_on ?? {}).filter(([, d]) => d.condition === 'service_healthy').map(([n]) => n);
   return {
     ...(w.networks?.length ? { networks: w.networks } : {}),
-    ...(w.depends_on?.length ? { dependsOn: w.depends_on } : {}),
+    ...(deps.length ? { dependsOn: deps } : {}),
+    ...(healthy.length ? { dependsOnHealthy: healthy } : {}),
   };
 }
 
+/** The list form while every condition is `service_started`, so such states read as they always did. */
 export function linksToWire(l: ServiceLinks): Pick<WireService, 'networks' | 'depends_on'> {
+  const healthy = new Set(l.dependsOnHealthy ?? []);
+  const dependsOn = !l.dependsOn?.length
+    ? undefined
+    : healthy.size === 0
+      ? l.dependsOn
+      : Object.fromEntries(l.dependsOn.map((d) => [d, { condition: healthy.has(d) ? ('service_healthy' as const) : ('service_started' as const) }]));
   return {
     ...(l.networks?.length ? { networks: l.networks } : {}),
-    ...(l.dependsOn?.length ? { depends_on: l.dependsOn } : {}),
+    ...(dependsOn ? { depends_on: dependsOn } : {}),
   };
 }
 
-/** Only the host settings of a value that has them (and more). */
-export function pickHostSettings(h: HostSettings): HostSettings {
-  return hostSettingsFromWire(hostSettingsToWire(h));
-}
-
-export interface TargetService extends HostSettings, ServiceLinks {
+export interface TargetService extends ContainerSettings, ServiceLinks {
   serviceId: number;
   serviceName: string;
   imageId: number;
@@ -189,8 +164,9 @@ export function checkWireState(state: WireLocalState): string[] {
         if (!networks.has(network)) problems.push(`${at}.networks: network "${network}" is not declared in local.apps.${appKey}.networks`);
       }
       if (service.networks && service.network_mode) problems.push(`${at}: networks and network_mode cannot both be set`);
+      problems.push(...checkContainerSettings(service, at));
     }
-    const dependsOn = new Map(Object.entries(app.services).map(([k, s]) => [s.serviceName, { at: `local.apps.${appKey}.services.${k}`, deps: s.depends_on ?? [] }]));
+    const dependsOn = new Map(Object.entries(app.services).map(([k, s]) => [s.serviceName, { at: `local.apps.${appKey}.services.${k}`, deps: dependencyNames(s.depends_on) }]));
     for (const [serviceName, { at, deps }] of dependsOn) {
       for (const dep of deps) {
         if (dep === serviceName) problems.push(`${at}.depends_on: a service cannot depend on itself`);
@@ -245,7 +221,7 @@ export function normaliseService(service: WireService): TargetService {
     command: service.command,
     volumes: (service.volumes ?? []).map(parseMount),
     restart: service.restart ?? 'always',
-    ...hostSettingsFromWire(service),
+    ...containerSettingsFromWire(service),
     ...linksFromWire(service),
   };
 }
@@ -286,7 +262,7 @@ export function toWireState(state: TargetState): WireLocalState {
         ...(s.command ? { command: s.command } : {}),
         ...(s.volumes.length ? { volumes: s.volumes.map((v) => `${v.volume}:${v.path}${v.readOnly ? ':ro' : ''}`) } : {}),
         restart: s.restart,
-        ...hostSettingsToWire(s),
+        ...containerSettingsToWire(s),
         ...linksToWire(s),
       };
     }

@@ -34,7 +34,9 @@ export interface SupervisorFixture {
 
 const quietLog = { info: () => undefined, warn: () => undefined, error: () => undefined };
 
-export async function startSupervisorFixture(options: { localMode?: boolean; dir?: string } = {}): Promise<SupervisorFixture> {
+/** `dockerSocket`: another engine than this machine's dockerd, such as a simulated one. */
+export async function startSupervisorFixture(options: { localMode?: boolean; dir?: string; dockerSocket?: string } = {}): Promise<SupervisorFixture> {
+  const engineSocket = options.dockerSocket ?? dockerSocket;
   const dir = options.dir ?? (await mkdtemp(join(tmpdir(), 'fleetlab-test-')));
   const bus = await startPrivateBus({ dir: join(dir, 'dbus') });
   const peer = await startHostPeer({ busAddress: bus.address, stateDir: join(dir, 'host'), defaultHostname: 'fleetlab' });
@@ -45,7 +47,7 @@ export async function startSupervisorFixture(options: { localMode?: boolean; dir
       dataDir: join(dir, 'supervisor'),
       lockRoot: join(dir, 'locks'),
       localMode: options.localMode ?? true,
-      dockerSocket,
+      dockerSocket: engineSocket,
       proxyConfigDir: join(dir, 'boot', 'system-proxy'),
       bootConfigPath: join(dir, 'boot', 'config.txt'),
       journalDirectory: journal.directory,
@@ -61,7 +63,7 @@ export async function startSupervisorFixture(options: { localMode?: boolean; dir
   });
   await sup.start();
   await sup.api.ready();
-  const docker = new Docker({ socketPath: dockerSocket });
+  const docker = new Docker({ socketPath: engineSocket });
   return {
     sup, dir, bus, peer, journal, docker,
     key: () => sup.keys.deviceKey(),

@@ -8,26 +8,12 @@ import { createHash } from 'node:crypto';
 import { Type, type Static } from '@sinclair/typebox';
 import { Value } from '@sinclair/typebox/value';
 import { FleetlabError } from '../../errors.js';
-import { WireService, hostSettingsFromWire, hostSettingsToWire, linksFromWire, linksToWire, type WireApp, type WireLocalState } from '../../protocol/target-state.js';
+import { CONTAINER_SETTING_KEYS, containerSettingsFromWire, containerSettingsToWire } from '../../protocol/container-settings.js';
+import { WireService, linksFromWire, linksToWire, type WireApp, type WireLocalState } from '../../protocol/target-state.js';
 import type { Db } from '../db/port.js';
 
 /** The part of a compose file a release's `composition` may carry, per service. */
-const ComposedService = Type.Object({
-  command: Type.Optional(WireService.properties.command),
-  environment: Type.Optional(Type.Record(Type.String(), Type.String())),
-  labels: Type.Optional(Type.Record(Type.String(), Type.String())),
-  volumes: Type.Optional(WireService.properties.volumes),
-  restart: Type.Optional(WireService.properties.restart),
-  network_mode: Type.Optional(WireService.properties.network_mode),
-  privileged: Type.Optional(WireService.properties.privileged),
-  cap_add: Type.Optional(WireService.properties.cap_add),
-  cap_drop: Type.Optional(WireService.properties.cap_drop),
-  devices: Type.Optional(WireService.properties.devices),
-  tmpfs: Type.Optional(WireService.properties.tmpfs),
-  ports: Type.Optional(WireService.properties.ports),
-  networks: Type.Optional(WireService.properties.networks),
-  depends_on: Type.Optional(WireService.properties.depends_on),
-});
+const ComposedService = Type.Pick(WireService, ['command', 'environment', 'labels', 'volumes', 'restart', 'network_mode', ...CONTAINER_SETTING_KEYS, 'networks', 'depends_on']);
 export const Composition = Type.Object({
   services: Type.Optional(Type.Record(Type.String(), ComposedService)),
   volumes: Type.Optional(Type.Record(Type.String(), Type.Object({}))),
@@ -80,7 +66,7 @@ export function composeTarget(rows: TargetRows): WireLocalState {
       ...(composed.volumes ? { volumes: composed.volumes } : {}),
       ...(composed.restart ? { restart: composed.restart } : {}),
       ...(composed.network_mode ? { network_mode: composed.network_mode } : {}),
-      ...hostSettingsToWire(hostSettingsFromWire(composed)),
+      ...containerSettingsToWire(containerSettingsFromWire(composed)),
       ...linksToWire(linksFromWire(composed)),
     };
   }

@@ -6,7 +6,7 @@
  */
 import Docker from 'dockerode';
 import type { Agent } from 'node:http';
-import type { HostSettings } from '../../protocol/target-state.js';
+import { parseBytes, parseDuration, type ContainerSettings } from '../../protocol/container-settings.js';
 import { PassThrough, type Readable } from 'node:stream';
 import { FleetlabError, errorText } from '../../errors.js';
 import { gatewayOf, matchesSettings, supervisorNetworkCreateOptions, supervisorNetworkDefaults, type SupervisorNetworkSettings } from '../supervisor-network.js';
@@ -34,6 +34,20 @@ export const deviceObjectName = (uuid: string, appId: number, name: string): str
 
 export type ContainerState = 'created' | 'running' | 'paused' | 'restarting' | 'removing' | 'exited' | 'dead';
 
+/** What the engine's healthcheck says of a running container that has one. */
+export type ContainerHealth = 'starting' | 'healthy' | 'unhealthy';
+
+/**
+ * The health in a container list's `Status` ("Up 3 seconds (healthy)", "(health: starting)"):
+ * Engine API 1.41 lists no health field, and inspecting every container on every read would
+ * cost a request each.
+ */
+export function healthOfStatus(status: string): ContainerHealth | undefined {
+  const m = /\((healthy|unhealthy|health: starting)\)$/.exec(status);
+  if (!m) return undefined;
+  return m[1] === 'health: starting' ? 'starting' : (m[1] as ContainerHealth);
+}
+
 export interface ManagedContainer {
   id: string;
   name: string;
@@ -45,6 +59,8 @@ export interface ManagedContainer {
   commit: string;
   configHash: string;
   state: ContainerState;
+  /** Only while it runs with a healthcheck. */
+  health?: ContainerHealth;
   createdAt: string;
   image: string;
   engineImageId: string;
@@ -86,7 +102,7 @@ export interface EngineSnapshot {
   images: Map<string, string>;
 }
 
-export interface ContainerSpec extends HostSettings {
+export interface ContainerSpec extends ContainerSettings {
   name: string;
   image: string;
   command?: string[];
@@ -103,11 +119,37 @@ export interface ContainerSpec extends HostSettings {
   restart: 'no' | 'always' | 'on-failure' | 'unless-stopped';
 }
 
-/** The Engine API's HostConfig and ExposedPorts for a spec's host settings (compose's mapping). */
-export function hostSettings(spec: HostSettings): {
+/** Nanoseconds of a duration the target state's schema has already checked. */
+const nanoseconds = (d: string | undefined) => (d === undefined ? undefined : parseDuration(d));
+
+/**
+ * The Engine API's Config fields, HostConfig and ExposedPorts for a spec's container settings,
+ * as docker compose maps each key (pkg/compose/create.go): durations in nanoseconds,
+ * `stop_grace_period` as whole seconds (`StopTimeout`), `shm_size` in bytes.
+ */
+export function containerSettings(spec: ContainerSettings): {
+  config: Record<string, unknown>;
   hostConfig: Record<string, unknown>;
   exposedPorts?: Record<string, Record<string, never>>;
 } {
+  const config: Record<string, unknown> = {};
+  if (spec.healthcheck) {
+    const h = spec.healthcheck;
+    config.Healthcheck = {
+      ...(h.test ? { Test: h.test } : {}),
+      ...(h.interval !== undefined ? { Interval: nanoseconds(h.interval) } : {}),
+      ...(h.timeout !== undefined ? { Timeout: nanoseconds(h.timeout) } : {}),
+      ...(h.startPeriod !== undefined ? { StartPeriod: nanoseconds(h.startPeriod) } : {}),
+      ...(h.retries !== undefined ? { Retries: h.retries } : {}),
+    };
+  }
+  if (spec.entrypoint) config.Entrypoint = spec.entrypoint;
+  if (spec.user !== undefined) config.User = spec.user;
+  if (spec.workingDir !== undefined) config.WorkingDir = spec.workingDir;
+  if (spec.stopSignal !== undefined) config.StopSignal = spec.stopSignal;
+  if (spec.stopGracePeriod !== undefined) config.StopTimeout = Math.trunc(nanoseconds(spec.stopGracePeriod)! / 1e9);
+  if (spec.hostname !== undefined) config.Hostname = spec.hostname;
+
   const hostConfig: Record<string, unknown> = {};
   if (spec.privileged !== undefined) hostConfig.Privileged = spec.privileged;
   if (spec.capAdd) hostConfig.CapAdd = spec.capAdd;
@@ -124,7 +166,13 @@ export function hostSettings(spec: HostSettings): {
       return colon < 0 ? [t, ''] : [t.slice(0, colon), t.slice(colon + 1)];
     }));
   }
-  if (!spec.ports) return { hostConfig };
+  if (spec.init !== undefined) hostConfig.Init = spec.init;
+  if (spec.readOnly !== undefined) hostConfig.ReadonlyRootfs = spec.readOnly;
+  if (spec.sysctls) hostConfig.Sysctls = spec.sysctls;
+  if (spec.ulimits) hostConfig.Ulimits = Object.entries(spec.ulimits).map(([name, l]) => ({ Name: name, Soft: l.soft, Hard: l.hard }));
+  if (spec.extraHosts) hostConfig.ExtraHosts = spec.extraHosts;
+  if (spec.shmSize !== undefined) hostConfig.ShmSize = parseBytes(spec.shmSize);
+  if (!spec.ports) return { config, hostConfig };
   const bindings: Record<string, Array<{ HostIp: string; HostPort: string }>> = {};
   for (const p of spec.ports) {
     const [mapping, proto = 'tcp'] = p.split('/') as [string, string | undefined];
@@ -137,7 +185,7 @@ export function hostSettings(spec: HostSettings): {
     (bindings[`${containerPort}/${proto}`] ??= []).push({ HostIp: hostIp, HostPort: hostPort });
   }
   hostConfig.PortBindings = bindings;
-  return { hostConfig, exposedPorts: Object.fromEntries(Object.keys(bindings).map((k) => [k, {}])) };
+  return { config, hostConfig, exposedPorts: Object.fromEntries(Object.keys(bindings).map((k) => [k, {}])) };
 }
 
 export interface PullProgress {
@@ -292,6 +340,7 @@ export class Engine {
             commit: l[LABEL.commit] ?? '',
             configHash: l[LABEL.configHash] ?? '',
             state: c.State as ContainerState,
+            ...(c.State === 'running' && healthOfStatus(c.Status) ? { health: healthOfStatus(c.Status) } : {}),
             createdAt: new Date(c.Created * 1000).toISOString(),
             image: c.Image,
             engineImageId: c.ImageID,
@@ -473,20 +522,21 @@ export class Engine {
   async createContainer(spec: ContainerSpec): Promise<string> {
     return this.changing(async () => {
       const appNetwork = !['host', 'none', 'bridge'].includes(spec.networkMode);
-      const host = hostSettings(spec);
+      const settings = containerSettings(spec);
       try {
         const container = await this.docker.createContainer({
           name: spec.name,
           Image: spec.image,
           ...(spec.command ? { Cmd: spec.command } : {}),
+          ...settings.config,
           Env: spec.env,
           Labels: { ...spec.labels, [LABEL.supervised]: 'true', [LABEL.device]: this.options.device },
-          ...(host.exposedPorts ? { ExposedPorts: host.exposedPorts } : {}),
+          ...(settings.exposedPorts ? { ExposedPorts: settings.exposedPorts } : {}),
           HostConfig: {
             Binds: spec.binds,
             NetworkMode: spec.networkMode,
             RestartPolicy: { Name: spec.restart === 'no' ? '' : spec.restart },
-            ...host.hostConfig,
+            ...settings.hostConfig,
           },
           ...(appNetwork
             ? { NetworkingConfig: { EndpointsConfig: { [spec.networkMode]: { Aliases: spec.aliases } } } }
@@ -528,10 +578,11 @@ export class Engine {
     });
   }
 
-  async stop(id: string, timeoutSeconds = 10): Promise<void> {
+  /** Stops with the container's own stop signal and grace period (compose's `stop_signal`, `stop_grace_period`; 10 s unless set). */
+  async stop(id: string): Promise<void> {
     return this.changing(async () => {
       try {
-        await this.docker.getContainer(id).stop({ t: timeoutSeconds });
+        await this.docker.getContainer(id).stop();
       } catch (err) {
         if (statusCode(err) === 304 || statusCode(err) === 404) return;
         throw engineError(`stopping container ${id.slice(0, 12)}`, err);

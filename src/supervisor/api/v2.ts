@@ -41,7 +41,7 @@ export function v2Routes(sup: SupervisorContext): FastifyPluginAsync {
       for (const target of reads.apps()) {
         const services: Record<string, unknown> = {};
         for (const s of view.services.filter((s) => s.appId === target.appId)) {
-          services[s.serviceName] = { status: s.status, releaseId: s.releaseId, downloadProgress: s.downloadProgress };
+          services[s.serviceName] = { status: s.status, releaseId: s.releaseId, downloadProgress: s.downloadProgress, ...(s.health ? { health: s.health } : {}) };
         }
         result[target.name] = { appId: target.appId, commit: view.commits.get(target.appId) ?? target.commit, services };
       }
@@ -55,7 +55,7 @@ export function v2Routes(sup: SupervisorContext): FastifyPluginAsync {
       const view = await reads.view();
       const services: Record<string, unknown> = {};
       for (const s of view.services.filter((s) => s.appId === appId)) {
-        services[String(s.serviceId)] = { status: s.status, releaseId: s.releaseId, download_progress: s.downloadProgress };
+        services[String(s.serviceId)] = { status: s.status, releaseId: s.releaseId, download_progress: s.downloadProgress, ...(s.health ? { health: s.health } : {}) };
       }
       return { local: { [String(appId)]: { services } }, commit: view.commits.get(appId) ?? target.commit };
     });

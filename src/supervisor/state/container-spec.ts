@@ -3,7 +3,8 @@
  * that, when changed, means the container must be replaced. Pure.
  */
 import { createHash } from 'node:crypto';
-import { pickHostSettings, type TargetApp, type TargetService } from '../../protocol/target-state.js';
+import { pickContainerSettings } from '../../protocol/container-settings.js';
+import type { TargetApp, TargetService } from '../../protocol/target-state.js';
 import { LABEL, normaliseImageRef, type ContainerSpec } from '../adapters/engine.js';
 
 export interface SpecContext {
@@ -142,7 +143,7 @@ export function desiredContainer(app: TargetApp, service: TargetService, ctx: Sp
     networkMode,
     restart: service.restart,
     // Only when set, so a container made before these settings existed keeps its hash.
-    ...pickHostSettings(service),
+    ...pickContainerSettings(service),
     ...(extraNetworks.length ? { extraNetworks } : {}),
     // Its subnet too: a network replaced on another subnet must be joined again.
     ...(supervisorNetwork ? { supervisorNetwork: `${supervisorNetwork.name} ${supervisorNetwork.subnet}` } : {}),
@@ -176,7 +177,7 @@ export function desiredContainer(app: TargetApp, service: TargetService, ctx: Sp
       aliases: [service.serviceName],
       ...(supervisorNetwork ? { supervisorNetwork: supervisorNetwork.name } : {}),
       restart: service.restart,
-      ...pickHostSettings(service),
+      ...pickContainerSettings(service),
     },
   };
 }

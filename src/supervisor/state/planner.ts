@@ -10,7 +10,9 @@
  * - networks and volumes exist before containers that use them; the supervisor network exists
  *   (as the settings say) before a labelled service that joins it is created, and is kept after;
  * - a service with `depends_on` is created (or started) only once each service it depends on
- *   has a container of the target release that has started (compose's `service_started`);
+ *   has a container of the target release that has started (compose's `service_started`), or
+ *   runs and is healthy (`service_healthy`); while only health holds a service back the round
+ *   says so with a `wait` step, as nothing else would make the applier look again;
  * - an outdated container is removed (under its update lock) before its successor is created;
  * - networks of removed apps go once their containers are gone; volumes stay until
  *   `cleanup-volumes` (as the spec says since 10.0).
@@ -28,7 +30,9 @@ export type Step =
   | { action: 'createContainer'; appId: number; desired: DesiredContainer }
   | { action: 'start'; appId: number; container: ManagedContainer }
   | { action: 'stop'; appId: number; container: ManagedContainer }
-  | { action: 'removeNetwork'; appId: number; network: ManagedNetwork };
+  | { action: 'removeNetwork'; appId: number; network: ManagedNetwork }
+  /** Nothing to do but look again: `serviceName` waits for the health of services it depends on. */
+  | { action: 'wait'; appId: number; serviceName: string; reason: string };
 
 export interface PlanInput {
   target: TargetState;
@@ -104,8 +108,24 @@ function planApp(app: TargetApp, input: PlanInput): Step[] {
     return c.configHash === want?.configHash && (c.state !== 'created' || !want.service.running) && !starting.has(c.serviceName);
   };
   const started = new Set(containers.filter(hasStarted).map((c) => c.serviceName));
-  const depsStarted = (serviceName: string) => (desired.get(serviceKey(appId, serviceName))?.service.dependsOn ?? []).every((d) => started.has(d));
-  const ordered = steps.filter((s) => s.action !== 'start' || depsStarted(s.container.serviceName));
+  const upToDate = new Map(containers.filter((c) => c.configHash === desired.get(serviceKey(appId, c.serviceName))?.configHash).map((c) => [c.serviceName, c]));
+  const healthy = new Set([...upToDate.values()].filter((c) => hasStarted(c) && c.state === 'running' && c.health === 'healthy').map((c) => c.serviceName));
+  const serviceOf = (name: string) => desired.get(serviceKey(appId, name))?.service;
+  const depsStarted = (serviceName: string) => (serviceOf(serviceName)?.dependsOn ?? []).every((d) => started.has(d));
+  const depsReady = (serviceName: string) => depsStarted(serviceName) && (serviceOf(serviceName)?.dependsOnHealthy ?? []).every((d) => healthy.has(d));
+  /** Why a service whose dependencies have started still waits: one phrase per dependency not healthy yet. */
+  const healthWait = (serviceName: string): Step[] => {
+    if (!depsStarted(serviceName) || depsReady(serviceName)) return [];
+    const why = (serviceOf(serviceName)?.dependsOnHealthy ?? []).filter((d) => !healthy.has(d)).map((d) => {
+      const c = upToDate.get(d);
+      if (!c || c.state !== 'running') return `${d} is not running`;
+      if (c.health === 'unhealthy') return `${d} is unhealthy`;
+      if (c.health === 'starting') return `${d}'s healthcheck has not passed yet`;
+      return `${d} has no healthcheck (give it one in the compose file or its image)`;
+    });
+    return [{ action: 'wait', appId, serviceName, reason: `${serviceName} waits for ${why.join(', ')}` }];
+  };
+  const ordered = steps.flatMap((s) => (s.action !== 'start' || depsReady(s.container.serviceName) ? [s] : healthWait(s.container.serviceName)));
 
   if (!releaseReady) return ordered;
   const staleNames = new Set(
@@ -117,7 +137,8 @@ function planApp(app: TargetApp, input: PlanInput): Step[] {
     if (!want) continue;
     const netReady = want.appNetworks.every((n) => networks.has(n)) && (!want.joinsSupervisorNetwork || (current.supervisorNetwork?.usable === true && want.spec.supervisorNetwork === current.supervisorNetwork.name));
     const volReady = service.volumes.every((v) => volumes.has(v.volume));
-    if (netReady && volReady && depsStarted(service.serviceName)) ordered.push({ action: 'createContainer', appId, desired: want });
+    if (netReady && volReady && depsReady(service.serviceName)) ordered.push({ action: 'createContainer', appId, desired: want });
+    else if (netReady && volReady) ordered.push(...healthWait(service.serviceName));
   }
   return ordered;
 }

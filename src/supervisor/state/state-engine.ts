@@ -31,6 +31,8 @@ export interface StateEngineDeps {
   overrideLock: () => boolean;
   /** Pause before retrying after a failed or lock-blocked round. */
   retryDelayMs?: (attempt: number) => number;
+  /** Pause before planning again while services wait for a dependency's health (default 1 s). */
+  healthWaitMs?: number;
 }
 
 const MAX_ROUNDS = 30;
@@ -62,6 +64,8 @@ export class StateEngine {
   lastError: string | null = null;
   private roundFailed = false;
   updateLocked = false;
+  /** Why the last round waited on health (logged when it changes), or null. */
+  private waitingFor: string | null = null;
   private desiredMemo: { target: TargetState; inputs: string; desired: ReadonlyMap<string, DesiredContainer> } | null = null;
   /** As the last engine read found it, when usable: labelled services' address and attachment follow from it. */
   private supervisorNetwork: SpecContext['supervisorNetwork'];
@@ -231,8 +235,10 @@ export class StateEngine {
         this.updateLocked = false;
         this.lastError = null;
         this.attempts = 0;
+        this.waitingFor = null;
         return;
       }
+      if (steps.every((s) => s.action === 'wait')) return this.waitForHealth(steps, force);
       let progressed: boolean;
       try {
         progressed = await this.applyRound(steps, force || this.deps.overrideLock());
@@ -247,6 +253,22 @@ export class StateEngine {
       }
     }
     this.fail(new Error(`target state not reached after ${MAX_ROUNDS} rounds`), force);
+  }
+
+  /**
+   * Only health holds services back: plan again shortly, as the engine's healthcheck (not this
+   * supervisor) decides when that changes. Not a failure: the attempt count stays where it is.
+   */
+  private waitForHealth(steps: Step[], force: boolean): void {
+    const reasons = steps.map((s) => (s.action === 'wait' ? s.reason : '')).join('; ');
+    if (reasons !== this.waitingFor) this.deps.log.info(reasons);
+    this.waitingFor = reasons;
+    if (this.closed) return;
+    this.retryTimer = setTimeout(() => {
+      this.retryTimer = undefined;
+      this.trigger({ force });
+    }, this.deps.healthWaitMs ?? 1_000);
+    this.retryTimer.unref();
   }
 
   private fail(err: unknown, force: boolean): void {

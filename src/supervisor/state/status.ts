@@ -3,7 +3,7 @@
  * engine holds, image downloads in flight and the applier's transient per-service statuses.
  */
 import type { TargetState } from '../../protocol/target-state.js';
-import { normaliseImageRef, type EngineSnapshot, type ManagedContainer } from '../adapters/engine.js';
+import { normaliseImageRef, type ContainerHealth, type EngineSnapshot, type ManagedContainer } from '../adapters/engine.js';
 import type { DesiredContainer } from './container-spec.js';
 import { imagePresent, serviceKey } from './planner.js';
 
@@ -39,6 +39,8 @@ export interface ServiceView {
   image: string;
   releaseId: number;
   status: ServiceStatus;
+  /** The healthcheck's verdict while the service's container runs with one (compose's `healthcheck`). */
+  health?: ContainerHealth;
   downloadProgress: number | null;
   container?: ManagedContainer;
 }
@@ -51,6 +53,8 @@ export interface ContainerView {
   serviceId: number;
   containerId: string;
   createdAt: string;
+  /** Only while it runs with a healthcheck. */
+  health?: ContainerHealth;
 }
 
 export interface ImageView {
@@ -133,6 +137,7 @@ export function deviceView(input: StatusInput): DeviceView {
       } else view = { ...base, status: 'Downloading', downloadProgress: null };
       const override = transient.get(key);
       if (override) view.status = override;
+      if (view.container?.health && view.status === 'Running') view.health = view.container.health;
       services.push(view);
     }
   }
@@ -155,6 +160,7 @@ export function deviceView(input: StatusInput): DeviceView {
     serviceId: c.serviceId,
     containerId: c.id,
     createdAt: c.createdAt,
+    ...(c.health ? { health: c.health } : {}),
   }));
 
   const images: ImageView[] = target.apps.flatMap((app) =>

@@ -35,6 +35,12 @@ export interface SimDeviceOptions {
   /** Device API port; 0 picks a free one. */
   port: number;
   dataDir?: string;
+  /**
+   * The data dir was made for this device alone, so no later start can find it: its stop
+   * removes it, and the device's volumes with it. Default: when `dataDir` is not given (the
+   * device makes one); a replay that made the directory itself says so.
+   */
+  ownsDataDir?: boolean;
   /** `sim`: the device runs its own simulated engine (sim/engine) on `<dataDir>/engine/engine.sock`; dockerSocket is then unused. */
   engine: 'docker' | 'sim';
   dockerSocket: string;
@@ -161,7 +167,7 @@ export class SimDevice extends EventEmitter<{ reboot: []; poweroff: []; exit: [c
   private inspectBrk: number | undefined;
 
   private constructor(
-    readonly options: Required<Omit<SimDeviceOptions, 'apiKey' | 'dataDir' | 'bandwidth' | 'scenario' | 'cloud' | 'session' | 'deviceType' | 'prepare' | 'inspectBrk' | 'clockOffsetMs' | 'supervisorEntry'>> & { apiKey?: string; dataDir: string; ownsDataDir: boolean; cloud?: SimCloudOptions; deviceType?: string; inspectBrk?: number; clockOffsetMs?: number; supervisorEntry?: SupervisorEntry },
+    readonly options: Required<Omit<SimDeviceOptions, 'apiKey' | 'dataDir' | 'bandwidth' | 'scenario' | 'cloud' | 'session' | 'deviceType' | 'prepare' | 'inspectBrk' | 'clockOffsetMs' | 'supervisorEntry'>> & { apiKey?: string; dataDir: string; cloud?: SimCloudOptions; deviceType?: string; inspectBrk?: number; clockOffsetMs?: number; supervisorEntry?: SupervisorEntry },
     /** The label its processes carry. */
     readonly session: string,
     private readonly teardown: Teardown,
@@ -177,9 +183,7 @@ export class SimDevice extends EventEmitter<{ reboot: []; poweroff: []; exit: [c
   }
 
   static async start(opts: SimDeviceOptions): Promise<SimDevice> {
-    // A data dir the caller did not name is this device's alone: no later start can find it,
-    // so its stop removes it and the device's volumes with it (see `stop`).
-    const ownsDataDir = opts.dataDir === undefined;
+    const ownsDataDir = opts.ownsDataDir ?? opts.dataDir === undefined;
     const dataDir = resolve(opts.dataDir ?? (await mkdtemp(join(tmpdir(), 'fleetlab-sim-'))));
     const port = opts.port === 0 ? await freePort() : opts.port;
     for (const d of ['dbus', 'host', 'gpio', 'journal', 'boot', 'locks', 'supervisor']) mkdirSync(join(dataDir, d), { recursive: true });

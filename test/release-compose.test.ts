@@ -2,10 +2,10 @@
  * A team's compose file, read and checked: what maps to the target state, and one clear
  * error (file, key, fix) for everything that does not. Pure: text in, value or error out.
  */
-import { mkdtempSync, mkdirSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, mkdirSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { describe, expect, it } from 'vitest';
+import { describe, expect, it, onTestFinished } from 'vitest';
 import { findComposeFile, interpolate, loadCompose, parseCompose, parseDotEnv, splitWords } from '../hil/release/compose.js';
 import { localTargetState, type Release } from '../hil/release/release.js';
 import { checkWireState } from '../src/protocol/target-state.js';
@@ -161,6 +161,7 @@ describe('variables', () => {
   });
   it('reads .env and the environment in loadCompose, the environment winning; x- blocks are left alone', () => {
     const dir = mkdtempSync(join(tmpdir(), 'fleetlab-compose-env-'));
+    onTestFinished(() => rmSync(dir, { recursive: true, force: true }));
     writeFileSync(join(dir, '.env'), '# tags\nTAG=1\nNAME="quoted"\n');
     writeFileSync(join(dir, 'compose.yaml'), 'x-unused: ${NEVER_SET}\nservices:\n  a: { image: "app:${TAG}", environment: { N: $NAME, S: "$$x" } }\n');
     expect(loadCompose(dir, {}).services[0]).toMatchObject({ image: 'app:1', environment: { N: 'quoted', S: '$x' } });
@@ -180,6 +181,7 @@ describe('splitWords', () => {
 describe('findComposeFile / loadCompose', () => {
   it('finds compose.yaml before docker-compose.yml, and says what it looked for', () => {
     const dir = mkdtempSync(join(tmpdir(), 'fleetlab-compose-'));
+    onTestFinished(() => rmSync(dir, { recursive: true, force: true }));
     expect(() => findComposeFile(dir)).toThrow(`${dir}: no compose file here (looked for compose.yaml, compose.yml, docker-compose.yml, docker-compose.yaml)`);
     writeFileSync(join(dir, 'docker-compose.yml'), 'services: { a: { image: old } }\n');
     expect(findComposeFile(dir)).toBe(join(dir, 'docker-compose.yml'));

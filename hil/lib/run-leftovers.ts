@@ -46,10 +46,10 @@ export interface Leftover {
 const OWNER_FILE = '.owner.json';
 /**
  * Entries of an owner's TMPDIR that are other tools' and outlive a process on purpose, as
- * they do in the machine's /tmp: tsx's compile cache (`tsx-<uid>`) and testcontainers' lock
- * files.
+ * they do in the machine's /tmp: the compile caches of tsx and Playwright and testcontainers'
+ * lock files.
  */
-const FOREIGN = /^(tsx-\d+|testcontainers-node(-sshd)?\.lock)$/;
+const FOREIGN = /^(tsx-\d+|playwright-transform-cache-\d+|testcontainers-node(-sshd)?\.lock)$/;
 /** How deep below an owner's directory a device's store is looked for (a stack run: <state root>/run-*\/device/supervisor/device.json). */
 const STORE_DEPTH = 6;
 

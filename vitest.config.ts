@@ -7,6 +7,7 @@ export default defineConfig({
     // and so do the install checks on a bare QEMU board (vitest.qemu-boards.config.ts, .ci/run).
     exclude: ['test/package/**', 'test/qemu-boards/**', '**/node_modules/**'],
     globalSetup: ['test/global-setup.ts'],
+    setupFiles: ['test/leftovers-setup.ts'],
     testTimeout: 60_000,
     hookTimeout: 120_000,
     pool: 'forks',

@@ -5,7 +5,10 @@
  * qemu target builds (or finds cached) its board image (qemu/image/build.ts).
  * The global teardown (global-teardown.ts) removes what a crashed container run left.
  */
+import { existsSync } from 'node:fs';
 import type { FullConfig } from '@playwright/test';
+import { errorText } from '../src/errors.js';
+import { makeOwnerDir, startLeftoverCheck } from './lib/run-leftovers.js';
 import { buildTestImages, ensureBaseImage } from '../sim/images/test-images.js';
 import { fleetlabRoot } from '../src/package-root.js';
 import { defaultEngine } from './targets/sim.js';
@@ -27,8 +30,27 @@ export function selectedTargets(config: FullConfig, argv: readonly string[] = pr
   return [...new Set(projects.map((p) => (p.use as { target?: string }).target ?? p.name))];
 }
 
-export default async function globalSetup(config: FullConfig): Promise<void> {
-  await prepareTargets(config, { testImages: true });
+/**
+ * Also holds the run to leaving nothing behind (hil/lib/run-leftovers.ts) where it shares the
+ * machine's dockerd: the workers' TMPDIR is a directory of the run's, the engine objects of
+ * the devices they start are followed, and the teardown this returns fails the run naming
+ * every container, volume, network and directory of it still there.
+ */
+export default async function globalSetup(config: FullConfig): Promise<(() => Promise<void>) | void> {
+  const dockerSocket = process.env.FLEETLAB_DOCKER_SOCKET ?? '/var/run/docker.sock';
+  // A lab run on boards or QEMU alone may have no dockerd to follow.
+  if (!existsSync(dockerSocket)) return prepareTargets(config, { testImages: true });
+  const check = await startLeftoverCheck(dockerSocket);
+  // Set before the workers start, which inherit it.
+  process.env.TMPDIR = makeOwnerDir(check.runDir, 'the HIL run');
+  try {
+    await prepareTargets(config, { testImages: true });
+  } catch (err) {
+    // The setup's own error says what went wrong; what it left is still removed, and named.
+    await check.finish().catch((left: unknown) => console.error(`fleetlab: ${errorText(left)}`));
+    throw err;
+  }
+  return () => check.finish();
 }
 
 /**

@@ -8,7 +8,7 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
 import { appendFileSync, createWriteStream, mkdirSync, readFileSync, rmSync, type WriteStream } from 'node:fs';
-import { mkdtemp } from 'node:fs/promises';
+import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { EventEmitter } from 'node:events';
@@ -36,6 +36,12 @@ export interface SimDeviceOptions {
   /** Device API port; 0 picks a free one. */
   port: number;
   dataDir?: string;
+  /**
+   * The data dir was made for this device alone, so no later start can find it: its stop
+   * removes it, and the device's volumes with it. Default: when `dataDir` is not given (the
+   * device makes one); a replay that made the directory itself says so.
+   */
+  ownsDataDir?: boolean;
   /** `sim`: the device runs its own simulated engine (sim/engine) on `<dataDir>/engine/engine.sock`; dockerSocket is then unused. */
   engine: 'docker' | 'sim';
   dockerSocket: string;
@@ -181,17 +187,20 @@ export class SimDevice extends EventEmitter<{ reboot: []; poweroff: []; exit: [c
   }
 
   static async start(opts: SimDeviceOptions): Promise<SimDevice> {
+    const ownsDataDir = opts.ownsDataDir ?? opts.dataDir === undefined;
     const dataDir = resolve(opts.dataDir ?? (await mkdtemp(join(tmpdir(), 'fleetlab-sim-'))));
     const port = opts.port === 0 ? await freePort() : opts.port;
     for (const d of ['dbus', 'host', 'gpio', 'journal', 'boot', 'locks', 'supervisor']) mkdirSync(join(dataDir, d), { recursive: true });
     const dockerSocket = opts.engine === 'sim' ? simDeviceFiles(dataDir).engineSocket : opts.dockerSocket;
-    const options = { port, dataDir, engine: opts.engine, dockerSocket, localMode: opts.localMode, apiKey: opts.apiKey, vendor: opts.vendor ?? 'platform', ledOffset: opts.ledOffset ?? 17, listenAddress: opts.listenAddress ?? '127.0.0.1', cloud: opts.cloud, deviceType: opts.deviceType, inspectBrk: opts.inspectBrk, supervisorEntry: opts.supervisorEntry, ...(opts.clockOffsetMs ? { clockOffsetMs: opts.clockOffsetMs } : {}) };
+    const options = { port, dataDir, ownsDataDir, engine: opts.engine, dockerSocket, localMode: opts.localMode, apiKey: opts.apiKey, vendor: opts.vendor ?? 'platform', ledOffset: opts.ledOffset ?? 17, listenAddress: opts.listenAddress ?? '127.0.0.1', cloud: opts.cloud, deviceType: opts.deviceType, inspectBrk: opts.inspectBrk, supervisorEntry: opts.supervisorEntry, ...(opts.clockOffsetMs ? { clockOffsetMs: opts.clockOffsetMs } : {}) };
     const session = opts.session ?? `sim-${randomUUID()}`;
     const env = sessionEnv(session);
     // Undone in reverse: the supervisor first, then what it created in the engine, then the
     // peers it used, and last whatever still carries the session's label (a journalctl the
     // supervisor started, a peer that ignored its stop).
     const teardown = new Teardown();
+    // Undone last, once nothing of the device can still write to it.
+    if (ownsDataDir) teardown.defer({ name: `the data dir ${dataDir}`, stop: () => rm(dataDir, { recursive: true, force: true }) });
     teardown.defer({
       name: `processes labelled ${session}`,
       stop: async () => void (await stopProcesses(sessionProcesses(session), STOP_GRACE_MS)),
@@ -228,7 +237,10 @@ export class SimDevice extends EventEmitter<{ reboot: []; poweroff: []; exit: [c
       device = created;
       device.simEngine = simEngine;
       device.cloudLink = cloudLink;
-      teardown.defer({ name: "the device's containers and networks", stop: () => created.removeContainers() });
+      teardown.defer({
+        name: ownsDataDir ? "the device's containers, networks and volumes" : "the device's containers and networks",
+        stop: () => created.removeEngineObjects({ keepVolumes: !ownsDataDir }),
+      });
       teardown.defer({ name: 'the container log follower', stop: () => follower.stop() });
       teardown.defer({ name: 'the supervisor log', stop: () => created.closeLog() });
       teardown.defer({ name: 'the supervisor', stop: () => created.stopSupervisor(), kill: () => created.killSupervisor() });
@@ -382,10 +394,10 @@ export class SimDevice extends EventEmitter<{ reboot: []; poweroff: []; exit: [c
     return this.docker.listContainers({ all: true, filters: { label: [`${LABEL.device}=${this.info().uuid}`] } });
   }
 
-  /** Its volumes stay: they are the device's data, kept with its data dir. */
-  private async removeContainers(): Promise<void> {
+  /** With `keepVolumes` the volumes stay: they are the device's data, kept with the data dir the caller named. */
+  private async removeEngineObjects(options: { keepVolumes: boolean }): Promise<void> {
     const uuid = storedUuid(this.options.dataDir);
-    if (uuid) await removeDeviceLeftovers(this.docker, uuid, { keepVolumes: true });
+    if (uuid) await removeDeviceLeftovers(this.docker, uuid, options);
   }
 
   /** A power cycle: the supervisor and the containers stop, tmpfs (the lock root) is cleared. */
@@ -415,7 +427,9 @@ export class SimDevice extends EventEmitter<{ reboot: []; poweroff: []; exit: [c
 
   /**
    * Stops everything it started, last started first, each awaited (see the start), and removes
-   * the containers and networks the device created; its volumes and data dir stay.
+   * the containers and networks the device created. Its volumes and data dir stay when the
+   * caller named the data dir (a later start resumes from both); a data dir the device made
+   * itself goes, and its volumes with it. What could not be removed is named in the error.
    */
   async stop(): Promise<void> {
     this.stopping = true;
@@ -448,7 +462,7 @@ export async function serveSimDevice(device: SimDevice, heading: string, more: s
       heading,
       `  device API:   ${info.url}  (key: ${info.apiKey})`,
       `  try:          curl "${info.url}/v1/device?apikey=${info.apiKey}"`,
-      `  state:        ${info.dataDir}`,
+      `  state:        ${info.dataDir}${device.options.ownsDataDir ? "  (removed at the stop, with the device's volumes; --data-dir keeps both)" : ''}`,
       `  supervisor log: ${device.supervisorLog}`,
       `  journal:      journalctl --directory ${join(info.dataDir, 'journal')}`,
       ...(device.simEngine ? [`  engine:       DOCKER_HOST=unix://${device.simEngine.socketPath} docker ps`] : []),

@@ -4,14 +4,20 @@
  * died is taken over.
  */
 import { mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { FleetlabError } from './errors.js';
 import { alive as pidAlive } from './processes.js';
 
 
+/**
+ * The machine's /tmp rather than TMPDIR: a test run gives each test file a TMPDIR of its own
+ * (hil/lib/run-leftovers.ts), and builds started from two of them, or from two runs, still
+ * share one engine and one cache.
+ */
+const LOCK_ROOT = '/tmp';
+
 export async function withBuildLock<T>(name: string, report: (stage: string, detail: string) => void, fn: () => Promise<T>, waitMs = 15 * 60_000): Promise<T> {
-  const dir = join(tmpdir(), `${name}.lock`);
+  const dir = join(LOCK_ROOT, `${name}.lock`);
   const deadline = Date.now() + waitMs;
   let told = false;
   for (;;) {

@@ -43,6 +43,13 @@ export function processStart(pid: number): string | undefined {
 
 export const alive = (pid: number): boolean => processStart(pid) !== undefined;
 
+/** The pids from `pid` up through its parents to init, while they are there to read. */
+export function ancestry(pid: number): number[] {
+  const chain: number[] = [];
+  for (let p = pid; p > 0 && !chain.includes(p); p = Number(statFields(p)?.[1] ?? 0)) chain.push(p);
+  return chain;
+}
+
 /** Whether `pid` is still the process that started at `start` (any process, without `start`). */
 export function isRunning(pid: number, start?: string): boolean {
   const now = processStart(pid);

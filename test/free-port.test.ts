@@ -1,12 +1,19 @@
-import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer, type Server } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { freePort } from '../src/free-port.js';
 
+let dir: string;
+beforeAll(() => {
+  dir = mkdtempSync(join(tmpdir(), 'fleetlab-port-'));
+});
+afterAll(() => rmSync(dir, { recursive: true, force: true }));
+
+/** A stand-in for /proc/sys/net/ipv4/ip_local_port_range holding `range`. */
 function rangeFile(range: string): string {
-  const file = join(mkdtempSync(join(tmpdir(), 'fleetlab-port-')), 'range');
+  const file = join(mkdtempSync(join(dir, 'range-')), 'range');
   writeFileSync(file, `${range}\n`);
   return file;
 }

@@ -4,7 +4,7 @@
  * kill -9 whose board comes free within the lease's time to live.
  */
 import { spawn } from 'node:child_process';
-import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -198,8 +198,8 @@ describe.each(['sqlite', 'postgres'] as const)('the lease store on %s', (kind) =
 describe('fleetlab lab, as a process', () => {
   let dir: string;
   let labFile: string;
-  const cli = (args: string[], opts: { detached?: boolean } = {}) =>
-    spawn(process.execPath, ['--import', 'tsx', join(root, 'cli/main.ts'), 'lab', args[0]!, '--lab', labFile, ...args.slice(1)], { cwd: root, stdio: ['ignore', 'pipe', 'pipe'], detached: opts.detached });
+  const cli = (args: string[], opts: { detached?: boolean; env?: NodeJS.ProcessEnv } = {}) =>
+    spawn(process.execPath, ['--import', 'tsx', join(root, 'cli/main.ts'), 'lab', args[0]!, '--lab', labFile, ...args.slice(1)], { cwd: root, stdio: ['ignore', 'pipe', 'pipe'], detached: opts.detached, env: opts.env ?? process.env });
   const run = (args: string[]) =>
     new Promise<{ code: number | null; out: string; err: string }>((resolve) => {
       const child = cli(args);
@@ -246,7 +246,10 @@ describe('fleetlab lab, as a process', () => {
   });
 
   it('frees the board of a run killed with kill -9 within the time to live; a waiting run prints its place and then gets it', async () => {
-    const killed = cli(['run', '--tag', 'rpi4', '--', 'sleep', '60'], { detached: true });
+    // A run killed with -9 cannot remove its board's config; in a TMPDIR of the test's, it goes with the test's directory.
+    const killedTmp = join(dir, 'killed-run-tmp');
+    await mkdir(killedTmp);
+    const killed = cli(['run', '--tag', 'rpi4', '--', 'sleep', '60'], { detached: true, env: { ...process.env, TMPDIR: killedTmp } });
     const open = await openLab(labFile);
     try {
       for (let i = 0; i < 100 && !(await open.store.current()).has('pi-a'); i++) await sleep(100);

@@ -2,11 +2,11 @@
  * A team's compose file, read and checked: what maps to the target state, and one clear
  * error (file, key, fix) for everything that does not. Pure: text in, value or error out.
  */
-import { mkdtempSync, mkdirSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, mkdirSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { Value } from '@sinclair/typebox/value';
-import { describe, expect, it } from 'vitest';
+import { describe, expect, it, onTestFinished } from 'vitest';
 import { findComposeFile, ignoredWarning, interpolate, loadCompose, parseCompose, parseDotEnv, splitWords } from '../hil/release/compose.js';
 import { ignoreMatches } from '../hil/release/compose-report.js';
 import { localTargetState, type Release } from '../hil/release/release.js';
@@ -167,6 +167,7 @@ describe('variables', () => {
   });
   it('reads .env and the environment in loadCompose, the environment winning; x- blocks are left alone', () => {
     const dir = mkdtempSync(join(tmpdir(), 'fleetlab-compose-env-'));
+    onTestFinished(() => rmSync(dir, { recursive: true, force: true }));
     writeFileSync(join(dir, '.env'), '# tags\nTAG=1\nNAME="quoted"\n');
     writeFileSync(join(dir, 'compose.yaml'), 'x-unused: ${NEVER_SET}\nservices:\n  a: { image: "app:${TAG}", environment: { N: $NAME, S: "$$x" } }\n');
     expect(loadCompose(dir, { env: {} }).services[0]).toMatchObject({ image: 'app:1', environment: { N: 'quoted', S: '$x' } });
@@ -186,6 +187,7 @@ describe('splitWords', () => {
 describe('findComposeFile / loadCompose', () => {
   it('finds compose.yaml before docker-compose.yml, and says what it looked for', () => {
     const dir = mkdtempSync(join(tmpdir(), 'fleetlab-compose-'));
+    onTestFinished(() => rmSync(dir, { recursive: true, force: true }));
     expect(() => findComposeFile(dir)).toThrow(`${dir}: no compose file here (looked for compose.yaml, compose.yml, docker-compose.yml, docker-compose.yaml)`);
     writeFileSync(join(dir, 'docker-compose.yml'), 'services: { a: { image: old } }\n');
     expect(findComposeFile(dir)).toBe(join(dir, 'docker-compose.yml'));
@@ -304,6 +306,7 @@ describe('the container settings compose keys give a service', () => {
 describe('env_file', () => {
   function app(files: Record<string, string>): string {
     const dir = mkdtempSync(join(tmpdir(), 'fleetlab-env-file-'));
+    onTestFinished(() => rmSync(dir, { recursive: true, force: true }));
     for (const [name, text] of Object.entries(files)) {
       mkdirSync(dirname(join(dir, name)), { recursive: true });
       writeFileSync(join(dir, name), text);

@@ -440,6 +440,8 @@ describe('SshDevice against a real sshd', () => {
     await ensureTestImages('/var/run/docker.sock');
     await docker.getImage('fleetlab/test-app:1').tag({ repo: fieldOnly, tag: '1' });
     const sim = await SimDevice.start({ port: 0, engine: 'docker', dockerSocket: '/var/run/docker.sock', localMode: true });
+    // Read while the sim runs: its store is in the data dir the sim made, which its stop removes.
+    const uuid = sim.info().uuid;
     let replayed: SimDevice | undefined;
     const boardDir = await mkdtemp(join(tmpdir(), 'fleetlab-board-replay-'));
     try {
@@ -473,10 +475,8 @@ describe('SshDevice against a real sshd', () => {
       expect(showBundle(bundle)).toMatch(/update lock of service main of app 1, held by the app: /);
       const original = await fetch(`${sim.url}/v2/state/status?apikey=${key}`).then((r) => r.json() as Promise<{ appState: string; containers: Array<{ serviceName: string; status: string }> }>);
 
-      // The original goes, with its containers and the image only it had.
-      const uuid = sim.info().uuid;
+      // The original goes, with its containers, volumes and data dir, and the image only it had.
       await sim.stop();
-      await removeDeviceLeftovers(docker, uuid);
       await docker.getImage(`${fieldOnly}:1`).remove();
 
       // Replayed onto a "board" reached over SSH: its engine through a forwarded socket, its files by SSH.
@@ -529,8 +529,8 @@ describe('SshDevice against a real sshd', () => {
     } finally {
       await sim.stop();
       await replayed?.stop();
-      const uuid = sim.info().uuid;
-      await removeDeviceLeftovers(docker, uuid).catch(() => undefined);
+      // The replayed device ran in boardDir, which it does not own: its volumes stay with it.
+      await removeDeviceLeftovers(docker, uuid);
       await docker.getImage(`${fieldOnly}:1`).remove({ force: true }).catch(() => undefined);
       await rm(boardDir, { recursive: true, force: true });
     }

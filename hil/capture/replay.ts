@@ -6,7 +6,7 @@
  * lock files, and last the supervisor's store, which its first start reads.
  */
 import { existsSync, mkdirSync, writeFileSync } from 'node:fs';
-import { mkdtemp } from 'node:fs/promises';
+import { mkdtemp, rm } from 'node:fs/promises';
 import { arch as osArch, tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { FleetlabError, errorText } from '../../src/errors.js';
@@ -139,29 +139,38 @@ const deviceOptions = (plan: ReplayPlan) => ({ localMode: plan.store.localMode, 
  */
 export async function replaySimOptions(options: ReplayOptions): Promise<Replayable> {
   const log = options.log ?? (() => undefined);
+  // A directory the replay makes is no later start's (one resumes only from a named --data-dir).
+  const ownsDataDir = options.dataDir === undefined;
   const dataDir = options.dataDir ?? (await mkdtemp(join(tmpdir(), 'fleetlab-replay-')));
-  const port = options.port || (await freePort());
-  const engine = options.engine ?? 'sim';
-  const planned = await planFor(options, dataDir, port);
-  const resume = existsSync(join(dataDir, 'supervisor', 'device.json'));
-  log(resume ? `resuming the device replayed in ${dataDir}` : `replaying device ${planned.store.uuid} from ${options.bundle}`);
-  const { plan, cloud } = options.cloud ? await withCloud(planned, options, dataDir, log) : { plan: planned, cloud: undefined };
-  const c = options.cloud;
-  return {
-    plan,
-    ...(cloud ? { cloud } : {}),
-    sim: {
-      port,
-      dataDir,
-      engine,
-      dockerSocket: options.dockerSocket ?? '',
-      ...deviceOptions(plan),
-      ...(options.listenAddress ? { listenAddress: options.listenAddress } : {}),
-      ...(options.inspectBrk ? { inspectBrk: options.inspectBrk } : {}),
-      ...(cloud ? { cloud: { url: cloud.url, provisioningKey: cloud.provisioningKey, ...(c?.pollIntervalMs ? { pollIntervalMs: c.pollIntervalMs } : {}), ...(c?.reportIntervalMs ? { reportIntervalMs: c.reportIntervalMs } : {}) } } : {}),
-      ...(resume ? {} : { prepare: (d: SimDevice) => carryOut(plan, hostPlace(d.options.dockerSocket, d.options.dataDir, (name) => d.host.setStaticHostname(name)), engine, log) }),
-    },
-  };
+  try {
+    const port = options.port || (await freePort());
+    const engine = options.engine ?? 'sim';
+    const planned = await planFor(options, dataDir, port);
+    const resume = existsSync(join(dataDir, 'supervisor', 'device.json'));
+    log(resume ? `resuming the device replayed in ${dataDir}` : `replaying device ${planned.store.uuid} from ${options.bundle}`);
+    const { plan, cloud } = options.cloud ? await withCloud(planned, options, dataDir, log) : { plan: planned, cloud: undefined };
+    const c = options.cloud;
+    return {
+      plan,
+      ...(cloud ? { cloud } : {}),
+      sim: {
+        port,
+        dataDir,
+        ownsDataDir,
+        engine,
+        dockerSocket: options.dockerSocket ?? '',
+        ...deviceOptions(plan),
+        ...(options.listenAddress ? { listenAddress: options.listenAddress } : {}),
+        ...(options.inspectBrk ? { inspectBrk: options.inspectBrk } : {}),
+        ...(cloud ? { cloud: { url: cloud.url, provisioningKey: cloud.provisioningKey, ...(c?.pollIntervalMs ? { pollIntervalMs: c.pollIntervalMs } : {}), ...(c?.reportIntervalMs ? { reportIntervalMs: c.reportIntervalMs } : {}) } } : {}),
+        ...(resume ? {} : { prepare: (d: SimDevice) => carryOut(plan, hostPlace(d.options.dockerSocket, d.options.dataDir, (name) => d.host.setStaticHostname(name)), engine, log) }),
+      },
+    };
+  } catch (err) {
+    // The bundle could not be planned: a directory made for it would be left to no one.
+    if (ownsDataDir) await rm(dataDir, { recursive: true, force: true });
+    throw err;
+  }
 }
 
 /** Starts a simulated device in the bundle's state; its supervisor runs from there. */

@@ -11,6 +11,7 @@ import { dirname, join } from 'node:path';
 import { openDatabase } from '../../src/cloud/db/open.js';
 import type { Db } from '../../src/cloud/db/port.js';
 import { errorText } from '../../src/errors.js';
+import { ownerRecord, reapStale, writeOwner } from '../../src/owned-dirs.js';
 import { BOARD_CONFIG_VARIABLE } from '../targets/board-config.js';
 import { labError, parseLabFile, type Lab, type LabBoard } from './lab-file.js';
 import { leaseBoard } from './lease-board.js';
@@ -135,6 +136,9 @@ export async function labRelease(open: OpenLab, board: string, force: boolean): 
   return ended ? `${board}: ended the lease of ${ended.holder} (logged as forced by ${whoAmI()})` : `${board} is free`;
 }
 
+/** The directory of a run's board config, under TMPDIR. */
+const LAB_DIR_PREFIX = 'fleetlab-lab-';
+
 /**
  * Leases a board with `tags`, runs `command` with FLEETLAB_BOARD_CONFIG naming that board's
  * config (and FLEETLAB_LAB_BOARD its name), and gives the board back when it ends. If the
@@ -159,7 +163,10 @@ export async function labRun(open: OpenLab, opts: { tags: string[]; command: str
     process.off('SIGINT', stopWaiting);
     process.off('SIGTERM', stopWaiting);
   }
-  const dir = await mkdtemp(join(tmpdir(), 'fleetlab-lab-'));
+  // A run killed with -9 could not remove its board's config: the next run to get a board does.
+  await reapStale(tmpdir(), LAB_DIR_PREFIX);
+  const dir = await mkdtemp(join(tmpdir(), LAB_DIR_PREFIX));
+  writeOwner(dir, ownerRecord());
   try {
     opts.log(`leased ${held.board.name} [${held.board.tags.join(', ')}] (${held.board.config.host}) as ${holder}`);
     const configFile = join(dir, `${held.board.name}.json`);

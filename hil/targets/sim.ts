@@ -20,6 +20,8 @@ import { dirname, join } from 'node:path';
 import Docker from 'dockerode';
 import { SIM_LED_CHIP, SimDevice, simDeviceFiles } from '../../sim/device.js';
 import { LABEL } from '../../src/supervisor/adapters/engine.js';
+import { removeDeviceLeftovers } from '../../sim/device-leftovers.js';
+import { Teardown } from '../../src/teardown.js';
 import { FleetlabError } from '../../src/errors.js';
 import { replaySimOptions } from '../capture/replay.js';
 import { engineAt } from '../../sim/engine-at.js';
@@ -203,25 +205,28 @@ class SimUnderTest implements DeviceUnderTest {
   }
 
   /**
-   * Stops the device and removes what it leaves behind: its volumes on a shared dockerd
-   * (SimDevice.stop removes containers and networks only) and its data dir. Evidence for a
-   * failed test is attached before this runs.
+   * Stops the device and removes what it leaves behind. A device the target started made its
+   * own data dir, and its stop removes that dir and the device's volumes; one started from a
+   * bundle runs in the dir the replay made, which no later test reuses, so both go here.
+   * Evidence for a failed test is attached before this runs; what could not be removed is
+   * named in the error, after every step has run.
    */
   async close(): Promise<void> {
     if (this.#closed) return;
     this.#closed = true;
     const { uuid, dataDir } = this.sim.info();
-    try {
-      await this.sim.stop();
-    } finally {
-      await this.#ownRegistry?.close();
+    const teardown = new Teardown();
+    if (!this.sim.options.ownsDataDir) {
+      teardown.defer({ name: `the data dir ${dataDir}`, stop: () => rm(dataDir, { recursive: true, force: true }) });
       if (this.facts.engine === 'docker') {
         const docker = new Docker({ socketPath: this.sim.options.dockerSocket });
-        const { Volumes } = await docker.listVolumes({ filters: { label: [`${LABEL.device}=${uuid}`] } }).catch(() => ({ Volumes: [] }));
-        for (const v of Volumes ?? []) await docker.getVolume(v.Name).remove().catch(() => undefined);
+        teardown.defer({ name: `the volumes of device ${uuid}`, stop: () => removeDeviceLeftovers(docker, uuid) });
       }
-      await rm(dataDir, { recursive: true, force: true });
     }
+    const registry = this.#ownRegistry;
+    if (registry) teardown.defer({ name: 'the registry of this device', stop: () => registry.close() });
+    teardown.defer({ name: 'the simulated device', stop: () => this.sim.stop() });
+    await teardown.stop();
   }
 
   async [Symbol.asyncDispose](): Promise<void> {

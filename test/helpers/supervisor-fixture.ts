@@ -11,8 +11,9 @@ import Docker from 'dockerode';
 import { loadConfig } from '../../src/supervisor/config.js';
 import { createHostAdapter } from '../../src/supervisor/adapters/host.js';
 import { createJournalAdapter } from '../../src/supervisor/adapters/journal.js';
-import { LABEL } from '../../src/supervisor/adapters/engine.js';
+import { removeDeviceLeftovers } from '../../sim/device-leftovers.js';
 import { Supervisor } from '../../src/supervisor/supervisor.js';
+import { Teardown } from '../../src/teardown.js';
 import { startPrivateBus, type PrivateBus } from '../../sim/dbus/private-bus.js';
 import { startHostPeer, type HostPeer } from '../../sim/dbus/host-peer.js';
 import { startJournalSim, type JournalSim } from '../../sim/journal/journal-sim.js';
@@ -68,12 +69,16 @@ export async function startSupervisorFixture(options: { localMode?: boolean; dir
     sup, dir, bus, peer, journal, docker,
     key: () => sup.keys.deviceKey(),
     async close() {
-      await sup.close();
-      await removeDeviceObjects(docker, sup.uuid);
-      await journal.close().catch(() => undefined);
-      await peer.close().catch(() => undefined);
-      await bus.stop().catch(() => undefined);
-      if (!options.dir) await rm(dir, { recursive: true, force: true });
+      // Every step runs even when one before it failed, and the failures are thrown together:
+      // a removal that failed here used to leave its volume on the shared dockerd unseen.
+      const teardown = new Teardown();
+      if (!options.dir) teardown.defer({ name: `the test directory ${dir}`, stop: () => rm(dir, { recursive: true, force: true }) });
+      teardown.defer({ name: 'the D-Bus daemon', stop: () => bus.stop() });
+      teardown.defer({ name: 'the host peer', stop: () => peer.close() });
+      teardown.defer({ name: 'the journal peer', stop: () => journal.close() });
+      teardown.defer({ name: "the device's containers, networks and volumes", stop: () => removeDeviceLeftovers(docker, sup.uuid) });
+      teardown.defer({ name: 'the supervisor', stop: () => sup.close() });
+      await teardown.stop();
     },
   };
 }
@@ -85,14 +90,6 @@ async function mkdtempIn(dir: string, name: string): Promise<string> {
   return path;
 }
 
-/** Containers, networks and volumes a test device left in the shared engine. */
-export async function removeDeviceObjects(docker: Docker, uuid: string): Promise<void> {
-  const filters = { label: [`${LABEL.device}=${uuid}`] };
-  for (const c of await docker.listContainers({ all: true, filters })) await docker.getContainer(c.Id).remove({ force: true }).catch(() => undefined);
-  for (const n of await docker.listNetworks({ filters })) await docker.getNetwork(n.Id).remove().catch(() => undefined);
-  const volumes = await docker.listVolumes({ filters });
-  for (const v of volumes.Volumes ?? []) await docker.getVolume(v.Name).remove().catch(() => undefined);
-}
 
 /** A two-service app: `main` carries the supervisor-api label and a data volume. */
 export function twoServiceState(overrides: { releaseId?: number; mainImage?: string; config?: Record<string, string>; name?: string } = {}): WireLocalState {

@@ -19,7 +19,8 @@ import { sharedEngineNetwork, sharedEngineNetworkArgs } from '../../sim/supervis
 import { freePort } from '../../src/free-port.js';
 import { newKey } from '../../src/supervisor/state/keys.js';
 import { Teardown } from '../../src/teardown.js';
-import { dockerSocket, removeDeviceObjects } from './supervisor-fixture.js';
+import { removeDeviceLeftovers } from '../../sim/device-leftovers.js';
+import { dockerSocket } from './supervisor-fixture.js';
 
 export interface SupervisorProcess {
   readonly url: string;
@@ -125,7 +126,7 @@ async function start(dir: string, teardown: Teardown, o: { engine: 'dockerd' | '
   teardown.defer({
     name: "the device's containers, networks and volumes",
     stop: async () => {
-      if (existsSync(join(dataDir, 'device.json'))) await removeDeviceObjects(docker, uuid());
+      if (existsSync(join(dataDir, 'device.json'))) await removeDeviceLeftovers(docker, uuid());
     },
   });
   teardown.defer({ name: 'the supervisor', stop: stopSupervisor, kill: () => child?.kill('SIGKILL') });

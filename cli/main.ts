@@ -632,7 +632,7 @@ qemu
 qemu
   .command('boot')
   .description('Boot the image (building it first if needed); prints one JSON ready line once the supervisor answers /ping; Ctrl-C powers it off')
-  .addOption(new Option('--machine <kind>', 'raspi3b (the Pi 3, default) or virt (faster, generic arm64)').choices(['raspi3b', 'virt']).default('raspi3b'))
+  .addOption(new Option('--machine <kind>', 'virt (generic arm64, default: the fastest) or raspi3b (the Pi 3: its BCM2835 GPIO, device tree and USB network)').choices(['raspi3b', 'virt']).default('virt'))
   .option('--snapshot', 'throw the disk changes away at exit (default: keep them in the machine\'s overlay under the cache)', false)
   .option('--api-port <port>', 'loopback port forwarded to the device API (default: a free one)')
   .option('--ssh-port <port>', 'loopback port forwarded to SSH (default: a free one)')

@@ -320,7 +320,7 @@ export function relaunch(board: QemuBoard, image: QemuImage, runDir: string): Pr
 /** Boots a board and resolves once its supervisor answers `/ping` (or its SSH server greets, `readyWhen: 'ssh'`). */
 export async function bootBoard(o: BootOptions): Promise<{ board: QemuBoard; ready: ReadyInfo }> {
   const started = Date.now();
-  const machine = o.machine ?? 'raspi3b';
+  const machine = o.machine ?? 'virt';
   const runDir = o.runDir ?? (await mkdtemp(join(tmpdir(), 'fleetlab-qemu-')));
   mkdirSync(runDir, { recursive: true });
   const overlay = o.snapshot ? join(runDir, 'overlay.qcow2') : persistentOverlay(o.image, machine);

@@ -18,6 +18,8 @@ import { buildQemuArgv, CONSOLE_CHARDEV, type MachineKind } from './qemu-argv.js
 import { QmpClient } from './qmp.js';
 import { cacheRoot, needTool, qemuTools } from './tools.js';
 import { freePort } from '../src/free-port.js';
+import { ownerRecord, reapStale, writeOwner } from '../src/owned-dirs.js';
+import { processStart } from '../src/processes.js';
 import { watchUsbNet } from './usb-net-watch.js';
 
 export interface BootOptions {
@@ -216,6 +218,18 @@ export class QemuBoard {
   }
 }
 
+/** The run dirs (sockets, logs, throwaway overlays) of `qemu boot`'s boards and the harness's. */
+export const RUN_DIR_PREFIXES = ['fleetlab-qemu-', 'fleetlab-hil-qemu-'] as const;
+
+/**
+ * A launcher killed with -9 leaves its QEMU running with no one to stop it. Every launch
+ * names its QEMU in the run dir's owner file (src/owned-dirs.ts); this stops the QEMU of run
+ * dirs under `root` whose launcher is gone and removes them. Every boot and restore calls it.
+ */
+export async function reapAbandonedBoards(root: string = tmpdir()): Promise<string[]> {
+  return (await Promise.all(RUN_DIR_PREFIXES.map((prefix) => reapStale(root, prefix)))).flat();
+}
+
 /** The persistent overlay of `machine` for `image`: state kept across `qemu boot` runs. */
 export function persistentOverlay(image: QemuImage, machine: MachineKind): string {
   return join(cacheRoot(), 'qemu', 'boards', `${machine}-${image.key}.qcow2`);
@@ -268,6 +282,10 @@ export async function launch(o: {
   const log = openSync(join(o.runDir, 'qemu.log'), 'a');
   const child = spawn(qemu, argv, { stdio: ['ignore', log, log] });
   closeSync(log);
+  if (child.pid) {
+    const pidStart = processStart(child.pid);
+    writeOwner(o.runDir, ownerRecord({ pid: child.pid, ...(pidStart ? { pidStart } : {}) }));
+  }
   let qmp: QmpClient;
   try {
     qmp = await QmpClient.connect({ socketPath: qmpSocket, connectTimeoutMs: 15_000 });
@@ -320,6 +338,7 @@ export function relaunch(board: QemuBoard, image: QemuImage, runDir: string): Pr
 /** Boots a board and resolves once its supervisor answers `/ping` (or its SSH server greets, `readyWhen: 'ssh'`). */
 export async function bootBoard(o: BootOptions): Promise<{ board: QemuBoard; ready: ReadyInfo }> {
   const started = Date.now();
+  await reapAbandonedBoards();
   const machine = o.machine ?? 'virt';
   const runDir = o.runDir ?? (await mkdtemp(join(tmpdir(), 'fleetlab-qemu-')));
   mkdirSync(runDir, { recursive: true });

@@ -22,7 +22,7 @@ import { execa } from 'execa';
 import { FleetlabError } from '../src/errors.js';
 import type { QemuImage } from './image/build.js';
 import { buildQemuArgv, type MachineKind } from './qemu-argv.js';
-import { launch, pollBoard, type QemuBoard } from './boot.js';
+import { launch, pollBoard, reapAbandonedBoards, type QemuBoard } from './boot.js';
 import { cacheRoot, needTool, qemuTools } from './tools.js';
 
 /** Machines whose state QEMU can save and load. */
@@ -204,6 +204,7 @@ export async function restoreBoard(o: {
   sshPort: number;
   consolePty?: boolean;
 }): Promise<QemuBoard> {
+  await reapAbandonedBoards();
   const overlay = join(o.runDir, 'overlay.qcow2');
   await rm(overlay, { force: true });
   const created = await execa(needTool(qemuTools.qemuImg), ['create', '-q', '-f', 'qcow2', '-F', 'qcow2', '-b', o.state.disk, overlay], { reject: false, all: true });

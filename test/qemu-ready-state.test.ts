@@ -3,14 +3,16 @@
  * "kernel" is two instructions (wait for an interrupt, branch back), so a save and a restore
  * take seconds here. The HIL qemu target does the same with the supervised image on every run.
  */
-import { existsSync, mkdirSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
+import { spawn } from 'node:child_process';
+import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { afterAll, describe, expect, it } from 'vitest';
-import { createOverlay, launch } from '../qemu/boot.js';
+import { afterAll, describe, expect, it, onTestFinished } from 'vitest';
+import { createOverlay, launch, reapAbandonedBoards } from '../qemu/boot.js';
 import type { QemuImage } from '../qemu/image/build.js';
 import { findReadyState, qemuVersion, readyStateKey, restoreBoard, saveReadyState } from '../qemu/ready-state.js';
 import { freePort } from '../src/free-port.js';
+import { alive } from '../src/processes.js';
 
 const work = mkdtempSync(join(tmpdir(), 'fleetlab-ready-state-test-'));
 afterAll(() => rmSync(work, { recursive: true, force: true }));
@@ -96,4 +98,37 @@ describe('saving a running board and starting new ones from it', () => {
     const raspi = { info: { machine: 'raspi3b' } } as unknown as Parameters<typeof saveReadyState>[0]['board'];
     await expect(saveReadyState({ board: raspi, image, readiness: 'x', cacheDir })).rejects.toThrow(/raspi3b cannot be saved/);
   });
+});
+
+describe('a board whose launcher was killed with -9', () => {
+  it('keeps running until the next boot stops its QEMU and removes its run dir', async () => {
+    const image = tinyImage('orphan');
+    // Short: QEMU's sockets go in the run dir, and a unix socket path has 107 bytes at most.
+    const root = mkdtempSync('/tmp/fleetlab-reap-');
+    onTestFinished(() => rmSync(root, { recursive: true, force: true }));
+    const runDir = join(root, 'fleetlab-qemu-orphan');
+    mkdirSync(runDir);
+    const script = `
+      import { createOverlay, launch } from ${JSON.stringify(new URL('../qemu/boot.ts', import.meta.url).pathname)};
+      const image = ${JSON.stringify(image)};
+      const overlay = ${JSON.stringify(join(runDir, 'overlay.qcow2'))};
+      await createOverlay(image, overlay);
+      const board = await launch({ image, machine: 'virt', overlay, runDir: ${JSON.stringify(runDir)}, apiPort: ${await freePort()}, sshPort: ${await freePort()} });
+      console.log(board.process.pid);
+      setInterval(() => {}, 1000);`;
+    const launcher = spawn(process.execPath, ['--import', 'tsx', '--input-type=module', '-e', script], { stdio: ['ignore', 'pipe', 'inherit'] });
+    const qemuPid = await new Promise<number>((resolve, reject) => {
+      launcher.stdout.once('data', (d: Buffer) => resolve(Number(d.toString().trim())));
+      launcher.once('exit', (code) => reject(new Error(`the launcher exited ${code} before QEMU started`)));
+    });
+    const exited = new Promise((r) => launcher.once('exit', r));
+    launcher.kill('SIGKILL');
+    await exited;
+    expect(alive(qemuPid)).toBe(true);
+    expect(JSON.parse(readFileSync(join(runDir, 'owner.json'), 'utf8'))).toMatchObject({ pid: qemuPid });
+
+    expect(await reapAbandonedBoards(root)).toEqual([runDir]);
+    expect(alive(qemuPid)).toBe(false);
+    expect(existsSync(runDir)).toBe(false);
+  }, 60_000);
 });

@@ -8,7 +8,7 @@ import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { CONFIG_FILE, EXAMPLE_APP, NEEDED_ALLOW_SCRIPTS, SPEC_FILE, initProject } from '../hil/harness/init.js';
 import { readRunApp } from '../hil/harness/global-setup.js';
-import { playwrightArgv, runTests } from '../hil/harness/run.js';
+import { playwrightArgv, qemuWorkers, runTests } from '../hil/harness/run.js';
 import { loadCompose } from '../hil/release/compose.js';
 import { buildCommand, loadFailure, requireNativeModules } from '../src/native-modules.js';
 
@@ -108,6 +108,9 @@ describe('fleetlab test flags', () => {
   });
   it('runs one device at a time on qemu and board unless told', () => {
     expect(playwrightArgv('c', { ...base, target: 'qemu' })).toContain('--workers=1');
+    // fleetlab test gives qemu a board per two cores (qemuWorkers), never two workers one board.
+    expect(playwrightArgv('c', { ...base, target: 'qemu', workers: qemuWorkers(8) })).toContain('--workers=4');
+    expect([1, 2, 3, 4].map(qemuWorkers)).toEqual([1, 1, 1, 2]);
     expect(playwrightArgv('c', { ...base, target: 'board', playwrightArgs: ['--workers=2'] })).not.toContain('--workers=1');
     expect(playwrightArgv('c', { ...base, target: 'container' })).not.toContain('--workers=1');
     // A lab run: as many workers as the lab has boards for it, each leasing its own.

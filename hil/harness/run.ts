@@ -6,6 +6,7 @@
 import { spawn } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { createRequire } from 'node:module';
+import { availableParallelism } from 'node:os';
 import { join, resolve } from 'node:path';
 import { FLASH_IMAGE_VARIABLE } from '../../board/flash-image-plan.js';
 import { payloadSource, PREBUILT_PAYLOAD_DIR } from '../../qemu/image/payload.js';
@@ -37,6 +38,11 @@ export interface RunOptions {
   lab?: { file: string; tags: readonly string[] };
   /** `--flash-image FILE` with --target qemu: boot this card image (fleetlab image build) on virt instead of the emulated Pi's own image. */
   flashImage?: string;
+}
+
+/** Workers (each with a board of its own) of a qemu run on a machine with `cores` cores, unless told. */
+export function qemuWorkers(cores: number): number {
+  return Math.max(1, Math.floor(cores / 2));
 }
 
 /** Playwright's arguments for the run; pure, so the flag mapping is tested without a run. */
@@ -98,6 +104,8 @@ export async function runTests(options: RunOptions): Promise<number> {
     workers = matchingBoards(readLab(file), options.lab.tags).length;
     labEnv = { [LAB_VARIABLE]: file, [LAB_TAGS_VARIABLE]: options.lab.tags.join(',') };
   }
+  // An emulated board keeps two cores busy: a board per two cores, each worker its own.
+  if (options.target === 'qemu') workers = qemuWorkers(availableParallelism());
   const argv = playwrightArgv(config, { ...options, ...(workers !== undefined ? { workers } : {}) });
   const dockerSocket = options.dockerSocket ?? process.env.FLEETLAB_DOCKER_SOCKET ?? '/var/run/docker.sock';
   // The supervisor of a sim device loads epoll here; a spec with a cloud loads better-sqlite3.

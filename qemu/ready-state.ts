@@ -140,6 +140,7 @@ export async function saveReadyState(o: { board: QemuBoard; image: QemuImage; re
   const root = readyRoot(o.cacheDir ?? cacheRoot());
   await mkdir(root, { recursive: true });
   await removeAbandonedStaging(root);
+  await removeOrphanedStates(root);
   const qemu = await qemuVersion();
   const key = readyStateKey(image, machine, qemu);
   const staging = await mkdtemp(join(root, `${STAGING_PREFIX}${process.pid}-`));
@@ -179,6 +180,17 @@ async function removeAbandonedStaging(root: string): Promise<void> {
     const pid = Number(name.slice(STAGING_PREFIX.length).split('-')[0]);
     if (Number.isInteger(pid) && pid > 0 && processAlive(pid)) continue;
     await rm(join(root, name), { recursive: true, force: true });
+  }
+}
+
+/**
+ * States whose image the image cache has pruned (it keeps the newest two, qemu/image/build.ts):
+ * their disk is backed by that image, so nothing can start from them again.
+ */
+async function removeOrphanedStates(root: string): Promise<void> {
+  for (const name of readdirSync(root)) {
+    const state = name.startsWith(STAGING_PREFIX) ? undefined : readState(join(root, name));
+    if (state && !existsSync(state.meta.imageDir)) await rm(state.dir, { recursive: true, force: true });
   }
 }
 

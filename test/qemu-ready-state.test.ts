@@ -93,6 +93,17 @@ describe('saving a running board and starting new ones from it', () => {
     expect(readdirSync(join(cacheDir, 'qemu', 'ready')).filter((n) => n.startsWith('.staging-'))).toEqual([]);
   }, 120_000);
 
+  it('removes the states of images the image cache has pruned, at the next save', async () => {
+    const gone = tinyImage('pruned');
+    const pruned = await saveReadyState({ board: await bootTiny(gone, 'pruned'), image: gone, readiness: 'test: its image goes', cacheDir });
+    rmSync(gone.dir, { recursive: true, force: true });
+    const kept = await findReadyState(image, 'virt', cacheDir);
+    const other = tinyImage('other');
+    await saveReadyState({ board: await bootTiny(other, 'other'), image: other, readiness: 'test: a later save', cacheDir });
+    expect(existsSync(pruned.dir)).toBe(false);
+    expect(existsSync(kept!.dir)).toBe(true);
+  }, 120_000);
+
   it('refuses raspi3b, whose usb-net QEMU cannot migrate', async () => {
     // Refused before the board is touched: only its machine is read.
     const raspi = { info: { machine: 'raspi3b' } } as unknown as Parameters<typeof saveReadyState>[0]['board'];

@@ -38,8 +38,10 @@ export function selectedTargets(config: FullConfig, argv: readonly string[] = pr
  */
 export default async function globalSetup(config: FullConfig): Promise<(() => Promise<void>) | void> {
   const dockerSocket = process.env.FLEETLAB_DOCKER_SOCKET ?? '/var/run/docker.sock';
-  // A lab run on boards or QEMU alone may have no dockerd to follow.
-  if (!existsSync(dockerSocket)) return prepareTargets(config, { testImages: true });
+  // Only the sim and container targets put devices on the machine's dockerd; a run on QEMU or
+  // lab boards alone (whose devices have engines of their own) may have no dockerd to follow.
+  const onMachineEngine = selectedTargets(config).some((t) => t === 'sim' || t === 'container');
+  if (!onMachineEngine || !existsSync(dockerSocket)) return prepareTargets(config, { testImages: true });
   const check = await startLeftoverCheck(dockerSocket);
   // Set before the workers start, which inherit it.
   process.env.TMPDIR = makeOwnerDir(check.runDir, 'the HIL run');

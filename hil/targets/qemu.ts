@@ -354,8 +354,20 @@ class QemuLab {
     return 'stopped';
   }
 
+  /**
+   * The line's changes since `sinceMs`, across QEMU processes. Each probe records its first
+   * sample, which is the level the line already had (off at power-on, or as a restored board
+   * left it), not a change: kept, a spec file started from a saved board saw its LED go off.
+   */
   ledTransitions(sinceMs: number): Array<{ at: number; value: 0 | 1 }> {
-    return [...this.#ledHistory.filter((t) => t.at >= sinceMs), ...(this.probe?.transitions(sinceMs) ?? [])];
+    let level: 0 | 1 = 0;
+    const changes: Array<{ at: number; value: 0 | 1 }> = [];
+    for (const t of [...this.#ledHistory, ...(this.probe?.transitions(0) ?? [])]) {
+      if (t.value === level) continue;
+      level = t.value;
+      changes.push(t);
+    }
+    return changes.filter((t) => t.at >= sinceMs);
   }
 
   #retireProbe(): void {

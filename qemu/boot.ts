@@ -235,10 +235,15 @@ export function persistentOverlay(image: QemuImage, machine: MachineKind): strin
   return join(cacheRoot(), 'qemu', 'boards', `${machine}-${image.key}.qcow2`);
 }
 
-export async function createOverlay(image: QemuImage, overlay: string): Promise<void> {
-  const size = image.diskBytes ? [String(image.diskBytes)] : [];
-  const r = await execa(needTool(qemuTools.qemuImg), ['create', '-q', '-f', 'qcow2', '-F', 'raw', '-b', image.sdImage, overlay, ...size], { reject: false, all: true });
-  if (r.exitCode !== 0) throw new FleetlabError('SUP_ERR_HOST', `qemu-img create ${overlay}: ${r.all?.trim()}`);
+export function createOverlay(image: QemuImage, overlay: string): Promise<void> {
+  return createQcow2Overlay(overlay, { file: image.sdImage, format: 'raw' }, image.diskBytes);
+}
+
+/** A copy-on-write qcow2 overlay of `backing` (the image, or a saved board's frozen disk), optionally larger. */
+export async function createQcow2Overlay(overlay: string, backing: { file: string; format: 'raw' | 'qcow2' }, sizeBytes?: number): Promise<void> {
+  const size = sizeBytes ? [String(sizeBytes)] : [];
+  const r = await execa(needTool(qemuTools.qemuImg), ['create', '-q', '-f', 'qcow2', '-F', backing.format, '-b', backing.file, overlay, ...size], { reject: false, all: true });
+  if (r.exitCode !== 0) throw new FleetlabError('SUP_ERR_HOST', `qemu-img create ${overlay} on ${backing.file}: ${r.all?.trim()}`);
 }
 
 /** Starts QEMU on an existing overlay and connects QMP; does not wait for the guest. */

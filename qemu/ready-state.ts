@@ -20,9 +20,10 @@ import { mkdir, mkdtemp, rename, rm, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { execa } from 'execa';
 import { FleetlabError } from '../src/errors.js';
+import { alive } from '../src/processes.js';
 import type { QemuImage } from './image/build.js';
 import { buildQemuArgv, type MachineKind } from './qemu-argv.js';
-import { launch, pollBoard, reapAbandonedBoards, type QemuBoard } from './boot.js';
+import { createQcow2Overlay, launch, pollBoard, reapAbandonedBoards, type QemuBoard } from './boot.js';
 import { cacheRoot, needTool, qemuTools } from './tools.js';
 
 /** Machines whose state QEMU can save and load. */
@@ -178,7 +179,7 @@ async function removeAbandonedStaging(root: string): Promise<void> {
   for (const name of readdirSync(root)) {
     if (!name.startsWith(STAGING_PREFIX)) continue;
     const pid = Number(name.slice(STAGING_PREFIX.length).split('-')[0]);
-    if (Number.isInteger(pid) && pid > 0 && processAlive(pid)) continue;
+    if (Number.isInteger(pid) && pid > 0 && alive(pid)) continue;
     await rm(join(root, name), { recursive: true, force: true });
   }
 }
@@ -191,15 +192,6 @@ async function removeOrphanedStates(root: string): Promise<void> {
   for (const name of readdirSync(root)) {
     const state = name.startsWith(STAGING_PREFIX) ? undefined : readState(join(root, name));
     if (state && !existsSync(state.meta.imageDir)) await rm(state.dir, { recursive: true, force: true });
-  }
-}
-
-function processAlive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch (err) {
-    return (err as NodeJS.ErrnoException).code === 'EPERM';
   }
 }
 
@@ -219,8 +211,7 @@ export async function restoreBoard(o: {
   await reapAbandonedBoards();
   const overlay = join(o.runDir, 'overlay.qcow2');
   await rm(overlay, { force: true });
-  const created = await execa(needTool(qemuTools.qemuImg), ['create', '-q', '-f', 'qcow2', '-F', 'qcow2', '-b', o.state.disk, overlay], { reject: false, all: true });
-  if (created.exitCode !== 0) throw new FleetlabError('SUP_ERR_HOST', `qemu-img create ${overlay} on ${o.state.disk}: ${created.all?.trim()}`);
+  await createQcow2Overlay(overlay, { file: o.state.disk, format: 'qcow2' });
   const board = await launch({
     image: o.image,
     machine: o.state.meta.machine,

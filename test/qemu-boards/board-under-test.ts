@@ -8,6 +8,10 @@ import { execa, type ResultPromise } from 'execa';
 import { expect } from 'vitest';
 import { loadBoardConfig, type BoardConfig } from '../../hil/targets/board-config.js';
 import { SshDevice } from '../../hil/targets/ssh-device.js';
+import { bootBoard, waitForPing, type QemuBoard, type ReadyInfo } from '../../qemu/boot.js';
+import type { QemuImage } from '../../qemu/image/build.js';
+import { findReadyState, restoreBoard } from '../../qemu/ready-state.js';
+import { freePort } from '../../src/free-port.js';
 
 export const repoRoot = join(import.meta.dirname, '..', '..');
 
@@ -92,4 +96,36 @@ export async function failedRunSerialConsole(dir: string, target: string, env: R
   const serial = reportItems(report, 'attachments').filter((a) => a.name === 'serial console');
   expect(serial, `not one serial console attachment; stderr:\n${run.stderr}`).toHaveLength(1);
   return Buffer.from(serial[0]!.body ?? '', 'base64').toString('utf8');
+}
+
+/**
+ * A supervised virt board for a lab test, in `runDir`: started from the image's saved ready
+ * board when the qemu target has saved one (seconds; .ci/run's virt run does, before the lab
+ * tests), booted otherwise (a minute or more). What the lab tests check (leases, power, the
+ * board target) is the same on both. A restored board's clock is the one it was saved with,
+ * and it has no RTC: it is set from this host's over SSH, as NTP would on a Pi.
+ */
+export async function labBoard(image: QemuImage, runDir: string, progress: (line: string) => void): Promise<{ board: QemuBoard; ready: ReadyInfo }> {
+  const state = await findReadyState(image, 'virt');
+  if (!state) {
+    progress(`no saved ready board for image ${image.key}: booting`);
+    return bootBoard({ image, machine: 'virt', snapshot: true, runDir, progress });
+  }
+  const started = Date.now();
+  mkdirSync(runDir, { recursive: true });
+  const board = await restoreBoard({ state, image, runDir, apiPort: await freePort(), sshPort: await freePort(), consolePty: true });
+  const ssh = new SshDevice({ host: '127.0.0.1', port: board.info.sshPort, username: 'root', privateKey: readFileSync(image.sshKey) });
+  try {
+    await waitForPing(board.info.apiUrl, 120_000, () => board.exitReason);
+    await ssh.waitReachable(120_000);
+    const set = await ssh.run(['date', '-u', '-s', `@${(Date.now() / 1000).toFixed(3)}`]);
+    if (set.exitCode !== 0) throw new Error(`setting the restored board's clock: ${set.stderr}`);
+  } catch (err) {
+    await board.stop();
+    throw err;
+  } finally {
+    await ssh.close();
+  }
+  progress(`started from the saved ready board ${state.dir} in ${Date.now() - started} ms`);
+  return { board, ready: { event: 'ready', ...board.info, pid: board.process.pid ?? 0, bootMs: Date.now() - started } };
 }

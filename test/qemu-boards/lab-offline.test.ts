@@ -14,9 +14,9 @@ import { execa } from 'execa';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { stringify } from 'yaml';
 import { boardConfigFor } from '../../qemu/board-config.js';
-import { bootBoard, type QemuBoard } from '../../qemu/boot.js';
+import type { QemuBoard } from '../../qemu/boot.js';
 import { buildImage } from '../../qemu/image/build.js';
-import { repoRoot, reportItems, writeTeam } from './board-under-test.js';
+import { labBoard, repoRoot, reportItems, writeTeam } from './board-under-test.js';
 
 const POWER_TIMEOUT_S = 20;
 const cli = [process.execPath, join(repoRoot, 'bin', 'fleetlab.js')];
@@ -30,7 +30,7 @@ describe('a lab board that does not come back after a power cycle', () => {
   beforeAll(async () => {
     dir = await mkdtemp(join(tmpdir(), 'fleetlab-lab-offline-'));
     const { image } = await buildImage({ repoRoot });
-    const booted = await bootBoard({ image, machine: 'virt', snapshot: true, runDir: join(dir, 'qemu'), progress: (l) => console.error(`lab-offline: ${l}`) });
+    const booted = await labBoard(image, join(dir, 'qemu'), (l) => console.error(`lab-offline: ${l}`));
     board = booted.board;
     const config = boardConfigFor(booted.ready, cli);
     labFile = join(dir, 'fleetlab.lab.yaml');

@@ -15,9 +15,9 @@ import { stringify } from 'yaml';
 import { openLab } from '../../hil/lab/lab-command.js';
 import type { LeaseLogEntry } from '../../hil/lab/lease-store.js';
 import { boardConfigFor } from '../../qemu/board-config.js';
-import { bootBoard, type QemuBoard } from '../../qemu/boot.js';
+import type { QemuBoard } from '../../qemu/boot.js';
 import { buildImage } from '../../qemu/image/build.js';
-import { repoRoot, writeTeam } from './board-under-test.js';
+import { labBoard, repoRoot, writeTeam } from './board-under-test.js';
 
 const TTL_S = 10;
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
@@ -71,7 +71,7 @@ describe('three fleetlab test runs share a lab of two QEMU boards', () => {
     dir = await mkdtemp(join(tmpdir(), 'fleetlab-lab-runs-'));
     const { image } = await buildImage({ repoRoot });
     const progress = (line: string) => console.error(`lab-runs: ${line}`);
-    const booted = await Promise.all(['a', 'b'].map((n) => bootBoard({ image, machine: 'virt', snapshot: true, runDir: join(dir, `qemu-${n}`), progress })));
+    const booted = await Promise.all(['a', 'b'].map((n) => labBoard(image, join(dir, `qemu-${n}`), progress)));
     boards.push(...booted.map((b) => b.board));
     const cli = [process.execPath, join(repoRoot, 'bin', 'fleetlab.js')];
     labFile = join(dir, 'fleetlab.lab.yaml');

@@ -1,23 +1,26 @@
 /**
- * One build of a kind at a time on this machine (HIL workers starting together, a bench, the
- * CLI): the second waits, then finds the first one's result in the cache. A lock whose holder
- * died is taken over.
+ * One build of a kind at a time on this machine for this user (HIL workers starting together,
+ * a bench, the CLI): the second waits, then finds the first one's result in the cache. A lock
+ * whose holder died is taken over. Two users' builds may overlap: they write the same cache.
  */
 import { mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { FleetlabError } from './errors.js';
 import { alive as pidAlive } from './processes.js';
+import { userTmpDir } from './user-tmp.js';
 
 
 /**
- * The machine's /tmp rather than TMPDIR: a test run gives each test file a TMPDIR of its own
- * (hil/lib/run-leftovers.ts), and builds started from two of them, or from two runs, still
+ * Under the machine's /tmp rather than TMPDIR: a test run gives each test file a TMPDIR of its
+ * own (hil/lib/run-leftovers.ts), and builds started from two of them, or from two runs, still
  * share one engine and one cache.
  */
 const LOCK_ROOT = '/tmp';
 
 export async function withBuildLock<T>(name: string, report: (stage: string, detail: string) => void, fn: () => Promise<T>, waitMs = 15 * 60_000): Promise<T> {
-  const dir = join(LOCK_ROOT, `${name}.lock`);
+  // In this user's own directory of the machine's /tmp: a lock root's killed run left in /tmp
+  // itself could not be taken over by a CI runner's user.
+  const dir = join(userTmpDir(LOCK_ROOT), `${name}.lock`);
   const deadline = Date.now() + waitMs;
   let told = false;
   for (;;) {

@@ -1,0 +1,45 @@
+/**
+ * The per-user temporary directory (src/user-tmp.ts): made 0700 for this user, the same one
+ * when the base already is it (TMPDIR set by `fleetlab test`), and refused with what to do when
+ * another user owns the name or it is not a directory.
+ */
+import { chownSync, chmodSync, mkdirSync, mkdtempSync, rmSync, statSync, symlinkSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, describe, expect, it } from 'vitest';
+import { userTmpDir, userTmpName } from '../src/user-tmp.js';
+
+const base = mkdtempSync(join(tmpdir(), 'fleetlab-user-tmp-'));
+afterAll(() => rmSync(base, { recursive: true, force: true }));
+const isRoot = process.getuid?.() === 0;
+
+describe('userTmpDir', () => {
+  it('makes <base>/fleetlab-<uid> for this user alone, and is that directory again from inside it', () => {
+    const dir = userTmpDir(base);
+    expect(dir).toBe(join(base, userTmpName()));
+    const st = statSync(dir);
+    expect([st.uid, st.mode & 0o777]).toEqual([process.getuid!(), 0o700]);
+    expect(userTmpDir(dir)).toBe(dir);
+  });
+
+  it('tightens a directory of its own that others could read', () => {
+    const other = join(base, 'loose');
+    mkdirSync(join(other, userTmpName()), { recursive: true });
+    chmodSync(join(other, userTmpName()), 0o755);
+    expect(statSync(userTmpDir(other)).mode & 0o777).toBe(0o700);
+  });
+
+  it('refuses a symlink in its place, naming the path and the way out', () => {
+    const planted = join(base, 'planted');
+    mkdirSync(planted);
+    symlinkSync(base, join(planted, userTmpName()));
+    expect(() => userTmpDir(planted)).toThrow(/fleetlab-\d+ should be a directory of yours .*not a directory: remove it \(sudo rm -rf .*\) or set TMPDIR/);
+  });
+
+  it.skipIf(!isRoot)('refuses one another user owns (needs root to make it: skipped otherwise)', () => {
+    const shared = join(base, 'shared');
+    mkdirSync(join(shared, userTmpName()), { recursive: true });
+    chownSync(join(shared, userTmpName()), 65534, 65534);
+    expect(() => userTmpDir(shared)).toThrow(`${join(shared, userTmpName())} should be a directory of yours (uid 0) for fleetlab's temporary files, but it is owned by uid 65534`);
+  });
+});

@@ -24,7 +24,7 @@ import { killProcesses, sessionEnv, sessionProcesses, stopProcesses } from '../s
 import { Teardown } from '../src/teardown.js';
 import { removeDeviceLeftovers, storedUuid } from './device-leftovers.js';
 import { startPartitionableLink, type PartitionableLink } from './network/partitionable-link.js';
-import { gpioNamespaceCommand } from './gpio/namespace.js';
+import { gpioNamespaceCommand, requireUserNamespace } from './gpio/namespace.js';
 import { startSysfsGpio, type SysfsGpio } from './gpio/sysfs-gpio.js';
 import { ContainerLogFollower } from './journal/container-logs.js';
 import { startJournalSim, supervisorUnit, type JournalSim } from './journal/journal-sim.js';
@@ -187,6 +187,7 @@ export class SimDevice extends EventEmitter<{ reboot: []; poweroff: []; exit: [c
   }
 
   static async start(opts: SimDeviceOptions): Promise<SimDevice> {
+    requireUserNamespace();
     const ownsDataDir = opts.ownsDataDir ?? opts.dataDir === undefined;
     const dataDir = resolve(opts.dataDir ?? (await mkdtemp(join(tmpdir(), 'fleetlab-sim-'))));
     const port = opts.port === 0 ? await freePort() : opts.port;

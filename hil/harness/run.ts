@@ -13,6 +13,7 @@ import { payloadSource, PREBUILT_PAYLOAD_DIR } from '../../qemu/image/payload.js
 import { FleetlabError } from '../../src/errors.js';
 import { fleetlabRoot } from '../../src/package-root.js';
 import { engineAt } from '../../sim/engine-at.js';
+import { requireUserNamespace } from '../../sim/gpio/namespace.js';
 import { requireNativeModules, type NativeModule } from '../../src/native-modules.js';
 import { readLab } from '../lab/lab-command.js';
 import { matchingBoards } from '../lab/lab-file.js';
@@ -111,6 +112,8 @@ export async function runTests(options: RunOptions): Promise<number> {
   // The supervisor of a sim device loads epoll here; a spec with a cloud loads better-sqlite3.
   const native: NativeModule[] = options.target === 'sim' ? ['epoll', 'better-sqlite3'] : ['better-sqlite3'];
   requireNativeModules(native);
+  // Said once here rather than by every worker's first device.
+  if (options.target === 'sim') requireUserNamespace();
   if (options.target === 'sim' || options.target === 'container') {
     await engineAt(dockerSocket, 'install and start it (apt-get install docker.io; systemctl start docker), or set FLEETLAB_DOCKER_SOCKET', `fleetlab test --target ${options.target} runs your app's containers on dockerd: `);
   }

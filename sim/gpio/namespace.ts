@@ -4,6 +4,7 @@
  * supervisor of a simulated device reaches the simulated GPIO with its production adapter:
  * onoff hard-codes /sys/class/gpio.
  */
+import { spawnSync } from 'node:child_process';
 import { lstatSync, readdirSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { FleetlabError } from '../../src/errors.js';
@@ -72,6 +73,23 @@ export function gpioNamespaceCommand(classDir: string, command: string[], option
       ...command,
     ],
   };
+}
+
+/**
+ * As a user other than root the namespace comes with a user namespace, which some machines
+ * refuse to unprivileged users (Ubuntu 24.04's AppArmor restriction, as on GitHub's runners;
+ * Debian's older sysctl). Tried before the supervisor starts, so a refusal is one sentence with
+ * the way out instead of a supervisor that exits during its start.
+ */
+export function requireUserNamespace(options: Pick<GpioNamespaceOptions, 'root'> = {}): void {
+  if (options.root ?? process.getuid?.() === 0) return;
+  const tried = spawnSync(requireTool(tools.unshare), ['--user', '--map-root-user', '--mount', 'true'], { encoding: 'utf8' });
+  if (tried.status === 0) return;
+  const why = (tried.stderr || tried.error?.message || `exit ${tried.status}`).trim();
+  throw new FleetlabError(
+    'HIL_ERR_PERMISSION',
+    `the sim target keeps its simulated GPIO in a private mount namespace, which for a user other than root (uid ${process.getuid?.()}) needs an unprivileged user namespace, and this machine refuses one (${why}): allow them (sudo sysctl -w kernel.apparmor_restrict_unprivileged_userns=0 on Ubuntu 24.04 and GitHub's runners, kernel.unprivileged_userns_clone=1 on older Debian), run as root, or use --target container`,
+  );
 }
 
 /**

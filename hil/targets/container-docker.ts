@@ -23,6 +23,8 @@ export const TARGET_LABEL = {
   dir: 'io.fleetlab.hil.dir',
 } as const;
 export const TARGET_NAME = 'container';
+/** The device's host directory, made with mkdtemp in the user's temporary directory (src/user-tmp.ts). */
+export const CONTAINER_DIR_PREFIX = 'fleetlab-ctr-';
 
 const dockerCli: ToolSpec = { candidates: ['docker'], debianPackage: 'docker.io' };
 
@@ -40,9 +42,17 @@ export async function dockerExec(
   options: { input?: string | Buffer; timeoutMs?: number } = {},
 ): Promise<ExecBytes> {
   if (argv.length === 0) throw new FleetlabError('SUP_ERR_INTERNAL', 'exec: empty argv');
+  return dockerCommand(socketPath, ['exec', ...(options.input !== undefined ? ['-i'] : []), containerId, ...argv], options);
+}
+
+/**
+ * The docker CLI against the engine at socketPath (`exec`, `run`: it carries stdin both ways).
+ * Never rejects on the exit code; a timeout gives 124.
+ */
+export async function dockerCommand(socketPath: string, args: readonly string[], options: { input?: string | Buffer; timeoutMs?: number } = {}): Promise<ExecBytes> {
   const docker = findTool(dockerCli);
   if (!docker) throw missingToolError(dockerCli);
-  const result = await execa(docker, ['-H', `unix://${socketPath}`, 'exec', ...(options.input !== undefined ? ['-i'] : []), containerId, ...argv], {
+  const result = await execa(docker, ['-H', `unix://${socketPath}`, ...args], {
     input: options.input,
     encoding: 'buffer',
     // The command's output as it printed it: a trailing newline is part of it.

@@ -1,7 +1,8 @@
 /**
  * The files protocol for a device reached only through a command runner (docker exec into
- * the container target, SSH to a board): coreutils, sh and find, which both a Debian image
- * and a lab board's OS have. Paths go as argv words, never through a shell line.
+ * the container target, SSH to a board, a helper container of the engine): POSIX sh with its
+ * test and printf, cat, mkdir and rm, which a Debian image, a lab board's OS and busybox all
+ * have. Paths go as argv words, never through a shell line.
  */
 import type { FilesProtocol } from './protocols.js';
 
@@ -10,6 +11,13 @@ export interface RawCommandResult {
   readonly stdout: Buffer;
   readonly stderr: Buffer;
 }
+
+const LIST_SCRIPT = [
+  'cd -- "$1" || exit 1',
+  'for f in * .[!.]* ..?*; do',
+  '  if [ -e "$f" ] || [ -L "$f" ]; then printf \'%s\\0\' "$f"; fi',
+  'done',
+].join('\n');
 
 export type RawCommandRunner = (argv: readonly string[], options?: { input?: string | Buffer }) => Promise<RawCommandResult>;
 
@@ -27,15 +35,15 @@ export function filesOverCommands(
   return {
     read: (path) => must('read', path, ['cat', '--', path]),
     write: async (path, data) => {
-      await must('write', path, ['sh', '-c', 'mkdir -p -- "$(dirname -- "$1")" && cat > "$1"', 'fleetlab-write', path], data);
+      await must('write', path, ['sh', '-c', 'case $1 in */*) d=${1%/*};; *) d=.;; esac; mkdir -p -- "${d:-/}" && cat > "$1"', 'fleetlab-write', path], data);
     },
     remove: async (path) => {
       await must('remove', path, ['rm', '-rf', '--', path]);
     },
-    exists: async (path) => (await run(['test', '-e', path])).exitCode === 0,
-    // NUL-separated: a file name may hold a newline.
+    exists: async (path) => (await run(['sh', '-c', '[ -e "$1" ]', 'fleetlab-exists', path])).exitCode === 0,
+    // NUL-separated: a file name may hold a newline. The three globs are every name but . and ..
     list: async (path) =>
-      (await must('list', path, ['find', path, '-mindepth', '1', '-maxdepth', '1', '-printf', '%f\\0']))
+      (await must('list', path, ['sh', '-c', LIST_SCRIPT, 'fleetlab-list', path]))
         .toString('utf8')
         .split('\0')
         .filter(Boolean)

@@ -15,8 +15,8 @@
  * it there; on the simulated engine the device pulls it, as a board does, from a registry on
  * loopback (worker-registry.ts) that the simulated engine reads over plain HTTP.
  */
-import { mkdir, readFile, readdir, rm, stat, writeFile } from 'node:fs/promises';
-import { dirname, join } from 'node:path';
+import { readFile, rm } from 'node:fs/promises';
+import { join } from 'node:path';
 import Docker from 'dockerode';
 import { SIM_LED_CHIP, SimDevice, simDeviceFiles } from '../../sim/device.js';
 import { LABEL } from '../../src/supervisor/adapters/engine.js';
@@ -27,6 +27,7 @@ import { replaySimOptions } from '../capture/replay.js';
 import { engineAt } from '../../sim/engine-at.js';
 import { httpApi } from '../lib/http.js';
 import { journalEntries } from '../lib/journal-json.js';
+import { filesBesideEngine, hostFiles, removeTree } from './engine-files.js';
 import { hostShell, runOnHost } from './host-shell.js';
 import type { ApiProtocol, Capability, CommandProtocol, DevicePaths, DeviceUnderTest, FilesProtocol, ImagesProtocol, JournalProtocol, LedProtocol, NetworkProtocol, PowerProtocol, ReleaseEngine, TargetDriver, TargetFacts, TargetStartOptions } from './protocols.js';
 import { WorkerRegistry } from './worker-registry.js';
@@ -181,18 +182,12 @@ class SimUnderTest implements DeviceUnderTest {
       },
     };
     // Both engines keep a local volume's data in a host directory, the volume's Mountpoint;
-    // the device's own engine socket says which.
+    // the device's own engine socket says which. dockerd's is root's alone: as another user
+    // the files there are reached through the engine.
     const docker = new Docker({ socketPath: sim.options.dockerSocket });
     const uuid = info.uuid;
     this.files = {
-      read: (path) => readFile(path),
-      write: async (path, data) => {
-        await mkdir(dirname(path), { recursive: true });
-        await writeFile(path, data);
-      },
-      remove: (path) => rm(path, { force: true, recursive: true }),
-      exists: async (path) => stat(path).then(() => true, () => false),
-      list: (path) => readdir(path),
+      ...(engine === 'docker' ? filesBesideEngine(sim.options.dockerSocket) : hostFiles),
       volumePath: async (appId: number, volume: string) => {
         const { Volumes } = await docker.listVolumes({ filters: { label: [`${LABEL.device}=${uuid}`, `${LABEL.appId}=${appId}`, `${LABEL.volume}=${volume}`] } });
         return Volumes?.[0]?.Mountpoint;
@@ -217,7 +212,9 @@ class SimUnderTest implements DeviceUnderTest {
     const { uuid, dataDir } = this.sim.info();
     const teardown = new Teardown();
     if (!this.sim.options.ownsDataDir) {
-      teardown.defer({ name: `the data dir ${dataDir}`, stop: () => rm(dataDir, { recursive: true, force: true }) });
+      // An app's container, root, may have left files of its own in the lock root.
+      const dockerSocket = this.facts.engine === 'docker' ? this.sim.options.dockerSocket : undefined;
+      teardown.defer({ name: `the data dir ${dataDir}`, stop: () => (dockerSocket ? removeTree(dataDir, dockerSocket) : rm(dataDir, { recursive: true, force: true })) });
       if (this.facts.engine === 'docker') {
         const docker = new Docker({ socketPath: this.sim.options.dockerSocket });
         teardown.defer({ name: `the volumes of device ${uuid}`, stop: () => removeDeviceLeftovers(docker, uuid) });

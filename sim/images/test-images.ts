@@ -201,3 +201,16 @@ async function importBusyboxImages(socketPath: string, images: ReadonlyArray<{ r
     await cleanup();
   }
 }
+
+/**
+ * The image the harness runs short-lived file helpers in (hil/targets/engine-files.ts): the test
+ * images' busybox (sh with its test and printf builtins, cat, mkdir, rm), default command `sh`.
+ */
+export const FILES_IMAGE = 'fleetlab/files:1';
+
+/** Imports FILES_IMAGE into the engine unless it is there. */
+export async function ensureFilesImage(socketPath: string): Promise<void> {
+  const docker = await engineAt(socketPath);
+  if (await docker.getImage(FILES_IMAGE).inspect().then(() => true, () => false)) return;
+  await importBusyboxImages(socketPath, [{ ref: FILES_IMAGE, changes: busyboxChanges(['/bin/sh']) }], () => undefined);
+}

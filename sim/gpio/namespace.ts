@@ -83,7 +83,9 @@ export function gpioNamespaceCommand(classDir: string, command: string[], option
  */
 export function requireUserNamespace(options: Pick<GpioNamespaceOptions, 'root'> = {}): void {
   if (options.root ?? process.getuid?.() === 0) return;
-  const tried = spawnSync(requireTool(tools.unshare), ['--user', '--map-root-user', '--mount', 'true'], { encoding: 'utf8' });
+  // A bind mount too, not only the namespaces: AppArmor's restriction may let unshare through
+  // and deny what the tree needs inside.
+  const tried = spawnSync(requireTool(tools.unshare), ['--user', '--map-root-user', '--mount', '--propagation', 'private', '--', requireTool(tools.mount), '--bind', '/tmp', '/tmp'], { encoding: 'utf8' });
   if (tried.status === 0) return;
   const why = (tried.stderr || tried.error?.message || `exit ${tried.status}`).trim();
   throw new FleetlabError(

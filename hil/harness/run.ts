@@ -12,6 +12,7 @@ import { FLASH_IMAGE_VARIABLE } from '../../board/flash-image-plan.js';
 import { payloadSource, PREBUILT_PAYLOAD_DIR } from '../../qemu/image/payload.js';
 import { FleetlabError } from '../../src/errors.js';
 import { fleetlabRoot } from '../../src/package-root.js';
+import { userTmpDir } from '../../src/user-tmp.js';
 import { engineAt } from '../../sim/engine-at.js';
 import { requireUserNamespace } from '../../sim/gpio/namespace.js';
 import { requireNativeModules, type NativeModule } from '../../src/native-modules.js';
@@ -119,10 +120,13 @@ export async function runTests(options: RunOptions): Promise<number> {
   }
 
   const cli = createRequire(import.meta.url).resolve('@playwright/test/cli');
+  // The run's temporary files in the user's own directory: what takes a fixed name there
+  // (testcontainers' lock file, which follows TMPDIR and nothing else) is then never another
+  // user's, as it can be in the shared /tmp after a run as root.
   const child = spawn(process.execPath, [cli, ...argv], {
     cwd: options.cwd,
     stdio: 'inherit',
-    env: { ...process.env, FLEETLAB_HIL_ENGINE: process.env.FLEETLAB_HIL_ENGINE ?? 'docker', TESTCONTAINERS_RYUK_DISABLED: 'true', FLEETLAB_DOCKER_SOCKET: dockerSocket, ...labEnv },
+    env: { ...process.env, TMPDIR: userTmpDir(), FLEETLAB_HIL_ENGINE: process.env.FLEETLAB_HIL_ENGINE ?? 'docker', TESTCONTAINERS_RYUK_DISABLED: 'true', FLEETLAB_DOCKER_SOCKET: dockerSocket, ...labEnv },
   });
   // Ctrl-C reaches Playwright from the terminal itself (same process group), and a second
   // one would force it: this process only stays alive for it. SIGTERM is passed on.

@@ -6,12 +6,21 @@
  * on the host's dockerd, and their host data directories. Containers of a run still in
  * progress (owner alive) and other testcontainers users' containers are left alone.
  */
-import { rm } from 'node:fs/promises';
-import { join } from 'node:path';
+import { basename, dirname, join, normalize } from 'node:path';
 import Docker from 'dockerode';
-import { TARGET_LABEL, TARGET_NAME } from './container-docker.js';
+import { CONTAINER_DIR_PREFIX, TARGET_LABEL, TARGET_NAME } from './container-docker.js';
+import { removeTree } from './engine-files.js';
 import { removeDeviceLeftovers, storedUuid } from '../../sim/device-leftovers.js';
 import { alive } from '../../src/processes.js';
+
+/**
+ * Only directories this target made, never a path a label could point anywhere: mkdtemp's name
+ * in a user's temporary directory (`<tmpdir>/fleetlab-<uid>/`), or in /tmp as before there was one.
+ */
+function madeByTarget(dir: string): boolean {
+  if (normalize(dir) !== dir || !new RegExp(`^${CONTAINER_DIR_PREFIX}[A-Za-z0-9]{6}$`).test(basename(dir))) return false;
+  return dirname(dir) === '/tmp' || /^fleetlab-\d+$/.test(basename(dirname(dir)));
+}
 
 /** Removes leftovers of finished or crashed runs; returns how many device containers went. */
 export async function removeContainerTargetLeftovers(dockerSocket = process.env.FLEETLAB_DOCKER_SOCKET ?? '/var/run/docker.sock'): Promise<number> {
@@ -22,11 +31,11 @@ export async function removeContainerTargetLeftovers(dockerSocket = process.env.
     if (alive(Number(c.Labels[TARGET_LABEL.owner]))) continue;
     await docker.getContainer(c.Id).remove({ force: true }).catch(() => undefined);
     const dir = c.Labels[TARGET_LABEL.dir];
-    // Only directories this target made (mkdtemp('/tmp/fleetlab-ctr-')), never a path a label could point anywhere.
-    if (dir && /^\/tmp\/fleetlab-ctr-[A-Za-z0-9]+$/.test(dir)) {
+    if (dir && madeByTarget(dir)) {
       const uuid = storedUuid(join(dir, 'device'));
       if (uuid) await removeDeviceLeftovers(docker, uuid).catch(() => undefined);
-      await rm(dir, { recursive: true, force: true });
+      // Root's files from the device container, perhaps in another user's directory: through the engine.
+      await removeTree(dir, dockerSocket).catch(() => undefined);
     }
     removed++;
   }

@@ -15,8 +15,9 @@
  * and mount once that capability is granted. Where AppArmor confines containers, its
  * docker-default profile denies mount, so the container is then started unconfined.
  */
-import { appendFileSync, existsSync, readFileSync } from 'node:fs';
-import { mkdir, mkdtemp, readFile, rm } from 'node:fs/promises';
+import { accessSync, appendFileSync, constants, lstatSync, readFileSync, realpathSync } from 'node:fs';
+import { mkdir, mkdtemp, readFile, stat } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import Docker from 'dockerode';
 import type { StartedTestContainer } from 'testcontainers';
@@ -24,10 +25,14 @@ import { LED_TRANSITIONS_FILE, simDeviceFiles } from '../../sim/device.js';
 import { LABEL } from '../../src/supervisor/adapters/engine.js';
 import { httpApi } from '../lib/http.js';
 import { buildDeviceImage } from './container-image.js';
+import { removeTree } from './engine-files.js';
+import { FleetlabError } from '../../src/errors.js';
+import { userTmpDir } from '../../src/user-tmp.js';
 import { filesOverCommands } from './files-over-commands.js';
 import {
   TARGET_LABEL,
   TARGET_NAME,
+  CONTAINER_DIR_PREFIX,
   dockerExec,
   stopDeviceContainers,
   waitReadyLine,
@@ -98,25 +103,64 @@ async function resolveImage(options: ContainerTargetOptions, dockerSocket: strin
   return image.ref;
 }
 
-/** Reads the LED file the sim appends to (in the bind-mounted data dir). */
-function readLed(file: string): LedTransition[] {
-  let text: string;
-  try {
-    text = readFileSync(file, 'utf8');
-  } catch {
-    return [];
-  }
-  const out: LedTransition[] = [];
-  for (const line of text.split('\n')) {
-    if (!line) continue;
+/**
+ * testcontainers takes a file lock before its first container (common/file-lock.js: proper-lockfile
+ * on `<tmpdir>/testcontainers-node.lock`), a fixed name: one that an earlier run as another user
+ * (root) left in a shared /tmp cannot be written, and its stale `.lock` directory cannot be taken
+ * over, so the run would fail or wait forever. Its only setting for the place is TMPDIR, which
+ * `fleetlab test` points at the user's own directory; started any other way, this says so first.
+ */
+function requireTestcontainersLock(): void {
+  const dir = realpathSync(tmpdir());
+  const uid = process.getuid?.() ?? 0;
+  for (const name of ['testcontainers-node.lock', 'testcontainers-node.lock.lock']) {
+    const path = join(dir, name);
+    let st;
     try {
-      const t = JSON.parse(line) as { value: number; at: number };
-      out.push({ at: t.at, value: t.value ? 1 : 0 });
+      st = lstatSync(path);
     } catch {
-      // a line being appended right now
+      continue;
+    }
+    const writable = (() => {
+      try {
+        accessSync(path, constants.W_OK);
+        return true;
+      } catch {
+        return false;
+      }
+    })();
+    // proper-lockfile refreshes a held lock's mtime every 5 s: an older one of another user is left over.
+    const stuck = name.endsWith('.lock.lock') ? st.uid !== uid && Date.now() - st.mtimeMs > 10_000 : !writable;
+    if (stuck) {
+      throw new FleetlabError(
+        'HIL_ERR_PERMISSION',
+        `testcontainers' lock ${path} belongs to uid ${st.uid}, left by an earlier run as that user, and uid ${uid} cannot take it: run through npx fleetlab test (it gives each user a temporary directory of its own), set TMPDIR to a directory of yours, or remove it (sudo rm -rf ${join(dir, 'testcontainers-node.lock')}*)`,
+      );
     }
   }
-  return out;
+}
+
+/** The LED transitions in these files (each line a JSON transition), oldest first. */
+function readLed(...files: string[]): LedTransition[] {
+  const out: LedTransition[] = [];
+  for (const file of files) {
+    let text: string;
+    try {
+      text = readFileSync(file, 'utf8');
+    } catch {
+      continue;
+    }
+    for (const line of text.split('\n')) {
+      if (!line) continue;
+      try {
+        const t = JSON.parse(line) as { value: number; at: number };
+        out.push({ at: t.at, value: t.value ? 1 : 0 });
+      } catch {
+        // a line being appended right now
+      }
+    }
+  }
+  return out.sort((a, b) => a.at - b.at);
 }
 
 class ContainerUnderTest implements DeviceUnderTest {
@@ -169,15 +213,16 @@ class ContainerUnderTest implements DeviceUnderTest {
       },
     };
 
-    const ledFile = join(dataDir, LED_TRANSITIONS_FILE);
+    // The sim's file (root's, in the container) and the observer's own record of power losses:
+    // the observer sees the line drop, which the dead sim cannot write.
+    const ledFiles = [join(dataDir, LED_TRANSITIONS_FILE), join(hostDir, 'led-power-loss.jsonl')] as const;
     this.led = {
       line: `gpio ${LED_GPIO} (pinctrl-bcm2835 pin ${LED_OFFSET}, simulated sysfs inside the device container)`,
-      level: async () => readLed(ledFile).at(-1)?.value ?? 0,
-      transitions: async (sinceMs = 0) => readLed(ledFile).filter((t) => t.at >= sinceMs),
+      level: async () => readLed(...ledFiles).at(-1)?.value ?? 0,
+      transitions: async (sinceMs = 0) => readLed(...ledFiles).filter((t) => t.at >= sinceMs),
     };
-    /** Power is gone: the line drops with it (the observer sees that, the dead sim cannot write it). */
     const ledLosesPower = () => {
-      if (readLed(ledFile).at(-1)?.value === 1) appendFileSync(ledFile, `${JSON.stringify({ value: 0, at: Date.now() })}\n`);
+      if (readLed(...ledFiles).at(-1)?.value === 1) appendFileSync(ledFiles[1], `${JSON.stringify({ value: 0, at: Date.now() })}\n`);
     };
 
     const cut = async () => {
@@ -195,8 +240,8 @@ class ContainerUnderTest implements DeviceUnderTest {
         return;
       }
       // What does not survive a power loss on a board: tmpfs (the lock root) and sysfs (the GPIO tree).
-      await rm(join(dataDir, 'locks'), { recursive: true, force: true });
-      await rm(join(dataDir, 'gpio'), { recursive: true, force: true });
+      await removeTree(join(dataDir, 'locks'), dockerSocket);
+      await removeTree(join(dataDir, 'gpio'), dockerSocket);
       await docker.getContainer(id).start();
       this.#readyCount = (await waitReadyLine(docker, id, this.#readyCount, READY_MS)).count;
       await this.api.waitReady(READY_MS);
@@ -265,7 +310,8 @@ class ContainerUnderTest implements DeviceUnderTest {
     await this.container.stop({ timeout: STOP_GRACE_MS, remove: true }).catch(() => undefined);
     await this.docker.getContainer(this.container.getId()).remove({ force: true }).catch(() => undefined);
     await removeDeviceLeftovers(this.docker, this.#uuid).catch(() => undefined);
-    await rm(this.hostDir, { recursive: true, force: true });
+    // The device container wrote its data as root: a user other than root removes it through the engine.
+    await removeTree(this.hostDir, this.dockerSocket);
   }
 
   async [Symbol.asyncDispose](): Promise<void> {
@@ -285,6 +331,7 @@ export const containerTarget: TargetDriver<ContainerTargetOptions> = {
   startsFromBundle: true,
   async start(options: ContainerTargetOptions = {}) {
     offlineTestcontainers();
+    requireTestcontainersLock();
     const dockerSocket = options.dockerSocket ?? process.env.FLEETLAB_DOCKER_SOCKET ?? '/var/run/docker.sock';
     // A bundle that cannot be replayed is refused here, before a container starts.
     if (options.bundle) capturedDevice(await readBundle(options.bundle), options.bundle);
@@ -295,6 +342,8 @@ export const containerTarget: TargetDriver<ContainerTargetOptions> = {
     const { GenericContainer, Wait } = await import('testcontainers');
     const volumeRoot = join(((await docker.info()) as { DockerRootDir?: string }).DockerRootDir ?? '/var/lib/docker', 'volumes');
     const apparmor = await usesAppArmor(docker);
+    // Root's alone (/var/lib/docker is 0710): a user in the docker group gets EACCES, not absence.
+    const volumeRootThere = await stat(volumeRoot).then(() => true, (err: NodeJS.ErrnoException) => err.code === 'EACCES');
 
     /** Publishes on loopback only (testcontainers binds all interfaces) and adds the security options. */
     class DeviceContainer extends GenericContainer {
@@ -306,7 +355,8 @@ export const containerTarget: TargetDriver<ContainerTargetOptions> = {
       }
     }
 
-    const hostDir = await mkdtemp('/tmp/fleetlab-ctr-');
+    // The user's own directory: a run as another user may not enter it or take its name.
+    const hostDir = await mkdtemp(join(userTmpDir(), CONTAINER_DIR_PREFIX));
     const dataDir = join(hostDir, 'device');
     await mkdir(dataDir, { recursive: true });
     let started: StartedTestContainer | undefined;
@@ -348,7 +398,7 @@ export const containerTarget: TargetDriver<ContainerTargetOptions> = {
         .withBindMounts([
           { source: dockerSocket, target: '/var/run/docker.sock' },
           { source: hostDir, target: hostDir },
-          ...(existsSync(volumeRoot) ? [{ source: volumeRoot, target: volumeRoot }] : []),
+          ...(volumeRootThere ? [{ source: volumeRoot, target: volumeRoot }] : []),
         ])
         .withAddedCapabilities('SYS_ADMIN')
         .withLabels({ [TARGET_LABEL.target]: TARGET_NAME, [TARGET_LABEL.owner]: String(process.pid), [TARGET_LABEL.dir]: hostDir })
@@ -363,7 +413,7 @@ export const containerTarget: TargetDriver<ContainerTargetOptions> = {
       if (started) await started.stop({ timeout: 0, remove: true }).catch(() => undefined);
       const uuid = storedUuid(dataDir);
       if (uuid) await removeDeviceLeftovers(docker, uuid).catch(() => undefined);
-      await rm(hostDir, { recursive: true, force: true });
+      await removeTree(hostDir, dockerSocket).catch(() => undefined);
       throw err;
     }
   },

@@ -12,6 +12,13 @@ import { join } from 'node:path';
 /** The user's temporary directory: its environment has no TMPDIR. */
 const SHARED_TMP = '/tmp';
 
+/** How this machine reaches the network (proxies, its CA bundle): the machine's, so every user's. */
+const MACHINE_VARIABLES = ['http_proxy', 'https_proxy', 'no_proxy', 'HTTP_PROXY', 'HTTPS_PROXY', 'NO_PROXY', 'NODE_EXTRA_CA_CERTS'];
+
+function machineEnv(): Record<string, string> {
+  return Object.fromEntries(MACHINE_VARIABLES.flatMap((k) => (process.env[k] ? [[k, process.env[k]!]] : [])));
+}
+
 function userProcesses(uid: number): number[] {
   try {
     return execFileSync('ps', ['-o', 'pid=', '-u', String(uid)], { encoding: 'utf8' }).split('\n').map(Number).filter((p) => p > 0);
@@ -58,7 +65,7 @@ export function makeDockerUser(prefix: string): TempUser {
     home,
     run: (file, args, cwd, options = {}) =>
       new Promise((done) => {
-        const env = Object.entries({ HOME: home, USER: name, LOGNAME: name, PATH: path, LANG: 'C.UTF-8', ...options.env }).map(([k, v]) => `${k}=${v}`);
+        const env = Object.entries({ HOME: home, USER: name, LOGNAME: name, PATH: path, LANG: 'C.UTF-8', ...machineEnv(), ...options.env }).map(([k, v]) => `${k}=${v}`);
         execFile('runuser', ['-u', name, '--', 'env', '-i', ...env, file, ...args], { cwd, timeout: options.timeoutMs ?? 600_000, maxBuffer: 256 * 1024 * 1024 }, (err, stdout, stderr) => {
           const code = err ? (typeof (err as { code?: unknown }).code === 'number' ? (err as { code: number }).code : 1) : 0;
           done({ code, out: `${stdout}${stderr}` });

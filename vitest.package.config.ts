@@ -1,7 +1,8 @@
 import { defineConfig } from 'vitest/config';
 
 // `npm run test:package`: the packed tarball installed as a device team installs it
-// (test/package/). Minutes, not seconds: two npm installs and four harness runs.
+// (test/package/), by root and by a user in the docker group. Minutes, not seconds: three npm
+// installs and the harness runs of each.
 export default defineConfig({
   test: {
     include: ['test/package/**/*.test.ts'],

@@ -5,17 +5,20 @@
  * - a team app the harness was never written for (test/package/team-app), installed with
  *   npm 12, which blocks install scripts until `init` approves them;
  * - the example app (examples/device-app), installed with this machine's npm, on sim and on
- *   container.
+ *   container;
+ * - the same app as a CI runner's user runs it (in the docker group, not root: a temporary
+ *   user made for the test): its own install, `init`, then sim and container (issue 39 item 4).
  *
  * Each inner run's JUnit report is copied to test-results/package-<name>-junit.xml, so .ci/run
- * counts its tests too. `npm run test:package` runs this file (a few minutes: two installs).
+ * counts its tests too. `npm run test:package` runs this file (a few minutes: three installs).
  */
 import { execFile, spawn } from 'node:child_process';
-import { cpSync, existsSync, mkdirSync, mkdtempSync, readdirSync, renameSync, rmSync, writeFileSync } from 'node:fs';
+import { chownSync, cpSync, existsSync, mkdirSync, mkdtempSync, readdirSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { join, relative, resolve } from 'node:path';
+import { basename, join, relative, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { cannotMakeUsers, makeDockerUser, type TempUser } from '../helpers/temp-user.js';
 
 const REPO = resolve(fileURLToPath(new URL('../..', import.meta.url)));
 const RESULTS = join(REPO, 'test-results');
@@ -185,5 +188,51 @@ describe('the example app, installed with this machine\'s npm', () => {
     const tested = await run('npx', ['fleetlab', 'test', '--target', 'container'], dir, 1_200_000, { TESTCONTAINERS_RYUK_DISABLED: 'true' });
     keepReport(dir, 'example-container');
     expect(tested.code, tested.out).toBe(0);
+  }, 1_200_000);
+});
+
+const noUser = cannotMakeUsers();
+if (noUser) console.log(`package test: the runs as a user other than root are skipped: ${noUser}`);
+
+describe.skipIf(noUser !== undefined)('the example app as a CI runner\'s user: in the docker group, not root', () => {
+  let user: TempUser;
+  let dir: string;
+
+  beforeAll(async () => {
+    user = makeDockerUser('fleetlab-ci');
+    // The tarball sits in root's private work directory: the user gets a copy of its own.
+    const own = join(user.home, basename(tarball));
+    cpSync(tarball, own);
+    chownSync(own, user.uid, user.uid);
+    dir = join(user.home, 'device-app');
+    // The app without what init writes (its config, its spec); the example's specs come after.
+    const copied = await user.run('sh', ['-c', 'mkdir "$2" && cd "$1" && cp -r compose.yaml compose.v2.yaml recorder ticker "$2"/ && printf \'{"name":"device-app","private":true}\\n\' > "$2/package.json"', 'copy', join(REPO, 'examples/device-app'), dir], user.home);
+    expect(copied.code, copied.out).toBe(0);
+    // Where this machine keeps Node's headers for addon builds is in root's npm config (nodedir;
+    // nodejs.org is not reachable here): the user's npm is told the same.
+    const nodedir = (await run('npm', ['config', 'get', 'nodedir'], REPO)).out.trim();
+    const installed = await user.run('npm', ['install', '--no-audit', '--no-fund', own], dir, { timeoutMs: 900_000, env: nodedir && nodedir !== 'undefined' ? { npm_config_nodedir: nodedir } : {} });
+    expect(installed.code, installed.out).toBe(0);
+  }, 900_000);
+
+  afterAll(() => user?.remove());
+
+  it('init, then the generated spec and the example\'s (files in a volume, the update lock, the LED) on sim', async () => {
+    const init = await user.run('npx', ['fleetlab', 'init'], dir);
+    expect(init.code, init.out).toBe(0);
+    expect(init.out).toContain('fleetlab init: found compose.yaml');
+    const spec = await user.run('cp', [join(REPO, 'examples/device-app/fleetlab/app.spec.ts'), join(dir, 'fleetlab', 'device-app.spec.ts')], dir);
+    expect(spec.code, spec.out).toBe(0);
+    const tested = await user.run('npx', ['fleetlab', 'test'], dir);
+    keepReport(dir, 'nonroot-sim');
+    expect(tested.code, tested.out).toBe(0);
+    expect(tested.out).toMatch(/6 passed/);
+  }, 600_000);
+
+  it('the same specs on container', async () => {
+    const tested = await user.run('npx', ['fleetlab', 'test', '--target', 'container'], dir, { timeoutMs: 1_200_000 });
+    keepReport(dir, 'nonroot-container');
+    expect(tested.code, tested.out).toBe(0);
+    expect(tested.out).toMatch(/6 passed/);
   }, 1_200_000);
 });

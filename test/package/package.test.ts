@@ -7,18 +7,20 @@
  * - the example app (examples/device-app), installed with this machine's npm, on sim and on
  *   container;
  * - the same app as a CI runner's user runs it (in the docker group, not root: a temporary
- *   user made for the test): its own install, `init`, then sim and container (issue 39 item 4).
+ *   user made for the test): its own install and `init`, then the steps of the CI recipes in
+ *   examples/ci/ as written (GitHub Actions on container, GitLab CI on sim; issue 39 items 4, 5).
  *
  * Each inner run's JUnit report is copied to test-results/package-<name>-junit.xml, so .ci/run
  * counts its tests too. `npm run test:package` runs this file (a few minutes: three installs).
  */
 import { execFile, spawn } from 'node:child_process';
-import { chownSync, cpSync, existsSync, mkdirSync, mkdtempSync, readdirSync, renameSync, rmSync, writeFileSync } from 'node:fs';
+import { chownSync, cpSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { basename, join, relative, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { cannotMakeUsers, makeDockerUser, type TempUser } from '../helpers/temp-user.js';
+import { githubRunSteps, gitlabJobSteps, type RecipeStep } from './ci-recipe.js';
 
 const REPO = resolve(fileURLToPath(new URL('../..', import.meta.url)));
 const RESULTS = join(REPO, 'test-results');
@@ -194,9 +196,18 @@ describe('the example app, installed with this machine\'s npm', () => {
 const noUser = cannotMakeUsers();
 if (noUser) console.log(`package test: the runs as a user other than root are skipped: ${noUser}`);
 
-describe.skipIf(noUser !== undefined)('the example app as a CI runner\'s user: in the docker group, not root', () => {
+/**
+ * The jobs of each CI recipe run here: both shards with FLEETLAB_CI_FULL=1; in .ci/run's reduced
+ * size the first on container (GitHub's) and the second on sim (GitLab's), so each spec file
+ * runs once as the user.
+ */
+const full = process.env.FLEETLAB_CI_FULL === '1';
+const SHARDS = { github: full ? ['1/2', '2/2'] : ['1/2'], gitlab: full ? ['1/2', '2/2'] : ['2/2'] };
+
+describe.skipIf(noUser !== undefined)('the example app as a CI runner\'s user (in the docker group, not root), with the CI recipes of examples/ci/', () => {
   let user: TempUser;
   let dir: string;
+  let userNpmEnv: Record<string, string> = {};
 
   beforeAll(async () => {
     user = makeDockerUser('fleetlab-ci');
@@ -211,28 +222,63 @@ describe.skipIf(noUser !== undefined)('the example app as a CI runner\'s user: i
     // Where this machine keeps Node's headers for addon builds is in root's npm config (nodedir;
     // nodejs.org is not reachable here): the user's npm is told the same.
     const nodedir = (await run('npm', ['config', 'get', 'nodedir'], REPO)).out.trim();
-    const installed = await user.run('npm', ['install', '--no-audit', '--no-fund', own], dir, { timeoutMs: 900_000, env: nodedir && nodedir !== 'undefined' ? { npm_config_nodedir: nodedir } : {} });
+    userNpmEnv = nodedir && nodedir !== 'undefined' ? { npm_config_nodedir: nodedir } : {};
+    // A devDependency, as the recipes in examples/ci/ expect; the lockfile is what their npm ci installs.
+    const installed = await user.run('npm', ['install', '--save-dev', '--no-audit', '--no-fund', own], dir, { timeoutMs: 900_000, env: userNpmEnv });
     expect(installed.code, installed.out).toBe(0);
   }, 900_000);
 
   afterAll(() => user?.remove());
 
-  it('init, then the generated spec and the example\'s (files in a volume, the update lock, the LED) on sim', async () => {
+  it('init writes its config and a spec for the app', async () => {
     const init = await user.run('npx', ['fleetlab', 'init'], dir);
     expect(init.code, init.out).toBe(0);
     expect(init.out).toContain('fleetlab init: found compose.yaml');
     const spec = await user.run('cp', [join(REPO, 'examples/device-app/fleetlab/app.spec.ts'), join(dir, 'fleetlab', 'device-app.spec.ts')], dir);
     expect(spec.code, spec.out).toBe(0);
-    const tested = await user.run('npx', ['fleetlab', 'test'], dir);
-    keepReport(dir, 'nonroot-sim');
-    expect(tested.code, tested.out).toBe(0);
-    expect(tested.out).toMatch(/6 passed/);
-  }, 600_000);
+  });
 
-  it('the same specs on container', async () => {
-    const tested = await user.run('npx', ['fleetlab', 'test', '--target', 'container'], dir, { timeoutMs: 1_200_000 });
-    keepReport(dir, 'nonroot-container');
-    expect(tested.code, tested.out).toBe(0);
-    expect(tested.out).toMatch(/6 passed/);
-  }, 1_200_000);
+  /**
+   * A recipe's steps for one job, run in the app's directory: as the user, or as root for a
+   * step that uses sudo (the user has none; on GitHub the runner's user does). Every `fleetlab
+   * test` in it must pass; its report is kept under `report`. Returns how many specs passed.
+   */
+  const runSteps = async (steps: readonly RecipeStep[], report: string): Promise<number> => {
+    let passed = 0;
+    for (const step of steps) {
+      const env = { ...userNpmEnv, ...step.env };
+      const done = step.root
+        ? await run('sh', ['-e', '-c', `sudo() { "$@"; }\n${step.script}`], dir, 1_200_000, env)
+        : await user.run('sh', ['-e', '-c', step.script], dir, { timeoutMs: 1_200_000, env });
+      expect(done.code, `${step.name} (${step.root ? 'as root' : `as ${user.name}`}):\n${done.out}`).toBe(0);
+      if (step.script.includes('fleetlab test')) {
+        keepReport(dir, report);
+        expect(done.out, `${step.name}: no failed spec`).not.toMatch(/\d+ failed/);
+        passed += Number(/(\d+) passed/.exec(done.out)?.[1] ?? 0);
+      }
+    }
+    return passed;
+  };
+
+  it('the GitHub Actions recipe (examples/ci/github-actions.yml) as written, on container', async () => {
+    const recipe = readFileSync(join(REPO, 'examples/ci/github-actions.yml'), 'utf8');
+    let passed = 0;
+    for (const shard of SHARDS.github) {
+      const steps = githubRunSteps(recipe, { target: 'container', shard, cacheHit: false });
+      expect(steps.map((s) => s.name)).toContain('fleetlab test (container, shard ' + shard + ')');
+      passed += await runSteps(steps, `nonroot-github-container-${shard.replace('/', 'of')}`);
+    }
+    expect(passed).toBeGreaterThan(0);
+    if (full) expect(passed).toBe(6);
+    // The step that keeps the images for the next run did keep them.
+    expect(existsSync(join(user.home, '.cache', 'fleetlab-images', 'images.tar'))).toBe(true);
+  }, 2_400_000);
+
+  it('the GitLab CI job (examples/ci/gitlab-ci.yml) as written, on sim', async () => {
+    const recipe = readFileSync(join(REPO, 'examples/ci/gitlab-ci.yml'), 'utf8');
+    let passed = 0;
+    for (const shard of SHARDS.gitlab) passed += await runSteps(gitlabJobSteps(recipe, 'hil:sim', Number(shard.split('/')[0])), `nonroot-gitlab-sim-${shard.replace('/', 'of')}`);
+    expect(passed).toBeGreaterThan(0);
+    if (full) expect(passed).toBe(6);
+  }, 2_400_000);
 });

@@ -1,7 +1,7 @@
 import { defineConfig } from 'vitest/config';
 
 // `npm run test:package`: the packed tarball installed as a device team installs it
-// (test/package/), by root and by a user in the docker group. Minutes, not seconds: three npm
+// (test/package/), by root and by a user in the docker group. Minutes, not seconds: four npm
 // installs and the harness runs of each.
 export default defineConfig({
   test: {

@@ -7,7 +7,7 @@
  */
 import { existsSync } from 'node:fs';
 import Docker from 'dockerode';
-import { FleetlabError } from '../../src/errors.js';
+import { FleetlabError, errorText } from '../../src/errors.js';
 import { engineAt } from '../../sim/engine-at.js';
 import { DeviceApi } from '../lib/device-api.js';
 import { httpApi } from '../lib/http.js';
@@ -16,9 +16,11 @@ import { startBuildEngine, type BuildEngine } from '../release/build-engine.js';
 import type { ImageSource } from '../release/image-source.js';
 import { ignoredWarning, loadCompose } from '../release/compose.js';
 import { deployLocal } from '../release/local-deploy.js';
-import { fleetProgress, publishRelease } from '../release/publish.js';
+import { findFleet, fleetProgress, publishRelease } from '../release/publish.js';
 import { pushRelease } from '../release/push.js';
 import { buildRelease } from '../release/release.js';
+
+const PRECHECK_TIMEOUT_MS = 10_000;
 
 export interface DeployCommandOptions {
   compose: string;
@@ -61,28 +63,48 @@ export async function runDeploy(o: DeployCommandOptions): Promise<void> {
   for (const key of project.ignored) o.log(`warning: ${ignoredWarning(project.file, key)}`);
   for (const entry of project.unusedIgnores) o.log(`warning: --ignore-key ${entry} names no key fleetlab refuses in ${project.file}`);
   o.log(`${project.file}: ${project.services.length} service${project.services.length === 1 ? '' : 's'} (${project.services.map((s) => s.name).join(', ')})`);
+  const device = o.device ? deviceApi(o) : undefined;
+  if (device) await deviceAnswers(device, o.device!);
+  else await findFleet(cloudTarget(o));
   let engine: BuildEngine | undefined;
   try {
     if (o.arch) engine = await startBuildEngine({ progress: o.log });
     const docker = engine ? new Docker({ socketPath: engine.socketPath }) : await engineAt(o.dockerSocket, 'start dockerd, or pass --docker-socket', 'to build the release in: ');
     // Built for a board: an `image:` service's image comes from this machine's dockerd when it is there for arm64.
     const imageSource: ImageSource | undefined = engine && existsSync(o.dockerSocket) ? { docker: new Docker({ socketPath: o.dockerSocket }), architecture: engine.architecture } : undefined;
-    await (o.device ? toDevice(o, project, docker, imageSource) : toFleet(o, project, docker, imageSource));
+    await (device ? toDevice(o, device, project, docker, imageSource) : toFleet(o, project, docker, imageSource));
   } finally {
     await engine?.close();
   }
 }
 
-async function toDevice(o: DeployCommandOptions, project: ReturnType<typeof loadCompose>, docker: Docker, imageSource?: ImageSource): Promise<void> {
-  // The key is all the release path needs of the device's identity.
-  const api = new DeviceApi(httpApi({ url: o.device!.replace(/\/+$/, ''), apiKey: o.apiKey!, uuid: '', vendor: 'platform', lockRoot: '' }));
+const cloudTarget = (o: DeployCommandOptions) => ({ url: o.cloud!.replace(/\/+$/, ''), apiKey: o.apiKey!, fleet: o.fleet! });
+
+/** The key is all the release path needs of the device's identity. */
+function deviceApi(o: DeployCommandOptions): DeviceApi {
+  return new DeviceApi(httpApi({ url: o.device!.replace(/\/+$/, ''), apiKey: o.apiKey!, uuid: '', vendor: 'platform', lockRoot: '' }));
+}
+
+/**
+ * Asks the device for its status before anything is built: a wrong URL or key is said in a
+ * second, not after minutes of building (an arm64 build engine, every service's image).
+ */
+async function deviceAnswers(api: DeviceApi, url: string): Promise<void> {
+  const reply = await api.stateStatus({ timeoutMs: PRECHECK_TIMEOUT_MS }).catch((err: unknown) => {
+    throw new FleetlabError('HIL_ERR_DEPLOY', `no device answers at ${url} (${errorText(err)}); nothing was built. Check that its supervisor runs and listens there (fleetlab sim device and npm start print its URL), and the host and port of --device`, { cause: err });
+  });
+  if (reply.status === 401) throw new FleetlabError('HIL_ERR_DEPLOY', `the device at ${url} refused the key (401); nothing was built. Check --api-key: the device's own key (fleetlab sim device and npm start print it)`);
+  if (reply.status !== 200) throw new FleetlabError('HIL_ERR_DEPLOY', `the device at ${url} answered GET /v2/state/status with ${reply.status}: ${JSON.stringify(reply.body)}; nothing was built. Is that URL a fleetlab or balena supervisor?`);
+}
+
+async function toDevice(o: DeployCommandOptions, api: DeviceApi, project: ReturnType<typeof loadCompose>, docker: Docker, imageSource?: ImageSource): Promise<void> {
   await deployLocal({ api, project, docker, ...(o.registry ? { registry: o.registry } : {}), ...(imageSource ? { imageSource } : {}), log: o.log, env: o.env, wait: o.wait, timeoutMs: o.timeoutMs });
 }
 
 async function toFleet(o: DeployCommandOptions, project: ReturnType<typeof loadCompose>, docker: Docker, imageSource?: ImageSource): Promise<void> {
   const built = await buildRelease(project, { docker, progress: (e) => e.summary && o.log(`[${e.service}] ${e.line}`), devicePulls: Boolean(o.registry), ...(imageSource ? { imageSource } : {}) });
   const release = o.registry ? await pushRelease(built, { docker, registry: o.registry, log: o.log }) : built;
-  const target = { url: o.cloud!.replace(/\/+$/, ''), apiKey: o.apiKey!, fleet: o.fleet! };
+  const target = cloudTarget(o);
   const published = await publishRelease(release, target, o.log);
   if (!o.wait) return;
   const deadline = Date.now() + o.timeoutMs;

@@ -71,11 +71,20 @@ export function compositionOf(release: Release): Record<string, unknown> {
   };
 }
 
-export async function publishRelease(release: Release, target: CloudTarget, log: (line: string) => void = () => undefined, fetcher: Fetch = fetch): Promise<PublishedRelease> {
+/**
+ * The fleet `target` names (name or id), as this key sees it. `fleetlab deploy` asks it before
+ * it builds, so a cloud that does not answer, a wrong key or fleet is said at once.
+ */
+export async function findFleet(target: CloudTarget, fetcher: Fetch = fetch): Promise<{ id: number; app_name: string }> {
   const byId = /^[1-9][0-9]*$/.test(target.fleet);
   const fleets = rows(await call<{ d: Array<{ id: number; app_name: string }> }>(target, 'GET', `/v6/application?$select=id,app_name&$filter=${byId ? `id eq ${target.fleet}` : `app_name eq ${quote(target.fleet)}`}`, undefined, fetcher));
   const fleet = fleets[0];
   if (!fleet) throw new FleetlabError('HIL_ERR_DEPLOY', `no fleet ${JSON.stringify(target.fleet)} on ${target.url} that this key may see`);
+  return fleet;
+}
+
+export async function publishRelease(release: Release, target: CloudTarget, log: (line: string) => void = () => undefined, fetcher: Fetch = fetch): Promise<PublishedRelease> {
+  const fleet = await findFleet(target, fetcher);
 
   const existing = rows(await call<{ d: Array<{ id: number }> }>(target, 'GET', `/v6/release?$select=id&$filter=belongs_to__application eq ${fleet.id} and commit eq ${quote(release.commit)}`, undefined, fetcher));
   let releaseId = existing[0]?.id;

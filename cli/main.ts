@@ -413,12 +413,13 @@ images
 
 images
   .command('base')
-  .description('Import fleetlab/busybox:latest (Debian busybox-static, CMD sh), a base image for your Dockerfiles where no registry is reachable')
+  .description("Make fleetlab/busybox:latest (Debian trixie's busybox with every applet and the C library it links, CMD sh), a base image for your Dockerfiles where no registry is reachable; replaces one of an older recipe")
   .option('--docker-socket <path>', 'engine API socket', '/var/run/docker.sock')
   .action(
     action(async (opts: { dockerSocket: string }) => {
-      const { BASE_IMAGE, ensureBaseImage } = await import('../sim/images/test-images.js');
-      const imported = await ensureBaseImage(opts.dockerSocket, (e) => console.error(`${e.image}: ${e.step}`));
+      const { BASE_IMAGE, ensureBaseImage } = await import('../sim/images/base-image.js');
+      const { cacheRoot } = await import('../qemu/tools.js');
+      const imported = await ensureBaseImage(opts.dockerSocket, (e) => console.error(`${e.image}: ${e.step}`), { cacheDir: cacheRoot() });
       console.log(imported ? BASE_IMAGE : `${BASE_IMAGE} (already there)`);
     }),
   );

@@ -9,7 +9,9 @@ import { existsSync } from 'node:fs';
 import type { FullConfig } from '@playwright/test';
 import { errorText } from '../src/errors.js';
 import { makeOwnerDir, startLeftoverCheck } from './lib/run-leftovers.js';
-import { buildTestImages, ensureBaseImage } from '../sim/images/test-images.js';
+import { ensureBaseImage } from '../sim/images/base-image.js';
+import { buildTestImages } from '../sim/images/test-images.js';
+import { cacheRoot } from '../qemu/tools.js';
 import { fleetlabRoot } from '../src/package-root.js';
 import { defaultEngine } from './targets/sim.js';
 
@@ -65,7 +67,7 @@ export async function prepareTargets(config: FullConfig, options: { testImages: 
   const dockerSocket = process.env.FLEETLAB_DOCKER_SOCKET ?? '/var/run/docker.sock';
   if (targets.includes('sim') && defaultEngine() === 'docker' && options.testImages) await buildTestImages(dockerSocket);
   // The release spec's app builds FROM it on the engine the sim and container devices share.
-  if (options.testImages && ((targets.includes('sim') && defaultEngine() === 'docker') || targets.includes('container'))) await ensureBaseImage(dockerSocket);
+  if (options.testImages && ((targets.includes('sim') && defaultEngine() === 'docker') || targets.includes('container'))) await ensureBaseImage(dockerSocket, undefined, { cacheDir: cacheRoot() });
   if (targets.includes('qemu') && !process.env.FLEETLAB_QEMU_IMAGE_DIR && !process.env.FLEETLAB_QEMU_FLASH_IMAGE) {
     // Built (or found cached) once here, not in a worker's first test: a cold build takes minutes.
     const { buildImage, formatBuildProgress } = await import('../qemu/image/build.js');

@@ -6,10 +6,10 @@ import { existsSync } from 'node:fs';
 import { homedir } from 'node:os';
 import { join } from 'node:path';
 import { FleetlabError } from '../src/errors.js';
-import { findTool, missingToolError, type ToolSpec } from '../src/tools.js';
+import { findTool, missingToolError, tools, type ToolSpec } from '../src/tools.js';
 
 export const qemuTools = {
-  mmdebstrap: { candidates: ['mmdebstrap'], debianPackage: 'mmdebstrap' },
+  mmdebstrap: tools.mmdebstrap,
   mke2fs: { candidates: ['/sbin/mke2fs', '/usr/sbin/mke2fs', 'mke2fs'], debianPackage: 'e2fsprogs' },
   qemuImg: { candidates: ['qemu-img'], debianPackage: 'qemu-utils' },
   qemuSystem: { candidates: ['qemu-system-aarch64'], debianPackage: 'qemu-system-arm' },

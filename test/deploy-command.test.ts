@@ -11,7 +11,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { FleetlabError } from '../src/errors.js';
 import { freePort } from '../src/free-port.js';
 import { runDeploy, type DeployCommandOptions } from '../hil/harness/deploy-command.js';
-import { BASE_IMAGE } from '../sim/images/test-images.js';
+import { BASE_IMAGE } from '../sim/images/base-image.js';
 import { dockerSocket, startSupervisorFixture, type SupervisorFixture } from './helpers/supervisor-fixture.js';
 
 const project = `fleetlab-test-stream-${randomBytes(3).toString('hex')}`;

@@ -11,7 +11,9 @@
  * file that made it.
  */
 import type { TestProject } from 'vitest/node';
-import { buildTestImages, ensureBaseImage } from '../sim/images/test-images.js';
+import { cacheRoot } from '../qemu/tools.js';
+import { ensureBaseImage } from '../sim/images/base-image.js';
+import { buildTestImages } from '../sim/images/test-images.js';
 import { startLeftoverCheck } from '../hil/lib/run-leftovers.js';
 
 declare module 'vitest' {
@@ -27,7 +29,7 @@ export default async function setup(project: TestProject): Promise<() => Promise
   const check = await startLeftoverCheck(socket);
   project.provide('fleetlabRunDir', check.runDir);
   await buildTestImages(socket);
-  await ensureBaseImage(socket);
+  await ensureBaseImage(socket, undefined, { cacheDir: cacheRoot() });
   return async () => {
     try {
       await check.finish();

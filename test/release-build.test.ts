@@ -11,7 +11,8 @@ import { loadCompose } from '../hil/release/compose.js';
 import { dockerignoreMatcher } from '../hil/release/image-build.js';
 import { buildRelease } from '../hil/release/release.js';
 import { FleetlabError } from '../src/errors.js';
-import { BASE_IMAGE, ensureBaseImage } from '../sim/images/test-images.js';
+import { cacheRoot } from '../qemu/tools.js';
+import { BASE_IMAGE, ensureBaseImage } from '../sim/images/base-image.js';
 
 const SOCKET = '/var/run/docker.sock';
 const docker = new Docker({ socketPath: SOCKET });
@@ -34,7 +35,7 @@ async function buildError(): Promise<FleetlabError> {
 }
 
 beforeAll(async () => {
-  await ensureBaseImage(SOCKET);
+  await ensureBaseImage(SOCKET, undefined, { cacheDir: cacheRoot() });
   dir = mkdtempSync(join(tmpdir(), 'fleetlab-build-'));
 });
 

@@ -8,7 +8,8 @@
 import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { FullConfig } from '@playwright/test';
-import { BASE_IMAGE, ensureBaseImage } from '../../sim/images/test-images.js';
+import { BASE_IMAGE, ensureBaseImage } from '../../sim/images/base-image.js';
+import { cacheRoot } from '../../qemu/tools.js';
 import { prepareTargets } from '../global-setup.js';
 import { ignoredWarning, loadCompose, type ComposeProject } from '../release/compose.js';
 
@@ -45,5 +46,5 @@ export default async function globalSetup(config: FullConfig): Promise<void> {
   if (!use?.app) return;
   const { project, warnings } = readRunApp({ ...use, app: use.app });
   for (const line of warnings) console.warn(`fleetlab: warning: ${line}`);
-  if (usesBaseImage(project)) await ensureBaseImage(process.env.FLEETLAB_DOCKER_SOCKET ?? '/var/run/docker.sock');
+  if (usesBaseImage(project)) await ensureBaseImage(process.env.FLEETLAB_DOCKER_SOCKET ?? '/var/run/docker.sock', undefined, { cacheDir: cacheRoot() });
 }

@@ -20,7 +20,7 @@ import { join } from 'node:path';
 import { execa } from 'execa';
 import { FleetlabError, errorText } from '../../src/errors.js';
 import { findTool, missingToolError, type ToolSpec } from '../../src/tools.js';
-import { ensureBaseImage } from '../../sim/images/test-images.js';
+import { ensureBaseImage } from '../../sim/images/base-image.js';
 import { engineAt } from '../../sim/engine-at.js';
 import { cacheRoot, needTool, qemuTools, requireArm64Binfmt } from '../../qemu/tools.js';
 import { DEFAULT_MIRROR, DEFAULT_SUITE } from '../../qemu/image/recipe.js';
@@ -56,7 +56,7 @@ export function reapStaleBuildEngines(root = tmpdir()): Promise<string[]> {
 }
 
 /**
- * Debian's static busybox for arm64, the base image's one program: extracted from the package
+ * Debian's static busybox for arm64, what a board's test images are made of: extracted from the package
  * by mmdebstrap (a few seconds), cached per suite under `<cache>/arm64/`.
  */
 export async function arm64Busybox(o: { cacheDir?: string; suite?: string; mirror?: string } = {}): Promise<string> {
@@ -128,8 +128,7 @@ export async function startBuildEngine(o: { progress?: (line: string) => void } 
       if (Date.now() > deadline) throw new FleetlabError('HIL_ERR_REGISTRY', `the arm64 build engine (dockerd) did not answer within ${READY_MS} ms; its log ends:\n${lastWords()}`);
       await sleep(200);
     }
-    const busybox = await arm64Busybox();
-    await ensureBaseImage(socketPath, (e) => progress(`arm64 build engine: ${e.image}: ${e.step}`), { busybox, architecture: 'arm64' });
+    await ensureBaseImage(socketPath, (e) => progress(`arm64 build engine: ${e.image}: ${e.step}`), { foreignArchitecture: 'arm64', cacheDir: cacheRoot() });
   } catch (err) {
     await stop();
     throw err instanceof FleetlabError ? err : new FleetlabError('HIL_ERR_REGISTRY', `the arm64 build engine did not start: ${errorText(err)}`, { cause: err });

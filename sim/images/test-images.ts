@@ -3,8 +3,7 @@
  * static busybox, imported into the engine through the Engine API (`POST /images/create`
  * with `fromSrc=-`), so it works on dockerd and on the simulated engine alike.
  */
-import { createHash } from 'node:crypto';
-import { createReadStream, readFileSync } from 'node:fs';
+import { createReadStream } from 'node:fs';
 import { mkdtemp, mkdir, copyFile, symlink, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -54,18 +53,11 @@ export async function writeTestRootfsTar(busybox: string, tarPath: string, apple
   }
 }
 
-/** Every applet a busybox binary has (`busybox --list`; a foreign one runs through qemu-user). */
-async function allApplets(busybox: string): Promise<string[]> {
-  return (await execa(busybox, ['--list'])).stdout.split('\n').filter((a) => /^[a-z0-9_.[-]+$/.test(a) && a !== 'busybox');
-}
-
-/** `all`: every applet this busybox has, for the base image a team builds on. */
-async function rootfsTar(applets: 'test' | 'all' = 'test'): Promise<{ tarPath: string; cleanup: () => Promise<void> }> {
+async function rootfsTar(): Promise<{ tarPath: string; cleanup: () => Promise<void> }> {
   const busybox = requireTool(tools.busybox);
   const dir = await mkdtemp(join(tmpdir(), 'fleetlab-rootfs-tar-'));
   const tarPath = join(dir, 'rootfs.tar');
-  const list = applets === 'all' ? await allApplets(busybox) : TEST_APPLETS;
-  await writeTestRootfsTar(busybox, tarPath, list);
+  await writeTestRootfsTar(busybox, tarPath);
   return { tarPath, cleanup: () => rm(dir, { recursive: true, force: true }) };
 }
 
@@ -91,69 +83,6 @@ export async function ensureTestImages(socketPath: string, progress: BuildProgre
     if (JSON.stringify(cmd) !== JSON.stringify(defaultCommand(image.banner))) stale.push(image);
   }
   if (stale.length > 0) await importBusyboxImages(socketPath, stale.map((i) => ({ ref: i.ref, changes: testImageChanges(i) })), progress);
-}
-
-/**
- * A base image for a team's own Dockerfiles where no registry is reachable: Debian's static
- * busybox with every applet it has (sh, wget, sed, awk, ...; Debian's build has no flock),
- * default command `sh`.
- */
-export const BASE_IMAGE = 'fleetlab/busybox:latest';
-
-/** Another architecture's base: its static busybox and the image config's name for it (`arm64`). */
-export interface ForeignBase {
-  busybox: string;
-  architecture: string;
-}
-
-/**
- * Imports BASE_IMAGE into the engine unless it is there; returns whether it imported it. With
- * `foreign`, the image is of that architecture, for an engine that builds for a board.
- */
-export async function ensureBaseImage(socketPath: string, progress: BuildProgress = () => undefined, foreign?: ForeignBase): Promise<boolean> {
-  const docker = await engineAt(socketPath);
-  const present = await docker.getImage(BASE_IMAGE).inspect().then(() => true, () => false);
-  if (present) return false;
-  if (foreign) await loadForeignBase(socketPath, foreign, progress);
-  else await importBusyboxImages(socketPath, [{ ref: BASE_IMAGE, changes: busyboxChanges(['/bin/sh']) }], progress, 'all');
-  return true;
-}
-
-/**
- * `POST /images/create?fromSrc` records the engine's own architecture whatever it is told, so a
- * foreign base goes in through `POST /images/load` as an image archive whose config names the
- * architecture; images built `FROM` it inherit it, and a board's engine pulls them as its own.
- */
-async function loadForeignBase(socketPath: string, foreign: ForeignBase, progress: BuildProgress): Promise<void> {
-  const docker = await engineAt(socketPath);
-  const dir = await mkdtemp(join(tmpdir(), 'fleetlab-base-archive-'));
-  try {
-    progress({ image: BASE_IMAGE, step: `importing (${foreign.architecture})` });
-    const applets = await allApplets(foreign.busybox);
-    const archive = join(dir, 'archive');
-    await mkdir(archive);
-    await writeTestRootfsTar(foreign.busybox, join(archive, 'layer.tar'), applets);
-    const diffId = `sha256:${createHash('sha256').update(readFileSync(join(archive, 'layer.tar'))).digest('hex')}`;
-    const config = JSON.stringify({
-      architecture: foreign.architecture,
-      os: 'linux',
-      created: '1970-01-01T00:00:00Z',
-      config: { Cmd: ['/bin/sh'], WorkingDir: '/', Env: ['PATH=/bin'] },
-      rootfs: { type: 'layers', diff_ids: [diffId] },
-      history: [{ created: '1970-01-01T00:00:00Z', created_by: `fleetlab: Debian busybox-static (${foreign.architecture})` }],
-    });
-    const configName = `${createHash('sha256').update(config).digest('hex')}.json`;
-    await writeFile(join(archive, configName), config);
-    await writeFile(join(archive, 'manifest.json'), JSON.stringify([{ Config: configName, RepoTags: [BASE_IMAGE], Layers: ['layer.tar'] }]));
-    await execa('tar', ['-C', archive, '-cf', join(dir, 'image.tar'), '.']);
-    const stream = await docker.loadImage(createReadStream(join(dir, 'image.tar')), { quiet: true });
-    await streamDone(docker, stream).catch((err: Error) => {
-      throw new FleetlabError('SUP_ERR_ENGINE', `loading ${BASE_IMAGE} (${foreign.architecture}): ${err.message}`);
-    });
-    progress({ image: BASE_IMAGE, step: 'done' });
-  } finally {
-    await rm(dir, { recursive: true, force: true });
-  }
 }
 
 const busyboxChanges = (cmd: readonly string[]) => [`CMD ${JSON.stringify(cmd)}`, 'WORKDIR /'];
@@ -184,9 +113,9 @@ export async function importStandInImages(socketPath: string, images: ReadonlyAr
 }
 
 /** Imports the busybox root filesystem once per image, each with its own config. */
-async function importBusyboxImages(socketPath: string, images: ReadonlyArray<{ ref: string; changes: readonly string[] }>, progress: BuildProgress, applets: 'test' | 'all' = 'test'): Promise<void> {
+async function importBusyboxImages(socketPath: string, images: ReadonlyArray<{ ref: string; changes: readonly string[] }>, progress: BuildProgress): Promise<void> {
   const docker = await engineAt(socketPath);
-  const { tarPath, cleanup } = await rootfsTar(applets);
+  const { tarPath, cleanup } = await rootfsTar();
   try {
     for (const image of images) {
       const { repo, tag } = splitRef(image.ref);

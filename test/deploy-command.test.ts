@@ -1,7 +1,9 @@
 /**
  * `fleetlab deploy --device URL`: a device that does not answer, or refuses the key, is said
- * before anything is built (and with `--fleet`, a cloud that does not answer). The device is
- * an in-process supervisor on the real dockerd.
+ * before anything is built (and with `--fleet`, a cloud that does not answer); a build's own
+ * output is shown as it runs, each line prefixed with its service as docker compose prints it.
+ * The device is an in-process supervisor on the real dockerd, which shares the engine the
+ * release is built in.
  */
 import { randomBytes } from 'node:crypto';
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
@@ -68,5 +70,19 @@ describe('fleetlab deploy --device', () => {
     const err = await refusal(deploy({ fleet: 'demo', cloud: nobody, apiKey: 'k' }, lines));
     expect(err.message).toContain(`the cloud at ${nobody} does not answer (`);
     expect(lines.filter((l) => l.startsWith('[web]'))).toEqual([]);
+  });
+
+  it("streams the build's output with the service named, then deploys", async () => {
+    const lines: string[] = [];
+    await deploy({ device: url, apiKey: f.key() }, lines);
+    const at = (pattern: RegExp) => lines.findIndex((l) => pattern.test(l));
+    const building = at(/^\[web\] building fleetlab-test-stream-[0-9a-f]+-web:[0-9a-f]{12} from /);
+    const step = at(/^\[web\] Step 2\/3 : RUN echo "compiling the app"$/);
+    const output = at(/^\[web\] compiling the app$/);
+    const built = at(/^\[web\] built fleetlab-test-stream-[0-9a-f]+-web:[0-9a-f]{12} in [0-9.]+ s$/);
+    const sent = at(/^release 1 \([0-9a-f]{8}\) of fleetlab-test-stream-[0-9a-f]+ sent to the device$/);
+    expect([building, step, output, built, sent].every((i) => i >= 0), lines.join('\n')).toBe(true);
+    expect(building < step && step < output && output < built && built < sent).toBe(true);
+    expect(lines.at(-1)).toBe('release 1 runs: web');
   });
 });

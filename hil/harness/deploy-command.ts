@@ -13,6 +13,7 @@ import { DeviceApi } from '../lib/device-api.js';
 import { httpApi } from '../lib/http.js';
 import { sleep } from '../lib/wait.js';
 import { startBuildEngine, type BuildEngine } from '../release/build-engine.js';
+import { buildLog } from '../release/image-build.js';
 import type { ImageSource } from '../release/image-source.js';
 import { ignoredWarning, loadCompose } from '../release/compose.js';
 import { deployLocal } from '../release/local-deploy.js';
@@ -102,7 +103,7 @@ async function toDevice(o: DeployCommandOptions, api: DeviceApi, project: Return
 }
 
 async function toFleet(o: DeployCommandOptions, project: ReturnType<typeof loadCompose>, docker: Docker, imageSource?: ImageSource): Promise<void> {
-  const built = await buildRelease(project, { docker, progress: (e) => e.summary && o.log(`[${e.service}] ${e.line}`), devicePulls: Boolean(o.registry), ...(imageSource ? { imageSource } : {}) });
+  const built = await buildRelease(project, { docker, progress: buildLog(o.log), devicePulls: Boolean(o.registry), ...(imageSource ? { imageSource } : {}) });
   const release = o.registry ? await pushRelease(built, { docker, registry: o.registry, log: o.log }) : built;
   const target = cloudTarget(o);
   const published = await publishRelease(release, target, o.log);

@@ -17,6 +17,15 @@ export type BuildProgress = (event: { service: string; line: string; summary?: b
 
 const LOG_TAIL_LINES = 15;
 
+/**
+ * Every line of every service's build as it arrives, prefixed with the service as docker
+ * compose prints it (`[web] Step 2/3 : RUN make`): a build of minutes is not silent, and two
+ * services' lines are told apart.
+ */
+export function buildLog(log: (line: string) => void): BuildProgress {
+  return (e) => log(`[${e.service}] ${e.line}`);
+}
+
 /** Image names must be lower case; compose derives `<project>-<service>` the same way. */
 function defaultRepository(project: ComposeProject, service: ComposeService): string {
   return `${project.name}-${service.name}`.toLowerCase().replace(/[^a-z0-9_.-]/g, '-').replace(/^[^a-z0-9]+/, '');

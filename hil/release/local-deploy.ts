@@ -8,6 +8,7 @@ import { FleetlabError, errorText } from '../../src/errors.js';
 import type { DeviceApi, StateStatus } from '../lib/device-api.js';
 import { scaled, sleep } from '../lib/wait.js';
 import type { ComposeProject } from './compose.js';
+import { buildLog } from './image-build.js';
 import { pushRelease } from './push.js';
 import type { ImageSource } from './image-source.js';
 import { buildRelease, localTargetState } from './release.js';
@@ -44,8 +45,7 @@ const DEPLOY_TIMEOUT_MS = 120_000;
  */
 export async function deployLocal(o: DeployOptions & { api: DeviceApi; project: ComposeProject; docker: Docker; registry?: string; imageSource?: ImageSource; log: (line: string) => void }): Promise<DeployedRelease> {
   const { api, project, log } = o;
-  // Step output only shows again in a failure's message (its last lines); starts and ends are printed.
-  const built = await buildRelease(project, { docker: o.docker, progress: (e) => e.summary && log(`[${e.service}] ${e.line}`), devicePulls: Boolean(o.registry), ...(o.imageSource ? { imageSource: o.imageSource } : {}) });
+  const built = await buildRelease(project, { docker: o.docker, progress: buildLog(log), devicePulls: Boolean(o.registry), ...(o.imageSource ? { imageSource: o.imageSource } : {}) });
   const release = o.registry ? await pushRelease(built, { docker: o.docker, registry: o.registry, log }) : built;
   const appId = o.appId ?? DEFAULT_APP_ID;
   const status = await api.stateStatus();

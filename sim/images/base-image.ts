@@ -73,8 +73,8 @@ function hostArchitecture(): BaseArchitecture {
 }
 
 /**
- * Imports BASE_IMAGE into the engine unless it is there from this recipe; returns whether it
- * (re)made it.
+ * Puts BASE_IMAGE into the engine (an import, or a load for a foreign architecture) unless it
+ * is there from this recipe; returns whether it (re)made it.
  */
 export async function ensureBaseImage(socketPath: string, progress: BaseProgress = () => undefined, o: BaseImageOptions = {}): Promise<boolean> {
   const docker = await engineAt(socketPath);
@@ -152,6 +152,7 @@ async function writeBaseRootfsTar(architecture: BaseArchitecture, tarPath: strin
     if (list.exitCode !== 0) {
       throw new FleetlabError('HIL_ERR_BUILD', `making ${BASE_IMAGE}: busybox --list-full failed in the ${architecture} root (exit ${list.exitCode}): ${String(list.stderr).trim()}`);
     }
+    // linuxrc is busybox as a board's init, at the root: nothing a container runs.
     for (const applet of list.stdout.split('\n').map((l) => l.trim()).filter((l) => /^[a-z0-9_./[-]+$/.test(l) && !l.includes('..') && l !== 'linuxrc')) {
       const at = join(root, applet);
       if (await lstat(at).then(() => true, () => false)) continue;

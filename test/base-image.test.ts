@@ -6,9 +6,13 @@
  * what dockerd gives the container: its resolver in /etc/resolv.conf and its /etc/hosts.
  */
 import { randomBytes } from 'node:crypto';
+import { mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import Docker from 'dockerode';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { cacheRoot } from '../qemu/tools.js';
+import { startSimEngine } from '../sim/engine/index.js';
 import { BASE_IMAGE, BASE_RECIPE, BASE_RECIPE_LABEL, ensureBaseImage } from '../sim/images/base-image.js';
 import { eventually } from './helpers/engine-targets.js';
 
@@ -84,5 +88,23 @@ describe(`${BASE_IMAGE} on dockerd`, () => {
     const r = await run('wget -T 2 -qO- http://no-such-service:8080/');
     expect(r.code).toBe(1);
     expect(r.out).toMatch(/bad address 'no-such-service/);
+  });
+});
+
+describe(`${BASE_IMAGE} on the simulated engine`, () => {
+  it('is imported with the same config, so a device there runs what it runs on dockerd', async () => {
+    const dir = await mkdtemp(join(tmpdir(), 'fleetlab-base-sim-'));
+    const engine = await startSimEngine({ socketPath: join(dir, 'engine.sock'), dataDir: join(dir, 'data') });
+    try {
+      expect(await ensureBaseImage(engine.socketPath, undefined, { cacheDir: cacheRoot() })).toBe(true);
+      const image = await new Docker({ socketPath: engine.socketPath }).getImage(BASE_IMAGE).inspect();
+      expect(image.Config.Labels?.[BASE_RECIPE_LABEL]).toBe(BASE_RECIPE);
+      expect(image.Config.Cmd).toEqual(['/bin/sh']);
+      expect(image.Config.Env).toContain('PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin');
+      expect(await ensureBaseImage(engine.socketPath)).toBe(false);
+    } finally {
+      await engine.close();
+      await rm(dir, { recursive: true, force: true });
+    }
   });
 });

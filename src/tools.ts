@@ -24,7 +24,6 @@ export const tools = {
   mount: { candidates: ['mount'], debianPackage: 'mount' },
   busybox: { candidates: ['/bin/busybox', '/usr/bin/busybox'], debianPackage: 'busybox-static' },
   mmdebstrap: { candidates: ['mmdebstrap'], debianPackage: 'mmdebstrap' },
-  chroot: { candidates: ['/usr/sbin/chroot', '/sbin/chroot', 'chroot'], debianPackage: 'coreutils' },
 } as const satisfies Record<string, ToolSpec>;
 
 function isExecutable(path: string): boolean {

@@ -128,27 +128,33 @@ async function baseRootfsTar(architecture: BaseArchitecture, progress: BaseProgr
   return { tarPath: cached, cleanup: async () => undefined };
 }
 
+/** Where Debian's C library puts the program loader, per architecture. */
+const LOADER: Record<BaseArchitecture, { libDir: string; loader: string }> = {
+  amd64: { libDir: 'usr/lib/x86_64-linux-gnu', loader: 'ld-linux-x86-64.so.2' },
+  arm64: { libDir: 'usr/lib/aarch64-linux-gnu', loader: 'ld-linux-aarch64.so.1' },
+};
+
 /**
  * Debian's busybox and the C library it links, extracted by mmdebstrap (no dpkg, no apt in the
- * image), each applet linked at the path busybox names for it, the rest trimmed.
+ * image), each applet linked at the path busybox names for it, the rest trimmed. No root
+ * needed: mmdebstrap's chrootless mode only downloads and unpacks, and busybox is asked for its
+ * applets through the root's own loader rather than in a chroot (an arm64 one through
+ * qemu-user's binfmt_misc entry), so a CI runner's user makes the base as root does.
  */
-async function writeBaseRootfsTar(architecture: BaseArchitecture, tarPath: string, progress: BaseProgress, mirror: string): Promise<void> {
-  if (process.getuid?.() !== 0) {
-    throw new FleetlabError('HIL_ERR_BUILD', `making ${BASE_IMAGE} runs mmdebstrap and chroot, which need root: run it as root (scripts/provision and CI do)`);
-  }
+export async function writeBaseRootfsTar(architecture: BaseArchitecture, tarPath: string, progress: BaseProgress, mirror: string): Promise<void> {
   const mmdebstrap = requireTool(tools.mmdebstrap);
-  const chroot = requireTool(tools.chroot);
   const dir = await mkdtemp(join(tmpdir(), 'fleetlab-base-root-'));
   const root = join(dir, 'root');
   try {
     progress({ image: BASE_IMAGE, step: `mmdebstrap: Debian ${BASE_SUITE} ${BASE_PACKAGE} for ${architecture} from ${mirror}` });
-    const r = await execa(mmdebstrap, ['--variant=extract', `--include=${BASE_PACKAGE}`, `--architectures=${architecture}`, BASE_SUITE, root, mirror], { all: true, reject: false });
+    const r = await execa(mmdebstrap, ['--mode=chrootless', '--variant=extract', `--include=${BASE_PACKAGE}`, `--architectures=${architecture}`, BASE_SUITE, root, mirror], { all: true, reject: false });
     if (r.exitCode !== 0) {
       throw new FleetlabError('HIL_ERR_BUILD', `making ${BASE_IMAGE}: mmdebstrap could not fetch Debian ${BASE_SUITE}'s ${BASE_PACKAGE} for ${architecture} from ${mirror} (exit ${r.exitCode}); its last lines:\n${String(r.all).trim().split('\n').slice(-5).join('\n')}`);
     }
     await mergeUsr(root);
-    // The applet list comes from the binary itself (an arm64 one runs through qemu-user).
-    const list = await execa(chroot, [root, '/bin/busybox', '--list-full'], { reject: false });
+    // The applet list comes from the binary itself, run by the root's loader on the root's C library.
+    const { libDir, loader } = LOADER[architecture];
+    const list = await execa(join(root, libDir, loader), ['--library-path', join(root, libDir), join(root, 'usr/bin/busybox'), '--list-full'], { reject: false });
     if (list.exitCode !== 0) {
       throw new FleetlabError('HIL_ERR_BUILD', `making ${BASE_IMAGE}: busybox --list-full failed in the ${architecture} root (exit ${list.exitCode}): ${String(list.stderr).trim()}`);
     }

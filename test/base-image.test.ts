@@ -10,11 +10,13 @@ import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import Docker from 'dockerode';
+import { execa } from 'execa';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { cacheRoot } from '../qemu/tools.js';
 import { startSimEngine } from '../sim/engine/index.js';
 import { BASE_IMAGE, BASE_RECIPE, BASE_RECIPE_LABEL, ensureBaseImage } from '../sim/images/base-image.js';
 import { eventually } from './helpers/engine-targets.js';
+import { cannotMakeUsers, makeDockerUser, type TempUser } from './helpers/temp-user.js';
 
 const SOCKET = process.env.FLEETLAB_DOCKER_SOCKET ?? '/var/run/docker.sock';
 const docker = new Docker({ socketPath: SOCKET });
@@ -107,4 +109,25 @@ describe(`${BASE_IMAGE} on the simulated engine`, () => {
       await rm(dir, { recursive: true, force: true });
     }
   });
+});
+
+const noUser = cannotMakeUsers();
+
+describe.skipIf(noUser !== undefined)(`${BASE_IMAGE} made by a user who is not root`, () => {
+  let user: TempUser | undefined;
+  afterAll(() => user?.remove());
+
+  it("fetches and unpacks trixie's busybox and lists its applets without root, as a CI runner's user would", async () => {
+    user = makeDockerUser('flbase');
+    const tar = join(user.home, 'rootfs.tar');
+    const script = `import { writeBaseRootfsTar } from ${JSON.stringify(join(import.meta.dirname, '..', 'sim/images/base-image.ts'))};\nawait writeBaseRootfsTar('amd64', ${JSON.stringify(tar)}, (e) => console.log(e.step), 'http://deb.debian.org/debian');`;
+    const made = await user.run(process.execPath, ['--import', 'tsx', '--input-type=module', '-e', script], join(import.meta.dirname, '..'), { timeoutMs: 300_000 });
+    expect(made.code, made.out).toBe(0);
+    const listed = await execa('tar', ['-tvf', tar]);
+    expect(listed.stdout).toMatch(/\.\/usr\/bin\/busybox$/m);
+    expect(listed.stdout).toMatch(/-> \/bin\/busybox$/m); // the applets' links
+    expect(listed.stdout).toMatch(/\.\/usr\/bin\/wget -> \/bin\/busybox$/m);
+    // Owned by root in the image, whoever made it.
+    expect(listed.stdout.split('\n').filter(Boolean).every((l) => l.includes(' 0/0 '))).toBe(true);
+  }, 360_000);
 });

@@ -251,6 +251,10 @@ describe.skipIf(noUser !== undefined)('the example app as a CI runner\'s user (i
 
   it('the GitLab CI job (examples/ci/gitlab-ci.yml) as written, on sim', async () => {
     const recipe = readFileSync(join(REPO, 'examples/ci/gitlab-ci.yml'), 'utf8');
+    // The job's npm cache (.npm/, keyed by the lockfile) as GitLab restores it after the first
+    // run: what the user's npm has fetched already.
+    const seeded = await user.run('cp', ['-a', join(user.home, '.npm'), join(dir, '.npm')], dir);
+    expect(seeded.code, seeded.out).toBe(0);
     let passed = 0;
     for (const shard of SHARDS) passed += await runSteps(gitlabJobSteps(recipe, 'hil:sim', Number(shard.split('/')[0])), `nonroot-gitlab-sim-${shard.replace('/', 'of')}`);
     expect(passed).toBe(6);

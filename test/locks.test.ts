@@ -6,7 +6,7 @@
  * lock at the same path is not.
  */
 import { spawn } from 'node:child_process';
-import { existsSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { chmodSync, existsSync, mkdirSync, readdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -88,6 +88,20 @@ describe('UpdateLocks', () => {
     expect(lockedError(() => locks.refuseIfAppLocked(1, ['main']))).toBeUndefined();
     held.release();
     expect(existsSync(lockFile('main'))).toBe(false);
+  });
+});
+
+describe('a service that runs as a user other than root', () => {
+  it('gets a lock directory it can write (1777, as /tmp), and its lock refuses the supervisor', async () => {
+    const dir = locks.ensureDir(1, 'worker');
+    expect(statSync(dir).mode & 0o7777).toBe(0o1777);
+    if (process.getuid?.() !== 0) return; // taking it as another user needs root to become one
+    // The container sees only the mounted directory; on this host the test's own parents must let the user through.
+    for (const d of [root, join(root, '1')]) chmodSync(d, 0o755);
+    const taken = await new Promise<number | null>((resolve) => spawn('runuser', ['-u', 'nobody', '--', 'touch', join(dir, LOCK_FILE)], { stdio: 'ignore' }).once('exit', resolve));
+    expect(taken).toBe(0);
+    expect(locks.held(1, ['worker'])).toEqual(['worker']);
+    expect(lockedError(() => locks.acquire(1, ['worker'], false))?.code).toBe('SUP_ERR_LOCKED');
   });
 });
 

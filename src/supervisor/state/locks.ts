@@ -12,7 +12,7 @@
  * removes the files a previous supervisor process recorded, but only those whose content is
  * still that process's mark: a file the app created at the same path since is honoured.
  */
-import { mkdirSync, openSync, closeSync, existsSync, rmSync, readFileSync, writeSync, fsyncSync, linkSync } from 'node:fs';
+import { chmodSync, mkdirSync, openSync, closeSync, existsSync, rmSync, readFileSync, writeSync, fsyncSync, linkSync } from 'node:fs';
 import { join } from 'node:path';
 import { locked } from '../../errors.js';
 import { isRunning } from '../../processes.js';
@@ -67,9 +67,17 @@ export class UpdateLocks {
     return join(this.#lockRoot, String(appId), serviceName);
   }
 
+  /**
+   * The service's lock directory, mounted into its container: sticky and writable by everyone
+   * (1777, as /tmp, and as balena's supervisor leaves its per-service lock directories), so a
+   * service that runs as a user other than root (compose `user:`) can take its lock too, and
+   * no user can remove another's file.
+   */
   ensureDir(appId: number, serviceName: string): string {
     const dir = this.dir(appId, serviceName);
     mkdirSync(dir, { recursive: true });
+    // mkdir's mode goes through the umask; chmod does not.
+    chmodSync(dir, 0o1777);
     return dir;
   }
 

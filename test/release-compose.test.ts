@@ -7,7 +7,7 @@ import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { Value } from '@sinclair/typebox/value';
 import { describe, expect, it, onTestFinished } from 'vitest';
-import { findComposeFile, ignoredWarning, interpolate, loadCompose, parseCompose, parseDotEnv, splitWords } from '../hil/release/compose.js';
+import { findComposeFile, ignoredWarning, interpolate, loadCompose, parseCompose, splitWords } from '../hil/release/compose.js';
 import { ignoreMatches } from '../hil/release/compose-report.js';
 import { localTargetState, type Release } from '../hil/release/release.js';
 import { LocalTargetStateBody, checkWireState } from '../src/protocol/target-state.js';
@@ -172,7 +172,12 @@ describe('variables', () => {
     writeFileSync(join(dir, 'compose.yaml'), 'x-unused: ${NEVER_SET}\nservices:\n  a: { image: "app:${TAG}", environment: { N: $NAME, S: "$$x" } }\n');
     expect(loadCompose(dir, { env: {} }).services[0]).toMatchObject({ image: 'app:1', environment: { N: 'quoted', S: '$x' } });
     expect(loadCompose(dir, { env: { TAG: '7' } }).services[0]!.image).toBe('app:7');
-    expect(parseDotEnv('A=1\nB = two \n#C=3\nD=\'q\'\nbroken')).toEqual({ A: '1', B: 'two', D: 'q' });
+    // Read as compose reads it: export, a comment after a value, escapes in double quotes, ${VAR} from above.
+    writeFileSync(join(dir, '.env'), 'export TAG=2 # pinned\nNAME="a\\nb ${TAG}"\n');
+    expect(loadCompose(dir, { env: {} }).services[0]).toMatchObject({ image: 'app:2', environment: { N: 'a\nb 2' } });
+    // A line it cannot read is named, with its file and line, rather than skipped.
+    writeFileSync(join(dir, '.env'), 'TAG=1\nbroken\n');
+    expect(() => loadCompose(dir, { env: {} })).toThrow(`${join(dir, '.env')}:2: "broken" has no value`);
   });
 });
 

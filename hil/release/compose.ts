@@ -106,21 +106,23 @@ export function findComposeFile(fileOrDir: string): string {
   throw new FleetlabError('HIL_ERR_COMPOSE', `${path}: no compose file here (looked for ${COMPOSE_FILE_NAMES.join(', ')})`);
 }
 
-/** `KEY=VALUE` lines of a `.env` file (comments, blank lines and optional quotes as compose reads them). */
-export function parseDotEnv(text: string): Record<string, string> {
-  const out: Record<string, string> = {};
-  for (const raw of text.split('\n')) {
-    const line = raw.trim();
-    if (!line || line.startsWith('#')) continue;
-    const eq = line.indexOf('=');
-    if (eq <= 0) continue;
-    const value = line.slice(eq + 1).trim();
-    out[line.slice(0, eq).trim()] = /^(['"]).*\1$/.test(value) ? value.slice(1, -1) : value;
-  }
-  return out;
+const readIfThere = (path: string): string | undefined => (existsSync(path) ? readFileSync(path, 'utf8') : undefined);
+
+/**
+ * The variables of compose's `${VAR}` syntax: the `.env` beside the compose file, read by the
+ * rules compose reads it with (the same as an `env_file`: quotes, `export`, comments after a
+ * value, `${VAR}` from the environment and the lines above), under the environment, which wins
+ * as in compose. A line it cannot read is refused with the file and line, not skipped.
+ */
+export function composeVariables(file: string, env: Record<string, string | undefined>): Record<string, string | undefined> {
+  const dotEnv = join(dirname(file), '.env');
+  const text = readIfThere(dotEnv);
+  if (text === undefined) return { ...env };
+  const { values, problems } = parseEnvFile(text, env);
+  if (problems.length) throw new FleetlabError('HIL_ERR_COMPOSE', problems.map((p) => `${dotEnv}:${p.line}: ${p.message}`).join('; '));
+  return { ...values, ...env };
 }
 
-const readIfThere = (path: string): string | undefined => (existsSync(path) ? readFileSync(path, 'utf8') : undefined);
 
 export interface LoadOptions {
   /** This process's environment unless given. */
@@ -138,8 +140,7 @@ function composeInput(fileOrDir: string, options: LoadOptions): { text: string; 
   } catch (err) {
     throw new FleetlabError('HIL_ERR_COMPOSE', `${file}: cannot read it: ${errorText(err)}`);
   }
-  const dotEnv = join(dirname(file), '.env');
-  const variables = { ...(existsSync(dotEnv) ? parseDotEnv(readFileSync(dotEnv, 'utf8')) : {}), ...(options.env ?? process.env) };
+  const variables = composeVariables(file, options.env ?? process.env);
   return { text, file, options: { variables, ...(options.ignore ? { ignore: options.ignore } : {}), readFile: readIfThere } };
 }
 

@@ -21,6 +21,8 @@ describe('httpApi', () => {
     server = createServer((req, res) => {
       // A device that drops the connection instead of answering.
       if (req.url === '/drop') return req.socket.destroy();
+      // A device still stopping a service with a long stop_grace_period.
+      if (req.url === '/slow') return void setTimeout(() => res.end('late'), 2000);
       res.end('OK');
     });
     server.keepAliveTimeout = 60_000;
@@ -37,6 +39,12 @@ describe('httpApi', () => {
   it('names the request and the socket error when the connection fails', async () => {
     const api = httpApi(identity(url));
     await expect(api.request('GET', '/drop')).rejects.toThrow(/^GET \/drop: fetch failed: other side closed \(UND_ERR_SOCKET\)$/);
+  });
+
+  it('says what a request that outlives its timeout may be waiting on, and how to wait longer', async () => {
+    const api = httpApi(identity(url));
+    await expect(api.request('POST', '/slow', { timeoutMs: 200 })).rejects.toThrow(/^POST \/slow: no answer within 200 ms\. A stop or restart waits for each service's stop_grace_period.*\{ timeoutMs \}/);
+    expect((await api.request('POST', '/slow', { timeoutMs: 5000 })).text).toBe('late');
   });
 
   it('keeps its connections alive in the given pool, and destroying the pool ends them at the device', async () => {

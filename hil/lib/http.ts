@@ -37,10 +37,15 @@ function build(base: string, method: string, path: string, options: RequestOptio
 }
 
 /** fetch alone says only "fetch failed": this names the request and the socket's reason. */
-async function send(method: string, path: string, request: [URL, RequestInit]): Promise<Response> {
+async function send(method: string, path: string, request: [URL, RequestInit], timeoutMs?: number): Promise<Response> {
   try {
     return await fetch(...request);
   } catch (err) {
+    // Stops wait for each service's stop_grace_period (10 s unless the compose file says), and
+    // an update can wait on a lock: a request may rightly take longer than the default.
+    if (timeoutMs !== undefined && err instanceof Error && err.name === 'TimeoutError') {
+      throw new Error(`${method} ${path}: no answer within ${timeoutMs} ms. A stop or restart waits for each service's stop_grace_period, an update for its lock: give the request { timeoutMs } to wait longer`, { cause: err });
+    }
     const cause = err instanceof Error && err.cause instanceof Error ? (err.cause as Error & { code?: string }) : undefined;
     const why = cause ? `${(err as Error).message}: ${cause.message}${cause.code ? ` (${cause.code})` : ''}` : err instanceof Error ? err.message : String(err);
     throw new Error(`${method} ${path}: ${why}`, { cause: err });
@@ -65,7 +70,8 @@ export function httpApi(identity: Omit<DeviceIdentity, 'apiKey'> & { apiKey: str
       key = next;
     },
     async request(method, path, options: RequestOptions = {}): Promise<HttpResponse> {
-      const res = await send(method, path, build(identity.url, method, path, options, key, AbortSignal.timeout(options.timeoutMs ?? scaled(DEFAULT_TIMEOUT_MS)), dispatcher));
+      const timeoutMs = options.timeoutMs ?? scaled(DEFAULT_TIMEOUT_MS);
+      const res = await send(method, path, build(identity.url, method, path, options, key, AbortSignal.timeout(timeoutMs), dispatcher), timeoutMs);
       const text = await res.text();
       return {
         status: res.status,

@@ -16,11 +16,14 @@ export function userTmpName(uid = process.getuid?.() ?? 0): string {
 
 /**
  * Creates it when missing; refuses one another user owns (made by that user, or planted), as
- * what goes in it (locks, a device's data) must be this user's alone. Already inside it (TMPDIR
- * set by `fleetlab test`): that directory, not one more level.
+ * what goes in it (locks, a device's data) must be this user's alone. A base that is already
+ * private to this user (TMPDIR set by `fleetlab test`, or a test file's own TMPDIR, 0700 and
+ * this user's) is that directory, not one more level that nobody would remove.
  */
 export function userTmpDir(base = tmpdir()): string {
   const uid = process.getuid?.() ?? 0;
+  const own = lstatSync(base, { throwIfNoEntry: false });
+  if (own?.isDirectory() && own.uid === uid && (own.mode & 0o077) === 0) return base;
   const dir = basename(base) === userTmpName(uid) ? base : join(base, userTmpName(uid));
   mkdirSync(dir, { recursive: true, mode: 0o700 });
   const st = lstatSync(dir);

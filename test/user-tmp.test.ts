@@ -3,13 +3,15 @@
  * when the base already is it (TMPDIR set by `fleetlab test`), and refused with what to do when
  * another user owns the name or it is not a directory.
  */
-import { chownSync, chmodSync, mkdirSync, mkdtempSync, rmSync, statSync, symlinkSync } from 'node:fs';
+import { chownSync, chmodSync, mkdirSync, mkdtempSync, readdirSync, rmSync, statSync, symlinkSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { userTmpDir, userTmpName } from '../src/user-tmp.js';
 
 const base = mkdtempSync(join(tmpdir(), 'fleetlab-user-tmp-'));
+// Shared, as /tmp is: others may enter it.
+chmodSync(base, 0o755);
 afterAll(() => rmSync(base, { recursive: true, force: true }));
 const isRoot = process.getuid?.() === 0;
 
@@ -20,6 +22,13 @@ describe('userTmpDir', () => {
     const st = statSync(dir);
     expect([st.uid, st.mode & 0o777]).toEqual([process.getuid!(), 0o700]);
     expect(userTmpDir(dir)).toBe(dir);
+  });
+
+  it('is a private directory of this user itself (a test file\'s own TMPDIR), leaving nothing more in it', () => {
+    const priv = join(base, 'private');
+    mkdirSync(priv, { mode: 0o700 });
+    expect(userTmpDir(priv)).toBe(priv);
+    expect(readdirSync(priv)).toEqual([]);
   });
 
   it('tightens a directory of its own that others could read', () => {

@@ -125,6 +125,16 @@ describe('loadConfig', () => {
     expect(loadConfig({ env: { FLEETLAB_VENDOR: 'balena' } }).vendor).toBe('balena');
   });
 
+  it('a publish address is an IP address or empty', () => {
+    expect(loadConfig({ env: {}, flags: { publishAddress: '127.77.3.9' } }).publishAddress).toBe('127.77.3.9');
+    expect(loadConfig({ env: { FLEETLAB_PUBLISH_ADDRESS: '::1' } }).publishAddress).toBe('::1');
+    for (const value of ['localhost', '127.77.3', '127.0.0.1:8080']) {
+      const err = thrown(() => loadConfig({ env: {}, flags: { publishAddress: value } }));
+      expect(err.code).toBe('SUP_ERR_BAD_REQUEST');
+      expect(err.message).toMatch(/^publishAddress /);
+    }
+  });
+
   it('a config file with an unknown key is refused, naming the key', async () => {
     const file = await configFile('unknown.json', { dataDir: '/x', dataDirectory: '/typo' });
     const err = thrown(() => loadConfig({ file, env: {} }));

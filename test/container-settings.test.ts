@@ -8,7 +8,7 @@
 import { randomUUID } from 'node:crypto';
 import Docker from 'dockerode';
 import { afterAll, describe, expect, it } from 'vitest';
-import { Engine, containerSettings, healthOfStatus } from '../src/supervisor/adapters/engine.js';
+import { Engine, containerSettings, healthOfStatus, portBindings } from '../src/supervisor/adapters/engine.js';
 import { desiredContainer, type SpecContext } from '../src/supervisor/state/container-spec.js';
 import { checkWireState, normaliseService, normaliseState, toWireState, type TargetApp } from '../src/protocol/target-state.js';
 import { freePort } from '../src/free-port.js';
@@ -63,6 +63,23 @@ describe('containerSettings', () => {
     });
   });
 
+  it('binds every published port at the publish address when one is set, the spec\'s own host IP included', () => {
+    const ports = ['8080:80', '127.0.0.1:5353:53/udp', '[::1]:9000:90', '0.0.0.0:8081:80'];
+    expect(portBindings(ports, '127.77.3.9')).toEqual({
+      '80/tcp': [{ HostIp: '127.77.3.9', HostPort: '8080' }, { HostIp: '127.77.3.9', HostPort: '8081' }],
+      '53/udp': [{ HostIp: '127.77.3.9', HostPort: '5353' }],
+      '90/tcp': [{ HostIp: '127.77.3.9', HostPort: '9000' }],
+    });
+    // Unset is what a board does: as the compose file says.
+    expect(portBindings(ports)).toEqual({
+      '80/tcp': [{ HostIp: '', HostPort: '8080' }, { HostIp: '0.0.0.0', HostPort: '8081' }],
+      '53/udp': [{ HostIp: '127.0.0.1', HostPort: '5353' }],
+      '90/tcp': [{ HostIp: '::1', HostPort: '9000' }],
+    });
+    expect(containerSettings({ ports: ['8080:80'] }, '127.77.3.9').hostConfig.PortBindings).toEqual({ '80/tcp': [{ HostIp: '127.77.3.9', HostPort: '8080' }] });
+    expect(containerSettings({ privileged: true }, '127.77.3.9')).toEqual({ config: {}, hostConfig: { Privileged: true } });
+  });
+
   it("reads a listed container's health from its status, as Engine API 1.41 gives it", () => {
     expect(healthOfStatus('Up 3 seconds (healthy)')).toBe('healthy');
     expect(healthOfStatus('Up About a minute (unhealthy)')).toBe('unhealthy');
@@ -86,6 +103,25 @@ describe('the config hash', () => {
     const privileged = normaliseService({ serviceName: 'web', serviceId: 1, imageId: 1, image: 'fleetlab/test-app:1', environment: {}, labels: {}, privileged: true });
     // A setting changed is a container to replace.
     expect(desiredContainer(app([privileged]), privileged, ctx).configHash).not.toBe(desiredContainer(app([plain]), plain, ctx).configHash);
+  });
+});
+
+describe('the publish address', () => {
+  const web = normaliseService({ serviceName: 'web', serviceId: 1, imageId: 1, image: 'fleetlab/test-app:1', environment: {}, labels: {}, ports: ['8080:80'] });
+  const plain = normaliseService({ serviceName: 'db', serviceId: 2, imageId: 2, image: 'fleetlab/test-app:1', environment: {}, labels: {} });
+
+  it('reaches the spec of a service that publishes ports, and its hash, so a moved address recreates it', () => {
+    const at = (publishAddress?: string) => desiredContainer(app([web]), web, { ...ctx, ...(publishAddress ? { publishAddress } : {}) });
+    expect(at('127.77.3.9').spec.publishAddress).toBe('127.77.3.9');
+    expect(at().spec.publishAddress).toBeUndefined();
+    expect(at('127.77.3.9').configHash).not.toBe(at().configHash);
+    expect(at('127.77.3.9').configHash).not.toBe(at('127.77.3.10').configHash);
+  });
+
+  it('leaves a service without ports alone', () => {
+    const withAddress = desiredContainer(app([plain]), plain, { ...ctx, publishAddress: '127.77.3.9' });
+    expect(withAddress.spec.publishAddress).toBeUndefined();
+    expect(withAddress.configHash).toBe(desiredContainer(app([plain]), plain, ctx).configHash);
   });
 });
 

@@ -4,12 +4,14 @@
  * command-line flags and `fleetlab supervisor --help`. Precedence: flag > env > file > default.
  */
 import { readFileSync } from 'node:fs';
+import { isIP } from 'node:net';
 import { FleetlabError, errorText } from '../errors.js';
 import { supervisorNetworkDefaults, supervisorNetworkProblems } from './supervisor-network.js';
 
 export interface SupervisorConfig {
   port: number;
   listenAddress: string;
+  publishAddress: string;
   dataDir: string;
   vendor: string;
   apiKey: string;
@@ -49,6 +51,7 @@ interface Setting {
 export const settings: readonly Setting[] = [
   { key: 'port', kind: 'number', defaultValue: 48484, description: 'TCP port of the device API' },
   { key: 'listenAddress', kind: 'string', defaultValue: '0.0.0.0', description: 'address the device API listens on' },
+  { key: 'publishAddress', kind: 'string', defaultValue: '', description: "host address every published port of an app binds to, whatever its compose file says (a device sharing its engine with others); empty: as the compose file says" },
   { key: 'dataDir', kind: 'string', defaultValue: '/var/lib/fleetlab', description: 'persistent state (keys, uuid, target state); survives reboots' },
   { key: 'vendor', kind: 'string', defaultValue: 'platform', description: 'vendor word in PLATFORM_* variables and the io.platform.* label (e.g. "balena")' },
   { key: 'apiKey', kind: 'string', defaultValue: '', description: 'device API key on first start (generated when empty; kept in dataDir after that)' },
@@ -134,6 +137,7 @@ export function loadConfig(sources: ConfigSources = {}): SupervisorConfig {
   const config = out as unknown as SupervisorConfig;
   if (config.port < 1 || config.port > 65535) throw new FleetlabError('SUP_ERR_BAD_REQUEST', `port must be 1..65535, got ${config.port}`);
   if (!/^[a-z][a-z0-9]*$/.test(config.vendor)) throw new FleetlabError('SUP_ERR_BAD_REQUEST', `vendor must be a lowercase word, got "${config.vendor}"`);
+  if (config.publishAddress && !isIP(config.publishAddress)) throw new FleetlabError('SUP_ERR_BAD_REQUEST', `publishAddress must be an IPv4 or IPv6 address, got "${config.publishAddress}"`);
   const networkProblems = supervisorNetworkProblems({ name: config.supervisorNetwork, subnet: config.supervisorSubnet });
   if (networkProblems.length) throw new FleetlabError('SUP_ERR_BAD_REQUEST', networkProblems.join('; '));
   return config;

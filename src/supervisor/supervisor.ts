@@ -169,6 +169,7 @@ export class Supervisor implements SupervisorContext {
           arch: this.arch,
           supervisorAddress: this.address,
           supervisorPort: config.port,
+          ...(config.publishAddress ? { publishAddress: config.publishAddress } : {}),
           appKey: (appId) => this.keys.appKey(appId),
           lockDir: (appId, service) => this.locks.dir(appId, service),
           networkName: (appId, n) => this.engine.networkName(appId, n),

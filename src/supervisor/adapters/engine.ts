@@ -116,6 +116,8 @@ export interface ContainerSpec extends ContainerSettings {
   aliases: string[];
   /** The supervisor network, joined before the first start without aliases: names on it would clash across apps. */
   supervisorNetwork?: string;
+  /** Host address every published port binds to (the `publishAddress` setting); absent: as `ports` say. */
+  publishAddress?: string;
   restart: 'no' | 'always' | 'on-failure' | 'unless-stopped';
 }
 
@@ -125,9 +127,10 @@ const nanoseconds = (d: string | undefined) => (d === undefined ? undefined : pa
 /**
  * The Engine API's Config fields, HostConfig and ExposedPorts for a spec's container settings,
  * as docker compose maps each key (pkg/compose/create.go): durations in nanoseconds,
- * `stop_grace_period` as whole seconds (`StopTimeout`), `shm_size` in bytes.
+ * `stop_grace_period` as whole seconds (`StopTimeout`), `shm_size` in bytes; published ports
+ * at `publishAddress` when given (portBindings).
  */
-export function containerSettings(spec: ContainerSettings): {
+export function containerSettings(spec: ContainerSettings, publishAddress = ''): {
   config: Record<string, unknown>;
   hostConfig: Record<string, unknown>;
   exposedPorts?: Record<string, Record<string, never>>;
@@ -173,8 +176,25 @@ export function containerSettings(spec: ContainerSettings): {
   if (spec.extraHosts) hostConfig.ExtraHosts = spec.extraHosts;
   if (spec.shmSize !== undefined) hostConfig.ShmSize = parseBytes(spec.shmSize);
   if (!spec.ports) return { config, hostConfig };
-  const bindings: Record<string, Array<{ HostIp: string; HostPort: string }>> = {};
-  for (const p of spec.ports) {
+  const bindings = portBindings(spec.ports, publishAddress);
+  hostConfig.PortBindings = bindings;
+  return { config, hostConfig, exposedPorts: Object.fromEntries(Object.keys(bindings).map((k) => [k, {}])) };
+}
+
+export type PortBindings = Record<string, Array<{ HostIp: string; HostPort: string }>>;
+
+/**
+ * The Engine API's PortBindings for compose port specs (`[host ip:]host port:container
+ * port[/proto]`, as the target state's schema admits them). With `publishAddress`, every
+ * binding gets it as HostIp: a compose file is written for a device that has its host's
+ * addresses to itself, so its own host IP, 127.0.0.1 included, means "this device", and a
+ * device sharing its engine with others (the sim and container targets) is reached at its
+ * own address alone. Binding as written there would have two devices ask for the same port
+ * on the same interfaces, and the second fail.
+ */
+export function portBindings(ports: readonly string[], publishAddress = ''): PortBindings {
+  const bindings: PortBindings = {};
+  for (const p of ports) {
     const [mapping, proto = 'tcp'] = p.split('/') as [string, string | undefined];
     const last = mapping.lastIndexOf(':');
     const containerPort = mapping.slice(last + 1);
@@ -182,10 +202,9 @@ export function containerSettings(spec: ContainerSettings): {
     const hostColon = hostPart.lastIndexOf(':');
     const hostIp = hostColon < 0 ? '' : hostPart.slice(0, hostColon).replace(/^\[|\]$/g, '');
     const hostPort = hostColon < 0 ? hostPart : hostPart.slice(hostColon + 1);
-    (bindings[`${containerPort}/${proto}`] ??= []).push({ HostIp: hostIp, HostPort: hostPort });
+    (bindings[`${containerPort}/${proto}`] ??= []).push({ HostIp: publishAddress || hostIp, HostPort: hostPort });
   }
-  hostConfig.PortBindings = bindings;
-  return { config, hostConfig, exposedPorts: Object.fromEntries(Object.keys(bindings).map((k) => [k, {}])) };
+  return bindings;
 }
 
 export interface PullProgress {
@@ -522,7 +541,7 @@ export class Engine {
   async createContainer(spec: ContainerSpec): Promise<string> {
     return this.changing(async () => {
       const appNetwork = !['host', 'none', 'bridge'].includes(spec.networkMode);
-      const settings = containerSettings(spec);
+      const settings = containerSettings(spec, spec.publishAddress);
       try {
         const container = await this.docker.createContainer({
           name: spec.name,

@@ -16,6 +16,8 @@ export interface SpecContext {
   /** PLATFORM_SUPERVISOR_ADDRESS of labelled services on the supervisor network; empty: its gateway's. */
   supervisorAddress: string;
   supervisorPort: number;
+  /** Host address the device's published ports bind to (the `publishAddress` setting); empty or absent: as each service's `ports` say. */
+  publishAddress?: string;
   /** The supervisor network as the engine has it, when it fits the settings; absent until then. */
   supervisorNetwork?: { name: string; subnet: string; gateway: string };
   /** Key handed to services of this app that carry the supervisor-api label. */
@@ -115,7 +117,7 @@ export function appNetworksFor(app: TargetApp, service: TargetService): string[]
  */
 export function specInputs(ctx: SpecContext, target: { apps: readonly TargetApp[] }): string {
   const net = ctx.supervisorNetwork;
-  const scalars = [ctx.vendor, ctx.uuid, ctx.deviceName, ctx.deviceType, ctx.arch, ctx.supervisorAddress, String(ctx.supervisorPort), net ? `${net.name} ${net.subnet} ${net.gateway}` : ''];
+  const scalars = [ctx.vendor, ctx.uuid, ctx.deviceName, ctx.deviceType, ctx.arch, ctx.supervisorAddress, String(ctx.supervisorPort), net ? `${net.name} ${net.subnet} ${net.gateway}` : '', ctx.publishAddress ?? ''];
   return [...scalars, ...target.apps.map((a) => `${a.appId}=${ctx.appKey(a.appId)}`)].join('\u0000');
 }
 
@@ -132,6 +134,8 @@ export function desiredContainer(app: TargetApp, service: TargetService, ctx: Sp
   const extraNetworks = appNetworks.slice(1).map((n) => ctx.networkName(app.appId, n));
   const joinsSupervisor = joinsSupervisorNetwork(service, ctx.vendor);
   const supervisorNetwork = joinsSupervisor ? ctx.supervisorNetwork : undefined;
+  // Only for a service that publishes ports: the address changes nothing else.
+  const publishAddress = service.ports?.length && ctx.publishAddress ? ctx.publishAddress : undefined;
   const hashed = {
     image: normaliseImageRef(service.image),
     imageId: service.imageId,
@@ -147,6 +151,8 @@ export function desiredContainer(app: TargetApp, service: TargetService, ctx: Sp
     ...(extraNetworks.length ? { extraNetworks } : {}),
     // Its subnet too: a network replaced on another subnet must be joined again.
     ...(supervisorNetwork ? { supervisorNetwork: `${supervisorNetwork.name} ${supervisorNetwork.subnet}` } : {}),
+    // Its ports are bound elsewhere: the container must be made again to move them.
+    ...(publishAddress ? { publishAddress } : {}),
   };
   const configHash = createHash('sha256').update(JSON.stringify(hashed)).digest('hex').slice(0, 32);
   return {
@@ -176,6 +182,7 @@ export function desiredContainer(app: TargetApp, service: TargetService, ctx: Sp
       ...(extraNetworks.length ? { extraNetworks } : {}),
       aliases: [service.serviceName],
       ...(supervisorNetwork ? { supervisorNetwork: supervisorNetwork.name } : {}),
+      ...(publishAddress ? { publishAddress } : {}),
       restart: service.restart,
       ...pickContainerSettings(service),
     },

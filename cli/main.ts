@@ -59,12 +59,13 @@ sim
   .option('--vendor <word>', 'vendor word for PLATFORM_* variables', 'platform')
   .option('--device-type <slug>', 'the device type the supervisor reports (default: its own, raspberrypi3)')
   .option('--listen-address <addr>', 'address the device API listens on (0.0.0.0 inside a container)', '127.0.0.1')
+  .option('--publish-address <addr>', 'host address the apps\' published ports bind to (default: one of the device\'s own in 127.64.0.0/10, so devices on one engine never collide; "": as the compose file says)')
   .option('--cloud-url <url>', 'register with this fleetlab cloud and follow its target state')
   .option('--provisioning-key <key>', "the fleet's provisioning key (with --cloud-url)")
   .option('--poll-interval-ms <ms>', 'target state poll interval (with --cloud-url)')
   .option('--clock-offset-ms <ms>', "the supervisor's wall clock this far off this host's, ahead (negative: behind); what a replay of a device with a wrong clock uses")
   .action(
-    action(async (opts: { port: string; dataDir?: string; engine?: 'docker' | 'sim'; dockerSocket: string; localMode: boolean; apiKey?: string; vendor: string; deviceType?: string; listenAddress: string; bandwidth?: string; scenario?: string; cloudUrl?: string; provisioningKey?: string; pollIntervalMs?: string; clockOffsetMs?: string }) => {
+    action(async (opts: { port: string; dataDir?: string; engine?: 'docker' | 'sim'; dockerSocket: string; localMode: boolean; apiKey?: string; vendor: string; deviceType?: string; listenAddress: string; publishAddress?: string; bandwidth?: string; scenario?: string; cloudUrl?: string; provisioningKey?: string; pollIntervalMs?: string; clockOffsetMs?: string }) => {
       const port = parsePort('--port', opts.port);
       const { existsSync } = await import('node:fs');
       const engine = opts.engine ?? (existsSync(opts.dockerSocket) ? 'docker' : 'sim');

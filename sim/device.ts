@@ -31,6 +31,7 @@ import { startJournalSim, supervisorUnit, type JournalSim } from './journal/jour
 import { startSimEngine, type Scenario, type SimEngineHandle } from './engine/index.js';
 import { freePort } from '../src/free-port.js';
 import { sharedEngineNetwork, sharedEngineNetworkArgs, type SharedEngineNetwork } from './supervisor-network.js';
+import { devicePublishAddress } from './publish-address.js';
 
 export interface SimDeviceOptions {
   /** Device API port; 0 picks a free one. */
@@ -70,6 +71,12 @@ export interface SimDeviceOptions {
   clockOffsetMs?: number;
   /** Address the device API listens on; default 127.0.0.1 (0.0.0.0 inside a container, for a mapped port). */
   listenAddress?: string;
+  /**
+   * Host address the device's published ports bind to (the supervisor's publishAddress):
+   * default a loopback address of its own (publish-address.ts), so devices sharing an engine
+   * each have their 8080; empty: as each compose file says, as on a board.
+   */
+  publishAddress?: string;
   /** Register with a cloud and follow its target state, through a link the sim can partition. */
   cloud?: SimCloudOptions;
   /**
@@ -193,7 +200,7 @@ export class SimDevice extends EventEmitter<{ reboot: []; poweroff: []; exit: [c
     const port = opts.port === 0 ? await freePort() : opts.port;
     for (const d of ['dbus', 'host', 'gpio', 'journal', 'boot', 'locks', 'supervisor']) mkdirSync(join(dataDir, d), { recursive: true });
     const dockerSocket = opts.engine === 'sim' ? simDeviceFiles(dataDir).engineSocket : opts.dockerSocket;
-    const options = { port, dataDir, ownsDataDir, engine: opts.engine, dockerSocket, localMode: opts.localMode, apiKey: opts.apiKey, vendor: opts.vendor ?? 'platform', ledOffset: opts.ledOffset ?? 17, listenAddress: opts.listenAddress ?? '127.0.0.1', cloud: opts.cloud, deviceType: opts.deviceType, inspectBrk: opts.inspectBrk, supervisorEntry: opts.supervisorEntry, ...(opts.clockOffsetMs ? { clockOffsetMs: opts.clockOffsetMs } : {}) };
+    const options = { port, dataDir, ownsDataDir, engine: opts.engine, dockerSocket, localMode: opts.localMode, apiKey: opts.apiKey, vendor: opts.vendor ?? 'platform', ledOffset: opts.ledOffset ?? 17, listenAddress: opts.listenAddress ?? '127.0.0.1', publishAddress: opts.publishAddress ?? devicePublishAddress(), cloud: opts.cloud, deviceType: opts.deviceType, inspectBrk: opts.inspectBrk, supervisorEntry: opts.supervisorEntry, ...(opts.clockOffsetMs ? { clockOffsetMs: opts.clockOffsetMs } : {}) };
     const session = opts.session ?? `sim-${randomUUID()}`;
     const env = sessionEnv(session);
     // Undone in reverse: the supervisor first, then what it created in the engine, then the
@@ -300,6 +307,7 @@ export class SimDevice extends EventEmitter<{ reboot: []; poweroff: []; exit: [c
       'supervisor',
       '--port', String(o.port),
       '--listen-address', o.listenAddress,
+      ...(o.publishAddress ? ['--publish-address', o.publishAddress] : []),
       '--data-dir', d('supervisor'),
       '--vendor', o.vendor,
       '--local-mode', String(o.localMode),
@@ -466,6 +474,7 @@ export async function serveSimDevice(device: SimDevice, heading: string, more: s
       `  state:        ${info.dataDir}${device.options.ownsDataDir ? "  (removed at the stop, with the device's volumes; --data-dir keeps both)" : ''}`,
       `  supervisor log: ${device.supervisorLog}`,
       `  journal:      journalctl --directory ${join(info.dataDir, 'journal')}`,
+      ...(device.options.publishAddress ? [`  app ports:    published at ${device.options.publishAddress} (the port numbers as the compose file says; --publish-address to choose)`] : []),
       ...(device.simEngine ? [`  engine:       DOCKER_HOST=unix://${device.simEngine.socketPath} docker ps`] : []),
       ...more,
       '  stop with Ctrl-C',

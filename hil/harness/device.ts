@@ -179,6 +179,18 @@ export class Device {
     });
   }
 
+  /**
+   * The URL (`http://<address>:<port>`) where this device's `service` answers on its published
+   * `containerPort` (tcp), as the device's engine bound it: two devices of a run publish the
+   * same port each at an address of its own. Needs `ports`; rejects while no container of the
+   * service runs, or when it publishes no such port.
+   */
+  async address(service: string, containerPort: number, options: { appId?: number } = {}): Promise<string> {
+    const ports = this.#need(this.#dut.ports, `address('${service}', ${containerPort})`, 'ports');
+    const { host, port } = await ports.published(service, containerPort, { appId: options.appId ?? DEFAULT_APP_ID });
+    return `http://${host.includes(':') ? `[${host}]` : host}:${port}`;
+  }
+
   /** Where the update lock of `service` lives on the device: an app holds the lock while this file exists. */
   updateLockPath(service: string, appId = DEFAULT_APP_ID): string {
     return `${this.api.identity.lockRoot}/${appId}/${service}/updates.lock`;

@@ -18,6 +18,7 @@ const BACKING: Record<Capability, (d: DeviceUnderTest) => boolean> = {
   files: (d) => typeof d.files?.read === 'function' && typeof d.files?.write === 'function',
   'files.volumes': (d) => typeof d.files?.volumePath === 'function',
   images: (d) => typeof d.images?.prepare === 'function',
+  ports: (d) => typeof d.ports?.published === 'function',
 };
 
 /** Throws an error naming every capability `driver` declares but `device` lacks. */

@@ -52,10 +52,13 @@ import type {
   DevicePaths,
   LedProtocol,
   LedTransition,
+  PortsProtocol,
   PowerProtocol,
   TargetDriver,
   TargetFacts,
 } from './protocols.js';
+import { enginePorts } from './engine-ports.js';
+import { devicePublishAddress } from '../../sim/publish-address.js';
 import { freePort } from '../../src/free-port.js';
 import { hostShell } from './host-shell.js';
 import { readBundle } from '../capture/bundle.js';
@@ -75,7 +78,7 @@ const STOP_GRACE_MS = 20_000;
 const LED_OFFSET = 17;
 const LED_GPIO = 512 + LED_OFFSET;
 const LOGIN1 = { dest: 'org.freedesktop.login1', path: '/org/freedesktop/login1', method: 'org.freedesktop.login1.Manager.Reboot' };
-export const CONTAINER_CAPABILITIES: readonly Capability[] = ['api', 'exec', 'led', 'power.reboot', 'power.cycle', 'power.cut', 'journal', 'files', 'files.volumes', 'images'];
+export const CONTAINER_CAPABILITIES: readonly Capability[] = ['api', 'exec', 'led', 'power.reboot', 'power.cycle', 'power.cut', 'journal', 'files', 'files.volumes', 'images', 'ports'];
 
 
 function sleep(ms: number): Promise<void> {
@@ -174,6 +177,7 @@ class ContainerUnderTest implements DeviceUnderTest {
   readonly journal: JournalProtocol;
   readonly files: FilesProtocol;
   readonly images: ImagesProtocol;
+  readonly ports: PortsProtocol;
   readonly paths: DevicePaths;
   readonly #supervisorLogPath: string;
   readonly #uuid: string;
@@ -195,6 +199,8 @@ class ContainerUnderTest implements DeviceUnderTest {
     const dataDir = ready.dataDir;
     const uuid = ready.uuid;
     const id = container.getId();
+    // The host's dockerd publishes the apps' ports on the host, at the device's own address.
+    this.ports = enginePorts(dockerSocket, uuid);
     this.api = httpApi({
       url,
       apiKey: ready.apiKey,
@@ -386,6 +392,8 @@ export const containerTarget: TargetDriver<ContainerTargetOptions> = {
           '--docker-socket', '/var/run/docker.sock',
           '--port', String(hostPort),
           '--listen-address', '0.0.0.0',
+          // An address on the host, where the host's dockerd binds the apps' ports: the device's own (sim/publish-address.ts).
+          '--publish-address', devicePublishAddress(),
           ...(localMode ? ['--local-mode'] : []),
           '--vendor', vendor,
           ...deviceType,

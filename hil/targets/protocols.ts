@@ -18,6 +18,7 @@ export const CAPABILITIES = [
   'files', // read and write files on the device
   'files.volumes', // FilesProtocol.volumePath: where an app's named volume lives on the device
   'images', // ImagesProtocol: a release's images reach the device's engine (device.deploy)
+  'ports', // PortsProtocol: where the harness reaches a service's published port (device.address)
 ] as const;
 export type Capability = (typeof CAPABILITIES)[number];
 
@@ -172,6 +173,27 @@ export interface FilesProtocol {
   volumePath?(appId: number, volume: string): Promise<string | undefined>;
 }
 
+/** A host and port the harness reaches, as an engine published them. */
+export interface PublishedPort {
+  /** An IP address (IPv6 without brackets). */
+  readonly host: string;
+  readonly port: number;
+}
+
+/**
+ * Where the harness reaches an app's published ports. A device's ports are its own (DESIGN.md,
+ * "a device is a device"): two devices of a run publish the same port number at different
+ * addresses, so a spec asks here rather than guessing a host port.
+ */
+export interface PortsProtocol {
+  /**
+   * Where `containerPort` of the running container of `service` (app `appId`) is published, as
+   * the device's engine reports it (the container's NetworkSettings.Ports), not as its compose
+   * file says. Rejects when no container of the service runs or it publishes no such port.
+   */
+  published(service: string, containerPort: number, options?: { readonly appId?: number; readonly protocol?: 'tcp' | 'udp' }): Promise<PublishedPort>;
+}
+
 /**
  * Where the supervisor keeps its files on the device (as its flags set them) and how its engine
  * is reached: what `fleetlab capture` needs beyond the API to make a bundle a replay starts from.
@@ -201,6 +223,7 @@ export interface DeviceUnderTest extends AsyncDisposable {
   readonly journal?: JournalProtocol;
   readonly files?: FilesProtocol;
   readonly images?: ImagesProtocol;
+  readonly ports?: PortsProtocol;
   /** Where a capture finds the supervisor's files and engine (with `exec`). */
   readonly paths?: DevicePaths;
   /** The supervisor's own log so far (attached to failed tests). */

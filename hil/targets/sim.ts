@@ -29,7 +29,8 @@ import { httpApi } from '../lib/http.js';
 import { journalEntries } from '../lib/journal-json.js';
 import { filesBesideEngine, hostFiles, removeTree } from './engine-files.js';
 import { hostShell, runOnHost } from './host-shell.js';
-import type { ApiProtocol, Capability, CommandProtocol, DevicePaths, DeviceUnderTest, FilesProtocol, ImagesProtocol, JournalProtocol, LedProtocol, NetworkProtocol, PowerProtocol, ReleaseEngine, TargetDriver, TargetFacts, TargetStartOptions } from './protocols.js';
+import { enginePorts } from './engine-ports.js';
+import type { ApiProtocol, Capability, CommandProtocol, DevicePaths, DeviceUnderTest, FilesProtocol, ImagesProtocol, JournalProtocol, LedProtocol, NetworkProtocol, PortsProtocol, PowerProtocol, ReleaseEngine, TargetDriver, TargetFacts, TargetStartOptions } from './protocols.js';
 import { WorkerRegistry } from './worker-registry.js';
 
 export type SimEngine = 'sim' | 'docker';
@@ -88,6 +89,7 @@ class SimUnderTest implements DeviceUnderTest {
   readonly files: FilesProtocol;
   readonly network: NetworkProtocol;
   readonly images?: ImagesProtocol;
+  readonly ports?: PortsProtocol;
   readonly paths: DevicePaths;
   readonly facts: TargetFacts;
   #closed = false;
@@ -112,6 +114,7 @@ class SimUnderTest implements DeviceUnderTest {
     if (engine === 'docker') {
       const engineSocket = sim.options.dockerSocket;
       this.images = { prepare: async () => ({ engineSocket }) };
+      this.ports = enginePorts(engineSocket, info.uuid);
     } else {
       this.#ownRegistry = release.registry ? undefined : new WorkerRegistry();
       this.images = pulledFromRegistry(release.registry ?? this.#ownRegistry!, release.hostDockerSocket);
@@ -236,12 +239,13 @@ class SimUnderTest implements DeviceUnderTest {
  * release through the `images` protocol, but only dockerd declares `images`: the simulated
  * engine pulls the release from the registry and plays its containers without running their
  * code, so a spec that deploys expects what it cannot give (hil/specs/release.spec.ts reads a
- * file the release's container writes). `network` cuts the loopback link to the cloud of a
- * `withCloud` device.
+ * file the release's container writes). For the same reason only dockerd declares `ports`:
+ * nothing would answer at a port the simulated engine publishes. `network` cuts the loopback
+ * link to the cloud of a `withCloud` device.
  */
 function simCapabilities(engine: SimEngine): Capability[] {
   const always: Capability[] = ['api', 'exec', 'led', 'power.reboot', 'power.cycle', 'power.cut', 'network', 'journal', 'files', 'files.volumes'];
-  return engine === 'docker' ? [...always, 'images'] : always;
+  return engine === 'docker' ? [...always, 'images', 'ports'] : always;
 }
 
 type SimDriver = TargetDriver<SimTargetOptions> & { providesFor(engine: SimEngine): readonly Capability[] };

@@ -1,0 +1,93 @@
+/**
+ * A device's published ports are its own (DESIGN.md, "a device is a device"): two simulated
+ * devices on the machine's one dockerd both deploy an app that publishes 8080, both run it,
+ * and `device.address()` reaches each one's own container at the device's own loopback
+ * address, read from what dockerd bound. Before publishAddress the second device's container
+ * failed to start: both asked dockerd for 8080 on all interfaces.
+ */
+import { fileURLToPath } from 'node:url';
+import Docker from 'dockerode';
+import { describe, expect, it } from 'vitest';
+import { FleetlabError } from '../src/errors.js';
+import { LABEL } from '../src/supervisor/adapters/engine.js';
+import { devicePublishAddress } from '../sim/publish-address.js';
+import { Device } from '../hil/harness/device.js';
+import { publishedFrom } from '../hil/targets/engine-ports.js';
+import { simTarget } from '../hil/targets/sim.js';
+import type { DeviceUnderTest } from '../hil/targets/protocols.js';
+import { dockerdSocket } from './helpers/engine-targets.js';
+
+const APP = fileURLToPath(new URL('../fixtures/apps/greeter', import.meta.url));
+const docker = new Docker({ socketPath: dockerdSocket });
+const OWN_LOOPBACK = /^127\.(6[4-9]|[7-9]\d|1[01]\d|12[0-7])\.\d{1,3}\.\d{1,3}$/;
+
+async function rejection(promise: Promise<unknown>): Promise<FleetlabError> {
+  const err = await promise.then(() => undefined, (e: unknown) => e);
+  expect(err).toBeInstanceOf(FleetlabError);
+  return err as FleetlabError;
+}
+
+describe('the publish address of a simulated device', () => {
+  it('is drawn from 127.64.0.0/10, never a .0 or .255', () => {
+    expect(devicePublishAddress(Buffer.from([0, 0, 0]))).toBe('127.64.0.1');
+    expect(devicePublishAddress(Buffer.from([0xff, 0xff, 253]))).toBe('127.127.255.254');
+    expect(devicePublishAddress(Buffer.from([0x80, 7, 254]))).toBe('127.64.7.1');
+    for (let i = 0; i < 2000; i++) {
+      const address = devicePublishAddress();
+      expect(address).toMatch(OWN_LOOPBACK);
+      expect(address).not.toMatch(/\.(0|255)$/);
+    }
+  });
+});
+
+describe('where the harness reaches a published port', () => {
+  it('reads the binding dockerd reports, a wildcard as loopback, IPv4 first', () => {
+    expect(publishedFrom({ '80/tcp': [{ HostIp: '127.77.3.9', HostPort: '8080' }] }, '80/tcp')).toEqual({ host: '127.77.3.9', port: 8080 });
+    expect(publishedFrom({ '80/tcp': [{ HostIp: '::', HostPort: '8081' }, { HostIp: '0.0.0.0', HostPort: '8081' }] }, '80/tcp')).toEqual({ host: '127.0.0.1', port: 8081 });
+    expect(publishedFrom({ '80/tcp': [{ HostIp: '::', HostPort: '8081' }] }, '80/tcp')).toEqual({ host: '::1', port: 8081 });
+    // Exposed but not published (dockerd's null), and not there at all.
+    expect(publishedFrom({ '81/tcp': null }, '81/tcp')).toBeUndefined();
+    expect(publishedFrom({}, '80/tcp')).toBeUndefined();
+  });
+
+  it('is a capability error naming the target where the target has no ports', async () => {
+    const dut = { target: 'qemu', capabilities: new Set(['api']), api: {}, supervisorLog: async () => '', close: async () => undefined } as unknown as DeviceUnderTest;
+    const err = await rejection(new Device(dut, { startedAt: Date.now() }).address('web', 80));
+    expect(err.code).toBe('HIL_ERR_CAPABILITY');
+    expect(err.message).toContain('target qemu lacks capability ports');
+  });
+});
+
+describe('two simulated devices on one dockerd, one app publishing 8080', () => {
+  it('both run it, each at an address of its own that answers with its own container', async () => {
+    const duts: DeviceUnderTest[] = [];
+    try {
+      duts.push(...(await Promise.all([simTarget.start({ engine: 'docker' }), simTarget.start({ engine: 'docker' })])));
+      const devices = duts.map((d) => new Device(d, { startedAt: Date.now() }));
+      expect(devices.every((d) => d.capabilities.has('ports'))).toBe(true);
+      await Promise.all(devices.map((d, i) => d.deploy(APP, { env: { GREETING: `device ${i}` } })));
+      for (const d of devices) expect((await d.status()).containers.map((c) => `${c.serviceName} ${c.status}`)).toEqual(['web Running']);
+
+      const urls = await Promise.all(devices.map((d) => d.address('web', 80)));
+      const hosts = urls.map((u) => new URL(u).hostname);
+      expect(urls.map((u) => new URL(u).port)).toEqual(['8080', '8080']);
+      for (const host of hosts) expect(host).toMatch(OWN_LOOPBACK);
+      expect(hosts[0]).not.toBe(hosts[1]);
+      for (const [i, url] of urls.entries()) expect((await (await fetch(url)).text()).trim()).toBe(`device ${i}`);
+
+      // What dockerd was asked for: the device's address, whatever the compose file said.
+      for (const [i, d] of devices.entries()) {
+        const [listed] = await docker.listContainers({ filters: { label: [`${LABEL.device}=${d.api.identity.uuid}`, `${LABEL.serviceName}=web`] } });
+        const { HostConfig } = await docker.getContainer(listed!.Id).inspect();
+        expect(HostConfig.PortBindings).toEqual({ '80/tcp': [{ HostIp: hosts[i], HostPort: '8080' }] });
+      }
+
+      const unpublished = await rejection(devices[0]!.address('web', 81));
+      expect(unpublished.code).toBe('HIL_ERR_DEPLOY');
+      expect(unpublished.message).toContain('publishes 80/tcp');
+      expect((await rejection(devices[0]!.address('db', 80))).message).toContain('no container of that service runs');
+    } finally {
+      for (const d of duts) await d.close().catch(() => undefined);
+    }
+  }, 240_000);
+});

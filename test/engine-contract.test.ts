@@ -20,6 +20,7 @@ import { startRegistry, type Registry } from '../hil/release/registry.js';
 import { streamDone } from '../sim/engine-stream.js';
 import { freePort } from '../src/free-port.js';
 import { Engine, LABEL } from '../src/supervisor/adapters/engine.js';
+import { devicePublishAddress } from '../sim/publish-address.js';
 import {
   CONTRACT_LABEL, demux, dockerdSocket, engineError, eventually, pullMessages, rawRequest, startEngineUnderTest,
   type EngineKind, type EngineUnderTest,
@@ -445,6 +446,25 @@ describe.each<EngineKind>(['dockerd', 'sim'])('engine contract on %s', (kind) =>
       expect(Object.keys(summary.NetworkSettings.Networks)).toEqual(['bridge']);
       const bad = await engineError(docker.listContainers({ all: true, filters: { status: ['sleeping'] } }));
       expect(bad.statusCode).toBe(400);
+    });
+
+    it('shows published ports in inspect and the list only while the container runs; an exposed port without a binding is null', async () => {
+      // An address of a device's own, as the sim and container targets give (sim/publish-address.ts).
+      const hostIp = devicePublishAddress();
+      const hostPort = String(await freePort());
+      const c = await create({ ExposedPorts: { '80/tcp': {}, '81/tcp': {} }, HostConfig: { PortBindings: { '80/tcp': [{ HostIp: hostIp, HostPort: hostPort }] } } });
+      const listed = async () => (await docker.listContainers({ all: true, filters: { id: [c.id] } }))[0]!.Ports;
+      const created = await c.inspect();
+      expect(created.NetworkSettings.Ports).toEqual({});
+      expect(created.HostConfig.PortBindings).toEqual({ '80/tcp': [{ HostIp: hostIp, HostPort: hostPort }] });
+      expect(created.Config.ExposedPorts).toEqual({ '80/tcp': {}, '81/tcp': {} });
+      expect(await listed()).toEqual([]);
+      await c.start();
+      expect((await c.inspect()).NetworkSettings.Ports).toEqual({ '80/tcp': [{ HostIp: hostIp, HostPort: hostPort }], '81/tcp': null });
+      const byPort = (a: { PrivatePort: number }, b: { PrivatePort: number }) => a.PrivatePort - b.PrivatePort;
+      expect((await listed()).sort(byPort)).toEqual([{ IP: hostIp, PrivatePort: 80, PublicPort: Number(hostPort), Type: 'tcp' }, { PrivatePort: 81, Type: 'tcp' }]);
+      await c.stop({ t: 0 });
+      expect((await c.inspect()).NetworkSettings.Ports).toEqual({});
     });
 
     it('restart policy on-failure:2 restarts a failing container twice, then leaves it exited', async () => {

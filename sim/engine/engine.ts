@@ -58,6 +58,7 @@ export interface CreateContainerBody {
   StopSignal?: string;
   StopTimeout?: number;
   Healthcheck?: HealthConfig | null;
+  ExposedPorts?: Record<string, Record<string, never>> | null;
   HostConfig?: {
     Binds?: string[] | null;
     Mounts?: Array<{ Type?: string; Source?: string; Target?: string; ReadOnly?: boolean }> | null;
@@ -310,6 +311,7 @@ export class SimEngine {
         ...(body.StopSignal ? { StopSignal: body.StopSignal } : {}),
         ...(body.StopTimeout !== undefined ? { StopTimeout: body.StopTimeout } : {}),
         ...(healthcheck ? { Healthcheck: healthcheck } : {}),
+        ...(body.ExposedPorts && Object.keys(body.ExposedPorts).length ? { ExposedPorts: body.ExposedPorts } : {}),
       },
       hostConfig: {
         ...host,

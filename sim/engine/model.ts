@@ -99,6 +99,8 @@ export interface ContainerRecord {
     StopSignal?: string;
     StopTimeout?: number;
     Healthcheck?: HealthConfig;
+    /** `"80/tcp": {}` per port, as given. */
+    ExposedPorts?: Record<string, Record<string, never>>;
   };
   hostConfig: Record<string, unknown> & {
     Binds: string[] | null;

@@ -24,6 +24,35 @@ function networkEntries(c: ContainerRecord) {
   );
 }
 
+type Binding = { HostIp: string; HostPort: string };
+
+/**
+ * NetworkSettings.Ports as dockerd 20.10 shows them: only while the container runs (its
+ * sandbox exists), a binding to no host IP as one on each wildcard (0.0.0.0 and ::), an
+ * exposed port without one as null. Nothing is bound here: the simulated engine runs no app
+ * code, so a port only says what dockerd would have published. A binding without a host port
+ * (dockerd would pick a free one) is shown as given.
+ */
+function publishedPorts(c: ContainerRecord): Record<string, Binding[] | null> {
+  if (c.state.status !== 'running') return {};
+  const bindings = (c.hostConfig.PortBindings ?? {}) as Record<string, Array<Partial<Binding>> | null>;
+  const keys = new Set([...Object.keys(c.config.ExposedPorts ?? {}), ...Object.keys(bindings)]);
+  return Object.fromEntries([...keys].map((key) => {
+    const given = bindings[key] ?? [];
+    if (!given.length) return [key, null];
+    return [key, given.flatMap((b) => (b.HostIp ? [{ HostIp: b.HostIp, HostPort: b.HostPort ?? '' }] : [{ HostIp: '0.0.0.0', HostPort: b.HostPort ?? '' }, { HostIp: '::', HostPort: b.HostPort ?? '' }]))];
+  }));
+}
+
+/** The list view of the same ports (`docker ps`): one entry per binding, an exposed port alone without a public one. */
+function listedPorts(c: ContainerRecord) {
+  return Object.entries(publishedPorts(c)).flatMap(([key, bindings]) => {
+    const [port, type] = key.split('/') as [string, string];
+    if (!bindings) return [{ PrivatePort: Number(port), Type: type }];
+    return bindings.map((b) => ({ IP: b.HostIp, PrivatePort: Number(port), PublicPort: Number(b.HostPort), Type: type }));
+  });
+}
+
 export function containerSummary(engine: SimEngine, c: ContainerRecord) {
   return {
     Id: c.id,
@@ -33,7 +62,7 @@ export function containerSummary(engine: SimEngine, c: ContainerRecord) {
     ImageID: c.imageId,
     Command: shellJoin(engine.commandOf(c)),
     Created: unix(c.created),
-    Ports: [],
+    Ports: listedPorts(c),
     Labels: c.config.Labels,
     State: c.state.status,
     Status: statusText(c.state, engine.clock()),
@@ -90,12 +119,13 @@ export function containerInspect(engine: SimEngine, c: ContainerRecord) {
       Hostname: c.config.Hostname, Domainname: '', User: c.config.User ?? '', AttachStdin: false, AttachStdout: false, AttachStderr: false, Tty: c.config.Tty,
       OpenStdin: false, StdinOnce: false, Env: c.config.Env, Cmd: c.config.Cmd, Image: c.config.Image, Volumes: null, WorkingDir: c.config.WorkingDir,
       Entrypoint: c.config.Entrypoint, OnBuild: null, Labels: c.config.Labels,
+      ...(c.config.ExposedPorts ? { ExposedPorts: c.config.ExposedPorts } : {}),
       ...(c.config.StopSignal !== undefined ? { StopSignal: c.config.StopSignal } : {}),
       ...(c.config.StopTimeout !== undefined ? { StopTimeout: c.config.StopTimeout } : {}),
       ...(c.config.Healthcheck ? { Healthcheck: c.config.Healthcheck } : {}),
     },
     NetworkSettings: {
-      Bridge: '', SandboxID: '', HairpinMode: false, LinkLocalIPv6Address: '', LinkLocalIPv6PrefixLen: 0, Ports: {}, SandboxKey: '',
+      Bridge: '', SandboxID: '', HairpinMode: false, LinkLocalIPv6Address: '', LinkLocalIPv6PrefixLen: 0, Ports: publishedPorts(c), SandboxKey: '',
       SecondaryIPAddresses: null, SecondaryIPv6Addresses: null,
       EndpointID: c.networks.bridge?.endpointId ?? '', Gateway: c.networks.bridge?.gateway ?? '', GlobalIPv6Address: '', GlobalIPv6PrefixLen: 0,
       IPAddress: c.networks.bridge?.ip ?? '', IPPrefixLen: c.networks.bridge?.ip ? 16 : 0, IPv6Gateway: '', MacAddress: c.networks.bridge?.mac ?? '',

@@ -29,7 +29,7 @@ export const errorCatalogue = {
   HIL_ERR_COMPOSE: { status: 400, summary: 'Harness: a compose file is unreadable, malformed, or uses a key fleetlab does not carry.' },
   HIL_ERR_BUILD: { status: 400, summary: "Harness: a release's image could not be built or is not in the engine, or the local base image could not be made." },
   HIL_ERR_CAPABILITY: { status: 400, summary: "Harness: a spec used a protocol the run's target does not provide." },
-  HIL_ERR_DEPLOY: { status: 500, summary: 'Harness: a release was refused by the device or did not reach running in time, or the device to deploy to did not answer or refused the key.' },
+  HIL_ERR_DEPLOY: { status: 500, summary: "Harness: a release was refused by the device or did not reach running in time, the device to deploy to did not answer or refused the key, or a service's published port asked for is not there." },
   HIL_ERR_NATIVE_MODULE: { status: 500, summary: 'A native addon fleetlab needs is not built in this installation.' },
   HIL_ERR_CAPTURE: { status: 400, summary: 'Capture and replay: the device cannot be reached or refuses the key, or a bundle file is not one, is cut short or damaged, is of a newer format, or cannot be written where asked.' },
   HIL_ERR_REGISTRY: { status: 500, summary: "Harness: the registry or build engine for a device that pulls could not start, or refused a release's images." },

@@ -467,6 +467,29 @@ describe.each<EngineKind>(['dockerd', 'sim'])('engine contract on %s', (kind) =>
       expect((await c.inspect()).NetworkSettings.Ports).toEqual({});
     });
 
+    it('refuses to start a container whose published port another running one holds, on its address or the wildcard; another address is free', async () => {
+      const hostIp = devicePublishAddress();
+      const hostPort = String(await freePort());
+      const publishing = (ip: string) => create({ ExposedPorts: { '80/tcp': {} }, HostConfig: { PortBindings: { '80/tcp': [{ HostIp: ip, HostPort: hostPort }] } } });
+      const holder = await publishing(hostIp);
+      await holder.start();
+      const same = await publishing(hostIp);
+      const sameName = (await same.inspect()).Name.slice(1);
+      const refused = await engineError(same.start());
+      expect(refused.statusCode).toBe(500);
+      expect(refused.message).toMatch(new RegExp(`^driver failed programming external connectivity on endpoint ${sameName} \\([0-9a-f]{64}\\): Bind for ${hostIp.replace(/\./g, '\\.')}:${hostPort} failed: port is already allocated$`));
+      expect((await same.inspect()).State).toMatchObject({ Status: 'created', Error: refused.message });
+      const wildcard = await publishing('');
+      expect((await engineError(wildcard.start())).message).toMatch(new RegExp(`: Error starting userland proxy: listen tcp4 0\\.0\\.0\\.0:${hostPort}: bind: address already in use$`));
+      // Another device's address: the same port number is free there.
+      const other = await publishing(devicePublishAddress());
+      await other.start();
+      expect((await other.inspect()).State.Running).toBe(true);
+      await holder.stop({ t: 0 });
+      await same.start();
+      expect((await same.inspect()).State).toMatchObject({ Running: true, Error: '' });
+    });
+
     it('restart policy on-failure:2 restarts a failing container twice, then leaves it exited', async () => {
       const c = await create({ Cmd: ['sh', '-c', 'exit 1'], HostConfig: { RestartPolicy: { Name: 'on-failure', MaximumRetryCount: 2 } } });
       await c.start();

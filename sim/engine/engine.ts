@@ -395,7 +395,34 @@ export class SimEngine {
     if (c.state.status === 'running' || c.state.status === 'restarting') throw new NotModified();
     if (c.state.status === 'removing' || c.state.status === 'dead') throw conflict(`cannot start a container that has been removed`);
     if (this.commandOf(c).length === 0) throw badParameter('No command specified');
+    const taken = this.portTaken(c);
+    if (taken) {
+      // As dockerd: the container stays created, with the reason in State.Error.
+      c.state.error = taken;
+      void this.save();
+      throw serverError(taken);
+    }
     this.startAnew(c);
+  }
+
+  /**
+   * Why dockerd would refuse to publish `c`'s ports while the others run, or undefined: its
+   * port allocator refuses an address and port another running container holds, and its
+   * userland proxy cannot bind the wildcard where another holds a specific address, or the
+   * other way round. Nothing is bound here; the message is dockerd 20.10's.
+   */
+  private portTaken(c: ContainerRecord): string | undefined {
+    const bindingsOf = (x: ContainerRecord) =>
+      Object.entries((x.hostConfig.PortBindings ?? {}) as Record<string, Array<{ HostIp?: string; HostPort?: string }> | null>).flatMap(([key, list]) =>
+        (list ?? []).filter((b) => b.HostPort).map((b) => ({ proto: key.split('/')[1] ?? 'tcp', ip: b.HostIp || '0.0.0.0', port: b.HostPort! })));
+    const held = [...this.containers.values()].filter((o) => o.id !== c.id && (o.state.status === 'running' || o.state.status === 'restarting')).flatMap(bindingsOf);
+    const endpoint = `driver failed programming external connectivity on endpoint ${c.name} (${randomId()})`;
+    for (const b of bindingsOf(c)) {
+      const same = held.filter((h) => h.proto === b.proto && h.port === b.port);
+      if (same.some((h) => h.ip === b.ip)) return `${endpoint}: Bind for ${b.ip}:${b.port} failed: port is already allocated`;
+      if (same.some((h) => h.ip === '0.0.0.0' || b.ip === '0.0.0.0')) return `${endpoint}: Error starting userland proxy: listen ${b.proto}4 ${b.ip}:${b.port}: bind: address already in use`;
+    }
+    return undefined;
   }
 
   private startContainer(c: ContainerRecord): void {

@@ -14,7 +14,7 @@ import { dirname, join } from 'node:path';
 import { execa } from 'execa';
 import { FleetlabError } from '../src/errors.js';
 import type { QemuImage } from './image/build.js';
-import { buildQemuArgv, CONSOLE_CHARDEV, type MachineKind } from './qemu-argv.js';
+import { buildQemuArgv, CONSOLE_CHARDEV, type MachineKind, type QemuTuning } from './qemu-argv.js';
 import { QmpClient } from './qmp.js';
 import { cacheRoot, needTool, qemuTools } from './tools.js';
 import { freePort } from '../src/free-port.js';
@@ -42,6 +42,9 @@ export interface BootOptions {
   readonly readyWhen?: 'api' | 'ssh';
   /** The console on a pseudo-terminal too, linked at `<runDir>/console` (ReadyInfo.serialPty): a lab board's serial adapter. */
   readonly consolePty?: boolean;
+  /** virt's vCPUs (default 2) and how QEMU emulates (bench/qemu-options.bench.ts). */
+  readonly cpus?: number;
+  readonly tuning?: QemuTuning;
   readonly progress?: (detail: string) => void;
 }
 
@@ -150,6 +153,8 @@ export class QemuBoard {
     readonly cleanup: () => Promise<void>,
     /** How many more boots in a row may be powered on again for a dead USB network. */
     readonly usbNetRetries: number,
+    /** How this QEMU emulates, so a board powered on again is the same machine. */
+    readonly emulation: { readonly cpus?: number; readonly tuning?: QemuTuning } = {},
   ) {
     qmp.on('event', (e) => {
       if (e.event === 'SHUTDOWN' && typeof e.data?.reason === 'string') this.#shutdownReason = e.data.reason;
@@ -261,6 +266,8 @@ export async function launch(o: {
   consolePty?: boolean;
   /** Wait for a saved state to be streamed in (./ready-state.ts) instead of booting. */
   incoming?: boolean;
+  cpus?: number;
+  tuning?: QemuTuning;
 }): Promise<QemuBoard> {
   const qemu = needTool(qemuTools.qemuSystem);
   const qmpSocket = join(o.runDir, 'qmp-launcher.sock');
@@ -281,6 +288,8 @@ export async function launch(o: {
     noReboot: true,
     ...(o.consolePty ? { consolePty: true } : {}),
     ...(o.incoming ? { incoming: true } : {}),
+    ...(o.cpus !== undefined ? { cpus: o.cpus } : {}),
+    ...(o.tuning ? { tuning: o.tuning } : {}),
     epochSeconds: Math.floor(Date.now() / 1000),
   });
   for (const sock of [qmpSocket, userQmpSocket]) await rm(sock, { force: true });
@@ -306,6 +315,7 @@ export async function launch(o: {
     qmp,
     o.cleanup ?? (async () => undefined),
     o.usbNetRetries ?? USB_NET_RETRIES,
+    { ...(o.cpus !== undefined ? { cpus: o.cpus } : {}), ...(o.tuning ? { tuning: o.tuning } : {}) },
   );
 }
 
@@ -337,7 +347,7 @@ export function takePowerCycleRequest(qmpSocket: string): boolean {
 /** The same board powered on again after its QEMU ended: same disk, ports and run dir. */
 export function relaunch(board: QemuBoard, image: QemuImage, runDir: string): Promise<QemuBoard> {
   const { machine, apiUrl, sshPort, overlay, serialPty } = board.info;
-  return launch({ image, machine, overlay, runDir, apiPort: Number(new URL(apiUrl).port), sshPort, cleanup: board.cleanup, usbNetRetries: board.nextUsbNetRetries, consolePty: serialPty !== undefined });
+  return launch({ image, machine, overlay, runDir, apiPort: Number(new URL(apiUrl).port), sshPort, cleanup: board.cleanup, usbNetRetries: board.nextUsbNetRetries, consolePty: serialPty !== undefined, ...board.emulation });
 }
 
 /** Boots a board and resolves once its supervisor answers `/ping` (or its SSH server greets, `readyWhen: 'ssh'`). */
@@ -363,6 +373,8 @@ export async function bootBoard(o: BootOptions): Promise<{ board: QemuBoard; rea
     sshPort,
     ...(o.appendExtra ? { appendExtra: o.appendExtra } : {}),
     ...(o.consolePty ? { consolePty: true } : {}),
+    ...(o.cpus !== undefined ? { cpus: o.cpus } : {}),
+    ...(o.tuning ? { tuning: o.tuning } : {}),
     cleanup: async () => {
       if (o.snapshot) await rm(overlay, { force: true });
       if (!o.runDir) await rm(runDir, { recursive: true, force: true });

@@ -67,6 +67,8 @@ export interface QemuArgvInput {
   memoryMiB?: number;
   /** virt only (raspi3b has 4 cores fixed); default 2. */
   cpus?: number;
+  /** How QEMU emulates: what bench/qemu-options.bench.ts compares; unset, QEMU's own defaults. */
+  tuning?: QemuTuning;
   /**
    * The console on a pseudo-terminal as well as in serialLog (`-chardev pty,logfile=`): what a
    * lab's USB serial adapter is to a real board, for the `board` target's serial capture.
@@ -83,6 +85,18 @@ export interface QemuArgvInput {
   incoming?: boolean;
 }
 
+/**
+ * Emulation choices that change speed, not what the guest sees: TCG with one thread per vCPU
+ * (QEMU's default for an arm64 guest on an x86-64 host) or one thread for all, and the host
+ * cache mode of the disk. `unsafe` drops the guest's flushes on the host side only: a killed
+ * QEMU (the harness's power cut) still leaves on disk what the guest had written to its disk,
+ * as with `writeback`; only a crash of this host would lose more.
+ */
+export interface QemuTuning {
+  readonly tcgThreads?: 'multi' | 'single';
+  readonly diskCache?: 'writeback' | 'unsafe' | 'none' | 'writethrough' | 'directsync';
+}
+
 /** The arguments after the program name. */
 export function buildQemuArgv(input: QemuArgvInput): string[] {
   validate(input);
@@ -92,7 +106,8 @@ export function buildQemuArgv(input: QemuArgvInput): string[] {
     `hostfwd=tcp:127.0.0.1:${input.hostfwd.api.host}-:${input.hostfwd.api.guest}`,
     `hostfwd=tcp:127.0.0.1:${input.hostfwd.ssh.host}-:${input.hostfwd.ssh.guest}`,
   ].join(',');
-  const common = ['-display', 'none', '-nodefaults'];
+  const common = ['-display', 'none', '-nodefaults', ...(input.tuning?.tcgThreads ? ['-accel', `tcg,thread=${input.tuning.tcgThreads}`] : [])];
+  const cache = input.tuning?.diskCache ? `,cache=${input.tuning.diskCache}` : '';
   const boot = ['-kernel', input.kernel, '-initrd', input.initrd];
   // A QMP socket takes one client at a time: the second one is for whoever else watches the board.
   const qmp = [input.qmpSocket, ...(input.userQmpSocket ? [input.userQmpSocket] : [])].flatMap((sock) => ['-qmp', `unix:${sock},server=on,wait=off`]);
@@ -106,7 +121,7 @@ export function buildQemuArgv(input: QemuArgvInput): string[] {
       ...boot,
       ...(input.dtb ? ['-dtb', input.dtb] : []),
       '-append', append,
-      '-drive', `if=sd,format=qcow2,file=${input.disk}`,
+      '-drive', `if=sd,format=qcow2,file=${input.disk}${cache}`,
       '-netdev', netdev,
       '-device', `usb-net,netdev=${NETDEV_ID},id=${NIC_ID}`,
       // serial_hd(0) is the PL011, serial_hd(1) the mini UART that carries the console.
@@ -124,7 +139,7 @@ export function buildQemuArgv(input: QemuArgvInput): string[] {
     ...common,
     ...boot,
     '-append', append,
-    '-drive', `if=none,id=hd0,format=qcow2,file=${input.disk}`,
+    '-drive', `if=none,id=hd0,format=qcow2,file=${input.disk}${cache}`,
     '-device', 'virtio-blk-device,drive=hd0',
     '-netdev', netdev,
     '-device', `virtio-net-device,netdev=${NETDEV_ID},id=${NIC_ID}`,

@@ -133,6 +133,15 @@ describe('buildQemuArgv virt', () => {
     expect(flag(a, '-m')).toBe('2048');
     expect(flag(a, '-smp')).toBe('4');
   });
+
+  it("leaves TCG's threads and the disk cache to QEMU unless tuned, and then sets them on either machine", () => {
+    expect(argv).not.toContain('-accel');
+    const tuning = { tcgThreads: 'single', diskCache: 'unsafe' } as const;
+    const a = buildQemuArgv(input({ machine: 'virt', dtb: undefined, tuning }));
+    expect(flag(a, '-accel')).toBe('tcg,thread=single');
+    expect(flag(a, '-drive')).toBe('if=none,id=hd0,format=qcow2,file=/run/board/disk.qcow2,cache=unsafe');
+    expect(flag(buildQemuArgv(input({ tuning })), '-drive')).toBe('if=sd,format=qcow2,file=/run/board/disk.qcow2,cache=unsafe');
+  });
 });
 
 describe('buildQemuArgv refuses what QEMU would misread', () => {

@@ -9,6 +9,9 @@ import { tmpdir } from 'node:os';
 import { basename, join } from 'node:path';
 import { FleetlabError } from './errors.js';
 
+/** Such a directory's name, of any user. */
+export const USER_TMP_NAME = /^fleetlab-\d+$/;
+
 /** The directory's name for this user; `fleetlab test` hands it to Playwright as TMPDIR. */
 export function userTmpName(uid = process.getuid?.() ?? 0): string {
   return `fleetlab-${uid}`;

@@ -62,10 +62,14 @@ describe('the leftover check', () => {
       // The test removes its data dir, as a clean stop does, but not its engine objects.
       rmSync(deviceDir, { recursive: true });
       mkdirSync(join(fileDir, 'fleetlab-left-'));
+      // A user's own directory stays, as in /tmp; what the run left in it does not.
+      mkdirSync(join(fileDir, 'fleetlab-1000'));
+      mkdirSync(join(fileDir, 'fleetlab-0', 'fleetlab-ctr-left'), { recursive: true });
 
       const found = await watch.leftovers();
       expect(found.map((l) => `${l.owner} ${l.kind} ${l.name}`).sort()).toEqual([
         `test/leaky.test.ts container ${mine.slice(0, 7)}_main_1`,
+        `test/leaky.test.ts directory ${join(fileDir, 'fleetlab-0', 'fleetlab-ctr-left')}`,
         `test/leaky.test.ts directory ${join(fileDir, 'fleetlab-left-')}`,
         `test/leaky.test.ts network ${deviceObjectName(mine, 1, 'default')}`,
         `test/leaky.test.ts volume ${deviceObjectName(mine, 1, 'data')}`,

@@ -27,6 +27,7 @@ import { readFile, readdir, rm, stat } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { Readable } from 'node:stream';
 import Docker from 'dockerode';
+import { USER_TMP_NAME } from '../../src/user-tmp.js';
 import { FleetlabError, errorText } from '../../src/errors.js';
 import { LABEL } from '../../src/supervisor/adapters/engine.js';
 import { ancestry } from '../../src/processes.js';
@@ -281,7 +282,15 @@ export class RunLeftovers {
         found.push({ kind: 'directory', name: dir, owner: 'this run' });
         continue;
       }
-      for (const name of await readdir(dir)) if (name !== OWNER_FILE && !FOREIGN.test(name)) found.push({ kind: 'directory', name: join(dir, name), owner: record.owner });
+      for (const name of await readdir(dir)) {
+        if (name === OWNER_FILE || FOREIGN.test(name)) continue;
+        // A user's own directory (src/user-tmp.ts) stays, as it does in /tmp; what is in it is the run's.
+        if (USER_TMP_NAME.test(name)) {
+          for (const inner of await readdir(join(dir, name)).catch(() => [])) found.push({ kind: 'directory', name: join(dir, name, inner), owner: record.owner });
+          continue;
+        }
+        found.push({ kind: 'directory', name: join(dir, name), owner: record.owner });
+      }
     }
     for (const [dir, owner] of this.#extraDirs) if (await stat(dir).then(() => true, () => false)) found.push({ kind: 'directory', name: dir, owner });
     if (this.#problems.length > 0) throw new FleetlabError('SUP_ERR_INTERNAL', `the leftover check could not follow the engine: ${this.#problems.join('; ')}`);

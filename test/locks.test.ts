@@ -6,7 +6,7 @@
  * lock at the same path is not.
  */
 import { spawn } from 'node:child_process';
-import { chmodSync, existsSync, mkdirSync, readdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
+import { chmodSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, symlinkSync, writeFileSync } from 'node:fs';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -102,6 +102,31 @@ describe('a service that runs as a user other than root', () => {
     expect(taken).toBe(0);
     expect(locks.held(1, ['worker'])).toEqual(['worker']);
     expect(lockedError(() => locks.acquire(1, ['worker'], false))?.code).toBe('SUP_ERR_LOCKED');
+  });
+});
+
+describe('a lock root another user reached first', () => {
+  it('refuses a link planted in the path instead of opening what it points to, and leaves that alone', () => {
+    const elsewhere = mkdtempSync(join(tmpdir(), 'fleetlab-locks-target-'));
+    try {
+      chmodSync(elsewhere, 0o700);
+      symlinkSync(elsewhere, join(root, '1'));
+      expect(() => locks.ensureDir(1, 'worker')).toThrow(`update locks: ${join(root, '1')} is a symbolic link; another user could use it`);
+      expect(statSync(elsewhere).mode & 0o7777).toBe(0o700);
+      // The service's own directory as a link: refused as well.
+      rmSync(join(root, '1'));
+      mkdirSync(join(root, '1'));
+      symlinkSync(elsewhere, join(root, '1', 'main'));
+      expect(() => locks.ensureDir(1, 'main')).toThrow(/main is a symbolic link/);
+      expect(statSync(elsewhere).mode & 0o7777).toBe(0o700);
+      // A directory above the service's that others may write to: an entry could be swapped for a link.
+      rmSync(join(root, '1'), { recursive: true });
+      mkdirSync(join(root, '1'));
+      chmodSync(join(root, '1'), 0o777);
+      expect(() => locks.ensureDir(1, 'main')).toThrow(/1 may be written by users other than its owner \(mode 777\)/);
+    } finally {
+      rmSync(elsewhere, { recursive: true, force: true });
+    }
   });
 });
 

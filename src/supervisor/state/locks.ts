@@ -12,9 +12,9 @@
  * removes the files a previous supervisor process recorded, but only those whose content is
  * still that process's mark: a file the app created at the same path since is honoured.
  */
-import { chmodSync, mkdirSync, openSync, closeSync, existsSync, rmSync, readFileSync, writeSync, fsyncSync, linkSync } from 'node:fs';
+import { closeSync, constants, existsSync, fchmodSync, fsyncSync, linkSync, lstatSync, mkdirSync, openSync, readFileSync, rmSync, writeSync } from 'node:fs';
 import { join } from 'node:path';
-import { locked } from '../../errors.js';
+import { FleetlabError, locked } from '../../errors.js';
 import { isRunning } from '../../processes.js';
 
 export const LOCK_FILE = 'updates.lock';
@@ -51,6 +51,17 @@ export interface UpdateLocksDeps {
   running?: (pid: number, start?: string) => boolean;
 }
 
+/**
+ * Refuses a lock-root path that is a link or not a directory, and, unless it is the service's
+ * own directory (made 1777 on purpose), one that users other than its owner may write to: in
+ * such a directory another user could swap an entry for a link between this check and the open.
+ */
+function requireRealDirectory(path: string, leaf: boolean): void {
+  const st = lstatSync(path);
+  const problem = st.isSymbolicLink() ? 'is a symbolic link' : !st.isDirectory() ? 'is not a directory' : !leaf && (st.mode & 0o022) !== 0 ? `may be written by users other than its owner (mode ${(st.mode & 0o7777).toString(8)})` : undefined;
+  if (problem) throw new FleetlabError('SUP_ERR_HOST', `update locks: ${path} ${problem}; another user could use it to redirect the lock directories: remove it and restart the supervisor`);
+}
+
 /** What the supervisor writes into a lock file it takes: its mark, recognisable at the next start. */
 const markOf = (owner: LockOwner) => JSON.stringify({ lockedBy: 'fleetlab-supervisor', ...owner });
 
@@ -72,12 +83,26 @@ export class UpdateLocks {
    * (1777, as /tmp, and as balena's supervisor leaves its per-service lock directories), so a
    * service that runs as a user other than root (compose `user:`) can take its lock too, and
    * no user can remove another's file.
+   *
+   * The lock root usually lives under /tmp, where another local user could plant a link in
+   * the path: followed, the supervisor (root) would open /etc to everyone. So every directory
+   * from the lock root down must be a real one, and those above the service's writable by
+   * their owner alone; the mode is set on the directory opened without following a link. (Who
+   * owns the lock root is the operator's setting, as the data directory is: not checked.)
    */
   ensureDir(appId: number, serviceName: string): string {
     const dir = this.dir(appId, serviceName);
     mkdirSync(dir, { recursive: true });
-    // mkdir's mode goes through the umask; chmod does not.
-    chmodSync(dir, 0o1777);
+    requireRealDirectory(this.#lockRoot, false);
+    requireRealDirectory(join(this.#lockRoot, String(appId)), false);
+    requireRealDirectory(dir, true);
+    const fd = openSync(dir, constants.O_RDONLY | constants.O_DIRECTORY | constants.O_NOFOLLOW);
+    try {
+      // mkdir's mode goes through the umask; fchmod does not.
+      fchmodSync(fd, 0o1777);
+    } finally {
+      closeSync(fd);
+    }
     return dir;
   }
 
@@ -178,7 +203,9 @@ export class UpdateLocks {
    */
   private createMarked(file: string): boolean {
     const staged = this.stagedOf(file, this.deps.owner);
-    const fd = openSync(staged, 'w');
+    // Created, never opened: in a directory anyone may write to, an existing name (a link
+    // planted to a file of root's) must fail rather than be written through.
+    const fd = openSync(staged, 'wx');
     try {
       writeSync(fd, markOf(this.deps.owner));
       fsyncSync(fd);

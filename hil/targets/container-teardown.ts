@@ -6,20 +6,26 @@
  * on the host's dockerd, and their host data directories. Containers of a run still in
  * progress (owner alive) and other testcontainers users' containers are left alone.
  */
+import { lstatSync } from 'node:fs';
 import { basename, dirname, join, normalize } from 'node:path';
 import Docker from 'dockerode';
 import { CONTAINER_DIR_PREFIX, TARGET_LABEL, TARGET_NAME } from './container-docker.js';
 import { removeTree } from './engine-files.js';
 import { removeDeviceLeftovers, storedUuid } from '../../sim/device-leftovers.js';
 import { alive } from '../../src/processes.js';
+import { USER_TMP_NAME } from '../../src/user-tmp.js';
 
 /**
  * Only directories this target made, never a path a label could point anywhere: mkdtemp's name
- * in a user's temporary directory (`<tmpdir>/fleetlab-<uid>/`), or in /tmp as before there was one.
+ * in a user's temporary directory (`<tmpdir>/fleetlab-<uid>/`, or a TMPDIR private to this
+ * user, which src/user-tmp.ts uses as it is), or in /tmp as before there was one.
  */
-function madeByTarget(dir: string): boolean {
+export function madeByTarget(dir: string): boolean {
   if (normalize(dir) !== dir || !new RegExp(`^${CONTAINER_DIR_PREFIX}[A-Za-z0-9]{6}$`).test(basename(dir))) return false;
-  return dirname(dir) === '/tmp' || /^fleetlab-\d+$/.test(basename(dirname(dir)));
+  const parent = dirname(dir);
+  if (parent === '/tmp' || USER_TMP_NAME.test(basename(parent))) return true;
+  const st = lstatSync(parent, { throwIfNoEntry: false });
+  return Boolean(st?.isDirectory() && st.uid === process.getuid?.() && (st.mode & 0o077) === 0);
 }
 
 /** Removes leftovers of finished or crashed runs; returns how many device containers went. */

@@ -178,6 +178,8 @@ if (noUser) console.log(`package test: the runs as a user other than root are sk
  * and the second none, which passes as an empty job does in CI.
  */
 const full = process.env.FLEETLAB_CI_FULL === '1';
+const BASE_IMAGE = 'fleetlab/busybox:latest';
+const BASE_KEPT = 'fleetlab/busybox:kept-by-package-test';
 const SHARDS = full ? ['1/2', '2/2'] : ['1/2'];
 
 describe.skipIf(noUser !== undefined)('the example app as a CI runner\'s user (in the docker group, not root), with the CI recipes of examples/ci/', () => {
@@ -202,9 +204,21 @@ describe.skipIf(noUser !== undefined)('the example app as a CI runner\'s user (i
     // A devDependency, as the recipes in examples/ci/ expect; the lockfile is what their npm ci installs.
     const installed = await user.run('npm', ['install', '--save-dev', '--no-audit', '--no-fund', own], dir, { timeoutMs: 900_000, env: userNpmEnv });
     expect(installed.code, installed.out).toBe(0);
+    // A fresh runner has no base image: the recipes' own first run makes it, as the user (the
+    // tools for it come from their provisioning step). Kept under another tag meanwhile, as
+    // images built on it depend on it.
+    for (const args of [['tag', BASE_IMAGE, BASE_KEPT], ['rmi', BASE_IMAGE]]) {
+      const r = await run('docker', args, REPO);
+      expect(r.code, r.out).toBe(0);
+    }
   }, 900_000);
 
-  afterAll(() => user?.remove());
+  afterAll(async () => {
+    user?.remove();
+    const made = await run('docker', ['image', 'inspect', BASE_IMAGE], REPO);
+    if (made.code !== 0) await run('docker', ['tag', BASE_KEPT, BASE_IMAGE], REPO);
+    await run('docker', ['rmi', BASE_KEPT], REPO);
+  });
 
   it('init writes its config and a spec for the app', async () => {
     const init = await user.run('npx', ['fleetlab', 'init'], dir);
@@ -245,6 +259,8 @@ describe.skipIf(noUser !== undefined)('the example app as a CI runner\'s user (i
       passed += await runSteps(steps, `nonroot-github-container-${shard.replace('/', 'of')}`);
     }
     expect(passed).toBe(6);
+    // The run made the base image anew, as the user.
+    expect((await run('docker', ['image', 'inspect', BASE_IMAGE], REPO)).code).toBe(0);
     // The step that keeps the images for the next run did keep them.
     expect(existsSync(join(user.home, '.cache', 'fleetlab-images', 'images.tar'))).toBe(true);
   }, 2_400_000);

@@ -176,8 +176,11 @@ describe('variables', () => {
     writeFileSync(join(dir, '.env'), 'export TAG=2 # pinned\nNAME="a\\nb ${TAG}"\n');
     expect(loadCompose(dir, { env: {} }).services[0]).toMatchObject({ image: 'app:2', environment: { N: 'a\nb 2' } });
     // A line it cannot read is named, with its file and line, rather than skipped.
-    writeFileSync(join(dir, '.env'), 'TAG=1\nbroken\n');
-    expect(() => loadCompose(dir, { env: {} })).toThrow(`${join(dir, '.env')}:2: "broken" has no value`);
+    writeFileSync(join(dir, '.env'), 'TAG=1\nbro ken\n');
+    expect(() => loadCompose(dir, { env: {} })).toThrow(`${join(dir, '.env')}:2: "bro ken" has no value`);
+    // A key alone takes its value from the environment, as compose reads .env (not a problem).
+    writeFileSync(join(dir, '.env'), 'TAG\nNAME=n\n');
+    expect(loadCompose(dir, { env: { TAG: '9' } }).services[0]!.image).toBe('app:9');
   });
 });
 

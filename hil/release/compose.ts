@@ -111,14 +111,15 @@ const readIfThere = (path: string): string | undefined => (existsSync(path) ? re
 /**
  * The variables of compose's `${VAR}` syntax: the `.env` beside the compose file, read by the
  * rules compose reads it with (the same as an `env_file`: quotes, `export`, comments after a
- * value, `${VAR}` from the environment and the lines above), under the environment, which wins
- * as in compose. A line it cannot read is refused with the file and line, not skipped.
+ * value, `${VAR}` from the environment and the lines above, a key alone from the environment),
+ * under the environment, which wins as in compose. A line it cannot read is refused with the
+ * file and line, not skipped.
  */
 export function composeVariables(file: string, env: Record<string, string | undefined>): Record<string, string | undefined> {
   const dotEnv = join(dirname(file), '.env');
   const text = readIfThere(dotEnv);
   if (text === undefined) return { ...env };
-  const { values, problems } = parseEnvFile(text, env);
+  const { values, problems } = parseEnvFile(text, env, 'inherit');
   if (problems.length) throw new FleetlabError('HIL_ERR_COMPOSE', problems.map((p) => `${dotEnv}:${p.line}: ${p.message}`).join('; '));
   return { ...values, ...env };
 }

@@ -18,7 +18,12 @@ function unescapeDouble(text: string): string {
   return text.replace(/\\(.)/g, (_m, c: string) => (c === 'n' ? '\n' : c === 'r' ? '\r' : c));
 }
 
-export function parseEnvFile(text: string, variables: Record<string, string | undefined>): EnvFileResult {
+/**
+ * `inherit`: a line with a key alone takes that variable's value from `variables` (compose's
+ * `.env`, whose variables the environment overrides anyway); otherwise such a line is a problem
+ * (an `env_file`, where fleetlab does not read values from the shell).
+ */
+export function parseEnvFile(text: string, variables: Record<string, string | undefined>, bareKeys: 'refuse' | 'inherit' = 'refuse'): EnvFileResult {
   const values: Record<string, string> = {};
   const problems: EnvFileResult['problems'] = [];
   const lookup = (name: string) => variables[name] ?? values[name];
@@ -30,6 +35,10 @@ export function parseEnvFile(text: string, variables: Record<string, string | un
     const body = statement.replace(/^export\s+/, '');
     const sep = body.search(/[=:]/);
     if (sep < 0) {
+      if (bareKeys === 'inherit' && KEY.test(body)) {
+        if (variables[body] !== undefined) values[body] = variables[body]!;
+        continue;
+      }
       problems.push({ line, message: `"${body}" has no value; fleetlab does not read values from your shell: write ${body}=value` });
       continue;
     }

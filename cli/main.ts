@@ -3,6 +3,7 @@
  * hil, qemu) and which nothing imports; bin/fleetlab.js only starts it. Each subcommand parses its flags and hands a plain options object
  * to a library function; nothing here holds state.
  */
+import { isIP } from 'node:net';
 import { join } from 'node:path';
 import { Command, Option } from 'commander';
 import { action } from '../src/cli/action.js';
@@ -75,6 +76,7 @@ sim
       const offset = clockOffsetMs === undefined ? undefined : Number(clockOffsetMs);
       if (offset !== undefined && (!Number.isInteger(offset) || Math.abs(offset) > 100 * 365 * 86_400_000)) throw new UsageError(`--clock-offset-ms must be a whole number of milliseconds (within a century), got ${clockOffsetMs}`);
       if (cloudUrl && !provisioningKey) throw new UsageError('--cloud-url needs --provisioning-key (create one with POST /api-key/application/<fleet id>/provisioning)');
+      if (opts.publishAddress && !isIP(opts.publishAddress)) throw new UsageError(`--publish-address must be an IPv4 or IPv6 address (or "" for as the compose file says), got ${JSON.stringify(opts.publishAddress)}`);
       const poll = pollIntervalMs === undefined ? undefined : Number(pollIntervalMs);
       if (poll !== undefined && (!Number.isInteger(poll) || poll < 1000)) throw new UsageError(`--poll-interval-ms must be an integer of at least 1000, got ${pollIntervalMs}`);
       const cloud = cloudUrl ? { url: cloudUrl, provisioningKey: provisioningKey!, ...(poll ? { pollIntervalMs: poll } : {}) } : undefined;

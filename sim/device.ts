@@ -31,7 +31,7 @@ import { startJournalSim, supervisorUnit, type JournalSim } from './journal/jour
 import { startSimEngine, type Scenario, type SimEngineHandle } from './engine/index.js';
 import { freePort } from '../src/free-port.js';
 import { sharedEngineNetwork, sharedEngineNetworkArgs, type SharedEngineNetwork } from './supervisor-network.js';
-import { devicePublishAddress } from './publish-address.js';
+import { keptPublishAddress } from './publish-address.js';
 
 export interface SimDeviceOptions {
   /** Device API port; 0 picks a free one. */
@@ -200,7 +200,7 @@ export class SimDevice extends EventEmitter<{ reboot: []; poweroff: []; exit: [c
     const port = opts.port === 0 ? await freePort() : opts.port;
     for (const d of ['dbus', 'host', 'gpio', 'journal', 'boot', 'locks', 'supervisor']) mkdirSync(join(dataDir, d), { recursive: true });
     const dockerSocket = opts.engine === 'sim' ? simDeviceFiles(dataDir).engineSocket : opts.dockerSocket;
-    const options = { port, dataDir, ownsDataDir, engine: opts.engine, dockerSocket, localMode: opts.localMode, apiKey: opts.apiKey, vendor: opts.vendor ?? 'platform', ledOffset: opts.ledOffset ?? 17, listenAddress: opts.listenAddress ?? '127.0.0.1', publishAddress: opts.publishAddress ?? devicePublishAddress(), cloud: opts.cloud, deviceType: opts.deviceType, inspectBrk: opts.inspectBrk, supervisorEntry: opts.supervisorEntry, ...(opts.clockOffsetMs ? { clockOffsetMs: opts.clockOffsetMs } : {}) };
+    const options = { port, dataDir, ownsDataDir, engine: opts.engine, dockerSocket, localMode: opts.localMode, apiKey: opts.apiKey, vendor: opts.vendor ?? 'platform', ledOffset: opts.ledOffset ?? 17, listenAddress: opts.listenAddress ?? '127.0.0.1', publishAddress: opts.publishAddress ?? keptPublishAddress(dataDir), cloud: opts.cloud, deviceType: opts.deviceType, inspectBrk: opts.inspectBrk, supervisorEntry: opts.supervisorEntry, ...(opts.clockOffsetMs ? { clockOffsetMs: opts.clockOffsetMs } : {}) };
     const session = opts.session ?? `sim-${randomUUID()}`;
     const env = sessionEnv(session);
     // Undone in reverse: the supervisor first, then what it created in the engine, then the

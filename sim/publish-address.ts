@@ -10,6 +10,10 @@
  * clean, and two devices of any workers or concurrent runs meet with odds of about n²/8e6.
  */
 import { randomBytes } from 'node:crypto';
+import { readFileSync } from 'node:fs';
+import { isIP } from 'node:net';
+import { join } from 'node:path';
+import { writeFileAtomicSync } from '../src/atomic-file.js';
 
 /** `random`: 3 bytes; the default draws them. */
 export function devicePublishAddress(random: Buffer = randomBytes(3)): string {
@@ -19,4 +23,23 @@ export function devicePublishAddress(random: Buffer = randomBytes(3)): string {
   // 1..254: neither the network's nor the broadcast form, which some tools refuse or treat apart.
   const fourth = 1 + (random[2]! % 254);
   return `127.${second}.${third}.${fourth}`;
+}
+
+/**
+ * The device's address, kept in its data directory: a device started again on the same data
+ * (`fleetlab sim device --data-dir`) keeps it, as a board keeps its own, so the supervisor does
+ * not see a changed setting and recreate every service that publishes a port.
+ */
+export function keptPublishAddress(dataDir: string, draw: () => string = devicePublishAddress): string {
+  const file = join(dataDir, 'publish-address');
+  let kept = '';
+  try {
+    kept = readFileSync(file, 'utf8').trim();
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code !== 'ENOENT') throw err;
+  }
+  if (isIP(kept)) return kept;
+  const address = draw();
+  writeFileAtomicSync(file, `${address}\n`, 0o644);
+  return address;
 }

@@ -5,12 +5,15 @@
  * address, read from what dockerd bound. Before publishAddress the second device's container
  * failed to start: both asked dockerd for 8080 on all interfaces.
  */
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import Docker from 'dockerode';
 import { describe, expect, it } from 'vitest';
 import { FleetlabError } from '../src/errors.js';
 import { LABEL } from '../src/supervisor/adapters/engine.js';
-import { devicePublishAddress } from '../sim/publish-address.js';
+import { devicePublishAddress, keptPublishAddress } from '../sim/publish-address.js';
 import { Device } from '../hil/harness/device.js';
 import { publishedFrom } from '../hil/targets/engine-ports.js';
 import { simTarget } from '../hil/targets/sim.js';
@@ -38,6 +41,21 @@ describe('the publish address of a simulated device', () => {
       expect(address).not.toMatch(/\.(0|255)$/);
     }
   });
+
+  it('is kept in the data directory, so the device started again on the same data has it again', () => {
+    const dataDir = mkdtempSync(join(tmpdir(), 'fleetlab-publish-'));
+    try {
+      const first = keptPublishAddress(dataDir);
+      expect(first).toMatch(OWN_LOOPBACK);
+      expect(keptPublishAddress(dataDir, () => '127.64.9.9')).toBe(first);
+      // A file that holds no address is drawn again.
+      writeFileSync(join(dataDir, 'publish-address'), 'garbage\n');
+      expect(keptPublishAddress(dataDir, () => '127.64.9.9')).toBe('127.64.9.9');
+      expect(readFileSync(join(dataDir, 'publish-address'), 'utf8')).toBe('127.64.9.9\n');
+    } finally {
+      rmSync(dataDir, { recursive: true, force: true });
+    }
+  });
 });
 
 describe('where the harness reaches a published port', () => {
@@ -62,7 +80,10 @@ describe('two simulated devices on one dockerd, one app publishing 8080', () => 
   it('both run it, each at an address of its own that answers with its own container', async () => {
     const duts: DeviceUnderTest[] = [];
     try {
-      duts.push(...(await Promise.all([simTarget.start({ engine: 'docker' }), simTarget.start({ engine: 'docker' })])));
+      // Both started at once; one that started is closed below even when the other failed.
+      const started = await Promise.allSettled([simTarget.start({ engine: 'docker' }), simTarget.start({ engine: 'docker' })]);
+      for (const r of started) if (r.status === 'fulfilled') duts.push(r.value);
+      for (const r of started) if (r.status === 'rejected') throw r.reason;
       const devices = duts.map((d) => new Device(d, { startedAt: Date.now() }));
       expect(devices.every((d) => d.capabilities.has('ports'))).toBe(true);
       await Promise.all(devices.map((d, i) => d.deploy(APP, { env: { GREETING: `device ${i}` } })));

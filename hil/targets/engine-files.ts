@@ -16,7 +16,10 @@ import { dockerCommand } from './container-docker.js';
 import { filesOverCommands, type RawCommandRunner } from './files-over-commands.js';
 import type { FilesProtocol } from './protocols.js';
 
-/** On every helper container, so one a killed run left is recognised as the harness's. */
+/**
+ * On every helper container, so `docker ps` shows whose it is. None outlives its command:
+ * `--rm` has dockerd itself remove it when the command ends, even after a killed run.
+ */
 export const HELPER_LABEL = 'io.fleetlab.hil.helper';
 
 type PlainFiles = Omit<FilesProtocol, 'volumePath'>;

@@ -156,7 +156,9 @@ export async function writeBaseRootfsTar(architecture: BaseArchitecture, tarPath
     const { libDir, loader } = LOADER[architecture];
     const list = await execa(join(root, libDir, loader), ['--library-path', join(root, libDir), join(root, 'usr/bin/busybox'), '--list-full'], { reject: false });
     if (list.exitCode !== 0) {
-      throw new FleetlabError('HIL_ERR_BUILD', `making ${BASE_IMAGE}: busybox --list-full failed in the ${architecture} root (exit ${list.exitCode}): ${String(list.stderr).trim()}`);
+      // Not started at all (no loader, or an arm64 one with no qemu-user binfmt entry): execa's message says why.
+      const why = list.exitCode === undefined ? `${list.message}${architecture !== hostArchitecture() ? ' (arm64 programs run here through qemu-user: apt-get install qemu-user-static binfmt-support)' : ''}` : `exit ${list.exitCode}: ${String(list.stderr).trim()}`;
+      throw new FleetlabError('HIL_ERR_BUILD', `making ${BASE_IMAGE}: busybox --list-full failed in the ${architecture} root (${why})`);
     }
     // linuxrc is busybox as a board's init, at the root: nothing a container runs.
     for (const applet of list.stdout.split('\n').map((l) => l.trim()).filter((l) => /^[a-z0-9_./[-]+$/.test(l) && !l.includes('..') && l !== 'linuxrc')) {

@@ -180,12 +180,14 @@ if (noUser) console.log(`package test: the runs as a user other than root are sk
 const full = process.env.FLEETLAB_CI_FULL === '1';
 const BASE_IMAGE = 'fleetlab/busybox:latest';
 const BASE_KEPT = 'fleetlab/busybox:kept-by-package-test';
+const USERNS_SYSCTL = '/proc/sys/kernel/apparmor_restrict_unprivileged_userns';
 const SHARDS = full ? ['1/2', '2/2'] : ['1/2'];
 
 describe.skipIf(noUser !== undefined)('the example app as a CI runner\'s user (in the docker group, not root), with the CI recipes of examples/ci/', () => {
   let user: TempUser;
   let dir: string;
   let userNpmEnv: Record<string, string> = {};
+  let userns: string | undefined;
 
   beforeAll(async () => {
     user = makeDockerUser('fleetlab-ci');
@@ -207,6 +209,8 @@ describe.skipIf(noUser !== undefined)('the example app as a CI runner\'s user (i
     // A fresh runner has no base image: the recipes' own first run makes it, as the user (the
     // tools for it come from their provisioning step). Kept under another tag meanwhile, as
     // images built on it depend on it.
+    // The GitHub recipe allows unprivileged user namespaces where Ubuntu's AppArmor restricts them: put back after.
+    if (existsSync(USERNS_SYSCTL)) userns = readFileSync(USERNS_SYSCTL, 'utf8').trim();
     for (const args of [['tag', BASE_IMAGE, BASE_KEPT], ['rmi', BASE_IMAGE]]) {
       const r = await run('docker', args, REPO);
       expect(r.code, r.out).toBe(0);
@@ -215,6 +219,7 @@ describe.skipIf(noUser !== undefined)('the example app as a CI runner\'s user (i
 
   afterAll(async () => {
     user?.remove();
+    if (userns !== undefined) writeFileSync(USERNS_SYSCTL, `${userns}\n`);
     const made = await run('docker', ['image', 'inspect', BASE_IMAGE], REPO);
     if (made.code !== 0) await run('docker', ['tag', BASE_KEPT, BASE_IMAGE], REPO);
     await run('docker', ['rmi', BASE_KEPT], REPO);

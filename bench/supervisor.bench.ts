@@ -29,6 +29,7 @@
  *
  *   npm run bench            (builds, then runs dist/bench/supervisor.bench.js)
  *   npm run bench -- --node /path/to/node24/bin/node --idle-seconds 60 --long-calls 200000 --start-rounds 5
+ *       (another Node than npm install's: npm rebuild epoll --nodedir=/path/to/node24 first, as the bench says)
  *   npm run bench -- --node-flags=""     (the device's V8 limits, DEVICE_NODE_FLAGS, left out)
  *   npm run bench -- "--node-flags=--max-old-space-size=64 --optimize-for-size"   (flags start with a dash: use the = form)
  *   npm run bench -- --no-cloud          (without the cloud against pinejs, which runs last)
@@ -37,7 +38,8 @@
 import { execFileSync } from 'node:child_process';
 import { existsSync, readFileSync, readdirSync } from 'node:fs';
 import { rm } from 'node:fs/promises';
-import { join } from 'node:path';
+import { cpus, loadavg, release } from 'node:os';
+import { dirname, join } from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { parseArgs } from 'node:util';
@@ -254,6 +256,37 @@ async function preflight(): Promise<void> {
   if (missing.length) {
     throw new BenchError(`test image(s) missing: ${missing.join(', ')}; run: fleetlab images build  (npm run build && node bin/fleetlab.js images build)`);
   }
+}
+
+/**
+ * The CLI candidate runs from dist/ with node_modules' own epoll, built for the Node that ran
+ * npm install: with `--node` another one it would fail half way, so the bench says so first.
+ */
+function requireAddonsFor(node: string, root: string): void {
+  try {
+    execFileSync(node, ['-e', "require('epoll')"], { cwd: root, stdio: ['ignore', 'ignore', 'pipe'] });
+  } catch (err) {
+    const said = String((err as { stderr?: Buffer }).stderr ?? '');
+    const version = /NODE_MODULE_VERSION \d+/.test(said) ? 'built for another Node' : 'not loadable';
+    throw new BenchError(`node_modules' epoll is ${version} than --node (${nodeVersion(node)}), and the "CLI from dist/" start candidate loads it: npm rebuild epoll --nodedir=${dirname(dirname(node))} before the bench, npm rebuild epoll after it`);
+  }
+}
+
+/**
+ * What the figures depend on, printed with them: the machine (CPU, cores, kernel, how busy
+ * it was when the bench began) and the Node and flags the supervisor ran on. Start-up is timed
+ * with an emptied compile cache filled by one start, each start on a fresh store.
+ */
+function benchConditions(supervisorNode: string, nodeFlags: readonly string[]): Record<string, string | number> {
+  const cpu = cpus();
+  return {
+    cpu: cpu[0]?.model.trim() ?? 'unknown',
+    cores: cpu.length,
+    kernel: release(),
+    loadAverageAtStart: Number(loadavg()[0]!.toFixed(2)),
+    supervisorNode,
+    nodeFlags: nodeFlags.join(' ') || '(none)',
+  };
 }
 
 /* ------------------------------------------------------------ target state */
@@ -521,7 +554,7 @@ function summary(r: {
     const ratio = reference === undefined ? '' : lowIsBetter ? `${round(best(reference, true) / value)}x better` : `${round(value / best(reference, false))}x`;
     lines.push([figure, `${value} ${unit}`, `${lowIsBetter ? '<=' : '>='} ${goal} ${unit}`, reference === undefined ? '' : `${range(reference)} ${unit}`, ratio, (lowIsBetter ? value <= goal : value >= goal) ? 'yes' : 'NO']);
   };
-  row('start -> first /ping 200 (median)', r.start.bundle.medianMs, 'ms', ISSUE_17.startMs.goal, true, ISSUE_17.startMs.reference);
+  row('start -> first /ping 200, device bundle (median)', r.start.bundle.medianMs, 'ms', ISSUE_17.startMs.goal, true, ISSUE_17.startMs.reference);
   row(`idle RSS, ${r.rss.idleSeconds} s, no apps`, megabytes(r.rss.idleLongMiB), 'MB', ISSUE_17.idleMB.goal, true, ISSUE_17.idleMB.reference);
   row('peak RSS (VmHWM)', megabytes(r.rss.peakMiB), 'MB', ISSUE_17.peakMB.goal, true, ISSUE_17.peakMB.reference);
   row('/v1/device, 10 connections', r.loadV1Device.reqPerSec, 'req/s', ISSUE_17.v1DeviceRps.goal, false, ISSUE_17.v1DeviceRps.reference);
@@ -541,7 +574,9 @@ async function main(): Promise<void> {
   const node = options.node;
   const supervisorNode = nodeVersion(node);
   await preflight();
+  const conditions = benchConditions(supervisorNode, options.nodeFlags);
   const root = fleetlabRoot(import.meta.url);
+  requireAddonsFor(node, root);
   const bundle = join(root, 'dist', 'bench', 'device', 'fleetlab-device.mjs');
   const cliMain = join(root, 'dist', 'cli', 'main.js');
   if (!existsSync(cliMain)) throw new BenchError(`${cliMain} is missing: run npm run build`);
@@ -633,6 +668,7 @@ async function main(): Promise<void> {
     const changeMedian = median(changes.map((c) => c.ms));
     const result = {
       bench: 'supervisor',
+      conditions,
       node: process.version,
       engine: 'docker',
       supervisorNode,
@@ -705,10 +741,11 @@ async function main(): Promise<void> {
       [`Start-up: spawn to first /ping 200, local mode, ${start.rounds} alternating rounds`, ''],
       [`${BUNDLE} (as a device runs it: compile cache filled)`, `median ${start.bundle.medianMs} ms  (${start.bundle.minMs}..${start.bundle.maxMs})`],
       [COLD, `median ${start.bundleNoCompileCache.medianMs} ms  (${start.bundleNoCompileCache.minMs}..${start.bundleNoCompileCache.maxMs})`],
-      [`${CLI} (no node flags)`, `median ${start.cli.medianMs} ms  (${start.cli.minMs}..${start.cli.maxMs})  (x${round(start.cli.medianMs / start.bundle.medianMs)} the bundle)`],
+      [`${CLI} (no node flags; not what a device runs)`, `median ${start.cli.medianMs} ms  (${start.cli.minMs}..${start.cli.maxMs})  (x${round(start.cli.medianMs / start.bundle.medianMs)} the bundle)`],
       ['simulated device (peers + supervisor) to /ping', `${result.supervisorStartMs} ms`],
     ];
-    process.stdout.write(`fleetlab supervisor bench (bench on ${process.version}; supervisor: device bundle on ${result.supervisorNode} ${options.nodeFlags.join(' ') || '(no node flags)'}; engine docker)\n${table(rows)}\n\n${summary(result)}\n\n${JSON.stringify(result)}\n`);
+    const on = `${conditions.cpu}, ${conditions.cores} cores, kernel ${conditions.kernel}, load average ${conditions.loadAverageAtStart} at the start`;
+    process.stdout.write(`fleetlab supervisor bench (bench on ${process.version}; supervisor: device bundle on ${result.supervisorNode} ${options.nodeFlags.join(' ') || '(no node flags)'}; engine docker)\non ${on}\n${table(rows)}\n\n${summary(result)}\n\n${JSON.stringify(result)}\n`);
   } finally {
     process.stderr.write('bench: stopping the device\n');
     await device.stop().catch((err) => process.stderr.write(`bench: device stop failed: ${errorText(err)}\n`));

@@ -112,6 +112,7 @@ describe(`${BASE_IMAGE} on the simulated engine`, () => {
 });
 
 const noUser = cannotMakeUsers();
+if (noUser) console.log(`base image as a user other than root: skipped: ${noUser}`);
 
 describe.skipIf(noUser !== undefined)(`${BASE_IMAGE} made by a user who is not root`, () => {
   let user: TempUser | undefined;
@@ -120,7 +121,7 @@ describe.skipIf(noUser !== undefined)(`${BASE_IMAGE} made by a user who is not r
   it("fetches and unpacks trixie's busybox and lists its applets without root, as a CI runner's user would", async () => {
     user = makeDockerUser('flbase');
     const tar = join(user.home, 'rootfs.tar');
-    const script = `import { writeBaseRootfsTar } from ${JSON.stringify(join(import.meta.dirname, '..', 'sim/images/base-image.ts'))};\nawait writeBaseRootfsTar('amd64', ${JSON.stringify(tar)}, (e) => console.log(e.step), 'http://deb.debian.org/debian');`;
+    const script = `import { writeBaseRootfsTar } from ${JSON.stringify(join(import.meta.dirname, '..', 'sim/images/base-image.ts'))};\nawait writeBaseRootfsTar(${JSON.stringify(process.arch === 'arm64' ? 'arm64' : 'amd64')}, ${JSON.stringify(tar)}, (e) => console.log(e.step), 'http://deb.debian.org/debian');`;
     const made = await user.run(process.execPath, ['--import', 'tsx', '--input-type=module', '-e', script], join(import.meta.dirname, '..'), { timeoutMs: 300_000 });
     expect(made.code, made.out).toBe(0);
     const listed = await execa('tar', ['-tvf', tar]);

@@ -14,6 +14,7 @@ const base = mkdtempSync(join(tmpdir(), 'fleetlab-user-tmp-'));
 chmodSync(base, 0o755);
 afterAll(() => rmSync(base, { recursive: true, force: true }));
 const isRoot = process.getuid?.() === 0;
+if (!isRoot) console.log(`user-tmp: the test of a directory another user owns is skipped: it needs root to chown one (uid ${process.getuid?.()})`);
 
 describe('userTmpDir', () => {
   it('makes <base>/fleetlab-<uid> for this user alone, and is that directory again from inside it', () => {

@@ -106,6 +106,15 @@ async function resolveImage(options: ContainerTargetOptions, dockerSocket: strin
   return image.ref;
 }
 
+function canWrite(path: string): boolean {
+  try {
+    accessSync(path, constants.W_OK);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
 /**
  * testcontainers takes a file lock before its first container (common/file-lock.js: proper-lockfile
  * on `<tmpdir>/testcontainers-node.lock`), a fixed name: one that an earlier run as another user
@@ -124,16 +133,8 @@ function requireTestcontainersLock(): void {
     } catch {
       continue;
     }
-    const writable = (() => {
-      try {
-        accessSync(path, constants.W_OK);
-        return true;
-      } catch {
-        return false;
-      }
-    })();
     // proper-lockfile refreshes a held lock's mtime every 5 s: an older one of another user is left over.
-    const stuck = name.endsWith('.lock.lock') ? st.uid !== uid && Date.now() - st.mtimeMs > 10_000 : !writable;
+    const stuck = name.endsWith('.lock.lock') ? st.uid !== uid && Date.now() - st.mtimeMs > 10_000 : !canWrite(path);
     if (stuck) {
       throw new FleetlabError(
         'HIL_ERR_PERMISSION',

@@ -96,8 +96,9 @@ export function resetScript(bootDir: string = GUEST.bootDir): string {
 }
 
 /** The board has no RTC: its clock is set from the harness's after every boot and restore. */
-async function setGuestClock(ssh: SshDevice): Promise<void> {
-  await ssh.run(['date', '-u', '-s', `@${(Date.now() / 1000).toFixed(3)}`]);
+export async function setGuestClock(ssh: SshDevice): Promise<void> {
+  const set = await ssh.run(['date', '-u', '-s', `@${(Date.now() / 1000).toFixed(3)}`]);
+  if (set.exitCode !== 0) throw new FleetlabError('SUP_ERR_HOST', `setting the board's clock over SSH: ${set.stderr.trim() || `exit ${set.exitCode}`}`);
 }
 
 /** Runs `resetScript` on the board (the supervisor is left stopped). */

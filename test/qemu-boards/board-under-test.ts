@@ -7,6 +7,7 @@ import { join } from 'node:path';
 import { execa, type ResultPromise } from 'execa';
 import { expect } from 'vitest';
 import { loadBoardConfig, type BoardConfig } from '../../hil/targets/board-config.js';
+import { setGuestClock } from '../../hil/targets/qemu.js';
 import { SshDevice } from '../../hil/targets/ssh-device.js';
 import { bootBoard, waitForPing, type QemuBoard, type ReadyInfo } from '../../qemu/boot.js';
 import type { QemuImage } from '../../qemu/image/build.js';
@@ -118,8 +119,7 @@ export async function labBoard(image: QemuImage, runDir: string, progress: (line
   try {
     await waitForPing(board.info.apiUrl, 120_000, () => board.exitReason);
     await ssh.waitReachable(120_000);
-    const set = await ssh.run(['date', '-u', '-s', `@${(Date.now() / 1000).toFixed(3)}`]);
-    if (set.exitCode !== 0) throw new Error(`setting the restored board's clock: ${set.stderr}`);
+    await setGuestClock(ssh);
   } catch (err) {
     await board.stop();
     throw err;

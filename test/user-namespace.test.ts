@@ -4,7 +4,10 @@
  * with the way out. The refusal is real: the check runs in a user namespace whose limit of
  * further user namespaces is 0, so the kernel refuses as a machine with them turned off does.
  */
-import { execFile } from 'node:child_process';
+import { execFile, execFileSync } from 'node:child_process';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
 import { requireUserNamespace } from '../sim/gpio/namespace.js';
@@ -14,6 +17,19 @@ const root = fileURLToPath(new URL('..', import.meta.url));
 describe('requireUserNamespace', () => {
   it('passes where the kernel gives an unprivileged user namespace (this machine)', () => {
     expect(() => requireUserNamespace({ root: false })).not.toThrow();
+  });
+
+  // In a user namespace the kernel refuses to bind a directory with mounts below it: the check
+  // once bound /tmp, and failed whenever a root build had its chroot's /proc mounted there.
+  it.skipIf(process.getuid?.() !== 0)('passes while something is mounted below the temporary directory (needs root to mount)', () => {
+    const below = mkdtempSync(join(tmpdir(), 'fleetlab-mounted-'));
+    execFileSync('mount', ['-t', 'tmpfs', 'none', below]);
+    try {
+      expect(() => requireUserNamespace({ root: false })).not.toThrow();
+    } finally {
+      execFileSync('umount', [below]);
+      rmSync(below, { recursive: true, force: true });
+    }
   });
 
   it('says in one sentence what to do where the kernel refuses one', async () => {

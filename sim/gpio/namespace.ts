@@ -4,8 +4,9 @@
  * supervisor of a simulated device reaches the simulated GPIO with its production adapter:
  * onoff hard-codes /sys/class/gpio.
  */
-import { spawnSync } from 'node:child_process';
-import { lstatSync, readdirSync } from 'node:fs';
+import { spawnSync, type SpawnSyncReturns } from 'node:child_process';
+import { lstatSync, mkdtempSync, readdirSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { FleetlabError } from '../../src/errors.js';
 import { requireTool, tools } from '../../src/tools.js';
@@ -84,8 +85,16 @@ export function gpioNamespaceCommand(classDir: string, command: string[], option
 export function requireUserNamespace(options: Pick<GpioNamespaceOptions, 'root'> = {}): void {
   if (options.root ?? process.getuid?.() === 0) return;
   // A bind mount too, not only the namespaces: AppArmor's restriction may let unshare through
-  // and deny what the tree needs inside.
-  const tried = spawnSync(requireTool(tools.unshare), ['--user', '--map-root-user', '--mount', '--propagation', 'private', '--', requireTool(tools.mount), '--bind', '/tmp', '/tmp'], { encoding: 'utf8' });
+  // and deny what the tree needs inside. Of a new empty directory: in a user namespace the
+  // kernel refuses to bind a directory with mounts below it (EINVAL, "wrong fs type"), as /tmp
+  // has while a root build elsewhere on the machine has its chroot's /proc mounted there.
+  const probe = mkdtempSync(join(tmpdir(), 'fleetlab-userns-'));
+  let tried: SpawnSyncReturns<string>;
+  try {
+    tried = spawnSync(requireTool(tools.unshare), ['--user', '--map-root-user', '--mount', '--propagation', 'private', '--', requireTool(tools.mount), '--bind', probe, probe], { encoding: 'utf8' });
+  } finally {
+    rmSync(probe, { recursive: true, force: true });
+  }
   if (tried.status === 0) return;
   const why = (tried.stderr || tried.error?.message || `exit ${tried.status}`).trim();
   throw new FleetlabError(

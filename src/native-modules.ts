@@ -4,9 +4,12 @@
  * the addon unbuilt; loading it then fails with a list of binding paths. This says instead
  * which module is missing and the one command that builds it.
  */
+import { readFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
+import { join } from 'node:path';
 import { sqliteDriverName } from './cloud/db/sqlite.js';
 import { FleetlabError, errorText } from './errors.js';
+import { fleetlabRoot } from './package-root.js';
 
 export type NativeModule = 'better-sqlite3' | 'epoll';
 
@@ -42,13 +45,25 @@ export function unbuiltNativeModules(names: readonly NativeModule[]): Array<{ na
 }
 
 /**
- * Why an addon did not load, in the loader's words made plain: built for another Node's ABI
- * (Node was changed after npm install; npm rebuild fixes it), or not built at all.
+ * Why an addon did not load, in the loader's words made plain: not installed (better-sqlite3 is
+ * an optional peer, installed by a project on a Node without node:sqlite), built for another
+ * Node's ABI (Node was changed after npm install; npm rebuild fixes it), or not built at all.
  */
 export function loadFailure(loaderMessage: string): string {
+  if (/Cannot find (module|package) 'better-sqlite3'/.test(loaderMessage)) return 'not installed';
   const abi = /NODE_MODULE_VERSION (\d+)\.[\s\S]*?requires\s+NODE_MODULE_VERSION (\d+)/.exec(loaderMessage);
   if (abi) return `built for another Node (NODE_MODULE_VERSION ${abi[1]}; this Node, ${process.version}, needs ${abi[2]})`;
   return 'not built';
+}
+
+/**
+ * The command that adds better-sqlite3 to a user's project, at the range fleetlab's package.json
+ * names: an optional peer, needed only on a Node without node:sqlite (20, 22.12), so installs on
+ * the others never build it.
+ */
+export function installSqliteCommand(): string {
+  const manifest = JSON.parse(readFileSync(join(fleetlabRoot(import.meta.url), 'package.json'), 'utf8')) as { peerDependencies?: Record<string, string> };
+  return `npm install --save-dev better-sqlite3@${manifest.peerDependencies?.['better-sqlite3'] ?? 'latest'}`;
 }
 
 /** The command that allows and builds the addons in a user's project. */
@@ -65,6 +80,13 @@ export function neededOnThisNode(names: readonly NativeModule[]): NativeModule[]
 export function requireNativeModules(names: readonly NativeModule[]): void {
   const missing = unbuiltNativeModules(neededOnThisNode(names));
   if (missing.length === 0) return;
+  if (missing.some((m) => m.reason === 'not installed' && m.name === 'better-sqlite3')) {
+    throw new FleetlabError(
+      'HIL_ERR_NATIVE_MODULE',
+      `better-sqlite3 (for ${PURPOSE['better-sqlite3']}) is not installed: Node ${process.version} has no node:sqlite, and fleetlab installs it only as an optional peer. ` +
+        `Fix: ${installSqliteCommand()}, or run Node 22.13 or later`,
+    );
+  }
   const failed = missing.map((m) => m.name);
   const plural = failed.length > 1;
   const unbuilt = missing.filter((m) => m.reason === 'not built');

@@ -6,11 +6,12 @@ import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'no
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { CONFIG_FILE, EXAMPLE_APP, NEEDED_ALLOW_SCRIPTS, SPEC_FILE, initProject } from '../hil/harness/init.js';
+import { CONFIG_FILE, EXAMPLE_APP, SPEC_FILE, initProject, neededAllowScripts } from '../hil/harness/init.js';
 import { readRunApp } from '../hil/harness/global-setup.js';
 import { playwrightArgv, qemuWorkers, runTests } from '../hil/harness/run.js';
 import { loadCompose } from '../hil/release/compose.js';
-import { buildCommand, loadFailure, requireNativeModules } from '../src/native-modules.js';
+import { buildCommand, installSqliteCommand, loadFailure, requireNativeModules } from '../src/native-modules.js';
+import { sqliteDriverName } from '../src/cloud/db/sqlite.js';
 
 let dir: string;
 let lines: string[];
@@ -33,12 +34,15 @@ describe('fleetlab init', () => {
     expect(spec).toContain('["api","db"]');
     const pkg = JSON.parse(readFileSync(join(dir, 'package.json'), 'utf8')) as { allowScripts: Record<string, boolean> };
     // The team's own decision on ssh2 stands; the rest is added.
-    expect(pkg.allowScripts).toEqual({ ...NEEDED_ALLOW_SCRIPTS, ssh2: true });
+    // better-sqlite3 is built only for a Node without node:sqlite (this file runs on 20, 22 and 24 in CI).
+    const sqliteBuilt = sqliteDriverName() === 'better-sqlite3';
+    expect(pkg.allowScripts).toEqual({ 'better-sqlite3': sqliteBuilt, epoll: true, 'cpu-features': false, protobufjs: false, ssh2: true });
+    expect(neededAllowScripts()['better-sqlite3']).toBe(sqliteBuilt);
     expect(lines).toEqual([
       'found docker-compose.yml',
       `wrote ${CONFIG_FILE}`,
       `wrote ${SPEC_FILE}`,
-      'package.json: allowScripts += "better-sqlite3": true, "epoll": true, "cpu-features": false, "protobufjs": false (npm 12 runs only the install scripts listed there)',
+      `package.json: allowScripts += "better-sqlite3": ${sqliteBuilt}, "epoll": true, "cpu-features": false, "protobufjs": false (npm 12 runs only the install scripts listed there)`,
       'native modules: built',
       'next: npx fleetlab test            (your specs in ./fleetlab, on a simulated device; --target container|qemu|board)',
     ]);
@@ -149,5 +153,8 @@ describe('native modules', () => {
       "The module '/work/main/node_modules/epoll/build/Release/epoll.node'\nwas compiled against a different Node.js version using\nNODE_MODULE_VERSION 137. This version of Node.js requires\nNODE_MODULE_VERSION 115. Please try re-compiling or re-installing\nthe module (for instance, using `npm rebuild` or `npm install`).";
     expect(loadFailure(otherNode)).toBe(`built for another Node (NODE_MODULE_VERSION 137; this Node, ${process.version}, needs 115)`);
     expect(loadFailure("Could not locate the bindings file. Tried:\n → /x/build/epoll.node")).toBe('not built');
+    expect(loadFailure("Cannot find module 'better-sqlite3'\nRequire stack:\n- /x/dist/src/native-modules.js")).toBe('not installed');
+    // The optional peer's range, from fleetlab's own package.json.
+    expect(installSqliteCommand()).toMatch(/^npm install --save-dev better-sqlite3@\^12\.\d+\.\d+$/);
   });
 });

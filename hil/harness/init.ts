@@ -11,7 +11,7 @@ import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { dirname, join, relative } from 'node:path';
 import { execa } from 'execa';
 import { FleetlabError, errorText } from '../../src/errors.js';
-import { buildCommand, neededOnThisNode, unbuiltNativeModules, type NativeModule } from '../../src/native-modules.js';
+import { buildCommand, installSqliteCommand, neededOnThisNode, unbuiltNativeModules, type NativeModule } from '../../src/native-modules.js';
 import { COMPOSE_FILE_NAMES, checkCompose, type ComposeCheck } from '../release/compose.js';
 
 export interface InitOptions {
@@ -27,15 +27,19 @@ export const SPEC_FILE = 'fleetlab/app.spec.ts';
 
 /**
  * Install scripts in fleetlab's runtime tree, as the team's package.json must say under npm 12:
- * the two addons fleetlab loads are allowed; the rest build optional speed-ups or print notices.
+ * the addons fleetlab loads on this Node are allowed; the rest build optional speed-ups or print
+ * notices. better-sqlite3 only where Node has no node:sqlite (20, 22.12): on 22.13 and later
+ * nothing loads it, and its build from source takes a minute of every install (`npm ci` in CI).
  */
-export const NEEDED_ALLOW_SCRIPTS: Readonly<Record<string, boolean>> = {
-  'better-sqlite3': true,
-  epoll: true,
-  'cpu-features': false,
-  protobufjs: false,
-  ssh2: false,
-};
+export function neededAllowScripts(): Readonly<Record<string, boolean>> {
+  return {
+    'better-sqlite3': neededOnThisNode(['better-sqlite3']).length > 0,
+    epoll: true,
+    'cpu-features': false,
+    protobufjs: false,
+    ssh2: false,
+  };
+}
 const NATIVE: readonly NativeModule[] = ['better-sqlite3', 'epoll'];
 
 /** The example app written when the directory has no compose file: two services, a volume, the supervisor API. */
@@ -118,7 +122,7 @@ function addAllowScripts(packageJson: string): string[] {
   }
   const allow = (pkg.allowScripts ?? {}) as Record<string, boolean>;
   const added: string[] = [];
-  for (const [name, value] of Object.entries(NEEDED_ALLOW_SCRIPTS)) {
+  for (const [name, value] of Object.entries(neededAllowScripts())) {
     // The team's own decision on a package stands.
     if (Object.keys(allow).some((k) => k === name || k.startsWith(`${name}@`))) continue;
     allow[name] = value;
@@ -178,13 +182,26 @@ export async function initProject(options: InitOptions): Promise<void> {
     log(`no package.json here: install fleetlab with npm in this directory first (npm install fleetlab)`);
   }
 
+  const absent = unbuiltNativeModules(neededOnThisNode(NATIVE)).some((m) => m.reason === 'not installed');
+  if (absent && options.rebuild !== false && existsSync(packageJson)) {
+    // An optional peer: only a Node without node:sqlite needs it, and installs it built.
+    const install = installSqliteCommand();
+    log(`Node ${process.version} has no node:sqlite: adding better-sqlite3 to this project: ${install} (a minute or two)`);
+    const [npm, ...args] = install.split(' ');
+    try {
+      await execa(npm!, args, { cwd: dir, stdio: ['ignore', 'inherit', 'inherit'] });
+    } catch (err) {
+      throw new FleetlabError('HIL_ERR_NATIVE_MODULE', `${install} failed (${errorText(err).split('\n')[0]}); run it yourself, or use Node 22.13 or later`);
+    }
+  }
   const unbuilt = unbuiltNativeModules(neededOnThisNode(NATIVE)).map((m) => m.name);
   if (unbuilt.length === 0) {
     log('native modules: built');
   } else if (options.rebuild === false || !existsSync(packageJson)) {
     log(`native modules not built: ${unbuilt.join(', ')}; run: ${buildCommand(unbuilt)}`);
   } else {
-    log(`building the native modules npm skipped (${unbuilt.join(', ')}): npm rebuild ${unbuilt.join(' ')} (a minute or two)`);
+    // better-sqlite3 compiles from source where no prebuilt binary is reachable; epoll takes seconds.
+    log(`building the native modules npm skipped (${unbuilt.join(', ')}): npm rebuild ${unbuilt.join(' ')}${unbuilt.includes('better-sqlite3') ? ' (a minute or two)' : ''}`);
     try {
       await execa('npm', ['rebuild', ...unbuilt], { cwd: dir, stdio: ['ignore', 'inherit', 'inherit'] });
     } catch (err) {

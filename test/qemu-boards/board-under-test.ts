@@ -7,12 +7,11 @@ import { join } from 'node:path';
 import { execa, type ResultPromise } from 'execa';
 import { expect } from 'vitest';
 import { loadBoardConfig, type BoardConfig } from '../../hil/targets/board-config.js';
-import { setGuestClock } from '../../hil/targets/qemu.js';
+import { startRestored } from '../../hil/targets/qemu-restore.js';
 import { SshDevice } from '../../hil/targets/ssh-device.js';
-import { bootBoard, waitForPing, type QemuBoard, type ReadyInfo } from '../../qemu/boot.js';
+import { bootBoard, type QemuBoard, type ReadyInfo } from '../../qemu/boot.js';
 import type { QemuImage } from '../../qemu/image/build.js';
-import { findReadyState, restoreBoard } from '../../qemu/ready-state.js';
-import { freePort } from '../../src/free-port.js';
+import { findReadyState } from '../../qemu/ready-state.js';
 
 export const repoRoot = join(import.meta.dirname, '..', '..');
 
@@ -112,20 +111,7 @@ export async function labBoard(image: QemuImage, runDir: string, progress: (line
     progress(`no saved ready board for image ${image.key}: booting`);
     return bootBoard({ image, machine: 'virt', snapshot: true, runDir, progress });
   }
-  const started = Date.now();
-  mkdirSync(runDir, { recursive: true });
-  const board = await restoreBoard({ state, image, runDir, apiPort: await freePort(), sshPort: await freePort(), consolePty: true });
-  const ssh = new SshDevice({ host: '127.0.0.1', port: board.info.sshPort, username: 'root', privateKey: readFileSync(image.sshKey) });
-  try {
-    await waitForPing(board.info.apiUrl, 120_000, () => board.exitReason);
-    await ssh.waitReachable(120_000);
-    await setGuestClock(ssh);
-  } catch (err) {
-    await board.stop();
-    throw err;
-  } finally {
-    await ssh.close();
-  }
-  progress(`started from the saved ready board ${state.dir} in ${Date.now() - started} ms`);
-  return { board, ready: { event: 'ready', ...board.info, pid: board.process.pid ?? 0, bootMs: Date.now() - started } };
+  const started = await startRestored({ state, image, runDir, readyWhen: 'api', consolePty: true });
+  progress(`started from the saved ready board ${state.dir} in ${started.ready.bootMs} ms`);
+  return started;
 }

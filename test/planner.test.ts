@@ -646,6 +646,24 @@ describe('plan: the supervisor network', () => {
     expect(brief(steps)).toEqual(['createSupervisorNetwork', 'createContainer 1/worker']);
   });
 
+  it("is made for a labelled service in a host network that is a container other than the supervisor's, which waits for it", () => {
+    const holder = { ...ctx(), hostNetwork: { container: 'fleetlab-host-1', supervisorInside: false } };
+    const before = target(labelled('host'), holder);
+    expect(brief(plan({ target: before.target, desired: before.desired, current: snapshot(infra), startStopped: false }))).toEqual(['createSupervisorNetwork', 'createContainer 1/worker']);
+    const after = target(labelled('host'), { ...holder, supervisorNetwork: { name: found.name, subnet: found.subnet, gateway: found.gateway, apiHost: found.apiHost } });
+    const worker = containerOf(after.want(1, 'worker'));
+    // Not while the network lacks that container (usable: false): the supervisor connects it first.
+    expect(brief(plan({ target: after.target, desired: after.desired, current: snapshot({ ...infra, containers: [worker], supervisorNetwork: { ...found, usable: false } }), startStopped: false }))).toEqual(['createSupervisorNetwork']);
+    const round = plan({ target: after.target, desired: after.desired, current: snapshot({ ...infra, containers: [worker], supervisorNetwork: found }), startStopped: false });
+    expect(brief(round)).toEqual(['createContainer 1/web']);
+    const web = (round[0] as Extract<Step, { action: 'createContainer' }>).desired;
+    // In that container's namespace, which joined the network: the service joins nothing itself.
+    expect([web.spec.networkMode, web.spec.supervisorNetwork, web.madeForSupervisorNetwork]).toEqual(['container:fleetlab-host-1', undefined, 'supervisor0']);
+    // In the supervisor's own container, loopback is the API: nothing to wait for.
+    const inside = target(labelled('host'), { ...ctx(), hostNetwork: { container: 'dev', supervisorInside: true } });
+    expect(brief(plan({ target: inside.target, desired: inside.desired, current: snapshot({ ...infra, containers: [containerOf(inside.want(1, 'worker'))] }), startStopped: false }))).toEqual(['createContainer 1/web']);
+  });
+
   it('is not made for a labelled service in the host network, nor for unlabelled ones', () => {
     for (const state of [labelled('host'), wire({ '1': demoApp() })]) {
       const t = target(state);

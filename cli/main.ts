@@ -65,8 +65,9 @@ sim
   .option('--provisioning-key <key>', "the fleet's provisioning key (with --cloud-url)")
   .option('--poll-interval-ms <ms>', 'target state poll interval (with --cloud-url)')
   .option('--clock-offset-ms <ms>', "the supervisor's wall clock this far off this host's, ahead (negative: behind); what a replay of a device with a wrong clock uses")
+  .option('--device-container <name>', "engine docker: the container of that engine this device runs in (the HIL container target); the supervisor joins its supervisor network from it, and it is the device's host network (default: a host-network container of the device's own)")
   .action(
-    action(async (opts: { port: string; dataDir?: string; engine?: 'docker' | 'sim'; dockerSocket: string; localMode: boolean; apiKey?: string; vendor: string; deviceType?: string; listenAddress: string; publishAddress?: string; bandwidth?: string; scenario?: string; cloudUrl?: string; provisioningKey?: string; pollIntervalMs?: string; clockOffsetMs?: string }) => {
+    action(async (opts: { port: string; dataDir?: string; engine?: 'docker' | 'sim'; dockerSocket: string; localMode: boolean; apiKey?: string; vendor: string; deviceType?: string; listenAddress: string; publishAddress?: string; bandwidth?: string; scenario?: string; cloudUrl?: string; provisioningKey?: string; pollIntervalMs?: string; clockOffsetMs?: string; deviceContainer?: string }) => {
       const port = parsePort('--port', opts.port);
       const { existsSync } = await import('node:fs');
       const engine = opts.engine ?? (existsSync(opts.dockerSocket) ? 'docker' : 'sim');

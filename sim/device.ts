@@ -32,6 +32,7 @@ import { startSimEngine, type Scenario, type SimEngineHandle } from './engine/in
 import { freePort } from '../src/free-port.js';
 import { sharedEngineNetwork, sharedEngineNetworkArgs, type SharedEngineNetwork } from './supervisor-network.js';
 import { keptPublishAddress } from './publish-address.js';
+import { startHostNetwork } from './host-network.js';
 
 export interface SimDeviceOptions {
   /** Device API port; 0 picks a free one. */
@@ -89,6 +90,20 @@ export interface SimDeviceOptions {
    * the device bundle (`fleetlab-device.mjs`, what a board runs) and the Node to run it on.
    */
   supervisorEntry?: SupervisorEntry;
+  /**
+   * The container of the engine at `dockerSocket` this device runs in (the HIL container
+   * target): the supervisor connects it to its supervisor network, where labelled services
+   * reach the API at its address, and it is the device's host network, where the API is on
+   * loopback, as on a board. Engine `docker` only.
+   */
+  deviceContainer?: string;
+  /**
+   * Engine `docker` without `deviceContainer`: run host-network services in the machine's own
+   * network, shared with every other device on the engine, instead of a host-network container
+   * of the device's (host-network.ts). Only to measure what that container costs
+   * (bench/host-network.bench.ts): two devices then collide on a host-network service's port.
+   */
+  sharedHostNetwork?: boolean;
 }
 
 export interface SupervisorEntry {
@@ -175,9 +190,11 @@ export class SimDevice extends EventEmitter<{ reboot: []; poweroff: []; exit: [c
   private inspectBrk: number | undefined;
   /** On dockerd, which other devices share, a supervisor network of its own; its own simulated engine has balena's. */
   private readonly supervisorNetwork: SharedEngineNetwork | undefined;
+  /** The uuid drawn for a device whose supervisor has not stored one yet (`uuid`). */
+  private firstUuid: string | undefined;
 
   private constructor(
-    readonly options: Required<Omit<SimDeviceOptions, 'apiKey' | 'dataDir' | 'bandwidth' | 'scenario' | 'cloud' | 'session' | 'deviceType' | 'prepare' | 'inspectBrk' | 'clockOffsetMs' | 'supervisorEntry'>> & { apiKey?: string; dataDir: string; cloud?: SimCloudOptions; deviceType?: string; inspectBrk?: number; clockOffsetMs?: number; supervisorEntry?: SupervisorEntry },
+    readonly options: Required<Omit<SimDeviceOptions, 'apiKey' | 'dataDir' | 'bandwidth' | 'scenario' | 'cloud' | 'session' | 'deviceType' | 'prepare' | 'inspectBrk' | 'clockOffsetMs' | 'supervisorEntry' | 'deviceContainer' | 'sharedHostNetwork'>> & { apiKey?: string; dataDir: string; cloud?: SimCloudOptions; deviceType?: string; inspectBrk?: number; clockOffsetMs?: number; supervisorEntry?: SupervisorEntry; deviceContainer?: string; sharedHostNetwork?: boolean },
     /** The label its processes carry. */
     readonly session: string,
     private readonly teardown: Teardown,
@@ -193,6 +210,29 @@ export class SimDevice extends EventEmitter<{ reboot: []; poweroff: []; exit: [c
     this.supervisorNetwork = options.engine === 'docker' ? sharedEngineNetwork() : undefined;
   }
 
+  /**
+   * The uuid the device has, or will have at its supervisor's first start (which is given it):
+   * the host-network container made before that start carries it, so it goes with the device.
+   */
+  private get uuid(): string {
+    const stored = storedUuid(this.options.dataDir);
+    if (stored) return stored;
+    this.firstUuid ??= randomUUID().replace(/-/g, '');
+    return this.firstUuid;
+  }
+
+  /**
+   * The device's host network as the supervisor is told it: its own container, a host-network
+   * container made for it, or (the simulated engine, or sharedHostNetwork) the engine host's.
+   */
+  private async hostNetworkArgs(): Promise<string[]> {
+    const o = this.options;
+    if (o.engine !== 'docker') return [];
+    if (o.deviceContainer) return ['--supervisor-container', o.deviceContainer, '--host-network-container', o.deviceContainer];
+    if (o.sharedHostNetwork) return [];
+    return ['--host-network-container', await startHostNetwork(this.docker, o.dockerSocket, this.uuid)];
+  }
+
   static async start(opts: SimDeviceOptions): Promise<SimDevice> {
     requireUserNamespace();
     const ownsDataDir = opts.ownsDataDir ?? opts.dataDir === undefined;
@@ -200,7 +240,8 @@ export class SimDevice extends EventEmitter<{ reboot: []; poweroff: []; exit: [c
     const port = opts.port === 0 ? await freePort() : opts.port;
     for (const d of ['dbus', 'host', 'gpio', 'journal', 'boot', 'locks', 'supervisor']) mkdirSync(join(dataDir, d), { recursive: true });
     const dockerSocket = opts.engine === 'sim' ? simDeviceFiles(dataDir).engineSocket : opts.dockerSocket;
-    const options = { port, dataDir, ownsDataDir, engine: opts.engine, dockerSocket, localMode: opts.localMode, apiKey: opts.apiKey, vendor: opts.vendor ?? 'platform', ledOffset: opts.ledOffset ?? 17, listenAddress: opts.listenAddress ?? '127.0.0.1', publishAddress: opts.publishAddress ?? keptPublishAddress(dataDir), cloud: opts.cloud, deviceType: opts.deviceType, inspectBrk: opts.inspectBrk, supervisorEntry: opts.supervisorEntry, ...(opts.clockOffsetMs ? { clockOffsetMs: opts.clockOffsetMs } : {}) };
+    if (opts.deviceContainer && opts.engine !== 'docker') throw new FleetlabError('SUP_ERR_BAD_REQUEST', 'deviceContainer (--device-container) names a container of dockerd: use it with engine docker');
+    const options = { port, dataDir, ownsDataDir, engine: opts.engine, dockerSocket, localMode: opts.localMode, apiKey: opts.apiKey, vendor: opts.vendor ?? 'platform', ledOffset: opts.ledOffset ?? 17, listenAddress: opts.listenAddress ?? '127.0.0.1', publishAddress: opts.publishAddress ?? keptPublishAddress(dataDir), cloud: opts.cloud, deviceType: opts.deviceType, inspectBrk: opts.inspectBrk, supervisorEntry: opts.supervisorEntry, ...(opts.clockOffsetMs ? { clockOffsetMs: opts.clockOffsetMs } : {}), ...(opts.deviceContainer ? { deviceContainer: opts.deviceContainer } : {}), ...(opts.sharedHostNetwork ? { sharedHostNetwork: true } : {}) };
     const session = opts.session ?? `sim-${randomUUID()}`;
     const env = sessionEnv(session);
     // Undone in reverse: the supervisor first, then what it created in the engine, then the
@@ -300,11 +341,15 @@ export class SimDevice extends EventEmitter<{ reboot: []; poweroff: []; exit: [c
     });
   }
 
-  private supervisorArgs(): string[] {
+  private supervisorArgs(hostNetwork: readonly string[]): string[] {
     const o = this.options;
     const d = (p: string) => join(o.dataDir, p);
+    // Given at the first start only: the store keeps it after that (the host-network container carries it already).
+    const firstUuid = storedUuid(o.dataDir) === undefined && o.engine === 'docker' ? ['--uuid', this.uuid] : [];
     return [
       'supervisor',
+      ...firstUuid,
+      ...hostNetwork,
       '--port', String(o.port),
       '--listen-address', o.listenAddress,
       ...(o.publishAddress ? ['--publish-address', o.publishAddress] : []),
@@ -338,9 +383,11 @@ export class SimDevice extends EventEmitter<{ reboot: []; poweroff: []; exit: [c
     const offset = this.options.clockOffsetMs;
     const preload = offset ? [simModule('clock/shifted-clock')] : [];
     const entry = this.options.supervisorEntry;
+    // Up before the supervisor: a reboot stopped it with the device's other containers, and the first round starts theirs again.
+    const args = this.supervisorArgs(await this.hostNetworkArgs());
     const cli = entry
-      ? { file: entry.node ?? process.execPath, args: [...(entry.nodeArgs ?? []), ...preload.flatMap((m) => ['--import', m]), entry.module, ...this.supervisorArgs()] }
-      : cliCommand(this.supervisorArgs(), preload);
+      ? { file: entry.node ?? process.execPath, args: [...(entry.nodeArgs ?? []), ...preload.flatMap((m) => ['--import', m]), entry.module, ...args] }
+      : cliCommand(args, preload);
     // Once: a reboot of a paused device starts its supervisor as any other.
     const inspect = this.inspectBrk === undefined ? [] : [`--inspect-brk=127.0.0.1:${this.inspectBrk}`];
     this.inspectBrk = undefined;
@@ -399,13 +446,18 @@ export class SimDevice extends EventEmitter<{ reboot: []; poweroff: []; exit: [c
     if (log) await new Promise<void>((resolve) => log.end(resolve));
   }
 
+  /** Its apps' containers and its host-network container. */
   private async deviceContainers(): Promise<Docker.ContainerInfo[]> {
-    return this.docker.listContainers({ all: true, filters: { label: [`${LABEL.device}=${this.info().uuid}`] } });
+    return this.docker.listContainers({ all: true, filters: { label: [`${LABEL.device}=${this.uuid}`] } });
   }
 
-  /** With `keepVolumes` the volumes stay: they are the device's data, kept with the data dir the caller named. */
+  /**
+   * With `keepVolumes` the volumes stay: they are the device's data, kept with the data dir the
+   * caller named. By the uuid drawn for it too: a supervisor that never stored one may have a
+   * host-network container made for it.
+   */
   private async removeEngineObjects(options: { keepVolumes: boolean }): Promise<void> {
-    const uuid = storedUuid(this.options.dataDir);
+    const uuid = storedUuid(this.options.dataDir) ?? this.firstUuid;
     if (uuid) await removeDeviceLeftovers(this.docker, uuid, options);
   }
 

@@ -1,9 +1,11 @@
 /**
- * A device's published ports are its own (DESIGN.md, "a device is a device"): two simulated
- * devices on the machine's one dockerd both deploy an app that publishes 8080, both run it,
- * and `device.address()` reaches each one's own container at the device's own loopback
- * address, read from what dockerd bound. Before publishAddress the second device's container
- * failed to start: both asked dockerd for 8080 on all interfaces.
+ * A device's published ports and host network are its own (DESIGN.md, "a device is a
+ * device"): two simulated devices on the machine's one dockerd both deploy an app that
+ * publishes 8080 and has a host-network service on 8081, both run it, and `device.address()`
+ * reaches each one's own containers: the published port at the device's own loopback address,
+ * read from what dockerd bound, the host-network one in the device's host-network container.
+ * Before publishAddress the second device's web failed to start (both asked dockerd for 8080
+ * on all interfaces); before the host-network container its beacon did (8081 was taken).
  */
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -19,6 +21,7 @@ import { publishedFrom } from '../hil/targets/engine-ports.js';
 import { simTarget } from '../hil/targets/sim.js';
 import type { DeviceUnderTest } from '../hil/targets/protocols.js';
 import { dockerdSocket } from './helpers/engine-targets.js';
+import { HOST_NETWORK_LABEL } from '../sim/host-network.js';
 
 const APP = fileURLToPath(new URL('../fixtures/apps/greeter', import.meta.url));
 const docker = new Docker({ socketPath: dockerdSocket });
@@ -87,7 +90,7 @@ describe('two simulated devices on one dockerd, one app publishing 8080', () => 
       const devices = duts.map((d) => new Device(d, { startedAt: Date.now() }));
       expect(devices.every((d) => d.capabilities.has('ports'))).toBe(true);
       await Promise.all(devices.map((d, i) => d.deploy(APP, { env: { GREETING: `device ${i}` } })));
-      for (const d of devices) expect((await d.status()).containers.map((c) => `${c.serviceName} ${c.status}`)).toEqual(['web Running']);
+      for (const d of devices) expect((await d.status()).containers.map((c) => `${c.serviceName} ${c.status}`).sort()).toEqual(['beacon Running', 'web Running']);
 
       const urls = await Promise.all(devices.map((d) => d.address('web', 80)));
       const hosts = urls.map((u) => new URL(u).hostname);
@@ -103,6 +106,22 @@ describe('two simulated devices on one dockerd, one app publishing 8080', () => 
         expect(HostConfig.PortBindings).toEqual({ '80/tcp': [{ HostIp: hosts[i], HostPort: '8080' }] });
       }
 
+      // The host-network service of each listens on 8081 in the device's own host network,
+      // a container of the device's (sim/host-network.ts), not in the machine's: both bound it.
+      const beacons = await Promise.all(devices.map((d) => d.address('beacon', 8081)));
+      expect(beacons.map((u) => new URL(u).port)).toEqual(['8081', '8081']);
+      expect(new URL(beacons[0]!).hostname).not.toBe(new URL(beacons[1]!).hostname);
+      for (const [i, url] of beacons.entries()) expect((await (await fetch(url)).text()).trim()).toBe(`device ${i}`);
+      for (const d of devices) {
+        const [beacon] = await docker.listContainers({ filters: { label: [`${LABEL.device}=${d.api.identity.uuid}`, `${LABEL.serviceName}=beacon`] } });
+        const { HostConfig } = await docker.getContainer(beacon!.Id).inspect();
+        const [holder] = await docker.listContainers({ filters: { label: [`${LABEL.device}=${d.api.identity.uuid}`, `${HOST_NETWORK_LABEL}=true`] } });
+        // dockerd keeps the id of the container the name named.
+        expect(HostConfig.NetworkMode).toBe(`container:${holder!.Id}`);
+      }
+      // Nothing of either device listens on the machine's own 8081.
+      await expect(fetch('http://127.0.0.1:8081/', { signal: AbortSignal.timeout(2_000) })).rejects.toThrow();
+
       const unpublished = await rejection(devices[0]!.address('web', 81));
       expect(unpublished.code).toBe('HIL_ERR_DEPLOY');
       expect(unpublished.message).toContain('publishes 80/tcp');
@@ -110,5 +129,7 @@ describe('two simulated devices on one dockerd, one app publishing 8080', () => 
     } finally {
       for (const d of duts) await d.close().catch(() => undefined);
     }
+    // The host-network containers went with their devices.
+    for (const d of duts) expect(await docker.listContainers({ all: true, filters: { label: [`${LABEL.device}=${d.api.identity.uuid}`] } })).toEqual([]);
   }, 240_000);
 });

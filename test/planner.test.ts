@@ -623,7 +623,7 @@ describe('plan: the supervisor network', () => {
     if (networkMode) app.services['11']!.network_mode = networkMode;
     return wire({ '1': app });
   };
-  const found: SupervisorNetworkState = { id: 'sup-net', name: 'supervisor0', subnet: '10.114.104.0/25', gateway: '10.114.104.1', ours: true, usable: true };
+  const found: SupervisorNetworkState = { id: 'sup-net', name: 'supervisor0', subnet: '10.114.104.0/25', gateway: '10.114.104.1', ours: true, apiHost: '10.114.104.1', usable: true };
   const infra = { networks: [net(1, 'default')], volumes: [vol(1, 'data')], images: allImages };
 
   it('is made before a labelled service that joins it, which waits for it; others do not wait', () => {
@@ -631,7 +631,7 @@ describe('plan: the supervisor network', () => {
     const round1 = plan({ target: before.target, desired: before.desired, current: snapshot(infra), startStopped: false });
     expect(brief(round1)).toEqual(['createSupervisorNetwork', 'createContainer 1/worker']);
     // The state engine builds the desired containers again with the network the engine now has.
-    const after = target(labelled(), { ...ctx(), supervisorNetwork: { name: found.name, subnet: found.subnet, gateway: found.gateway } });
+    const after = target(labelled(), { ...ctx(), supervisorNetwork: { name: found.name, subnet: found.subnet, gateway: found.gateway, apiHost: found.apiHost } });
     const worker = containerOf(after.want(1, 'worker'));
     const round2 = plan({ target: after.target, desired: after.desired, current: snapshot({ ...infra, containers: [worker], supervisorNetwork: found }), startStopped: false });
     expect(brief(round2)).toEqual(['createContainer 1/web']);
@@ -641,9 +641,27 @@ describe('plan: the supervisor network', () => {
   });
 
   it('is made again when the one the engine has does not fit the settings', () => {
-    const t = target(labelled(), { ...ctx(), supervisorNetwork: { name: found.name, subnet: found.subnet, gateway: found.gateway } });
+    const t = target(labelled(), { ...ctx(), supervisorNetwork: { name: found.name, subnet: found.subnet, gateway: found.gateway, apiHost: found.apiHost } });
     const steps = plan({ target: t.target, desired: t.desired, current: snapshot({ ...infra, supervisorNetwork: { ...found, subnet: '10.9.0.0/24', gateway: '10.9.0.1', usable: false } }), startStopped: false });
     expect(brief(steps)).toEqual(['createSupervisorNetwork', 'createContainer 1/worker']);
+  });
+
+  it("is made for a labelled service in a host network that is a container other than the supervisor's, which waits for it", () => {
+    const holder = { ...ctx(), hostNetwork: { container: 'fleetlab-host-1', supervisorInside: false } };
+    const before = target(labelled('host'), holder);
+    expect(brief(plan({ target: before.target, desired: before.desired, current: snapshot(infra), startStopped: false }))).toEqual(['createSupervisorNetwork', 'createContainer 1/worker']);
+    const after = target(labelled('host'), { ...holder, supervisorNetwork: { name: found.name, subnet: found.subnet, gateway: found.gateway, apiHost: found.apiHost } });
+    const worker = containerOf(after.want(1, 'worker'));
+    // Not while the network lacks that container (usable: false): the supervisor connects it first.
+    expect(brief(plan({ target: after.target, desired: after.desired, current: snapshot({ ...infra, containers: [worker], supervisorNetwork: { ...found, usable: false } }), startStopped: false }))).toEqual(['createSupervisorNetwork']);
+    const round = plan({ target: after.target, desired: after.desired, current: snapshot({ ...infra, containers: [worker], supervisorNetwork: found }), startStopped: false });
+    expect(brief(round)).toEqual(['createContainer 1/web']);
+    const web = (round[0] as Extract<Step, { action: 'createContainer' }>).desired;
+    // In that container's namespace, which joined the network: the service joins nothing itself.
+    expect([web.spec.networkMode, web.spec.supervisorNetwork, web.madeForSupervisorNetwork]).toEqual(['container:fleetlab-host-1', undefined, 'supervisor0']);
+    // In the supervisor's own container, loopback is the API: nothing to wait for.
+    const inside = target(labelled('host'), { ...ctx(), hostNetwork: { container: 'dev', supervisorInside: true } });
+    expect(brief(plan({ target: inside.target, desired: inside.desired, current: snapshot({ ...infra, containers: [containerOf(inside.want(1, 'worker'))] }), startStopped: false }))).toEqual(['createContainer 1/web']);
   });
 
   it('is not made for a labelled service in the host network, nor for unlabelled ones', () => {

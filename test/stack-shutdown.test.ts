@@ -15,6 +15,7 @@ import { basename, join } from 'node:path';
 import Docker from 'dockerode';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { setTimeout as sleep } from 'node:timers/promises';
+import { hostNetworkContainerName } from '../sim/host-network.js';
 import { NO_TRACES, commandLine, deployApp, startStackProcess, tracesOf, waitExit, waitForStderr, type StackProcess, type Traces } from './helpers/stack-process.js';
 
 const docker = new Docker({ socketPath: process.env.FLEETLAB_DOCKER_SOCKET ?? '/var/run/docker.sock' });
@@ -62,7 +63,9 @@ async function startWithApp(): Promise<StackProcess> {
   const stack = await start();
   await deployApp(stack.ready, docker);
   const running = await tracesOf(stack, docker);
-  expect(running.containers).toHaveLength(1);
+  // The app's container and the device's host-network container (sim/host-network.ts).
+  expect(running.containers).toHaveLength(2);
+  expect(running.containers.some((c) => c.startsWith(`/${hostNetworkContainerName(stack.ready.device.uuid)}`))).toBe(true);
   expect(running.networks.length).toBeGreaterThanOrEqual(1);
   expect(running.volumes).toHaveLength(1);
   // The stack, the supervisor, its D-Bus daemon and journal-remote at least.
@@ -132,7 +135,7 @@ describe('fleetlab sim stack: nothing of a run remains after its stop', () => {
     expect(await waitExit(killed)).toBe('SIGKILL');
     // What a kill -9 leaves: without the reaping below these would stay for good.
     const orphaned = await tracesOf(killed, docker);
-    expect(orphaned.containers).toHaveLength(1);
+    expect(orphaned.containers).toHaveLength(2);
     expect(orphaned.volumes).toHaveLength(1);
     expect(orphaned.processes.some((p) => p.includes(' supervisor '))).toBe(true);
     expect(orphaned.mounts.length).toBeGreaterThan(0);

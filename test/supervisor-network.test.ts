@@ -9,10 +9,10 @@ import { formatIpv4, ipv4SubnetsOverlap, parseIpv4, parseIpv4Subnet } from '../s
 import { normaliseService, type TargetApp, type TargetService } from '../src/protocol/target-state.js';
 import { loadConfig } from '../src/supervisor/config.js';
 import { desiredContainer, type SpecContext } from '../src/supervisor/state/container-spec.js';
-import { configuredGateway, gatewayOf, listenCovers, matchesSettings, peerInSubnet, supervisorNetworkCreateOptions, supervisorNetworkProblems } from '../src/supervisor/supervisor-network.js';
+import { configuredGateway, gatewayOf, listenCovers, matchesSettings, networkMembers, peerInSubnet, supervisorNetworkCreateOptions, supervisorNetworkProblems } from '../src/supervisor/supervisor-network.js';
 import { sharedEngineNetwork } from '../sim/supervisor-network.js';
 
-const network = { name: 'supervisor0', subnet: '10.114.104.0/25', gateway: '10.114.104.1' };
+const network = { name: 'supervisor0', subnet: '10.114.104.0/25', gateway: '10.114.104.1', apiHost: '10.114.104.1' };
 const ctx: SpecContext = {
   vendor: 'balena', uuid: 'abcdef0123456789abcdef0123456789', deviceName: 'd', deviceType: 'raspberrypi4-64', arch: 'aarch64',
   supervisorAddress: '', supervisorPort: 48484, supervisorNetwork: network,
@@ -20,8 +20,9 @@ const ctx: SpecContext = {
 };
 const LABEL = { 'io.balena.features.supervisor-api': '1' };
 
-function service(over: { labels?: Record<string, string>; network_mode?: string; networks?: string[] } = {}): TargetService {
-  return normaliseService({ serviceName: 'app', serviceId: 1, imageId: 1, image: 'fleetlab/test-app:1', environment: {}, labels: over.labels ?? LABEL, ...(over.network_mode ? { network_mode: over.network_mode } : {}), ...(over.networks ? { networks: over.networks } : {}) });
+function service(over: { labels?: Record<string, string>; network_mode?: string; networks?: string[]; ports?: string[]; hostname?: string; extra_hosts?: string[] } = {}): TargetService {
+  const { labels, ...rest } = over;
+  return normaliseService({ serviceName: 'app', serviceId: 1, imageId: 1, image: 'fleetlab/test-app:1', environment: {}, labels: labels ?? LABEL, ...rest });
 }
 const app = (s: TargetService): TargetApp => ({ appId: 1, name: 'a', commit: 'c', releaseId: 1, services: [s], volumes: [], networks: ['backend', 'metrics'] });
 const desired = (s: TargetService, context: SpecContext = ctx) => desiredContainer(app(s), s, context);
@@ -33,7 +34,7 @@ const apiEnv = (s: TargetService, context: SpecContext = ctx) => {
 describe('container spec of a labelled service', () => {
   it('on the default app network: joins the supervisor network too, and is told its gateway', () => {
     const d = desired(service());
-    expect(d.joinsSupervisorNetwork).toBe(true);
+    expect(d.needsSupervisorNetwork).toBe(true);
     expect([d.spec.networkMode, d.spec.extraNetworks, d.spec.supervisorNetwork]).toEqual(['abcdef0_1_default', undefined, 'supervisor0']);
     expect(apiEnv(service())).toEqual(['http://10.114.104.1:48484', '10.114.104.1', '48484']);
   });
@@ -55,7 +56,7 @@ describe('container spec of a labelled service', () => {
   it("in the host's network: joins nothing, the API is on loopback; with no network at all, likewise", () => {
     for (const mode of ['host', 'none']) {
       const d = desired(service({ network_mode: mode }));
-      expect([d.joinsSupervisorNetwork, d.spec.networkMode, d.spec.supervisorNetwork], mode).toEqual([false, mode, undefined]);
+      expect([d.needsSupervisorNetwork, d.spec.networkMode, d.spec.supervisorNetwork], mode).toEqual([false, mode, undefined]);
       expect(apiEnv(service({ network_mode: mode })), mode).toEqual(['http://127.0.0.1:48484', '127.0.0.1', '48484']);
     }
   });
@@ -63,7 +64,7 @@ describe('container spec of a labelled service', () => {
   it('before the network exists: waits for it, with no address to give yet', () => {
     const { supervisorNetwork: _, ...none } = ctx;
     const d = desired(service(), none);
-    expect([d.joinsSupervisorNetwork, d.spec.supervisorNetwork]).toEqual([true, undefined]);
+    expect([d.needsSupervisorNetwork, d.spec.supervisorNetwork]).toEqual([true, undefined]);
     expect(apiEnv(service(), none)).toEqual(['', '', '48484']);
   });
 
@@ -82,11 +83,47 @@ describe('container spec of a labelled service', () => {
   });
 });
 
+describe("a device whose host network is a container's (a simulated device on a shared engine)", () => {
+  const holder = { ...ctx, hostNetwork: { container: 'fleetlab-host-abcdef0', supervisorInside: false } };
+  const inDevice = { ...ctx, supervisorNetwork: { ...network, apiHost: '10.114.104.2' }, hostNetwork: { container: 'fleetlab-device-1', supervisorInside: true } };
+
+  it("runs a host-network service in that container's namespace, without the ports, hostname and extra hosts the engine refuses there", () => {
+    const s = service({ network_mode: 'host', ports: ['8081:8081'], hostname: 'h', extra_hosts: ['db:10.0.0.9'] });
+    const d = desired(s, holder);
+    expect([d.spec.networkMode, d.spec.ports, d.spec.hostname, d.spec.extraHosts, d.spec.publishAddress]).toEqual(['container:fleetlab-host-abcdef0', undefined, undefined, undefined, undefined]);
+    // On the engine host's network, as on a board, all of it stays as it was.
+    expect(desired(s).spec).toMatchObject({ networkMode: 'host', ports: ['8081:8081'], hostname: 'h' });
+  });
+
+  it("tells a labelled one there the supervisor network's address, which that container joined, and waits for it", () => {
+    const d = desired(service({ network_mode: 'host' }), holder);
+    expect([d.needsSupervisorNetwork, d.madeForSupervisorNetwork, d.spec.supervisorNetwork]).toEqual([true, 'supervisor0', undefined]);
+    expect(apiEnv(service({ network_mode: 'host' }), holder)[0]).toBe('http://10.114.104.1:48484');
+    const { supervisorNetwork: _, ...before } = holder;
+    expect([desired(service({ network_mode: 'host' }), before).needsSupervisorNetwork, apiEnv(service({ network_mode: 'host' }), before)[0]]).toEqual([true, '']);
+    // An unlabelled one needs nothing of it.
+    expect(desired(service({ network_mode: 'host', labels: {} }), holder).needsSupervisorNetwork).toBe(false);
+  });
+
+  it("where that container is the supervisor's own: loopback for the host-network one, the supervisor's address on the network for the others", () => {
+    expect(apiEnv(service({ network_mode: 'host' }), inDevice)[0]).toBe('http://127.0.0.1:48484');
+    expect(desired(service({ network_mode: 'host' }), inDevice).needsSupervisorNetwork).toBe(false);
+    expect(desired(service({ network_mode: 'host' }), inDevice).spec.networkMode).toBe('container:fleetlab-device-1');
+    expect(apiEnv(service({ networks: ['backend'] }), inDevice)[0]).toBe('http://10.114.104.2:48484');
+  });
+
+  it('replaces the containers when the host network moves or the address on the network changes', () => {
+    const s = service({ network_mode: 'host' });
+    expect(desired(s, holder).configHash).not.toBe(desired(s, { ...holder, hostNetwork: { container: 'other', supervisorInside: false } }).configHash);
+    expect(desired(service(), inDevice).configHash).not.toBe(desired(service(), { ...inDevice, supervisorNetwork: { ...network, apiHost: '10.114.104.3' } }).configHash);
+  });
+});
+
 describe('an unlabelled service', () => {
   it('joins no supervisor network, gets no API variables, and keeps the hash it had before the network existed', () => {
     const plain = service({ labels: {} });
     const d = desired(plain);
-    expect([d.joinsSupervisorNetwork, d.spec.supervisorNetwork]).toEqual([false, undefined]);
+    expect([d.needsSupervisorNetwork, d.spec.supervisorNetwork]).toEqual([false, undefined]);
     expect(Object.keys(d.environment).filter((k) => k.includes('SUPERVISOR'))).toEqual([]);
     const { supervisorNetwork: _, ...before } = ctx;
     expect(d.configHash).toBe(desired(plain, before).configHash);
@@ -109,6 +146,15 @@ describe('settings', () => {
     for (const subnet of ['10.0.0.0/31', '10.0.0.0', '300.0.0.0/8', 'fd00::/64']) expect(supervisorNetworkProblems({ name: 'supervisor0', subnet }), subnet).toHaveLength(1);
     expect(() => loadConfig({ env: { FLEETLAB_SUPERVISOR_SUBNET: '10.114.104.3/25' } })).toThrow(FleetlabError);
     expect(loadConfig({ flags: { supervisorSubnet: '' } }).supervisorSubnet).toBe('');
+  });
+
+  it('name containers the engine knows, and connect each once', () => {
+    expect(supervisorNetworkProblems({ name: 'supervisor0', subnet: '', supervisorContainer: 'fleetlab-device-1', hostNetworkContainer: '3f2a' })).toEqual([]);
+    expect(supervisorNetworkProblems({ name: 'supervisor0', subnet: '', hostNetworkContainer: 'container:x' })).toEqual(['hostNetworkContainer must be an engine container name or id ([a-zA-Z0-9][a-zA-Z0-9_.-]*) or empty, got "container:x"']);
+    expect(() => loadConfig({ env: { FLEETLAB_SUPERVISOR_CONTAINER: '/x' } })).toThrow(/supervisorContainer must be/);
+    expect(networkMembers({ name: 'n', subnet: '', supervisorContainer: 'dev', hostNetworkContainer: 'dev' })).toEqual(['dev']);
+    expect(networkMembers({ name: 'n', subnet: '', hostNetworkContainer: 'holder' })).toEqual(['holder']);
+    expect(networkMembers({ name: 'n', subnet: '' })).toEqual([]);
   });
 
   it('for a device on a shared engine: a name of its own, the subnet left to the engine', () => {
@@ -141,6 +187,12 @@ describe('the network the engine has', () => {
       IPAM: { Driver: 'default', Config: [{ Subnet: '10.114.104.0/25', Gateway: '10.114.104.1' }] },
     });
     expect(supervisorNetworkCreateOptions({ name: 'fleetlab-supervisor-1a2b3c4d', subnet: '' })).toEqual({ Options: { 'com.docker.network.bridge.enable_icc': 'false' } });
+    // A host-network container on it calls the gateway, which ICC does not cover.
+    expect(supervisorNetworkCreateOptions({ name: 'fleetlab-supervisor-1a2b3c4d', subnet: '', hostNetworkContainer: 'holder' }).Options['com.docker.network.bridge.enable_icc']).toBe('false');
+  });
+
+  it('is made with ICC on where the supervisor is a container on it: ICC off would drop its traffic with the services', () => {
+    expect(supervisorNetworkCreateOptions({ name: 'fleetlab-supervisor-1a2b3c4d', subnet: '', supervisorContainer: 'fleetlab-device-1' })).toEqual({ Options: { 'com.docker.network.bridge.enable_icc': 'true' } });
   });
 });
 

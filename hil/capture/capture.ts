@@ -332,7 +332,8 @@ async function engineObjects(shell: Shell, host: string | undefined, uuid: strin
   const filter = `label=${LABEL.device}=${uuid}`;
   const inspectAll = async (kind: string[], ids: string[]) => (ids.length ? (JSON.parse(await docker(...kind, 'inspect', ...ids)) as unknown[]) : []);
   const lines = (text: string) => text.split('\n').map((l) => l.trim()).filter(Boolean);
-  const containers = await inspectAll([], lines(await docker('ps', '-aq', '--no-trunc', '--filter', filter))) as Array<{ Image?: string; Config?: { Image?: string } }>;
+  // The apps' containers: a simulated device's host-network container (sim/host-network.ts) has the device label but no app, and its replay makes its own.
+  const containers = await inspectAll([], lines(await docker('ps', '-aq', '--no-trunc', '--filter', filter, '--filter', `label=${LABEL.appId}`))) as Array<{ Image?: string; Config?: { Image?: string } }>;
   const volumes = await inspectAll(['volume'], lines(await docker('volume', 'ls', '-q', '--filter', filter)));
   const networks = await inspectAll(['network'], lines(await docker('network', 'ls', '-q', '--no-trunc', '--filter', filter)));
   // An update's images may be downloaded before any container runs them: those count too.

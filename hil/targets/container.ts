@@ -4,6 +4,13 @@
  * from the locally built image (./container-image.ts). The host's docker socket is
  * bind-mounted, so the app containers the supervisor starts run on the host's dockerd.
  *
+ * The device's networks are the container's, as a board's are the board's: the supervisor
+ * connects the container to its supervisor network, so a labelled service on a bridge or
+ * user-defined network reaches the API at the container's address there, and services with
+ * `network_mode: host` share the container's namespace (`container:<it>`), where the API is on
+ * loopback and their ports are the device's, reached at the container's bridge address
+ * (`--device-container`, sim/device.ts).
+ *
  * Paths the supervisor hands to that dockerd (the lock root it bind-mounts into services)
  * are resolved on the host, so the device's data dir is a host directory bind-mounted at the
  * identical path; so is dockerd's volume directory, for `files.volumePath`. "The device" is
@@ -15,6 +22,7 @@
  * and mount once that capability is granted. Where AppArmor confines containers, its
  * docker-default profile denies mount, so the container is then started unconfined.
  */
+import { randomBytes } from 'node:crypto';
 import { accessSync, appendFileSync, constants, lstatSync, readFileSync, realpathSync } from 'node:fs';
 import { mkdir, mkdtemp, readFile, stat } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
@@ -200,7 +208,8 @@ class ContainerUnderTest implements DeviceUnderTest {
     const dataDir = ready.dataDir;
     const uuid = ready.uuid;
     const id = container.getId();
-    // The host's dockerd publishes the apps' ports on the host, at the device's own address.
+    // The host's dockerd publishes the apps' ports on the host, at the device's own address;
+    // host-network services listen in this container's namespace, at its bridge address.
     this.ports = enginePorts(dockerSocket, uuid);
     this.api = httpApi({
       url,
@@ -368,13 +377,10 @@ export const containerTarget: TargetDriver<ContainerTargetOptions> = {
     await mkdir(dataDir, { recursive: true });
     let started: StartedTestContainer | undefined;
     try {
+      // The host's port inside too, so the device API has one address, whichever side calls it.
       const hostPort = await freePort();
-      // The host's port inside too: the supervisor hands a labelled service with
-      // network_mode: host http://127.0.0.1:<port> as PLATFORM_SUPERVISOR_ADDRESS, and that
-      // service runs in the host's network namespace (the host's dockerd starts it), where the
-      // API is the published port, not the container's. A bridged one is told the gateway of
-      // the device's supervisor network, a bridge on the host where nothing answers for the
-      // supervisor in this container: that needs the device container on that network.
+      // Named before it exists: the supervisor inside is told it, to join its networks from there.
+      const name = `fleetlab-device-${randomBytes(6).toString('hex')}`;
       let localMode = true;
       let deviceType: string[] = [];
       let clock: string[] = [];
@@ -400,7 +406,9 @@ export const containerTarget: TargetDriver<ContainerTargetOptions> = {
           ...deviceType,
           ...clock,
           '--data-dir', dataDir,
+          '--device-container', name,
         ])
+        .withName(name)
         // A fixed host port: dockerd picks a new ephemeral one at every container start, and
         // the device keeps its address across power cycles.
         .withExposedPorts({ container: hostPort, host: hostPort })

@@ -1,7 +1,8 @@
 /**
  * `ports` for targets whose device runs its apps on an engine the harness reaches (the sim
  * target on dockerd, the container target on the host's dockerd): the published port read
- * from the engine, as `docker port` reads it, so a spec reaches what the engine really bound.
+ * from the engine, as `docker port` reads it, so a spec reaches what the engine really bound;
+ * for a service in the device's host network, the port it listens on at that network's address.
  */
 import Docker from 'dockerode';
 import { FleetlabError } from '../../src/errors.js';
@@ -27,6 +28,25 @@ export function publishedFrom(ports: PortMap, key: string): PublishedPort | unde
   return chosen ? { host: reachable(chosen.HostIp), port: Number(chosen.HostPort) } : undefined;
 }
 
+/**
+ * Where this machine reaches a port of a service in the device's host network, by its network
+ * mode: the machine's loopback for the engine host's own, and for a container's namespace
+ * (`container:<id>`: the device's host-network container, or the container-target device
+ * itself) that container's address on the engine's bridge, which the machine routes to.
+ * Undefined for a service on networks of its own.
+ */
+export async function hostNetworkAddress(docker: Docker, networkMode: string): Promise<string | undefined> {
+  if (networkMode === 'host') return '127.0.0.1';
+  if (!networkMode.startsWith('container:')) return undefined;
+  const holder = networkMode.slice('container:'.length);
+  const { NetworkSettings, Name } = await docker.getContainer(holder).inspect();
+  // The default bridge first: the other networks it may be on (the supervisor network) are the device's.
+  const networks = NetworkSettings.Networks ?? {};
+  const address = networks.bridge?.IPAddress || Object.values(networks).map((n) => n.IPAddress).find(Boolean);
+  if (!address) throw new FleetlabError('HIL_ERR_DEPLOY', `the device's host network (container ${Name.replace(/^\//, '')}) has no address on an engine network this machine reaches: is it running?`);
+  return address;
+}
+
 /** The ports of device `uuid`, whose apps run on the engine at `dockerSocket`. */
 export function enginePorts(dockerSocket: string, uuid: string): PortsProtocol {
   const docker = new Docker({ socketPath: dockerSocket });
@@ -39,7 +59,10 @@ export function enginePorts(dockerSocket: string, uuid: string): PortsProtocol {
       if (!listed.length) throw new FleetlabError('HIL_ERR_DEPLOY', `${what}: no container of that service runs on the device; deploy a release with it and wait until it runs`);
       // During an update the old and the new container may both run for a moment: the newest is the release's.
       const newest = listed.sort((a, b) => b.Created - a.Created)[0]!;
-      const { NetworkSettings } = await docker.getContainer(newest.Id).inspect();
+      const { NetworkSettings, HostConfig } = await docker.getContainer(newest.Id).inspect();
+      const onHost = await hostNetworkAddress(docker, HostConfig.NetworkMode ?? '');
+      // In the device's host network nothing is published: the service listens on the namespace's own addresses.
+      if (onHost) return { host: onHost, port: containerPort };
       const found = publishedFrom(NetworkSettings.Ports as PortMap, key);
       if (found) return found;
       const others = Object.entries((NetworkSettings.Ports ?? {}) as Record<string, unknown[] | null>).filter(([, b]) => b?.length).map(([k]) => k);

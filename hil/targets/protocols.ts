@@ -189,7 +189,9 @@ export interface PortsProtocol {
   /**
    * Where `containerPort` of the running container of `service` (app `appId`) is published, as
    * the device's engine reports it (the container's NetworkSettings.Ports), not as its compose
-   * file says. Rejects when no container of the service runs or it publishes no such port.
+   * file says; for a service with `network_mode: host`, the port it listens on at the device's
+   * host network's address. Rejects when no container of the service runs or it publishes no
+   * such port.
    */
   published(service: string, containerPort: number, options?: { readonly appId?: number; readonly protocol?: 'tcp' | 'udp' }): Promise<PublishedPort>;
 }

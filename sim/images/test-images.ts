@@ -137,6 +137,22 @@ async function importBusyboxImages(socketPath: string, images: ReadonlyArray<{ r
  */
 export const FILES_IMAGE = 'fleetlab/files:1';
 
+/**
+ * The image of a simulated device's host-network container (sim/host-network.ts): the test
+ * images' busybox, sleeping until stopped, and exiting at once on SIGTERM (PID 1 ignores
+ * signals it has no handler for, which would make every stop wait its whole grace period).
+ */
+export const HOST_NETWORK_IMAGE = 'fleetlab/host-network:1';
+export const HOST_NETWORK_COMMAND: readonly string[] = ['/bin/sh', '-c', "trap 'exit 0' TERM INT; while :; do sleep 3600 & wait $!; done"];
+
+/** Imports HOST_NETWORK_IMAGE into the engine unless it is there with its command. */
+export async function ensureHostNetworkImage(socketPath: string): Promise<void> {
+  const docker = await engineAt(socketPath);
+  const cmd = await docker.getImage(HOST_NETWORK_IMAGE).inspect().then((i) => i.Config?.Cmd, () => undefined);
+  if (JSON.stringify(cmd) === JSON.stringify(HOST_NETWORK_COMMAND)) return;
+  await importBusyboxImages(socketPath, [{ ref: HOST_NETWORK_IMAGE, changes: busyboxChanges(HOST_NETWORK_COMMAND) }], () => undefined);
+}
+
 /** Imports FILES_IMAGE into the engine unless it is there. */
 export async function ensureFilesImage(socketPath: string): Promise<void> {
   const docker = await engineAt(socketPath);

@@ -22,6 +22,8 @@ export interface SupervisorConfig {
   supervisorAddress: string;
   supervisorNetwork: string;
   supervisorSubnet: string;
+  supervisorContainer: string;
+  hostNetworkContainer: string;
   dockerSocket: string;
   dbusAddress: string;
   ledGpio: string;
@@ -59,9 +61,11 @@ export const settings: readonly Setting[] = [
   { key: 'localMode', kind: 'boolean', defaultValue: false, description: 'start in local mode (target state from POST /v2/local/target-state)' },
   { key: 'deviceType', kind: 'string', defaultValue: 'raspberrypi3', description: 'device type slug reported by /v2/local/device-info' },
   { key: 'osVersion', kind: 'string', defaultValue: '', description: 'host OS version (read from /etc/os-release when empty)' },
-  { key: 'supervisorAddress', kind: 'string', defaultValue: '', description: 'PLATFORM_SUPERVISOR_ADDRESS of labelled services on the supervisor network (default http://<its gateway>:<port>); one in the host network gets http://127.0.0.1:<port>' },
+  { key: 'supervisorAddress', kind: 'string', defaultValue: '', description: "PLATFORM_SUPERVISOR_ADDRESS of labelled services on the supervisor network (default http://<where the API answers on it>:<port>: its gateway, or the supervisor's container's address there); one in the host network gets http://127.0.0.1:<port>, or with a hostNetworkContainer not the supervisor's the network's address too" },
   { key: 'supervisorNetwork', kind: 'string', defaultValue: supervisorNetworkDefaults.name, description: 'engine network every service with the supervisor-api label joins; the API listens on its gateway' },
   { key: 'supervisorSubnet', kind: 'string', defaultValue: supervisorNetworkDefaults.subnet, description: 'its IPv4 subnet, gateway the first address; empty: the engine picks a free one (devices sharing an engine)' },
+  { key: 'supervisorContainer', kind: 'string', defaultValue: '', description: "the engine container the supervisor runs in, when it runs in one on the engine it drives (a device simulated in a container): it joins the supervisor network, and labelled services reach the API at its address there; empty: on the engine's host, at the network's gateway" },
+  { key: 'hostNetworkContainer', kind: 'string', defaultValue: '', description: "container whose network namespace is the device's host network (a device sharing its engine): services with network_mode: host run in it (network_mode: container:<it>), their ports, hostname and extra_hosts left out as the engine refuses them there; one not the supervisor's joins the supervisor network; empty: the engine host's network, as on a board" },
   { key: 'dockerSocket', kind: 'string', defaultValue: '/var/run/docker.sock', description: 'container engine API socket' },
   { key: 'dbusAddress', kind: 'string', defaultValue: '', description: 'D-Bus system bus address (default: DBUS_SYSTEM_BUS_ADDRESS or the system bus)' },
   { key: 'ledGpio', kind: 'string', defaultValue: '', description: 'identify LED line: "<chip label>:<offset>" or a global GPIO number; empty: no LED' },
@@ -138,7 +142,7 @@ export function loadConfig(sources: ConfigSources = {}): SupervisorConfig {
   if (config.port < 1 || config.port > 65535) throw new FleetlabError('SUP_ERR_BAD_REQUEST', `port must be 1..65535, got ${config.port}`);
   if (!/^[a-z][a-z0-9]*$/.test(config.vendor)) throw new FleetlabError('SUP_ERR_BAD_REQUEST', `vendor must be a lowercase word, got "${config.vendor}"`);
   if (config.publishAddress && !isIP(config.publishAddress)) throw new FleetlabError('SUP_ERR_BAD_REQUEST', `publishAddress must be an IPv4 or IPv6 address, got "${config.publishAddress}"`);
-  const networkProblems = supervisorNetworkProblems({ name: config.supervisorNetwork, subnet: config.supervisorSubnet });
+  const networkProblems = supervisorNetworkProblems({ name: config.supervisorNetwork, subnet: config.supervisorSubnet, supervisorContainer: config.supervisorContainer, hostNetworkContainer: config.hostNetworkContainer });
   if (networkProblems.length) throw new FleetlabError('SUP_ERR_BAD_REQUEST', networkProblems.join('; '));
   return config;
 }

@@ -1,6 +1,7 @@
 /**
- * The device API on the supervisor network's gateway address, beside where it listens
- * already: how a service on a bridge network reaches it (supervisor-network.ts). A second
+ * The device API on the supervisor network's gateway address (or, with the supervisor in a
+ * container on that network, its address there), beside where it listens already: how a
+ * service on a bridge network reaches it (supervisor-network.ts). A second
  * node server hands its requests to the same fastify instance, as fastify's own extra
  * bindings do, since fastify listens on one address of its own choosing.
  */
@@ -28,12 +29,12 @@ export class GatewayListener {
   constructor(private readonly deps: GatewayListenerDeps) {}
 
   /** Listens on `gateway` (once; a later call for another gateway moves there). Never throws: the API elsewhere stays up. */
-  open(network: { gateway: string; subnet: string }): Promise<void> {
+  open(network: { apiHost: string; subnet: string }): Promise<void> {
     this.opening = this.opening.then(() => this.openNow(network));
     return this.opening;
   }
 
-  private async openNow({ gateway, subnet }: { gateway: string; subnet: string }): Promise<void> {
+  private async openNow({ apiHost: gateway, subnet }: { apiHost: string; subnet: string }): Promise<void> {
     if (this.closed || this.bound === gateway || this.refused.has(gateway)) return;
     if (listenCovers(this.deps.listenAddress, gateway)) return;
     await this.closeServer();

@@ -12,6 +12,23 @@ export interface SupervisorNetworkSettings {
   name: string;
   /** IPv4 CIDR; empty: the engine picks a free one (devices sharing one engine each get their own). */
   subnet: string;
+  /**
+   * The engine container the supervisor runs in, when it runs in one on the engine it drives
+   * (a device simulated in a container): it joins the network, and the API answers at its
+   * address there; absent: the supervisor runs on the engine's host and answers on the gateway.
+   */
+  supervisorContainer?: string;
+  /**
+   * The container whose network namespace is the device's host network (`hostNetworkContainer`),
+   * when it is not the supervisor's own: it joins the network too, so a host-network service
+   * reaches the API at the gateway from there.
+   */
+  hostNetworkContainer?: string;
+}
+
+/** The containers the supervisor connects to the network besides the services: its own, and the host-network one. */
+export function networkMembers(settings: SupervisorNetworkSettings): string[] {
+  return [...new Set([settings.supervisorContainer, settings.hostNetworkContainer].filter((c): c is string => !!c))];
 }
 
 /** dockerd's rule for network names. */
@@ -21,8 +38,15 @@ const INTERFACE_NAME = /^[a-zA-Z0-9_.-]{1,15}$/;
 /** Below /30 a bridge has no room for the gateway and a service. */
 const LONGEST_PREFIX = 30;
 
+/** dockerd's rule for container names (an id is one too). */
+const CONTAINER_REF = /^[a-zA-Z0-9][a-zA-Z0-9_.-]*$/;
+
 export function supervisorNetworkProblems(settings: SupervisorNetworkSettings): string[] {
   const problems: string[] = [];
+  for (const key of ['supervisorContainer', 'hostNetworkContainer'] as const) {
+    const ref = settings[key];
+    if (ref && !CONTAINER_REF.test(ref)) problems.push(`${key} must be an engine container name or id ([a-zA-Z0-9][a-zA-Z0-9_.-]*) or empty, got "${ref}"`);
+  }
   if (!NETWORK_NAME.test(settings.name)) problems.push(`supervisorNetwork must be an engine network name ([a-zA-Z0-9][a-zA-Z0-9_.-]*), got "${settings.name}"`);
   if (settings.subnet) {
     const subnet = parseIpv4Subnet(settings.subnet, { strict: true });
@@ -59,7 +83,11 @@ export function matchesSettings(settings: SupervisorNetworkSettings, found: { su
  * The create options for the network. Its bridge takes the network's name when that fits an
  * interface name, as balena's does (`ip addr show supervisor0`). Services of different apps
  * all join it, so traffic between them over it is dropped (ICC off): it is for reaching the
- * supervisor, which the host answers, not for services reaching one another.
+ * supervisor, which the host answers, not for services reaching one another. Only where the
+ * supervisor itself is a container on it (`supervisorContainer`) is ICC on: ICC off drops all
+ * traffic between the bridge's members, the supervisor's included. Services of the device's
+ * apps can then reach one another over it, which a board's does not allow; the network is the
+ * device's alone (its own name on a shared engine), so no other device's services are there.
  */
 export function supervisorNetworkCreateOptions(settings: SupervisorNetworkSettings): {
   Options: Record<string, string>;
@@ -68,7 +96,7 @@ export function supervisorNetworkCreateOptions(settings: SupervisorNetworkSettin
   const gateway = configuredGateway(settings);
   return {
     Options: {
-      'com.docker.network.bridge.enable_icc': 'false',
+      'com.docker.network.bridge.enable_icc': settings.supervisorContainer ? 'true' : 'false',
       ...(INTERFACE_NAME.test(settings.name) ? { 'com.docker.network.bridge.name': settings.name } : {}),
     },
     ...(gateway ? { IPAM: { Driver: 'default', Config: [{ Subnet: settings.subnet, Gateway: gateway }] } } : {}),

@@ -114,7 +114,7 @@ export class Supervisor implements SupervisorContext {
   private powerAction: Promise<void> | null = null;
   /** Opened by `listen()`: the API on the supervisor network's gateway, once that network exists. */
   private gateway: GatewayListener | null = null;
-  private supervisorNetwork: { gateway: string; subnet: string } | null = null;
+  private supervisorNetwork: { apiHost: string; subnet: string } | null = null;
 
   constructor(private readonly deps: SupervisorDeps) {
     const { config } = deps;
@@ -143,7 +143,12 @@ export class Supervisor implements SupervisorContext {
       ...deps.engineOptions,
       socketPath: config.dockerSocket,
       device: record.uuid,
-      supervisorNetwork: { name: config.supervisorNetwork, subnet: config.supervisorSubnet },
+      supervisorNetwork: {
+        name: config.supervisorNetwork,
+        subnet: config.supervisorSubnet,
+        ...(config.supervisorContainer ? { supervisorContainer: config.supervisorContainer } : {}),
+        ...(config.hostNetworkContainer ? { hostNetworkContainer: config.hostNetworkContainer } : {}),
+      },
     });
     this.locks = new UpdateLocks({
       lockRoot: config.lockRoot,
@@ -157,8 +162,8 @@ export class Supervisor implements SupervisorContext {
         locks: this.locks,
         log: this.log,
         overrideLock: () => readDeviceConfig(this.state.getTarget().config).overrideLock,
-        supervisorNetworkSeen: async ({ gateway, subnet }) => {
-          this.supervisorNetwork = { gateway, subnet };
+        supervisorNetworkSeen: async ({ apiHost, subnet }) => {
+          this.supervisorNetwork = { apiHost, subnet };
           await this.gateway?.open(this.supervisorNetwork);
         },
         specContext: () => ({
@@ -170,6 +175,7 @@ export class Supervisor implements SupervisorContext {
           supervisorAddress: this.address,
           supervisorPort: config.port,
           ...(config.publishAddress ? { publishAddress: config.publishAddress } : {}),
+          ...(config.hostNetworkContainer ? { hostNetwork: { container: config.hostNetworkContainer, supervisorInside: config.hostNetworkContainer === config.supervisorContainer } } : {}),
           appKey: (appId) => this.keys.appKey(appId),
           lockDir: (appId, service) => this.locks.dir(appId, service),
           networkName: (appId, n) => this.engine.networkName(appId, n),

@@ -174,7 +174,8 @@ export async function deployApp(ready: StackReady, docker: Docker): Promise<void
   });
   await cloudCall(ready, 'POST', '/v6/release_image', { image: 1, is_part_of__release: 1 });
   await cloudCall(ready, 'PATCH', `/v6/application(${fleet})`, { should_be_running__release: 1 });
-  const filters = { label: [`io.fleetlab.device=${ready.device.uuid}`], status: ['running'] };
+  // The app's: the device's host-network container carries the device label too, but no app id.
+  const filters = { label: [`io.fleetlab.device=${ready.device.uuid}`, 'io.fleetlab.app-id'], status: ['running'] };
   const deadline = Date.now() + APP_MS;
   while (Date.now() < deadline) {
     if ((await docker.listContainers({ filters })).length > 0) return;

@@ -9,7 +9,7 @@ import type { Agent } from 'node:http';
 import { parseBytes, parseDuration, type ContainerSettings } from '../../protocol/container-settings.js';
 import { PassThrough, type Readable } from 'node:stream';
 import { FleetlabError, errorText } from '../../errors.js';
-import { gatewayOf, matchesSettings, supervisorNetworkCreateOptions, supervisorNetworkDefaults, type SupervisorNetworkSettings } from '../supervisor-network.js';
+import { gatewayOf, matchesSettings, networkMembers, supervisorNetworkCreateOptions, supervisorNetworkDefaults, type SupervisorNetworkSettings } from '../supervisor-network.js';
 
 export const LABEL = {
   supervised: 'io.fleetlab.supervised',
@@ -87,7 +87,9 @@ export interface SupervisorNetworkState {
   gateway: string;
   /** Made by this device's supervisor (its labels), so the supervisor may replace it. */
   ours: boolean;
-  /** What the settings ask for: services may join it. */
+  /** Where the API answers on it: the gateway, or the supervisor's container's address there (`supervisorContainer`). */
+  apiHost: string;
+  /** What the settings ask for, with the containers it must hold connected (networkMembers): services may join it. */
   usable: boolean;
 }
 
@@ -346,7 +348,9 @@ export class Engine {
         for (const digest of image.RepoDigests ?? []) imageMap.set(digest, image.Id);
       }
       return {
-        containers: containers.map((c) => {
+        // The apps' containers only: a device's own helpers carry its label too, so they go with
+        // it (a simulated device's host-network container), and belong to no app.
+        containers: containers.filter((c) => c.Labels[LABEL.appId] !== undefined).map((c) => {
           const l = c.Labels;
           return {
             id: c.Id,
@@ -376,7 +380,7 @@ export class Engine {
           appId: Number(n.Labels?.[LABEL.appId]),
           network: n.Labels?.[LABEL.network] ?? n.Name,
         })),
-        ...this.supervisorNetworkIn(named),
+        ...(await this.supervisorNetworkIn(named)),
         images: imageMap,
       };
     } catch (err) {
@@ -445,51 +449,87 @@ export class Engine {
     return this.options.supervisorNetwork ?? supervisorNetworkDefaults;
   }
 
-  private supervisorNetworkIn(listed: Docker.NetworkInspectInfo[]): { supervisorNetwork?: SupervisorNetworkState } {
+  private async supervisorNetworkIn(listed: Docker.NetworkInspectInfo[]): Promise<{ supervisorNetwork?: SupervisorNetworkState; missingMembers?: string[] }> {
     const settings = this.supervisorNetworkSettings;
     // The name filter matches parts of names.
     const n = listed.find((l) => l.Name === settings.name);
     if (!n) return {};
     const config = n.IPAM?.Config?.[0];
     const found = { subnet: config?.Subnet ?? '', gateway: gatewayOf(config) ?? '' };
-    return { supervisorNetwork: { id: n.Id, name: n.Name, ...found, ours: n.Labels?.[LABEL.device] === this.options.device, usable: matchesSettings(settings, found) } };
+    const fits = matchesSettings(settings, found);
+    const members = networkMembers(settings);
+    // A listing leaves out who is connected; only a device with members asks for it.
+    const connected = fits && members.length ? await this.connectedTo(n.Id) : [];
+    const addressOf = (ref: string) => connected.find((c) => c.name === ref || c.id.startsWith(ref))?.address;
+    const missingMembers = members.filter((m) => !addressOf(m));
+    const apiHost = settings.supervisorContainer ? (addressOf(settings.supervisorContainer) ?? '') : found.gateway;
+    const usable = fits && missingMembers.length === 0 && apiHost !== '';
+    return { supervisorNetwork: { id: n.Id, name: n.Name, ...found, ours: n.Labels?.[LABEL.device] === this.options.device, apiHost, usable }, missingMembers };
+  }
+
+  /** The containers on a network, with their IPv4 address there (without the prefix length). */
+  private async connectedTo(networkId: string): Promise<Array<{ id: string; name: string; address: string }>> {
+    const { Containers } = (await this.docker.getNetwork(networkId).inspect()) as { Containers?: Record<string, { Name?: string; IPv4Address?: string }> };
+    return Object.entries(Containers ?? {}).map(([id, c]) => ({ id, name: c.Name ?? '', address: (c.IPv4Address ?? '').replace(/\/\d+$/, '') }));
   }
 
   /**
-   * Makes the supervisor network as the settings say. One of this device's that does not fit
-   * (the subnet setting changed) is replaced: its containers are disconnected first, as the
-   * engine refuses to remove a network in use, and the planner replaces them, as their
-   * address changed with it. Anyone else's is left alone and named in the error.
+   * Makes the supervisor network as the settings say, and connects the containers it must hold
+   * (networkMembers: the supervisor's own, the host-network one). One of this device's that
+   * does not fit (the subnet setting changed) is replaced: its containers are disconnected
+   * first, as the engine refuses to remove a network in use, and the planner replaces them, as
+   * their address changed with it. Anyone else's is left alone and named in the error.
    */
   async createSupervisorNetwork(): Promise<void> {
     const settings = this.supervisorNetworkSettings;
     return this.changing(async () => {
+      let id: string;
       try {
-        const existing = this.supervisorNetworkIn(await this.docker.listNetworks({ filters: { name: [settings.name] } })).supervisorNetwork;
+        const listed = await this.docker.listNetworks({ filters: { name: [settings.name] } });
+        const { supervisorNetwork: existing, missingMembers } = await this.supervisorNetworkIn(listed);
         if (existing?.usable) return;
-        if (existing && !existing.ours) {
+        const fits = existing !== undefined && matchesSettings(settings, existing);
+        if (existing && !fits && !existing.ours) {
           throw new FleetlabError('SUP_ERR_ENGINE', `network ${settings.name} exists with subnet ${existing.subnet || 'none'} and is not this device's: remove it, or set supervisorNetwork or supervisorSubnet to fit`);
+        }
+        if (existing && fits) {
+          await this.connectMembers(existing.id, missingMembers ?? []);
+          return;
         }
         if (existing) {
           const network = this.docker.getNetwork(existing.id);
           const { Containers } = (await network.inspect()) as { Containers?: Record<string, unknown> };
-          for (const id of Object.keys(Containers ?? {})) await network.disconnect({ Container: id, Force: true });
+          for (const cid of Object.keys(Containers ?? {})) await network.disconnect({ Container: cid, Force: true });
           await network.remove();
         }
-        await this.docker.createNetwork({
+        ({ id } = await this.docker.createNetwork({
           Name: settings.name,
           Driver: 'bridge',
           CheckDuplicate: true,
           Labels: { [LABEL.supervised]: 'true', [LABEL.device]: this.options.device, [LABEL.supervisorNetwork]: 'true' },
           ...supervisorNetworkCreateOptions(settings),
-        });
+        }));
       } catch (err) {
         if (err instanceof FleetlabError) throw err;
         // Made meanwhile by another round: the next snapshot says whether it fits.
         if (statusCode(err) === 409) return;
         throw engineError(`creating the supervisor network ${settings.name}${settings.subnet ? ` on ${settings.subnet}` : ''}`, err);
       }
+      await this.connectMembers(id, networkMembers(settings));
     });
+  }
+
+  private async connectMembers(networkId: string, members: readonly string[]): Promise<void> {
+    for (const member of members) {
+      try {
+        await this.docker.getNetwork(networkId).connect({ Container: member, EndpointConfig: {} });
+      } catch (err) {
+        // Connected meanwhile (dockerd answers 403 "already exists in network", some engines 409).
+        if (statusCode(err) === 403 || statusCode(err) === 409) continue;
+        const setting = member === this.supervisorNetworkSettings.supervisorContainer ? 'supervisorContainer' : 'hostNetworkContainer';
+        throw new FleetlabError('SUP_ERR_ENGINE', `container engine: connecting container ${member} (the ${setting} setting) to the supervisor network ${this.supervisorNetworkSettings.name} failed: ${errorText(err)}; start that container, or correct the setting`, { cause: err });
+      }
+    }
   }
 
   async removeNetwork(id: string): Promise<void> {
@@ -540,7 +580,8 @@ export class Engine {
 
   async createContainer(spec: ContainerSpec): Promise<string> {
     return this.changing(async () => {
-      const appNetwork = !['host', 'none', 'bridge'].includes(spec.networkMode);
+      // `container:<id>` shares another container's namespace (the device's host network): no network of its own to join.
+      const appNetwork = !['host', 'none', 'bridge'].includes(spec.networkMode) && !spec.networkMode.startsWith('container:');
       const settings = containerSettings(spec, spec.publishAddress);
       try {
         const container = await this.docker.createContainer({

@@ -18,8 +18,14 @@ export interface SpecContext {
   supervisorPort: number;
   /** Host address the device's published ports bind to (the `publishAddress` setting); empty or absent: as each service's `ports` say. */
   publishAddress?: string;
-  /** The supervisor network as the engine has it, when it fits the settings; absent until then. */
-  supervisorNetwork?: { name: string; subnet: string; gateway: string };
+  /** The supervisor network as the engine has it, when it fits the settings; absent until then. `apiHost`: where the API answers on it. */
+  supervisorNetwork?: { name: string; subnet: string; gateway: string; apiHost: string };
+  /**
+   * The device's host network when it is not the engine host's (the `hostNetworkContainer`
+   * setting): services with `network_mode: host` share this container's namespace;
+   * `supervisorInside`: it is the supervisor's own, whose loopback the API answers on.
+   */
+  hostNetwork?: { container: string; supervisorInside: boolean };
   /** Key handed to services of this app that carry the supervisor-api label. */
   appKey(appId: number): string;
   lockDir(appId: number, serviceName: string): string;
@@ -36,8 +42,10 @@ export interface DesiredContainer {
   configHash: string;
   /** The app networks it joins, the one it is created on first; empty for host, none and bridge modes. */
   appNetworks: string[];
-  /** It joins the supervisor network too, so it waits for that network. */
-  joinsSupervisorNetwork: boolean;
+  /** Its API address is on the supervisor network (it joins it, or its host network did), so it waits for that network. */
+  needsSupervisorNetwork: boolean;
+  /** The supervisor network its address and attachment were made for, when it needs one and it was known. */
+  madeForSupervisorNetwork?: string;
 }
 
 export const supervisorApiLabel = (vendor: string) => `io.${vendor}.features.supervisor-api`;
@@ -58,11 +66,21 @@ export function joinsSupervisorNetwork(service: TargetService, vendor: string): 
   return hasApiLabel(service, vendor) && service.networkMode !== 'host' && service.networkMode !== 'none';
 }
 
+/**
+ * A labelled service reaches the API over the supervisor network when it joins it, and when it
+ * has the host network but that is a container other than the supervisor's (a simulated
+ * device's on a shared engine), which joined it: there loopback is not the supervisor's.
+ */
+export function needsSupervisorNetwork(service: TargetService, ctx: Pick<SpecContext, 'vendor' | 'hostNetwork'>): boolean {
+  if (joinsSupervisorNetwork(service, ctx.vendor)) return true;
+  return hasApiLabel(service, ctx.vendor) && service.networkMode === 'host' && ctx.hostNetwork !== undefined && !ctx.hostNetwork.supervisorInside;
+}
+
 /** Where a labelled service reaches the API; empty while the supervisor network it needs does not exist. */
 export function supervisorAddressFor(service: TargetService, ctx: SpecContext): string {
-  if (!joinsSupervisorNetwork(service, ctx.vendor)) return `http://127.0.0.1:${ctx.supervisorPort}`;
+  if (!needsSupervisorNetwork(service, ctx)) return `http://127.0.0.1:${ctx.supervisorPort}`;
   if (ctx.supervisorAddress) return ctx.supervisorAddress;
-  return ctx.supervisorNetwork ? `http://${ctx.supervisorNetwork.gateway}:${ctx.supervisorPort}` : '';
+  return ctx.supervisorNetwork ? `http://${ctx.supervisorNetwork.apiHost}:${ctx.supervisorPort}` : '';
 }
 
 export function platformEnvironment(app: TargetApp, service: TargetService, ctx: SpecContext): Record<string, string> {
@@ -117,7 +135,8 @@ export function appNetworksFor(app: TargetApp, service: TargetService): string[]
  */
 export function specInputs(ctx: SpecContext, target: { apps: readonly TargetApp[] }): string {
   const net = ctx.supervisorNetwork;
-  const scalars = [ctx.vendor, ctx.uuid, ctx.deviceName, ctx.deviceType, ctx.arch, ctx.supervisorAddress, String(ctx.supervisorPort), net ? `${net.name} ${net.subnet} ${net.gateway}` : '', ctx.publishAddress ?? ''];
+  const host = ctx.hostNetwork;
+  const scalars = [ctx.vendor, ctx.uuid, ctx.deviceName, ctx.deviceType, ctx.arch, ctx.supervisorAddress, String(ctx.supervisorPort), net ? `${net.name} ${net.subnet} ${net.gateway} ${net.apiHost}` : '', ctx.publishAddress ?? '', host ? `${host.container} ${host.supervisorInside}` : ''];
   return [...scalars, ...target.apps.map((a) => `${a.appId}=${ctx.appKey(a.appId)}`)].join('\u0000');
 }
 
@@ -130,12 +149,16 @@ export function desiredContainer(app: TargetApp, service: TargetService, ctx: Sp
   ];
   const appNetworks = appNetworksFor(app, service);
   const appNetwork = appNetworks[0];
-  const networkMode = appNetwork ? ctx.networkName(app.appId, appNetwork) : service.networkMode!;
+  // The device's host network, where it is a container's: the engine host's is every device's.
+  const inHostContainer = service.networkMode === 'host' && ctx.hostNetwork !== undefined;
+  const networkMode = appNetwork ? ctx.networkName(app.appId, appNetwork) : inHostContainer ? `container:${ctx.hostNetwork!.container}` : service.networkMode!;
   const extraNetworks = appNetworks.slice(1).map((n) => ctx.networkName(app.appId, n));
   const joinsSupervisor = joinsSupervisorNetwork(service, ctx.vendor);
+  const needsSupervisor = needsSupervisorNetwork(service, ctx);
   const supervisorNetwork = joinsSupervisor ? ctx.supervisorNetwork : undefined;
+  const settings = inHostContainer ? hostNetworkSettings(pickContainerSettings(service)) : pickContainerSettings(service);
   // Only for a service that publishes ports: the address changes nothing else.
-  const publishAddress = service.ports?.length && ctx.publishAddress ? ctx.publishAddress : undefined;
+  const publishAddress = !inHostContainer && service.ports?.length && ctx.publishAddress ? ctx.publishAddress : undefined;
   const hashed = {
     image: normaliseImageRef(service.image),
     imageId: service.imageId,
@@ -147,7 +170,7 @@ export function desiredContainer(app: TargetApp, service: TargetService, ctx: Sp
     networkMode,
     restart: service.restart,
     // Only when set, so a container made before these settings existed keeps its hash.
-    ...pickContainerSettings(service),
+    ...settings,
     ...(extraNetworks.length ? { extraNetworks } : {}),
     // Its subnet too: a network replaced on another subnet must be joined again.
     ...(supervisorNetwork ? { supervisorNetwork: `${supervisorNetwork.name} ${supervisorNetwork.subnet}` } : {}),
@@ -161,7 +184,8 @@ export function desiredContainer(app: TargetApp, service: TargetService, ctx: Sp
     environment,
     configHash,
     appNetworks,
-    joinsSupervisorNetwork: joinsSupervisor,
+    needsSupervisorNetwork: needsSupervisor,
+    ...(needsSupervisor && ctx.supervisorNetwork ? { madeForSupervisorNetwork: ctx.supervisorNetwork.name } : {}),
     spec: {
       name: `${ctx.uuid.slice(0, 7)}_${service.serviceName}_${app.releaseId}`,
       image: service.image,
@@ -184,7 +208,17 @@ export function desiredContainer(app: TargetApp, service: TargetService, ctx: Sp
       ...(supervisorNetwork ? { supervisorNetwork: supervisorNetwork.name } : {}),
       ...(publishAddress ? { publishAddress } : {}),
       restart: service.restart,
-      ...pickContainerSettings(service),
+      ...settings,
     },
   };
+}
+
+/**
+ * A host-network service's settings in another container's namespace: the engine refuses ports,
+ * a hostname and extra hosts there (they are the namespace's), and in the host network it
+ * discards published ports anyway.
+ */
+function hostNetworkSettings<T extends { ports?: unknown; hostname?: unknown; extraHosts?: unknown }>(settings: T): Omit<T, 'ports' | 'hostname' | 'extraHosts'> {
+  const { ports: _ports, hostname: _hostname, extraHosts: _extraHosts, ...rest } = settings;
+  return rest;
 }

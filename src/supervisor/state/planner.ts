@@ -8,7 +8,8 @@
  * - new images are fetched while the old release keeps running; a service is replaced only
  *   when every image of its app's target release is present (no half-updated app);
  * - networks and volumes exist before containers that use them; the supervisor network exists
- *   (as the settings say) before a labelled service that joins it is created, and is kept after;
+ *   (as the settings say, with the containers it must hold connected) before a labelled service
+ *   whose address is on it is created, and is kept after;
  * - a service with `depends_on` is created (or started) only once each service it depends on
  *   has a container of the target release that has started (compose's `service_started`), or
  *   runs and is healthy (`service_healthy`); while only health holds a service back the round
@@ -135,7 +136,7 @@ function planApp(app: TargetApp, input: PlanInput): Step[] {
     if (seen.has(service.serviceName) || staleNames.has(service.serviceName)) continue;
     const want = desired.get(serviceKey(appId, service.serviceName));
     if (!want) continue;
-    const netReady = want.appNetworks.every((n) => networks.has(n)) && (!want.joinsSupervisorNetwork || (current.supervisorNetwork?.usable === true && want.spec.supervisorNetwork === current.supervisorNetwork.name));
+    const netReady = want.appNetworks.every((n) => networks.has(n)) && (!want.needsSupervisorNetwork || (current.supervisorNetwork?.usable === true && want.madeForSupervisorNetwork === current.supervisorNetwork.name));
     const volReady = service.volumes.every((v) => volumes.has(v.volume));
     if (netReady && volReady && depsReady(service.serviceName)) ordered.push({ action: 'createContainer', appId, desired: want });
     else if (netReady && volReady) ordered.push(...healthWait(service.serviceName));
@@ -155,7 +156,7 @@ export function plan(input: PlanInput): Step[] {
   const targetIds = new Set(input.target.apps.map((a) => a.appId));
   const currentIds = new Set([...input.current.containers.map((c) => c.appId), ...input.current.networks.map((n) => n.appId)]);
   const steps: Step[] = [];
-  const wantsSupervisorNetwork = [...input.desired.values()].some((d) => d.joinsSupervisorNetwork);
+  const wantsSupervisorNetwork = [...input.desired.values()].some((d) => d.needsSupervisorNetwork);
   if (wantsSupervisorNetwork && !input.current.supervisorNetwork?.usable) steps.push({ action: 'createSupervisorNetwork' });
   for (const app of input.target.apps) steps.push(...planApp(app, input));
   for (const appId of [...currentIds].filter((id) => !targetIds.has(id)).sort((a, b) => a - b)) {

@@ -25,7 +25,7 @@ export interface StateEngineDeps {
   log: Logger;
   /** The context but the supervisor network, which the state engine reads from the engine. */
   specContext: () => Omit<SpecContext, 'supervisorNetwork'>;
-  /** Each time a round's read finds the supervisor network usable; awaited, so the API listens on its gateway before a service that calls it there starts. */
+  /** Each time a round's read finds the supervisor network usable; awaited, so the API listens at its address there before a service that calls it there starts. */
   supervisorNetworkSeen?: (network: SupervisorNetworkState) => Promise<void>;
   /** SUPERVISOR_OVERRIDE_LOCK of the current target. */
   overrideLock: () => boolean;
@@ -180,7 +180,7 @@ export class StateEngine {
   /** Only apply rounds' reads count: a view read may be older than the round's change. */
   private async observe(current: EngineSnapshot): Promise<void> {
     const found = current.supervisorNetwork;
-    this.supervisorNetwork = found?.usable ? { name: found.name, subnet: found.subnet, gateway: found.gateway } : undefined;
+    this.supervisorNetwork = found?.usable ? { name: found.name, subnet: found.subnet, gateway: found.gateway, apiHost: found.apiHost } : undefined;
     if (found?.usable) await this.deps.supervisorNetworkSeen?.(found);
   }
 

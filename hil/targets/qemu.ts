@@ -198,6 +198,10 @@ class QemuLab {
   /** A new QEMU as this lab's board: its console read, its reboots followed, SSH pointed at it. */
   async #adopt(board: QemuBoard): Promise<void> {
     this.board = board;
+    // A board booted or restored is a new device: the line's history is the earlier one's. Its
+    // drop when that QEMU ended, if a blink was still running, came after the new file's start
+    // and showed as the first change of the new device's LED (a spec saw 0, 1, 0, 1).
+    this.#ledHistory = [];
     // The pty link stays put across QEMU processes: one reader for the lab's life.
     this.console ??= board.info.serialPty ? new SerialConsole(board.info.serialPty, 115200) : undefined;
     this.#followResets(board);

@@ -71,7 +71,7 @@ export class QemuPorts implements PortsProtocol {
 
   async published(service: string, containerPort: number, options: { readonly appId?: number; readonly protocol?: 'tcp' | 'udp' } = {}): Promise<PublishedPort> {
     const what = portDescription(service, containerPort, options);
-    // QEMU's user network forwards udp too, but dockerd publishes it through iptables only, which a slirp forward's datagrams do not reliably meet: not offered until a spec needs it.
+    // QEMU's user network forwards udp as well, but nothing here was tried with it: not offered until a spec needs it (device.address asks for tcp).
     if (options.protocol === 'udp') throw new FleetlabError('HIL_ERR_CAPABILITY', `${what}: the qemu target forwards tcp ports only`);
     const docker = new Docker({ socketPath: await this.options.engineSocket() });
     const guestPort = guestPortFor(await engineBinding(docker, this.options.uuid, service, containerPort, options), containerPort, what);
@@ -83,7 +83,7 @@ export class QemuPorts implements PortsProtocol {
 
   async #forward(guestPort: number, what: string): Promise<Forwarded> {
     const board = this.options.board();
-    if (!board || board.exitReason) throw new FleetlabError('HIL_ERR_DEPLOY', `${what}: the board is not running (${board?.exitReason ?? 'powered off'}); power it on (device.power.on()) before asking where a port is`);
+    if (!board || board.exitReason) throw new FleetlabError('HIL_ERR_DEPLOY', `${what}: the board is not running (${board?.exitReason ?? 'powered off'}); power it on (device.faults.powerRestore()) before asking where a port is`);
     const kept = this.#forwards.get(guestPort);
     if (kept?.board === board) return kept;
     // The same host side as before this QEMU first, so a URL a spec holds still leads here.

@@ -17,7 +17,8 @@ import { FleetlabError } from '../src/errors.js';
 import { LABEL } from '../src/supervisor/adapters/engine.js';
 import { devicePublishAddress, keptPublishAddress } from '../sim/publish-address.js';
 import { Device } from '../hil/harness/device.js';
-import { publishedFrom } from '../hil/targets/engine-ports.js';
+import { bindingFrom, publishedFrom } from '../hil/targets/engine-ports.js';
+import { guestPortFor } from '../hil/targets/qemu-ports.js';
 import { simTarget } from '../hil/targets/sim.js';
 import type { DeviceUnderTest } from '../hil/targets/protocols.js';
 import { dockerdSocket } from './helpers/engine-targets.js';
@@ -71,11 +72,27 @@ describe('where the harness reaches a published port', () => {
     expect(publishedFrom({}, '80/tcp')).toBeUndefined();
   });
 
+  it('on an emulated board, forwards to a binding on all its addresses or the one a forward arrives at, and refuses its loopback', () => {
+    const what = 'port 80/tcp of service web (app 1)';
+    expect(bindingFrom({ '80/tcp': [{ HostIp: '::', HostPort: '8080' }, { HostIp: '0.0.0.0', HostPort: '8080' }] }, '80/tcp')).toEqual({ hostIp: '0.0.0.0', port: 8080 });
+    for (const hostIp of [undefined, '', '0.0.0.0', '::', '10.0.2.15']) expect(guestPortFor({ hostIp, port: 8080 }, 80, what)).toBe(8080);
+    const err = (() => {
+      try {
+        guestPortFor({ hostIp: '127.0.0.1', port: 8080 }, 80, what);
+      } catch (e) {
+        return e as FleetlabError;
+      }
+      return undefined;
+    })();
+    expect(err?.code).toBe('HIL_ERR_DEPLOY');
+    expect(err?.message).toBe(`${what}: the board's engine binds it at 127.0.0.1:8080 only, which a forward from this machine cannot reach (it arrives at the board's 10.0.2.15); publish it on all of the board's addresses, e.g. ports: ["8080:80"]`);
+  });
+
   it('is a capability error naming the target where the target has no ports', async () => {
-    const dut = { target: 'qemu', capabilities: new Set(['api']), api: {}, supervisorLog: async () => '', close: async () => undefined } as unknown as DeviceUnderTest;
+    const dut = { target: 'board', capabilities: new Set(['api']), api: {}, supervisorLog: async () => '', close: async () => undefined } as unknown as DeviceUnderTest;
     const err = await rejection(new Device(dut, { startedAt: Date.now() }).address('web', 80));
     expect(err.code).toBe('HIL_ERR_CAPABILITY');
-    expect(err.message).toContain('target qemu lacks capability ports');
+    expect(err.message).toContain('target board lacks capability ports');
   });
 });
 

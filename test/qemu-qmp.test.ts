@@ -9,6 +9,7 @@ import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import { FleetlabError } from '../src/errors.js';
 import { findTool } from '../src/tools.js';
 import { GpioProbe, gpioRegister, parseXpWord, xpCommand, type MachineKind } from '../qemu/gpio-probe.js';
+import { addHostForward, hostfwdAddCommand, hostfwdAddResult, hostfwdRemoveCommand, hostfwdRemoveResult, removeHostForward } from '../qemu/hostfwd.js';
 import { buildQemuArgv, NETDEV_ID, NIC_ID } from '../qemu/qemu-argv.js';
 import { QmpClient, QmpClosedError, QmpCommandError, type QmpEvent } from '../qemu/qmp.js';
 import { qemuTools } from '../qemu/tools.js';
@@ -35,6 +36,30 @@ describe('xp output parser', () => {
     expect(() => gpioRegister('raspi3b', 54)).toThrow(FleetlabError);
     expect(() => gpioRegister('virt', 8)).toThrow(FleetlabError);
     expect(() => gpioRegister('virt', -1)).toThrow(FleetlabError);
+  });
+});
+
+describe('host forwards added at run time (hostfwd_add, hostfwd_remove)', () => {
+  const fwd = { hostAddress: '127.77.3.9', hostPort: 8080, guestPort: 80 };
+
+  it('names the user netdev and the host side; an empty guest address is the guest\'s own', () => {
+    expect(hostfwdAddCommand(fwd)).toBe(`hostfwd_add ${NETDEV_ID} tcp:127.77.3.9:8080-:80`);
+    expect(hostfwdRemoveCommand(fwd)).toBe(`hostfwd_remove ${NETDEV_ID} tcp:127.77.3.9:8080`);
+  });
+
+  it('puts nothing but an IPv4 address and ports into the command line', () => {
+    for (const bad of [{ ...fwd, hostAddress: '::1' }, { ...fwd, hostAddress: '127.0.0.1 net1' }, { ...fwd, hostPort: 0 }, { ...fwd, guestPort: 65536 }, { ...fwd, guestPort: 1.5 }]) {
+      expect(() => hostfwdAddCommand(bad)).toThrow(FleetlabError);
+    }
+  });
+
+  it('reads what QEMU 7.2 prints: nothing when added, a port in use as taken, anything else as its error', () => {
+    expect(hostfwdAddResult('', fwd)).toBe('added');
+    expect(hostfwdAddResult("Could not set up host forwarding rule 'tcp:127.77.3.9:8080-:80'\r\n", fwd)).toBe('taken');
+    expect(() => hostfwdAddResult("Invalid host forwarding rule 'tcp:x' (Bad host address)\r\n", fwd)).toThrow(/QEMU refused the forward tcp:127.77.3.9:8080 to the guest's port 80: Invalid host/);
+    expect(hostfwdRemoveResult('host forwarding rule for tcp:127.77.3.9:8080 removed\r\n', fwd)).toBe(true);
+    expect(hostfwdRemoveResult('host forwarding rule for tcp:127.77.3.9:8080 not found\r\n', fwd)).toBe(false);
+    expect(() => hostfwdRemoveResult('invalid format\r\n', fwd)).toThrow(FleetlabError);
   });
 });
 
@@ -361,6 +386,26 @@ for (const machine of ['raspi3b', 'virt'] as const) {
       await qmp.execute('stop');
       await stopped;
       expect(await qmp.execute('query-status')).toMatchObject({ status: 'paused', running: false });
+    });
+
+    it('adds a forward at run time, which QEMU binds on this machine until it is removed', async () => {
+      qemu = await startQemu(dir, machine, { paused: true, kernel: Buffer.alloc(0) });
+      const { qmp } = qemu;
+      const fwd = { hostAddress: '127.64.39.7', hostPort: await freePort(), guestPort: 8080 };
+      const bind = () => new Promise<string>((resolve) => {
+        const server = createServer();
+        server.once('error', (err: NodeJS.ErrnoException) => resolve(err.code ?? String(err)));
+        server.listen(fwd.hostPort, fwd.hostAddress, () => server.close(() => resolve('bound')));
+      });
+      expect(await addHostForward(qmp, fwd)).toBe('added');
+      expect(await qmp.hmp('info usernet')).toMatch(new RegExp(`HOST_FORWARD.*127\\.64\\.39\\.7\\s+${fwd.hostPort}\\s+10\\.0\\.2\\.15\\s+8080`));
+      expect(await bind()).toBe('EADDRINUSE');
+      // The same host side again: in use, which the caller answers with another one.
+      expect(await addHostForward(qmp, { ...fwd, guestPort: 8081 })).toBe('taken');
+      expect(await removeHostForward(qmp, fwd)).toBe(true);
+      expect(await removeHostForward(qmp, fwd)).toBe(false);
+      expect(await bind()).toBe('bound');
+      await expect(qmp.hmp(hostfwdAddCommand(fwd, 'no-such-netdev')).then((out) => hostfwdAddResult(out, fwd))).rejects.toThrow(/QEMU refused the forward .*no-such-netdev/);
     });
 
     it('quit: resolves, rejects the queued command, reports close, and QEMU exits', async () => {

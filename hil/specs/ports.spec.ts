@@ -6,10 +6,11 @@
  * with its own greeting; on a board those are the board's, on the sim and container targets a
  * loopback address of the device's own for the published port and the device's host-network
  * container (or the device container) for the host-network one. Targets without `ports` skip
- * with the reason.
+ * with the reason. And an address a spec holds still leads to the app after a power cycle (on
+ * qemu the board is a new QEMU process then, which the forward follows).
  */
 import { fileURLToPath } from 'node:url';
-import { expect, test } from 'fleetlab/test';
+import { expect, scaled, test } from 'fleetlab/test';
 
 const APP = fileURLToPath(new URL('../../fixtures/apps/greeter', import.meta.url));
 
@@ -32,3 +33,14 @@ for (const name of ['first', 'second']) {
     expect((await (await fetch(beacon, { signal: AbortSignal.timeout(10_000) })).text()).trim()).toBe(greeting);
   });
 }
+
+test('an address a spec holds answers again after a power cycle, without asking again', async ({ device, needs }) => {
+  needs('images', 'ports', 'power.cycle');
+  const greeting = 'the same device after a power cycle';
+  await device.deploy(APP, { env: { GREETING: greeting } });
+  const url = await device.address('web', 80);
+  await device.powerCycle();
+  const answer = () => fetch(url, { signal: AbortSignal.timeout(5_000) }).then(async (r) => (await r.text()).trim(), (err: unknown) => String(err));
+  await expect.poll(answer, { timeout: scaled(60_000), message: `${url} answers after the power cycle` }).toBe(greeting);
+  expect(await device.address('web', 80)).toBe(url);
+});

@@ -3,6 +3,7 @@
  * target on dockerd, the container target on the host's dockerd): the published port read
  * from the engine, as `docker port` reads it, so a spec reaches what the engine really bound;
  * for a service in the device's host network, the port it listens on at that network's address.
+ * The qemu target reads the board's engine the same way and forwards to it (./qemu-ports.ts).
  */
 import Docker from 'dockerode';
 import { FleetlabError } from '../../src/errors.js';
@@ -10,6 +11,20 @@ import { LABEL } from '../../src/supervisor/adapters/engine.js';
 import type { PortsProtocol, PublishedPort } from './protocols.js';
 
 type PortMap = Record<string, Array<{ HostIp?: string; HostPort?: string }> | null> | null | undefined;
+
+/** A port as the engine bound it, in the engine's own words: where that is reached from is the target's to say. */
+export interface EngineBinding {
+  /** The engine's HostIp: empty, `0.0.0.0` or `::` for all of its host's addresses. */
+  readonly hostIp: string | undefined;
+  readonly port: number;
+}
+
+type PortOptions = { readonly appId?: number; readonly protocol?: 'tcp' | 'udp' };
+
+/** How messages name the port a spec asked for. */
+export function portDescription(service: string, containerPort: number, options: PortOptions = {}): string {
+  return `port ${containerPort}/${options.protocol ?? 'tcp'} of service ${service} (app ${options.appId ?? 1})`;
+}
 
 /**
  * Where a wildcard binding is reached from this machine: a device whose publish address is
@@ -22,10 +37,50 @@ function reachable(hostIp: string | undefined): string {
 }
 
 /** The binding of `key` (`80/tcp`) in an inspected container's NetworkSettings.Ports; IPv4 first, as a URL is more often read with it. */
-export function publishedFrom(ports: PortMap, key: string): PublishedPort | undefined {
+export function bindingFrom(ports: PortMap, key: string): EngineBinding | undefined {
   const bindings = (ports?.[key] ?? []).filter((b) => b.HostPort);
   const chosen = bindings.find((b) => !b.HostIp?.includes(':')) ?? bindings[0];
-  return chosen ? { host: reachable(chosen.HostIp), port: Number(chosen.HostPort) } : undefined;
+  return chosen ? { hostIp: chosen.HostIp, port: Number(chosen.HostPort) } : undefined;
+}
+
+/** `bindingFrom`, as reached from the engine's own host. */
+export function publishedFrom(ports: PortMap, key: string): PublishedPort | undefined {
+  const binding = bindingFrom(ports, key);
+  return binding ? { host: reachable(binding.hostIp), port: binding.port } : undefined;
+}
+
+/**
+ * The running container of `service` of device `uuid` on the engine behind `docker`, inspected
+ * (the newest, during an update). Rejects when none runs.
+ */
+async function serviceContainer(docker: Docker, uuid: string, service: string, what: string, options: PortOptions): Promise<Docker.ContainerInspectInfo> {
+  const listed = await docker.listContainers({ filters: { label: [`${LABEL.device}=${uuid}`, `${LABEL.appId}=${options.appId ?? 1}`, `${LABEL.serviceName}=${service}`], status: ['running'] } });
+  if (!listed.length) throw new FleetlabError('HIL_ERR_DEPLOY', `${what}: no container of that service runs on the device; deploy a release with it and wait until it runs`);
+  // During an update the old and the new container may both run for a moment: the newest is the release's.
+  const newest = listed.sort((a, b) => b.Created - a.Created)[0]!;
+  return docker.getContainer(newest.Id).inspect();
+}
+
+/** How an inspected container publishes `containerPort`; rejects naming the ports it does publish. */
+function bindingOf(info: Docker.ContainerInspectInfo, containerPort: number, what: string, options: PortOptions): EngineBinding {
+  const ports = info.NetworkSettings.Ports as PortMap;
+  const found = bindingFrom(ports, `${containerPort}/${options.protocol ?? 'tcp'}`);
+  if (found) return found;
+  const others = Object.entries((ports ?? {}) as Record<string, unknown[] | null>).filter(([, b]) => b?.length).map(([k]) => k);
+  throw new FleetlabError('HIL_ERR_DEPLOY', `${what}: the container publishes ${others.length ? others.join(', ') : 'no port'}; publish it with ports: in the compose file`);
+}
+
+/**
+ * How the engine behind `docker` bound `containerPort` of the running container of `service`
+ * of device `uuid`; for a service in the engine host's own network (a board's host network),
+ * the port itself on the host's addresses. Rejects when no container of the service runs or it
+ * publishes no such port, naming the ports it does publish.
+ */
+export async function engineBinding(docker: Docker, uuid: string, service: string, containerPort: number, options: PortOptions = {}): Promise<EngineBinding> {
+  const what = portDescription(service, containerPort, options);
+  const info = await serviceContainer(docker, uuid, service, what, options);
+  if (info.HostConfig.NetworkMode === 'host') return { hostIp: undefined, port: containerPort };
+  return bindingOf(info, containerPort, what, options);
 }
 
 /**
@@ -52,21 +107,13 @@ export function enginePorts(dockerSocket: string, uuid: string): PortsProtocol {
   const docker = new Docker({ socketPath: dockerSocket });
   return {
     async published(service, containerPort, options = {}) {
-      const appId = options.appId ?? 1;
-      const key = `${containerPort}/${options.protocol ?? 'tcp'}`;
-      const what = `port ${key} of service ${service} (app ${appId})`;
-      const listed = await docker.listContainers({ filters: { label: [`${LABEL.device}=${uuid}`, `${LABEL.appId}=${appId}`, `${LABEL.serviceName}=${service}`], status: ['running'] } });
-      if (!listed.length) throw new FleetlabError('HIL_ERR_DEPLOY', `${what}: no container of that service runs on the device; deploy a release with it and wait until it runs`);
-      // During an update the old and the new container may both run for a moment: the newest is the release's.
-      const newest = listed.sort((a, b) => b.Created - a.Created)[0]!;
-      const { NetworkSettings, HostConfig } = await docker.getContainer(newest.Id).inspect();
-      const onHost = await hostNetworkAddress(docker, HostConfig.NetworkMode ?? '');
+      const what = portDescription(service, containerPort, options);
+      const info = await serviceContainer(docker, uuid, service, what, options);
       // In the device's host network nothing is published: the service listens on the namespace's own addresses.
+      const onHost = await hostNetworkAddress(docker, info.HostConfig.NetworkMode ?? '');
       if (onHost) return { host: onHost, port: containerPort };
-      const found = publishedFrom(NetworkSettings.Ports as PortMap, key);
-      if (found) return found;
-      const others = Object.entries((NetworkSettings.Ports ?? {}) as Record<string, unknown[] | null>).filter(([, b]) => b?.length).map(([k]) => k);
-      throw new FleetlabError('HIL_ERR_DEPLOY', `${what}: the container publishes ${others.length ? others.join(', ') : 'no port'}; publish it with ports: in the compose file`);
+      const binding = bindingOf(info, containerPort, what, options);
+      return { host: reachable(binding.hostIp), port: binding.port };
     },
   };
 }

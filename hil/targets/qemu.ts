@@ -15,6 +15,8 @@
  *   disk), and the guest's own reboot through login1.
  * - `network`: the guest reaches the lab cloud through a partitionable link on the host
  *   (sim/network/), addressed through QEMU's user network (10.0.2.2 is the host's loopback).
+ * - `ports`: the board's engine says which guest port a service publishes; a forward to it is
+ *   added to the running QEMU when a spec asks (./qemu-ports.ts).
  *
  * One board per worker: booting takes minutes under TCG, so a worker boots once and gives each
  * next spec file a fresh device without booting again. On virt the first board of an image is
@@ -48,12 +50,13 @@ import { runResetStep, supervisorWipeLines } from './board-reset.js';
 import { ensureBoardTestImages } from './board-test-images.js';
 import { SerialConsole } from './serial-console.js';
 import { PulledImages } from './pulled-images.js';
+import { QemuPorts } from './qemu-ports.js';
 import { prepareReplayOnBoard } from '../capture/replay.js';
 import { SshDevice } from './ssh-device.js';
 import type { ApiProtocol, Capability, DevicePaths, DeviceUnderTest, ImagesProtocol, LedProtocol, NetworkProtocol, PowerProtocol, TargetDriver, TargetFacts, TargetStartOptions } from './protocols.js';
 
 export const QEMU_TARGET = 'qemu';
-export const QEMU_CAPABILITIES: readonly Capability[] = ['api', 'exec', 'led', 'power.reboot', 'power.cycle', 'power.cut', 'network', 'journal', 'files', 'files.volumes', 'images'];
+export const QEMU_CAPABILITIES: readonly Capability[] = ['api', 'exec', 'led', 'power.reboot', 'power.cycle', 'power.cut', 'network', 'journal', 'files', 'files.volumes', 'images', 'ports'];
 
 /** Boot to API under TCG: 4-5 min for raspi3b on a 2-core machine, longer when it is shared. */
 const BOOT_MS = 900_000;
@@ -157,6 +160,8 @@ class QemuLab {
   /** Set while QEMU is started again after a guest reset; `waitUp` waits for it. */
   #relaunching: Promise<void> | undefined;
   #relaunchError: string | undefined;
+  /** Told of each new QEMU of the same board (a reset, a power cycle): what lives in a QEMU process is set up again. */
+  readonly #relaunchWatchers = new Set<(board: QemuBoard) => Promise<void>>();
 
   constructor(
     readonly image: QemuImage,
@@ -193,6 +198,10 @@ class QemuLab {
   /** A new QEMU as this lab's board: its console read, its reboots followed, SSH pointed at it. */
   async #adopt(board: QemuBoard): Promise<void> {
     this.board = board;
+    // A board booted or restored is a new device: the line's history is the earlier one's. Its
+    // drop when that QEMU ended, if a blink was still running, came after the new file's start
+    // and showed as the first change of the new device's LED (a spec saw 0, 1, 0, 1).
+    this.#ledHistory = [];
     // The pty link stays put across QEMU processes: one reader for the lab's life.
     this.console ??= board.info.serialPty ? new SerialConsole(board.info.serialPty, 115200) : undefined;
     this.#followResets(board);
@@ -268,7 +277,20 @@ class QemuLab {
     this.board = await relaunch(this.board, this.image, this.runDir);
     this.#followResets(this.board);
     this.cut = false;
+    await this.#relaunched(this.board);
     await this.waitUp();
+  }
+
+  /** Calls `watcher` with each new QEMU of this board from now on, until the returned function is called. */
+  watchRelaunches(watcher: (board: QemuBoard) => Promise<void>): () => void {
+    this.#relaunchWatchers.add(watcher);
+    return () => void this.#relaunchWatchers.delete(watcher);
+  }
+
+  async #relaunched(board: QemuBoard): Promise<void> {
+    for (const watcher of this.#relaunchWatchers) {
+      await watcher(board).catch((err: unknown) => process.stderr.write(`qemu target: after the board's QEMU started again: ${errorText(err)}\n`));
+    }
   }
 
   /**
@@ -302,6 +324,7 @@ class QemuLab {
         this.#retireProbe();
         this.board = await relaunch(board, this.image, this.runDir!);
         this.#followResets(this.board);
+        await this.#relaunched(this.board);
       })()
         .catch((err: unknown) => void (this.#relaunchError = `starting QEMU again after the guest's reset failed: ${String(err)}`))
         .finally(() => (this.#relaunching = undefined));
@@ -413,9 +436,13 @@ class QemuUnderTest implements DeviceUnderTest {
   readonly power: PowerProtocol;
   readonly network: NetworkProtocol;
   readonly images: ImagesProtocol;
+  readonly ports: QemuPorts;
   readonly paths: DevicePaths = { dataDir: GUEST.dataDir, lockRoot: GUEST.lockRoot };
   /** This file's API connections, ended with it: the next file may start from a restored snapshot. */
   readonly #connections = new Agent();
+  /** The board's engine socket on this machine, forwarded over SSH the first time `ports` asks; ended with the file. */
+  #engine: Promise<{ path: string; close(): Promise<void> }> | undefined;
+  readonly #unwatchRelaunches: () => void;
   #closed = false;
 
   constructor(
@@ -438,6 +465,10 @@ class QemuUnderTest implements DeviceUnderTest {
     this.journal = ssh.journal;
     this.images = lab.images!.over(ssh);
     this.files = { ...ssh.files, volumePath: (appId: number, volume: string) => dockerVolumePath(ssh, identity.uuid, appId, volume) };
+    // A board that is off has no QEMU to forward through.
+    this.ports = new QemuPorts({ uuid: identity.uuid, engineSocket: () => this.#engineSocket(ssh), board: () => (lab.cut ? undefined : lab.board) });
+    // A URL a spec holds leads to the board again after a reboot or power cycle, each a new QEMU.
+    this.#unwatchRelaunches = lab.watchRelaunches((board) => this.ports.follow(board));
     const line = LED_LINES[lab.machine];
     this.led = {
       line: `${line.chip} pin ${line.offset}, read from the emulated ${lab.machine === 'raspi3b' ? 'BCM2835 GPLEV0' : 'PL061 data'} register through the QEMU monitor every ${LED_SAMPLE_MS} ms`,
@@ -473,6 +504,16 @@ class QemuUnderTest implements DeviceUnderTest {
     };
   }
 
+  async #engineSocket(ssh: SshDevice): Promise<string> {
+    this.#engine ??= ssh.forwardUnixSocket('/var/run/docker.sock');
+    try {
+      return (await this.#engine).path;
+    } catch (err) {
+      this.#engine = undefined; // the next ask tries again
+      throw err;
+    }
+  }
+
   supervisorLog(): Promise<string> {
     return this.lab.ssh ? unitLog(this.lab.ssh, GUEST.unit) : Promise.resolve('(no SSH to the board)');
   }
@@ -489,6 +530,9 @@ class QemuUnderTest implements DeviceUnderTest {
   async close(): Promise<void> {
     if (this.#closed) return;
     this.#closed = true;
+    this.#unwatchRelaunches();
+    await this.ports.close();
+    await this.#engine?.then((e) => e.close()).catch(() => undefined);
     await this.#connections.destroy().catch(() => undefined);
     await this.link?.close().catch(() => undefined);
   }

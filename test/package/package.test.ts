@@ -193,7 +193,7 @@ describe('a team app, installed with npm 12', () => {
     it(`a second app, whose worker on its own network calls the supervisor, passes its specs on ${target}`, async () => {
       const kiln = join(dir, 'kiln');
       cpSync(join(REPO, 'fixtures/apps/kiln'), kiln, { recursive: true });
-      const tested = await run('npx', ['fleetlab', 'test', '--target', target], kiln, 2_400_000, target === 'qemu' ? { FLEETLAB_QEMU_MACHINE: 'virt' } : {});
+      const tested = await run('npx', ['fleetlab', 'test', '--target', target], kiln, 2_400_000, { ...userNode, ...(target === 'qemu' ? { FLEETLAB_QEMU_MACHINE: 'virt' } : {}) });
       keepReport(kiln, `kiln-${target}`);
       expect(tested.code, tested.out).toBe(0);
       expect(tested.out).toMatch(/3 passed/);

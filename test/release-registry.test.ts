@@ -8,6 +8,7 @@ import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, 
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import Docker from 'dockerode';
+import { execa } from 'execa';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { loadCompose, parseCompose } from '../hil/release/compose.js';
 import { buildRelease, localTargetState } from '../hil/release/release.js';
@@ -162,17 +163,21 @@ describe('a registry left behind', () => {
 });
 
 describe('a build engine left behind', () => {
-  it('is reaped by the next start: its dockerd stopped and its directory removed', async () => {
+  it('is reaped by the next start: its dockerd stopped, its mounts undone and its directory removed', async () => {
     const root = mkdtempSync(join(tmpdir(), 'fleetlab-reap-'));
     const stale = join(root, 'fleetlab-build-engine-stale');
-    mkdirSync(stale);
+    mkdirSync(join(stale, 'data'), { recursive: true });
     // An owner that has exited (pid 2^22 + 1 is above Linux's pid_max) and no dockerd.
     writeFileSync(join(stale, 'owner.json'), JSON.stringify({ owner: 4_194_305, pid: 4_194_305 }));
+    // What a dockerd killed with -9 leaves: its data root bind-mounted on itself, which no rm removes.
+    await execa('mount', ['--bind', join(stale, 'data'), join(stale, 'data')]);
+    expect(readFileSync('/proc/self/mountinfo', 'utf8')).toContain(` ${join(stale, 'data')} `);
     const live = join(root, 'fleetlab-build-engine-live');
     mkdirSync(live);
     writeFileSync(join(live, 'owner.json'), JSON.stringify({ owner: process.pid, pid: process.pid }));
     expect(await reapStaleBuildEngines(root)).toEqual([stale]);
     expect(existsSync(stale)).toBe(false);
+    expect(readFileSync('/proc/self/mountinfo', 'utf8')).not.toContain(` ${join(stale, 'data')} `);
     expect(existsSync(live)).toBe(true);
     rmSync(root, { recursive: true, force: true });
   });

@@ -113,13 +113,18 @@ describe('saving a running board and starting new ones from it', () => {
 });
 
 describe('a board whose launcher was killed with -9', () => {
-  it('ends with its launcher, and the next boot removes the run dir it left', async () => {
-    const image = tinyImage('orphan');
+  /** A tiny image and a run dir for `name` under a root the reaper is pointed at, removed after the test. */
+  function reapable(name: string): { image: QemuImage; root: string; runDir: string } {
     // Short: QEMU's sockets go in the run dir, and a unix socket path has 107 bytes at most.
     const root = mkdtempSync('/tmp/fleetlab-reap-');
     onTestFinished(() => rmSync(root, { recursive: true, force: true }));
-    const runDir = join(root, 'fleetlab-qemu-orphan');
+    const runDir = join(root, `fleetlab-qemu-${name}`);
     mkdirSync(runDir);
+    return { image: tinyImage(name), root, runDir };
+  }
+
+  it('ends with its launcher, and the next boot removes the run dir it left', async () => {
+    const { image, root, runDir } = reapable('orphan');
     const script = `
       import { createOverlay, launch } from ${JSON.stringify(new URL('../qemu/boot.ts', import.meta.url).pathname)};
       const image = ${JSON.stringify(image)};
@@ -146,11 +151,7 @@ describe('a board whose launcher was killed with -9', () => {
   }, 60_000);
 
   it('still running (QEMU started where setpriv is missing) is stopped by the next boot', async () => {
-    const image = tinyImage('unowned');
-    const root = mkdtempSync('/tmp/fleetlab-reap-');
-    onTestFinished(() => rmSync(root, { recursive: true, force: true }));
-    const runDir = join(root, 'fleetlab-qemu-unowned');
-    mkdirSync(runDir);
+    const { image, root, runDir } = reapable('unowned');
     const overlay = join(runDir, 'overlay.qcow2');
     await createOverlay(image, overlay);
     const board = await launch({ image, machine: 'virt', overlay, runDir, apiPort: await freePort(), sshPort: await freePort() });

@@ -16,6 +16,8 @@ import { pushRelease, registryRef, repositoryComponent } from '../hil/release/pu
 import { reapStaleBuildEngines, startBuildEngine, type BuildEngine } from '../hil/release/build-engine.js';
 import { registryConfig, startRegistry, type Registry } from '../hil/release/registry.js';
 import { reapStale } from '../src/owned-dirs.js';
+import { alive } from '../src/processes.js';
+import { pollUntil } from '../hil/lib/wait.js';
 import { ensureTestImages } from '../sim/images/test-images.js';
 
 const hostSocket = process.env.FLEETLAB_DOCKER_SOCKET ?? '/var/run/docker.sock';
@@ -181,6 +183,35 @@ describe('a build engine left behind', () => {
     expect(existsSync(live)).toBe(true);
     rmSync(root, { recursive: true, force: true });
   });
+
+  it('killed with -9 mid-build: the next reap kills its container and shim, undoes its mounts and bridge, removes its directory', async () => {
+    const left = await startBuildEngine();
+    const dir = join(left.socketPath, '..');
+    const builder = new Docker({ socketPath: left.socketPath });
+    // A RUN step in progress is such a container: started by the engine, run by a shim of its own.
+    const step = await builder.createContainer({ Image: 'fleetlab/busybox:latest', Cmd: ['sleep', '600'], HostConfig: { NetworkMode: 'none' } });
+    await step.start();
+    const owner = JSON.parse(readFileSync(join(dir, 'owner.json'), 'utf8')) as { owner: number; pid: number; bridge: string };
+    const inContainer = () => readdirSync('/proc').map(Number).filter((pid) => pid > 0 && (() => {
+      try {
+        return readFileSync(`/proc/${pid}/cgroup`, 'utf8').includes(`/${step.id}`);
+      } catch {
+        return false;
+      }
+    })());
+    expect(inContainer().length).toBeGreaterThan(0);
+    // dockerd killed with -9 (its containerd goes with it); its owner gone, as after a kill -9 of the worker.
+    process.kill(owner.pid, 'SIGKILL');
+    writeFileSync(join(dir, 'owner.json'), JSON.stringify({ ...owner, owner: 4_194_305 }));
+    await pollUntil('the killed dockerd gone', async () => alive(owner.pid), (running) => !running, { timeoutMs: 10_000, intervalMs: 100 });
+    expect(inContainer().length, 'the container outlives its dockerd').toBeGreaterThan(0);
+
+    expect(await reapStaleBuildEngines()).toContain(dir);
+    expect(inContainer(), 'processes of its container left').toEqual([]);
+    expect(readFileSync('/proc/self/mountinfo', 'utf8')).not.toContain(dir);
+    expect(readdirSync('/sys/class/net')).not.toContain(owner.bridge);
+    expect(existsSync(dir)).toBe(false);
+  }, 120_000);
 
   it("stops with close: no dockerd answers, its directory and bridge are gone, the host engine's docker0 stays", async () => {
     const links = () => readdirSync('/sys/class/net');

@@ -13,7 +13,7 @@
  * Its directory lives under the system's temp dir with an owner file: a run killed with -9
  * leaves it behind, and the next start stops that dockerd and removes it.
  */
-import { existsSync, renameSync } from 'node:fs';
+import { existsSync, readdirSync, readFileSync, renameSync } from 'node:fs';
 import { mkdir, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -26,7 +26,7 @@ import { cacheRoot, needTool, qemuTools, requireArm64Binfmt } from '../../qemu/t
 import { DEFAULT_MIRROR, DEFAULT_SUITE } from '../../qemu/image/recipe.js';
 import { sleep } from '../lib/wait.js';
 import { reapStale, spawnOwned } from '../../src/owned-dirs.js';
-import { stopPid } from '../../src/processes.js';
+import { stopPid, stopProcesses } from '../../src/processes.js';
 
 export const dockerdTool: ToolSpec = { candidates: ['/usr/sbin/dockerd', '/usr/bin/dockerd', 'dockerd'], debianPackage: 'docker.io' };
 const ipTool: ToolSpec = { candidates: ['/usr/sbin/ip', '/sbin/ip', '/usr/bin/ip', '/bin/ip', 'ip'], debianPackage: 'iproute2' };
@@ -64,9 +64,36 @@ async function unmountUnder(dir: string): Promise<void> {
   for (const point of [...new Set(points)].sort((a, b) => b.length - a.length)) await execa(umount, [point], { reject: false });
 }
 
-/** Stops the engines, and removes the directories, mounts and bridges, that runs killed before their close left behind. */
+/** Live processes (other than this one) whose /proc/<pid>/<file> holds any of `needles`. */
+function processesWith(file: 'cmdline' | 'cgroup', needles: readonly string[]): number[] {
+  const holds = (pid: number) => {
+    try {
+      const text = readFileSync(`/proc/${pid}/${file}`, 'latin1');
+      return needles.some((needle) => text.includes(needle));
+    } catch {
+      return false; // gone meanwhile
+    }
+  };
+  return needles.length === 0 ? [] : readdirSync('/proc').map(Number).filter((pid) => Number.isInteger(pid) && pid !== process.pid && holds(pid));
+}
+
+/**
+ * What of an engine outlives its dockerd killed with -9: the containers of a build that was
+ * running (in cgroups named by their ids, which its data root lists) and their containerd
+ * shims (started in sessions of their own, outside the run's process group, and naming the
+ * engine's directory in their command lines). The containers are killed (a container's first
+ * process ignores SIGTERM), then the shims stopped.
+ */
+async function stopEngineLeftovers(dir: string): Promise<void> {
+  const ids = existsSync(join(dir, 'data', 'containers')) ? readdirSync(join(dir, 'data', 'containers')) : [];
+  await stopProcesses(processesWith('cgroup', ids.map((id) => `/${id}`)), 0);
+  await stopProcesses(processesWith('cmdline', [dir]));
+}
+
+/** Stops the engines, their builds' containers and shims, and removes the directories, mounts and bridges, that runs killed before their close left behind. */
 export function reapStaleBuildEngines(root = tmpdir()): Promise<string[]> {
   return reapStale(root, DIR_PREFIX, async (owner, dir) => {
+    await stopEngineLeftovers(dir);
     await unmountUnder(dir);
     if (owner.bridge) await ip(['link', 'del', owner.bridge]);
   });

@@ -6,8 +6,8 @@
  * every process carrying the run's session label), and what a SIGKILL of the group leaves on
  * disk (the boards' run dirs and overlays) is removed by the next run when it starts.
  *
- * Skipped, saying why, without the QEMU image or the saved ready board: .ci/run's virt run
- * saves it before this file runs.
+ * Skipped, saying why, without a QEMU image in the cache or this checkout's saved ready board:
+ * .ci/run builds the image and its virt run saves the board before this file runs.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import { existsSync, mkdirSync, readdirSync, readFileSync } from 'node:fs';
@@ -16,7 +16,7 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { pollUntil } from '../../hil/lib/wait.js';
 import { RUN_DIR_PREFIXES } from '../../qemu/boot.js';
-import { latestImage } from '../../qemu/image/build.js';
+import { buildImage, latestImage } from '../../qemu/image/build.js';
 import { findReadyState } from '../../qemu/ready-state.js';
 import { sessionEnv, sessionProcesses, stopProcesses } from '../../src/processes.js';
 import { repoRoot, writeTeam } from './board-under-test.js';
@@ -39,7 +39,9 @@ test('board ${name} is held', async ({ device }) => {
 });
 `;
 
-const image = latestImage();
+// This checkout's image: seconds once `qemu build` made it (or any image, whose root filesystem
+// it shares); none in the cache at all would be a cold build of minutes, so that is a skip.
+const image = latestImage() ? (await buildImage({ repoRoot })).image : undefined;
 const ready = image ? await findReadyState(image, 'virt') : undefined;
 const skipReason = !image
   ? 'no QEMU image in the cache: node bin/fleetlab.js qemu build'

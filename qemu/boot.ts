@@ -19,7 +19,7 @@ import { QmpClient } from './qmp.js';
 import { cacheRoot, needTool, qemuTools } from './tools.js';
 import { freePort } from '../src/free-port.js';
 import { ownerRecord, reapStale, writeOwner } from '../src/owned-dirs.js';
-import { processStart } from '../src/processes.js';
+import { processStart, stoppedWithParent } from '../src/processes.js';
 import { watchUsbNet } from './usb-net-watch.js';
 
 export interface BootOptions {
@@ -227,9 +227,11 @@ export class QemuBoard {
 export const RUN_DIR_PREFIXES = ['fleetlab-qemu-', 'fleetlab-hil-qemu-'] as const;
 
 /**
- * A launcher killed with -9 leaves its QEMU running with no one to stop it. Every launch
- * names its QEMU in the run dir's owner file (src/owned-dirs.ts); this stops the QEMU of run
- * dirs under `root` whose launcher is gone and removes them. Every boot and restore calls it.
+ * A launcher killed with -9 takes its QEMU with it (`launch` starts it with setpriv
+ * --pdeathsig) but cannot remove its run dir and overlay; without setpriv its QEMU runs on.
+ * Every launch names its QEMU in the run dir's owner file (src/owned-dirs.ts); this stops the
+ * QEMU of run dirs under `root` whose launcher is gone and removes them. Every boot and
+ * restore calls it.
  */
 export async function reapAbandonedBoards(root: string = tmpdir()): Promise<string[]> {
   return (await Promise.all(RUN_DIR_PREFIXES.map((prefix) => reapStale(root, prefix)))).flat();
@@ -294,7 +296,8 @@ export async function launch(o: {
   });
   for (const sock of [qmpSocket, userQmpSocket]) await rm(sock, { force: true });
   const log = openSync(join(o.runDir, 'qemu.log'), 'a');
-  const child = spawn(qemu, argv, { stdio: ['ignore', log, log] });
+  // QEMU ends with its launcher, even one killed with -9 (a Playwright worker force-killed).
+  const child = spawn(...stoppedWithParent(qemu, argv), { stdio: ['ignore', log, log] });
   closeSync(log);
   if (child.pid) {
     const pidStart = processStart(child.pid);

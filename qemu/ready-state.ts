@@ -174,14 +174,22 @@ export async function saveReadyState(o: { board: QemuBoard; image: QemuImage; re
   }
 }
 
-/** Staging directories of saves whose process is gone (killed mid-save). */
-async function removeAbandonedStaging(root: string): Promise<void> {
-  for (const name of readdirSync(root)) {
+/** Staging directories of saves whose process is gone (killed mid-save); returns those removed. */
+async function removeAbandonedStaging(root: string): Promise<string[]> {
+  const removed: string[] = [];
+  for (const name of existsSync(root) ? readdirSync(root) : []) {
     if (!name.startsWith(STAGING_PREFIX)) continue;
     const pid = Number(name.slice(STAGING_PREFIX.length).split('-')[0]);
     if (Number.isInteger(pid) && pid > 0 && alive(pid)) continue;
     await rm(join(root, name), { recursive: true, force: true });
+    removed.push(join(root, name));
   }
+  return removed;
+}
+
+/** The half-written saves (each a board's RAM and disk) of processes killed mid-save, removed; returns those removed. */
+export function reapAbandonedSaves(cacheDir: string = cacheRoot()): Promise<string[]> {
+  return removeAbandonedStaging(readyRoot(cacheDir));
 }
 
 /**

@@ -8,7 +8,7 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import { closeSync, openSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { rm } from 'node:fs/promises';
 import { join } from 'node:path';
-import { isRunning, processStart, sessionProcesses, stopPid, stopProcesses } from './processes.js';
+import { isRunning, processStart, sessionProcesses, stopPid, stopProcesses, stoppedWithParent } from './processes.js';
 
 const OWNER_FILE = 'owner.json';
 
@@ -66,8 +66,8 @@ export async function reapStale(root: string, prefix: string, undo: (owner: Owne
     if (owner.pid && isRunning(owner.pid, owner.pidStart)) await stopPid(owner.pid);
     if (owner.session) await stopProcesses(sessionProcesses(owner.session));
     await undo(owner, dir);
-    await rm(dir, { recursive: true, force: true }).catch(() => undefined);
-    reaped.push(dir);
+    // One that cannot be removed (something still mounted in it) is not reaped: the next run tries again.
+    if (await rm(dir, { recursive: true, force: true }).then(() => true, () => false)) reaped.push(dir);
   }
   return reaped;
 }
@@ -85,7 +85,8 @@ export function spawnOwned(dir: string, binary: string, args: readonly string[],
   const fd = openSync(logPath, 'a');
   let child: ChildProcess;
   try {
-    child = spawn(binary, args, { stdio: ['ignore', fd, fd] });
+    // It ends with this process, even one killed with -9; the directory is the next run's to remove.
+    child = spawn(...stoppedWithParent(binary, args), { stdio: ['ignore', fd, fd] });
   } finally {
     closeSync(fd);
   }

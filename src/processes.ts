@@ -7,6 +7,7 @@
  */
 import { readFileSync, readdirSync } from 'node:fs';
 import { setTimeout as sleep } from 'node:timers/promises';
+import { findTool, tools } from './tools.js';
 
 /** The environment variable that labels a process with the session that started it. */
 export const SESSION_VARIABLE = 'FLEETLAB_SESSION';
@@ -14,6 +15,18 @@ export const SESSION_VARIABLE = 'FLEETLAB_SESSION';
 const STOP_MS = 20_000;
 const KILLED_MS = 5_000;
 const POLL_MS = 100;
+
+/**
+ * The command line that runs `binary args` so that the kernel sends it `signal` when the
+ * process starting it ends, however that ends (kill -9 too): util-linux's `setpriv
+ * --pdeathsig`, which sets the signal and execs the program (the same pid, so the caller's
+ * child is the program). Whatever a process starts then stops with it, even when nothing of it
+ * runs to stop it. Without setpriv, the program as it is: the next run's reaper stops it.
+ */
+export function stoppedWithParent(binary: string, args: readonly string[], signal: NodeJS.Signals = 'SIGTERM'): [string, string[]] {
+  const setpriv = findTool(tools.setpriv);
+  return setpriv ? [setpriv, ['--pdeathsig', signal, '--', binary, ...args]] : [binary, [...args]];
+}
 
 /** `base` (default: this process's environment) with the session label. */
 export function sessionEnv(session: string, base: NodeJS.ProcessEnv = process.env): NodeJS.ProcessEnv {

@@ -22,6 +22,8 @@ export const tools = {
   },
   unshare: { candidates: ['unshare'], debianPackage: 'util-linux' },
   mount: { candidates: ['mount'], debianPackage: 'mount' },
+  umount: { candidates: ['umount'], debianPackage: 'mount' },
+  setpriv: { candidates: ['setpriv'], debianPackage: 'util-linux' },
   busybox: { candidates: ['/bin/busybox', '/usr/bin/busybox'], debianPackage: 'busybox-static' },
   mmdebstrap: { candidates: ['mmdebstrap'], debianPackage: 'mmdebstrap' },
 } as const satisfies Record<string, ToolSpec>;

@@ -13,6 +13,7 @@ import type { QemuImage } from '../qemu/image/build.js';
 import { findReadyState, qemuVersion, readyStateKey, restoreBoard, saveReadyState } from '../qemu/ready-state.js';
 import { freePort } from '../src/free-port.js';
 import { alive } from '../src/processes.js';
+import { pollUntil } from '../hil/lib/wait.js';
 
 const work = mkdtempSync(join(tmpdir(), 'fleetlab-ready-state-test-'));
 afterAll(() => rmSync(work, { recursive: true, force: true }));
@@ -112,13 +113,18 @@ describe('saving a running board and starting new ones from it', () => {
 });
 
 describe('a board whose launcher was killed with -9', () => {
-  it('keeps running until the next boot stops its QEMU and removes its run dir', async () => {
-    const image = tinyImage('orphan');
+  /** A tiny image and a run dir for `name` under a root the reaper is pointed at, removed after the test. */
+  function reapable(name: string): { image: QemuImage; root: string; runDir: string } {
     // Short: QEMU's sockets go in the run dir, and a unix socket path has 107 bytes at most.
     const root = mkdtempSync('/tmp/fleetlab-reap-');
     onTestFinished(() => rmSync(root, { recursive: true, force: true }));
-    const runDir = join(root, 'fleetlab-qemu-orphan');
+    const runDir = join(root, `fleetlab-qemu-${name}`);
     mkdirSync(runDir);
+    return { image: tinyImage(name), root, runDir };
+  }
+
+  it('ends with its launcher, and the next boot removes the run dir it left', async () => {
+    const { image, root, runDir } = reapable('orphan');
     const script = `
       import { createOverlay, launch } from ${JSON.stringify(new URL('../qemu/boot.ts', import.meta.url).pathname)};
       const image = ${JSON.stringify(image)};
@@ -135,11 +141,26 @@ describe('a board whose launcher was killed with -9', () => {
     const exited = new Promise((r) => launcher.once('exit', r));
     launcher.kill('SIGKILL');
     await exited;
-    expect(alive(qemuPid)).toBe(true);
+    // The kernel signals QEMU when its launcher dies (setpriv --pdeathsig): nothing of it runs on.
+    await pollUntil(`QEMU (pid ${qemuPid}) ending with its launcher`, async () => alive(qemuPid), (running) => !running, { timeoutMs: 15_000, intervalMs: 100 });
     expect(JSON.parse(readFileSync(join(runDir, 'owner.json'), 'utf8'))).toMatchObject({ pid: qemuPid });
+    expect(existsSync(join(runDir, 'overlay.qcow2'))).toBe(true);
 
     expect(await reapAbandonedBoards(root)).toEqual([runDir]);
-    expect(alive(qemuPid)).toBe(false);
+    expect(existsSync(runDir)).toBe(false);
+  }, 60_000);
+
+  it('still running (QEMU started where setpriv is missing) is stopped by the next boot', async () => {
+    const { image, root, runDir } = reapable('unowned');
+    const overlay = join(runDir, 'overlay.qcow2');
+    await createOverlay(image, overlay);
+    const board = await launch({ image, machine: 'virt', overlay, runDir, apiPort: await freePort(), sshPort: await freePort() });
+    onTestFinished(() => board.quit());
+    // Its owner file now names a launcher that is gone (pid 2^22 + 1 is above Linux's pid_max).
+    const owner = JSON.parse(readFileSync(join(runDir, 'owner.json'), 'utf8')) as Record<string, unknown>;
+    writeFileSync(join(runDir, 'owner.json'), JSON.stringify({ ...owner, owner: 4_194_305, ownerStart: undefined }));
+    expect(await reapAbandonedBoards(root)).toEqual([runDir]);
+    expect(alive(board.process.pid!)).toBe(false);
     expect(existsSync(runDir)).toBe(false);
   }, 60_000);
 });

@@ -8,6 +8,7 @@ import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, 
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import Docker from 'dockerode';
+import { execa } from 'execa';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { loadCompose, parseCompose } from '../hil/release/compose.js';
 import { buildRelease, localTargetState } from '../hil/release/release.js';
@@ -15,6 +16,8 @@ import { pushRelease, registryRef, repositoryComponent } from '../hil/release/pu
 import { reapStaleBuildEngines, startBuildEngine, type BuildEngine } from '../hil/release/build-engine.js';
 import { registryConfig, startRegistry, type Registry } from '../hil/release/registry.js';
 import { reapStale } from '../src/owned-dirs.js';
+import { alive } from '../src/processes.js';
+import { pollUntil } from '../hil/lib/wait.js';
 import { ensureTestImages } from '../sim/images/test-images.js';
 
 const hostSocket = process.env.FLEETLAB_DOCKER_SOCKET ?? '/var/run/docker.sock';
@@ -162,20 +165,53 @@ describe('a registry left behind', () => {
 });
 
 describe('a build engine left behind', () => {
-  it('is reaped by the next start: its dockerd stopped and its directory removed', async () => {
+  it('is reaped by the next start: its dockerd stopped, its mounts undone and its directory removed', async () => {
     const root = mkdtempSync(join(tmpdir(), 'fleetlab-reap-'));
     const stale = join(root, 'fleetlab-build-engine-stale');
-    mkdirSync(stale);
+    mkdirSync(join(stale, 'data'), { recursive: true });
     // An owner that has exited (pid 2^22 + 1 is above Linux's pid_max) and no dockerd.
     writeFileSync(join(stale, 'owner.json'), JSON.stringify({ owner: 4_194_305, pid: 4_194_305 }));
+    // What a dockerd killed with -9 leaves: its data root bind-mounted on itself, which no rm removes.
+    await execa('mount', ['--bind', join(stale, 'data'), join(stale, 'data')]);
+    expect(readFileSync('/proc/self/mountinfo', 'utf8')).toContain(` ${join(stale, 'data')} `);
     const live = join(root, 'fleetlab-build-engine-live');
     mkdirSync(live);
     writeFileSync(join(live, 'owner.json'), JSON.stringify({ owner: process.pid, pid: process.pid }));
     expect(await reapStaleBuildEngines(root)).toEqual([stale]);
     expect(existsSync(stale)).toBe(false);
+    expect(readFileSync('/proc/self/mountinfo', 'utf8')).not.toContain(` ${join(stale, 'data')} `);
     expect(existsSync(live)).toBe(true);
     rmSync(root, { recursive: true, force: true });
   });
+
+  it('killed with -9 mid-build: the next reap kills its container and shim, undoes its mounts and bridge, removes its directory', async () => {
+    const left = await startBuildEngine();
+    const dir = join(left.socketPath, '..');
+    const builder = new Docker({ socketPath: left.socketPath });
+    // A RUN step in progress is such a container: started by the engine, run by a shim of its own.
+    const step = await builder.createContainer({ Image: 'fleetlab/busybox:latest', Cmd: ['sleep', '600'], HostConfig: { NetworkMode: 'none' } });
+    await step.start();
+    const owner = JSON.parse(readFileSync(join(dir, 'owner.json'), 'utf8')) as { owner: number; pid: number; bridge: string };
+    const inContainer = () => readdirSync('/proc').map(Number).filter((pid) => pid > 0 && (() => {
+      try {
+        return readFileSync(`/proc/${pid}/cgroup`, 'utf8').includes(`/${step.id}`);
+      } catch {
+        return false;
+      }
+    })());
+    expect(inContainer().length).toBeGreaterThan(0);
+    // dockerd killed with -9 (its containerd goes with it); its owner gone, as after a kill -9 of the worker.
+    process.kill(owner.pid, 'SIGKILL');
+    writeFileSync(join(dir, 'owner.json'), JSON.stringify({ ...owner, owner: 4_194_305 }));
+    await pollUntil('the killed dockerd gone', async () => alive(owner.pid), (running) => !running, { timeoutMs: 10_000, intervalMs: 100 });
+    expect(inContainer().length, 'the container outlives its dockerd').toBeGreaterThan(0);
+
+    expect(await reapStaleBuildEngines()).toContain(dir);
+    expect(inContainer(), 'processes of its container left').toEqual([]);
+    expect(readFileSync('/proc/self/mountinfo', 'utf8')).not.toContain(dir);
+    expect(readdirSync('/sys/class/net')).not.toContain(owner.bridge);
+    expect(existsSync(dir)).toBe(false);
+  }, 120_000);
 
   it("stops with close: no dockerd answers, its directory and bridge are gone, the host engine's docker0 stays", async () => {
     const links = () => readdirSync('/sys/class/net');

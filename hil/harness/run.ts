@@ -16,6 +16,7 @@ import { userTmpDir } from '../../src/user-tmp.js';
 import { engineAt } from '../../sim/engine-at.js';
 import { requireUserNamespace } from '../../sim/gpio/namespace.js';
 import { requireNativeModules, type NativeModule } from '../../src/native-modules.js';
+import { stoppedWithParent } from '../../src/processes.js';
 import { readLab } from '../lab/lab-command.js';
 import { matchingBoards } from '../lab/lab-file.js';
 import { LAB_TAGS_VARIABLE, LAB_VARIABLE } from '../lab/worker-lease.js';
@@ -123,7 +124,10 @@ export async function runTests(options: RunOptions): Promise<number> {
   // The run's temporary files in the user's own directory: what takes a fixed name there
   // (testcontainers' lock file, which follows TMPDIR and nothing else) is then never another
   // user's, as it can be in the shared /tmp after a run as root.
-  const child = spawn(process.execPath, [cli, ...argv], {
+  // Playwright gets SIGINT when this process ends in any way (kill -9 too): it then stops the
+  // run as on Ctrl-C, its workers stopping their boards, rather than running on with no one
+  // to wait for it.
+  const child = spawn(...stoppedWithParent(process.execPath, [cli, ...argv], 'SIGINT'), {
     cwd: options.cwd,
     stdio: 'inherit',
     env: { ...process.env, TMPDIR: userTmpDir(), FLEETLAB_HIL_ENGINE: process.env.FLEETLAB_HIL_ENGINE ?? 'docker', TESTCONTAINERS_RYUK_DISABLED: 'true', FLEETLAB_DOCKER_SOCKET: dockerSocket, ...labEnv },

@@ -13,20 +13,20 @@
  * Its directory lives under the system's temp dir with an owner file: a run killed with -9
  * leaves it behind, and the next start stops that dockerd and removes it.
  */
-import { existsSync, renameSync } from 'node:fs';
-import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { existsSync, readdirSync, readFileSync, renameSync } from 'node:fs';
+import { mkdir, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { execa } from 'execa';
 import { FleetlabError, errorText } from '../../src/errors.js';
-import { findTool, missingToolError, type ToolSpec } from '../../src/tools.js';
+import { findTool, missingToolError, tools, type ToolSpec } from '../../src/tools.js';
 import { ensureBaseImage } from '../../sim/images/base-image.js';
 import { engineAt } from '../../sim/engine-at.js';
 import { cacheRoot, needTool, qemuTools, requireArm64Binfmt } from '../../qemu/tools.js';
 import { DEFAULT_MIRROR, DEFAULT_SUITE } from '../../qemu/image/recipe.js';
 import { sleep } from '../lib/wait.js';
 import { reapStale, spawnOwned } from '../../src/owned-dirs.js';
-import { stopPid } from '../../src/processes.js';
+import { stopPid, stopProcesses } from '../../src/processes.js';
 
 export const dockerdTool: ToolSpec = { candidates: ['/usr/sbin/dockerd', '/usr/bin/dockerd', 'dockerd'], debianPackage: 'docker.io' };
 const ipTool: ToolSpec = { candidates: ['/usr/sbin/ip', '/sbin/ip', '/usr/bin/ip', '/bin/ip', 'ip'], debianPackage: 'iproute2' };
@@ -48,9 +48,53 @@ async function ip(argv: readonly string[]): Promise<boolean> {
   return (await execa(binary, argv, { reject: false })).exitCode === 0;
 }
 
-/** Stops the engines, and removes the directories and bridges, that runs killed before their close left behind. */
+/**
+ * Unmounts what is mounted under `dir`, deepest first: dockerd's bind mount of its data root and
+ * its containers' layers, which it undoes when it stops but not when it is killed with -9 (the
+ * directory cannot be removed while they stay). /proc/self/mountinfo escapes spaces as \040.
+ */
+async function unmountUnder(dir: string): Promise<void> {
+  const umount = findTool(tools.umount);
+  const info = await readFile('/proc/self/mountinfo', 'utf8').catch(() => '');
+  const points = info
+    .split('\n')
+    .map((line) => (line.split(' ')[4] ?? '').replace(/\\([0-7]{3})/g, (_, octal: string) => String.fromCharCode(parseInt(octal, 8))))
+    .filter((point) => point === dir || point.startsWith(`${dir}/`));
+  if (!umount) return;
+  for (const point of [...new Set(points)].sort((a, b) => b.length - a.length)) await execa(umount, [point], { reject: false });
+}
+
+/** Live processes (other than this one) whose /proc/<pid>/<file> holds any of `needles`. */
+function processesWith(file: 'cmdline' | 'cgroup', needles: readonly string[]): number[] {
+  const holds = (pid: number) => {
+    try {
+      const text = readFileSync(`/proc/${pid}/${file}`, 'latin1');
+      return needles.some((needle) => text.includes(needle));
+    } catch {
+      return false; // gone meanwhile
+    }
+  };
+  return needles.length === 0 ? [] : readdirSync('/proc').map(Number).filter((pid) => Number.isInteger(pid) && pid !== process.pid && holds(pid));
+}
+
+/**
+ * What of an engine outlives its dockerd killed with -9: the containers of a build that was
+ * running (in cgroups named by their ids, which its data root lists) and their containerd
+ * shims (started in sessions of their own, outside the run's process group, and naming the
+ * engine's directory in their command lines). The containers are killed (a container's first
+ * process ignores SIGTERM), then the shims stopped.
+ */
+async function stopEngineLeftovers(dir: string): Promise<void> {
+  const ids = existsSync(join(dir, 'data', 'containers')) ? readdirSync(join(dir, 'data', 'containers')) : [];
+  await stopProcesses(processesWith('cgroup', ids.map((id) => `/${id}`)), 0);
+  await stopProcesses(processesWith('cmdline', [dir]));
+}
+
+/** Stops the engines, their builds' containers and shims, and removes the directories, mounts and bridges, that runs killed before their close left behind. */
 export function reapStaleBuildEngines(root = tmpdir()): Promise<string[]> {
-  return reapStale(root, DIR_PREFIX, async (owner) => {
+  return reapStale(root, DIR_PREFIX, async (owner, dir) => {
+    await stopEngineLeftovers(dir);
+    await unmountUnder(dir);
     if (owner.bridge) await ip(['link', 'del', owner.bridge]);
   });
 }
@@ -115,6 +159,7 @@ export async function startBuildEngine(o: { progress?: (line: string) => void } 
   const stop = async () => {
     if (child.exitCode === null && child.signalCode === null) await stopPid(child.pid!, () => child.exitCode !== null || child.signalCode !== null);
     await exited;
+    await unmountUnder(dir);
     await ip(['link', 'del', bridge]);
     await rm(dir, { recursive: true, force: true }).catch(() => undefined);
   };

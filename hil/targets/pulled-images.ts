@@ -10,16 +10,21 @@
  * registry half is worker-registry.ts, which the sim target on the simulated engine shares.
  */
 import { existsSync } from 'node:fs';
-import { startBuildEngine, type BuildEngine } from '../release/build-engine.js';
+import { reapStaleBuildEngines, startBuildEngine, type BuildEngine } from '../release/build-engine.js';
 import type { Registry } from '../release/registry.js';
 import type { ImagesProtocol, ReleaseEngine } from './protocols.js';
 import type { SshDevice } from './ssh-device.js';
-import { WorkerRegistry } from './worker-registry.js';
+import { reapAbandonedRegistries, WorkerRegistry } from './worker-registry.js';
 
 /** This machine's dockerd as the source of `image:` services' images, when it runs. */
 function hostImageSource(architecture: string): Pick<ReleaseEngine, 'imageSource'> {
   const engineSocket = process.env.FLEETLAB_DOCKER_SOCKET ?? '/var/run/docker.sock';
   return existsSync(engineSocket) ? { imageSource: { engineSocket, architecture } } : {};
+}
+
+/** The registries and build engines of workers that are gone (killed with -9), stopped and removed; returns what was removed. */
+export async function reapAbandonedPulls(): Promise<string[]> {
+  return [...(await reapAbandonedRegistries()), ...(await reapStaleBuildEngines())];
 }
 
 export class PulledImages {

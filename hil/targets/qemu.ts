@@ -35,8 +35,8 @@ import { freePort } from '../../src/free-port.js';
 import { Agent } from 'undici';
 import { FleetlabError, errorText } from '../../src/errors.js';
 import { fleetlabRoot } from '../../src/package-root.js';
-import { bootBoard, relaunch, serialTail, waitForPing, type QemuBoard } from '../../qemu/boot.js';
-import { findReadyState, RESTORABLE_MACHINES, restoreBoard, saveReadyState, type ReadyState } from '../../qemu/ready-state.js';
+import { bootBoard, reapAbandonedBoards, relaunch, serialTail, waitForPing, type QemuBoard } from '../../qemu/boot.js';
+import { findReadyState, reapAbandonedSaves, RESTORABLE_MACHINES, restoreBoard, saveReadyState, type ReadyState } from '../../qemu/ready-state.js';
 import { FLASH_IMAGE_VARIABLE } from '../../board/flash-image-plan.js';
 import { flashImageForQemu } from '../../qemu/flash-boot.js';
 import { GpioProbe } from '../../qemu/gpio-probe.js';
@@ -49,7 +49,7 @@ import { dockerVolumePath, storedIdentity, unitLog, waitApiDown } from './board.
 import { runResetStep, supervisorWipeLines } from './board-reset.js';
 import { ensureBoardTestImages } from './board-test-images.js';
 import { SerialConsole } from './serial-console.js';
-import { PulledImages } from './pulled-images.js';
+import { PulledImages, reapAbandonedPulls } from './pulled-images.js';
 import { QemuPorts } from './qemu-ports.js';
 import { prepareReplayOnBoard } from '../capture/replay.js';
 import { SshDevice } from './ssh-device.js';
@@ -132,6 +132,16 @@ export function cloudEnv(cloud: { url: string; provisioningKey: string }): strin
   return `${Object.entries(vars).map(([k, v]) => `${k}=${v}`).join('\n')}\n`;
 }
 
+/**
+ * What runs killed with -9 (or whose workers were) left on this machine: the QEMU of a worker
+ * that is gone with its run dir and overlay, the registries and build engines its deploys
+ * started, a half-written saved board. Stopped and removed before a board of this run starts;
+ * returns what was removed.
+ */
+export async function reapAbandonedRuns(): Promise<string[]> {
+  return [...(await reapAbandonedBoards()), ...(await reapAbandonedPulls()), ...(await reapAbandonedSaves())];
+}
+
 /** One emulated board and the harness's handles on it; lives as long as the worker. */
 class QemuLab {
   board: QemuBoard | undefined;
@@ -178,6 +188,8 @@ class QemuLab {
 
   async boot(): Promise<void> {
     await this.shutdown();
+    const reaped = await reapAbandonedRuns();
+    if (reaped.length) process.stderr.write(`qemu target: removed what killed runs left: ${reaped.join(', ')}\n`);
     this.runDir = await mkdtemp(join(tmpdir(), 'fleetlab-hil-qemu-'));
     this.images = new PulledImages();
     if (this.#restorable) {

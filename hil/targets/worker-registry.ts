@@ -14,6 +14,11 @@ import { startRegistry, type Registry } from '../release/registry.js';
 /** A worker's registry directory; one a killed worker left is reaped by the next. */
 export const REGISTRY_DIR_PREFIX = 'fleetlab-registry-';
 
+/** Stops the registries of workers that are gone (killed with -9) and removes their directories; returns those removed. */
+export function reapAbandonedRegistries(): Promise<string[]> {
+  return reapStale(tmpdir(), REGISTRY_DIR_PREFIX);
+}
+
 export class WorkerRegistry {
   #started: Promise<Registry> | undefined;
   #dir: string | undefined;
@@ -24,7 +29,7 @@ export class WorkerRegistry {
   /** The registry, started on the first call; a failed start leaves nothing behind and is tried again next time. */
   start(): Promise<Registry> {
     this.#started ??= (async () => {
-      await reapStale(tmpdir(), REGISTRY_DIR_PREFIX);
+      await reapAbandonedRegistries();
       this.#dir = await mkdtemp(join(tmpdir(), REGISTRY_DIR_PREFIX));
       this.#registry = await startRegistry({ dir: this.#dir });
       return this.#registry;

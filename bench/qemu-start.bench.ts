@@ -11,8 +11,7 @@
  * to the first /ping 200 seen from the host. The first round runs with V8's compile cache
  * emptied (a first boot); later rounds use it, as every later start of a device does.
  */
-import { execFileSync } from 'node:child_process';
-import { mkdtemp, readFile, rm, symlink } from 'node:fs/promises';
+import { mkdtemp, readFile, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
@@ -23,6 +22,7 @@ import { GUEST } from '../qemu/image/recipe.js';
 import { BOARD } from '../board/layout.js';
 import type { MachineKind } from '../qemu/qemu-argv.js';
 import { SshDevice } from '../hil/targets/ssh-device.js';
+import { bundleAtRevision } from './supervisor-process.js';
 
 const READY_MS = 600_000;
 /** Fine enough for starts of seconds; the default second would round every start up to one. */
@@ -41,25 +41,10 @@ const repoRoot = new URL('..', import.meta.url).pathname;
 const log = (line: string) => process.stderr.write(`bench: ${line}\n`);
 const seconds = (ms: number) => `${(ms / 1000).toFixed(1)} s`;
 
-/** The base's own bundle, built by the base's own bundler in a worktree of `rev`. */
-async function baseBundle(rev: string, out: string): Promise<string> {
-  const commit = execFileSync('git', ['-C', repoRoot, 'rev-parse', '--short', rev], { encoding: 'utf8' }).trim();
-  const tree = await mkdtemp(join(tmpdir(), 'fleetlab-bench-base-'));
-  execFileSync('git', ['-C', repoRoot, 'worktree', 'add', '--detach', tree, commit], { stdio: 'ignore' });
-  try {
-    await symlink(join(repoRoot, 'node_modules'), join(tree, 'node_modules'));
-    const payload = (await import(join(tree, 'qemu', 'image', 'payload.ts'))) as { bundleSupervisor(root: string, out: string): Promise<void> };
-    await payload.bundleSupervisor(tree, out);
-    return commit;
-  } finally {
-    execFileSync('git', ['-C', repoRoot, 'worktree', 'remove', '--force', tree], { stdio: 'ignore' });
-  }
-}
-
 const work = await mkdtemp(join(tmpdir(), 'fleetlab-bench-qemu-start-'));
 try {
   const baseFile = join(work, 'base.mjs');
-  const baseCommit = await baseBundle(values.base, baseFile);
+  const baseCommit = await bundleAtRevision(repoRoot, values.base, baseFile);
   log(`base ${baseCommit} bundled (${baseFile})`);
   const { image } = await buildImage({ repoRoot, progress: (p) => log(`image: ${p.stage} ${p.percent}%`) });
   const { board, ready } = await bootBoard({ image, machine, snapshot: true, readyTimeoutMs: READY_MS, progress: log });

@@ -36,7 +36,7 @@
  *   FLEETLAB_DOCKER_SOCKET=/path/to/docker.sock npm run bench
  */
 import { execFileSync } from 'node:child_process';
-import { existsSync, readFileSync, readdirSync } from 'node:fs';
+import { existsSync } from 'node:fs';
 import { rm } from 'node:fs/promises';
 import { cpus, loadavg, release } from 'node:os';
 import { dirname, join } from 'node:path';
@@ -53,6 +53,7 @@ import { runPeerBench } from './cloud-peer.js';
 import { runLoadProcess, type LoadPlan, type LoadResult as LeanResult } from './http-load.js';
 import { percentile } from './percentile.js';
 import { rssDrift } from './rss-drift.js';
+import { BenchError, mib, readMemory, supervisorNodePid, type Memory } from './supervisor-process.js';
 import { measureStarts } from './supervisor-start.js';
 
 const DOCKER_SOCKET = process.env.FLEETLAB_DOCKER_SOCKET ?? '/var/run/docker.sock';
@@ -99,8 +100,6 @@ const ISSUE_17 = {
   longRssDrift: { goal: 0.05 },
 } as const;
 
-class BenchError extends Error {}
-
 /* ------------------------------------------------------------------ helpers */
 
 /** Whole process tree abort: Ctrl-C stops the current phase and tears the device down. */
@@ -108,73 +107,6 @@ const interrupted = new AbortController();
 
 function checkInterrupted(): void {
   if (interrupted.signal.aborted) throw new BenchError('interrupted');
-}
-
-interface Memory {
-  rssKiB: number;
-  hwmKiB: number;
-}
-
-function readMemory(pid: number): Memory {
-  let text: string;
-  try {
-    text = readFileSync(`/proc/${pid}/status`, 'utf8');
-  } catch (err) {
-    throw new BenchError(`cannot read /proc/${pid}/status (${errorText(err)}): did the supervisor exit?`);
-  }
-  const field = (name: string): number => {
-    const m = new RegExp(`^${name}:\\s+(\\d+)\\s+kB$`, 'm').exec(text);
-    if (!m) throw new BenchError(`no ${name} in /proc/${pid}/status`);
-    return Number(m[1]);
-  };
-  return { rssKiB: field('VmRSS'), hwmKiB: field('VmHWM') };
-}
-
-function commOf(pid: number): string {
-  try {
-    return readFileSync(`/proc/${pid}/comm`, 'utf8').trim();
-  } catch {
-    return '';
-  }
-}
-
-function childrenOf(pid: number): number[] {
-  const out: number[] = [];
-  let tasks: string[] = [];
-  try {
-    tasks = readdirSync(`/proc/${pid}/task`);
-  } catch {
-    return out;
-  }
-  for (const tid of tasks) {
-    try {
-      const text = readFileSync(`/proc/${pid}/task/${tid}/children`, 'utf8').trim();
-      if (text) out.push(...text.split(/\s+/).map(Number));
-    } catch {
-      // kernel without CONFIG_PROC_CHILDREN, or the task went away
-    }
-  }
-  return out;
-}
-
-/**
- * The node process that runs the supervisor. The sim spawns it through unshare and sh, which
- * both exec, so the spawned PID normally is node already; if some wrapper did not exec, look
- * for the node process below it (bounded breadth-first walk).
- */
-function supervisorNodePid(spawned: number): number {
-  const queue = [spawned];
-  for (let seen = 0; queue.length && seen < 64; seen++) {
-    const pid = queue.shift()!;
-    // Node 24 names its main thread, and so the process, MainThread.
-    if (commOf(pid) === 'node' || commOf(pid) === 'MainThread') return pid;
-    queue.push(...childrenOf(pid));
-  }
-  throw new BenchError(`no node process found at or below PID ${spawned} (comm ${commOf(spawned) || '?'})`);
-}
-
-function mib(kib: number): number {
-  return Math.round((kib / 1024) * 10) / 10;
 }
 
 function round(n: number, digits = 2): number {

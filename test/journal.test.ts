@@ -13,9 +13,9 @@ const containerX = { id: 'a1'.repeat(32), name: 'main_1_1', imageName: 'registry
 const containerY = { id: 'b2'.repeat(32), name: 'sidecar_2_1' };
 const at = (minute: number) => new Date(Date.UTC(2024, 2, 1, 10, minute, 0));
 
-async function readAll(stream: Readable): Promise<string> {
+async function readAll(stream: Readable | Promise<Readable>): Promise<string> {
   let text = '';
-  for await (const chunk of stream) text += String(chunk);
+  for await (const chunk of await stream) text += String(chunk);
   return text;
 }
 
@@ -109,7 +109,7 @@ describe('journal adapter over the simulated journal', () => {
     expect(lines(await scopedQuery({ unit: 'docker.service', format: 'cat' }))).toEqual(['x0', 'x1']);
     expect(lines(await scopedQuery({ count: 1, format: 'cat' }))).toEqual(['x1']);
     // A scope with no container reads nothing, and runs no journalctl.
-    const none = adapter.stream({ format: 'cat' }, new AbortController().signal, { containerIds: [] });
+    const none = await adapter.stream({ format: 'cat' }, new AbortController().signal, { containerIds: [] });
     expect(none.pid).toBeUndefined();
     expect(await readAll(none)).toBe('');
   });
@@ -214,9 +214,9 @@ describe('journal adapter over the simulated journal', () => {
     await expectBadRequest(() => query({ since: 'garbage' }), 'since');
   });
 
-  it('a missing journalctl is SUP_ERR_TOOL_MISSING', () => {
+  it('a missing journalctl is SUP_ERR_TOOL_MISSING', async () => {
     const missing = createJournalAdapter({ journalctlPath: join(directory, 'no-such-journalctl') });
-    expect(() => missing.stream({}, new AbortController().signal)).toThrow(
+    await expect(missing.stream({}, new AbortController().signal)).rejects.toThrow(
       expect.objectContaining({ code: 'SUP_ERR_TOOL_MISSING' }),
     );
   });
@@ -255,7 +255,7 @@ describe('following the simulated journal', () => {
     await sim.write({ unit: 'follow.service', message: 'before' });
     await sim.flush();
     const controller = new AbortController();
-    const stream = adapter.stream({ follow: true, unit: 'follow.service', format: 'cat' }, controller.signal);
+    const stream = await adapter.stream({ follow: true, unit: 'follow.service', format: 'cat' }, controller.signal);
     expect(stream.pid).toBeTypeOf('number');
     let seen = '';
     let wroteAfter = false;
@@ -308,7 +308,7 @@ describe('following the simulated journal', () => {
     sim.newBoot();
     await sim.flush();
     const controller = new AbortController();
-    const stream = createJournalAdapter({ directory }).stream({ follow: true, count: 1, format: 'cat' }, controller.signal);
+    const stream = await createJournalAdapter({ directory }).stream({ follow: true, count: 1, format: 'cat' }, controller.signal);
     let seen = '';
     for await (const chunk of stream) {
       seen += String(chunk);

@@ -6,8 +6,12 @@
  */
 import { Type, type Static } from '@sinclair/typebox';
 
-/** Compose's duration notation (Go's, as compose-go reads it): `10s`, `1m30s`, `500ms`, `1.5h`. */
-const DURATION = '^(0|([0-9]+(\\.[0-9]+)?(ns|us|µs|ms|s|m|h))+)$';
+/**
+ * Compose's duration notation (Go's, as compose-go reads it): `10s`, `1m30s`, `500ms`, `1.5h`.
+ * The micro sign is written as an escape here and below: the device bundle must stay ASCII
+ * (qemu/image/payload.ts, nonAsciiInBundle).
+ */
+const DURATION = '^(0|([0-9]+(\\.[0-9]+)?(ns|us|\u00b5s|ms|s|m|h))+)$';
 /** Compose's byte sizes (go-units' RAMInBytes): `67108864`, `64m`, `64MB`, `1.5GiB`. */
 const BYTES = '^[0-9]+(\\.[0-9]+)? ?([kKmMgGtTpP])?[iI]?[bB]?$';
 
@@ -173,13 +177,13 @@ export function checkContainerSettings(w: WireContainerSettings, at: string): st
   return problems;
 }
 
-const DURATION_UNITS: Record<string, number> = { ns: 1, us: 1e3, µs: 1e3, ms: 1e6, s: 1e9, m: 60e9, h: 3600e9 };
+const DURATION_UNITS: Record<string, number> = { ns: 1, us: 1e3, '\u00b5s': 1e3, ms: 1e6, s: 1e9, m: 60e9, h: 3600e9 };
 
 /** A compose duration in nanoseconds, or undefined when it is not one. */
 export function parseDuration(text: string): number | undefined {
   if (!new RegExp(DURATION).test(text)) return undefined;
   let ns = 0;
-  for (const [, amount, unit] of text.matchAll(/([0-9]+(?:\.[0-9]+)?)(ns|us|µs|ms|s|m|h)/g)) ns += Number(amount) * DURATION_UNITS[unit!]!;
+  for (const [, amount, unit] of text.matchAll(/([0-9]+(?:\.[0-9]+)?)(ns|us|\u00b5s|ms|s|m|h)/g)) ns += Number(amount) * DURATION_UNITS[unit!]!;
   return Math.round(ns);
 }
 

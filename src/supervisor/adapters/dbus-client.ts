@@ -5,8 +5,12 @@
  * reconnects lazily on the next call, and turns every failure into a FleetlabError
  * (SUP_ERR_HOST) that names the interface and method. Everything dbus-next specific for
  * callers stays in this file.
+ *
+ * dbus-next is loaded by the first call, not with the supervisor: a device calls the host
+ * (hostname, proxy, reboot) rarely, and setting up dbus-next and its XML parser at start
+ * took 0.2-0.3 MiB of the device bundle's idle RSS on Node 24 (bench/supervisor-idle.bench.ts).
  */
-import * as dbus from '@jellybrick/dbus-next';
+import type * as DbusNext from '@jellybrick/dbus-next';
 import { FleetlabError, errorText } from '../../errors.js';
 
 export interface DbusClientOptions {
@@ -28,8 +32,10 @@ export interface DbusMethodCall {
 export const DEFAULT_SYSTEM_BUS_ADDRESS = 'unix:path=/run/dbus/system_bus_socket';
 const DEFAULT_CALL_TIMEOUT_MS = 25_000;
 
+type Dbus = typeof DbusNext;
+
 interface Connection {
-  bus: dbus.MessageBus;
+  bus: DbusNext.MessageBus;
   ready: Promise<void>;
   /** Rejecters of everything in flight on this connection. */
   pending: Set<(err: Error) => void>;
@@ -40,21 +46,28 @@ interface Connection {
  * Listens for a bus connection's 'error' event. The bus emits it (socket errors, a failed
  * handshake), but the library's typings leave it out of the bus's event map.
  */
-export function onBusError(bus: dbus.MessageBus, listener: (err: unknown) => void, once = false): void {
+export function onBusError(bus: DbusNext.MessageBus, listener: (err: unknown) => void, once = false): void {
   const emitter = bus as unknown as NodeJS.EventEmitter;
   if (once) emitter.once('error', listener);
   else emitter.on('error', listener);
 }
 
 /** Stops listening for a bus connection's 'error' event (see onBusError). */
-export function offBusError(bus: dbus.MessageBus, listener: (err: unknown) => void): void {
+export function offBusError(bus: DbusNext.MessageBus, listener: (err: unknown) => void): void {
   (bus as unknown as NodeJS.EventEmitter).off('error', listener);
+}
+
+/**
+ * dbus-next's DBusError, known by its name and error name: only a client that has loaded
+ * dbus-next holds its class, and a failure can only come from one that has.
+ */
+function asDbusError(err: unknown): DbusNext.DBusError | undefined {
+  return err instanceof Error && err.name === 'DBusError' && typeof (err as { type?: unknown }).type === 'string' ? (err as DbusNext.DBusError) : undefined;
 }
 
 /** The D-Bus error name (e.g. org.freedesktop.DBus.Error.InvalidArgs) behind a failure, if any. */
 export function dbusErrorName(err: unknown): string | undefined {
-  const cause = err instanceof FleetlabError ? err.cause : err;
-  return cause instanceof dbus.DBusError ? cause.type : undefined;
+  return asDbusError(err instanceof FleetlabError ? err.cause : err)?.type;
 }
 
 export class DbusClient {
@@ -62,6 +75,8 @@ export class DbusClient {
   private readonly callTimeoutMs: number;
   private connection: Connection | undefined;
   private closed = false;
+  /** dbus-next, loaded by the first call. */
+  private dbus: Promise<Dbus> | undefined;
 
   constructor(options: DbusClientOptions = {}) {
     this.busAddress = options.busAddress ?? process.env.DBUS_SYSTEM_BUS_ADDRESS ?? DEFAULT_SYSTEM_BUS_ADDRESS;
@@ -80,10 +95,15 @@ export class DbusClient {
       { destination, path, interface: 'org.freedesktop.DBus.Properties', member: 'Get', signature: 'ss', body: [iface, name] },
       what,
     );
-    if (!(variant instanceof dbus.Variant)) {
+    const { Variant } = await this.library();
+    if (!(variant instanceof Variant)) {
       throw new FleetlabError('SUP_ERR_HOST', `${what}: the reply is not a variant`);
     }
     return variant.value;
+  }
+
+  private library(): Promise<Dbus> {
+    return (this.dbus ??= import('@jellybrick/dbus-next'));
   }
 
   /** The connection, after the bus has answered Hello. */
@@ -91,7 +111,9 @@ export class DbusClient {
     let conn: Connection | undefined;
     try {
       if (this.closed) throw new Error('the D-Bus client is closed');
-      conn = this.connect();
+      const dbus = await this.library();
+      if (this.closed) throw new Error('the D-Bus client is closed');
+      conn = this.connect(dbus);
       await this.track(conn, conn.ready);
       return conn;
     } catch (err) {
@@ -106,7 +128,8 @@ export class DbusClient {
   private async invoke(call: DbusMethodCall, what: string): Promise<unknown[]> {
     const conn = await this.connected(what);
     try {
-      const message = new dbus.Message({
+      const { Message } = await this.library();
+      const message = new Message({
         destination: call.destination,
         path: call.path,
         interface: call.interface,
@@ -128,7 +151,7 @@ export class DbusClient {
     if (conn) this.breakConnection(conn, new Error('the D-Bus client was closed'));
   }
 
-  private connect(): Connection {
+  private connect(dbus: Dbus): Connection {
     if (this.connection && !this.connection.broken) return this.connection;
     // dbus-next's sessionBus() takes any address; systemBus() would ignore ours.
     const bus = dbus.sessionBus({ busAddress: this.busAddress });
@@ -195,7 +218,8 @@ const SOCKET_ERRORS: Record<string, string> = {
 };
 
 function describe(err: unknown): string {
-  if (err instanceof dbus.DBusError) return `${err.type}: ${err.text}`;
+  const dbusError = asDbusError(err);
+  if (dbusError) return `${dbusError.type}: ${dbusError.text}`;
   const code = (err as NodeJS.ErrnoException | undefined)?.code ?? /^(E[A-Z]+)\b/.exec(errorText(err))?.[1];
   if (code && SOCKET_ERRORS[code]) return SOCKET_ERRORS[code];
   return code && !errorText(err).includes(code) ? `${code}: ${errorText(err)}` : errorText(err);

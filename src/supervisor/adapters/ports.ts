@@ -68,12 +68,12 @@ export interface JournalScope {
 /** Reads the device journal with journalctl. */
 export interface JournalPort {
   /**
-   * Starts journalctl for the query and returns its stdout. Aborting the signal kills the
+   * Starts journalctl for the query and gives its stdout. Aborting the signal kills the
    * child (the HTTP client went away). With a scope, only those containers' entries come
-   * back, whatever the query asks for. Throws FleetlabError SUP_ERR_BAD_REQUEST for a query
-   * journalctl would misread, SUP_ERR_TOOL_MISSING when journalctl is not installed.
+   * back, whatever the query asks for. Rejects with FleetlabError SUP_ERR_BAD_REQUEST for a
+   * query journalctl would misread, SUP_ERR_TOOL_MISSING when journalctl is not installed.
    */
-  stream(query: JournalQuery, signal: AbortSignal, scope?: JournalScope): Readable;
+  stream(query: JournalQuery, signal: AbortSignal, scope?: JournalScope): Promise<Readable>;
   /**
    * Lets journalctl parse since/until (and match a followed unit pattern) before anything is
    * streamed, so a bad time is a 400 rather than a 200 stream that fails. Rejects like

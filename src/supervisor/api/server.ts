@@ -13,7 +13,7 @@ import { localRoutes } from './local.js';
 import { v1Routes } from './v1.js';
 import { v2Routes } from './v2.js';
 
-/** `schemas` compile on each route's first request; a test passes its own to compile them all. */
+/** `schemas` load and compile on each route's first request; a test passes its own to compile them all. */
 export function buildApi(sup: SupervisorContext, schemas: LazySchemaCompilers = lazySchemaCompilers()): FastifyInstance {
   const app = Fastify({
     logger: false,
@@ -27,6 +27,7 @@ export function buildApi(sup: SupervisorContext, schemas: LazySchemaCompilers = 
     ...frameworkErrorOptions,
   });
 
+  schemas.loadOnRequest(app);
   installJsonBodyParser(app);
 
   // An action called with no body at all validates as `{}`, so optional-body schemas hold.

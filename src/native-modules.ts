@@ -31,6 +31,18 @@ function load(name: NativeModule): void {
   new Database(':memory:').close();
 }
 
+/**
+ * `unbuiltNativeModules` in a new Node process: after an install in this one, which cached the
+ * module it could not find then (Node keeps a missing package.json as missing), so asking again
+ * here would still say "not installed".
+ */
+export async function unbuiltInNewProcess(names: readonly NativeModule[]): Promise<Array<{ name: NativeModule; reason: string }>> {
+  const script = `import(${JSON.stringify(import.meta.url)}).then((m) => process.stdout.write(JSON.stringify(m.unbuiltNativeModules(${JSON.stringify(names)}))))`;
+  const { execa } = await import('execa');
+  const { stdout } = await execa(process.execPath, ['--input-type=module', '-e', script]);
+  return JSON.parse(stdout) as Array<{ name: NativeModule; reason: string }>;
+}
+
 /** Names of the addons in `names` that do not load here. */
 export function unbuiltNativeModules(names: readonly NativeModule[]): Array<{ name: NativeModule; reason: string }> {
   const missing: Array<{ name: NativeModule; reason: string }> = [];

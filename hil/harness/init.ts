@@ -11,7 +11,7 @@ import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { dirname, join, relative } from 'node:path';
 import { execa } from 'execa';
 import { FleetlabError, errorText } from '../../src/errors.js';
-import { buildCommand, installSqliteCommand, neededOnThisNode, unbuiltNativeModules, type NativeModule } from '../../src/native-modules.js';
+import { buildCommand, installSqliteCommand, neededOnThisNode, unbuiltInNewProcess, unbuiltNativeModules, type NativeModule } from '../../src/native-modules.js';
 import { COMPOSE_FILE_NAMES, checkCompose, type ComposeCheck } from '../release/compose.js';
 
 export interface InitOptions {
@@ -194,7 +194,8 @@ export async function initProject(options: InitOptions): Promise<void> {
       throw new FleetlabError('HIL_ERR_NATIVE_MODULE', `${install} failed (${errorText(err).split('\n')[0]}); run it yourself, or use Node 22.13 or later`);
     }
   }
-  const unbuilt = unbuiltNativeModules(neededOnThisNode(NATIVE)).map((m) => m.name);
+  // Asked anew after an install: this process still takes the module it could not find for absent.
+  const unbuilt = (absent ? await unbuiltInNewProcess(neededOnThisNode(NATIVE)) : unbuiltNativeModules(neededOnThisNode(NATIVE))).map((m) => m.name);
   if (unbuilt.length === 0) {
     log('native modules: built');
   } else if (options.rebuild === false || !existsSync(packageJson)) {
@@ -207,7 +208,7 @@ export async function initProject(options: InitOptions): Promise<void> {
     } catch (err) {
       throw new FleetlabError('HIL_ERR_NATIVE_MODULE', `npm rebuild ${unbuilt.join(' ')} failed (${errorText(err).split('\n')[0]}); run it yourself: ${buildCommand(unbuilt)}`);
     }
-    const still = unbuiltNativeModules(neededOnThisNode(NATIVE)).map((m) => m.name);
+    const still = (await unbuiltInNewProcess(neededOnThisNode(NATIVE))).map((m) => m.name);
     if (still.length) throw new FleetlabError('HIL_ERR_NATIVE_MODULE', `still not built after npm rebuild: ${still.join(', ')}; run: ${buildCommand(still)}`);
     log('native modules: built');
   }

@@ -21,7 +21,9 @@ describe('requireUserNamespace', () => {
 
   // In a user namespace the kernel refuses to bind a directory with mounts below it: the check
   // once bound /tmp, and failed whenever a root build had its chroot's /proc mounted there.
-  it.skipIf(process.getuid?.() !== 0)('passes while something is mounted below the temporary directory (needs root to mount)', () => {
+  const notRoot = process.getuid?.() !== 0;
+  if (notRoot) console.log(`skipped "passes while something is mounted below the temporary directory": mounting a tmpfs needs root, and this runs as uid ${process.getuid?.()}`);
+  it.skipIf(notRoot)('passes while something is mounted below the temporary directory (needs root to mount)', () => {
     const below = mkdtempSync(join(tmpdir(), 'fleetlab-mounted-'));
     execFileSync('mount', ['-t', 'tmpfs', 'none', below]);
     try {

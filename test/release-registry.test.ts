@@ -192,7 +192,8 @@ describe('a build engine left behind', () => {
     const step = await builder.createContainer({ Image: 'fleetlab/busybox:latest', Cmd: ['sleep', '600'], HostConfig: { NetworkMode: 'none' } });
     await step.start();
     const owner = JSON.parse(readFileSync(join(dir, 'owner.json'), 'utf8')) as { owner: number; pid: number; bridge: string };
-    const inContainer = () => readdirSync('/proc').map(Number).filter((pid) => pid > 0 && (() => {
+    // Running ones: a process killed once its shim is gone waits on whatever init the host has to reap it.
+    const inContainer = () => readdirSync('/proc').map(Number).filter((pid) => pid > 0 && alive(pid) && (() => {
       try {
         return readFileSync(`/proc/${pid}/cgroup`, 'utf8').includes(`/${step.id}`);
       } catch {

@@ -82,11 +82,12 @@ function processesWith(file: 'cmdline' | 'cgroup', needles: readonly string[]): 
  * running (in cgroups named by their ids, which its data root lists) and their containerd
  * shims (started in sessions of their own, outside the run's process group, and naming the
  * engine's directory in their command lines). The containers are killed (a container's first
- * process ignores SIGTERM), then the shims stopped.
+ * process ignores SIGTERM) and left to their shims to reap, then the shims stopped: a shim
+ * stopped first would hand its dead children to init, which on a CI runner may never reap them.
  */
 async function stopEngineLeftovers(dir: string): Promise<void> {
   const ids = existsSync(join(dir, 'data', 'containers')) ? readdirSync(join(dir, 'data', 'containers')) : [];
-  await stopProcesses(processesWith('cgroup', ids.map((id) => `/${id}`)), 0);
+  await stopProcesses(processesWith('cgroup', ids.map((id) => `/${id}`)), 0, (pid) => !existsSync(`/proc/${pid}`));
   await stopProcesses(processesWith('cmdline', [dir]));
 }
 

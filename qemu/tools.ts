@@ -15,6 +15,7 @@ export const qemuTools = {
   qemuSystem: { candidates: ['qemu-system-aarch64'], debianPackage: 'qemu-system-arm' },
   crossCxx: { candidates: ['aarch64-linux-gnu-g++'], debianPackage: 'g++-aarch64-linux-gnu' },
   tar: { candidates: ['tar'], debianPackage: 'tar' },
+  xz: { candidates: ['xz'], debianPackage: 'xz-utils' },
 } as const satisfies Record<string, ToolSpec>;
 
 /** Absolute path of the tool (sbin dirs included: root's tools are not always on PATH). */

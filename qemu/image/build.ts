@@ -24,8 +24,9 @@ import { writeTestRootfsTar } from '../../sim/images/test-images.js';
 import { cacheRoot, needTool, qemuTools } from '../tools.js';
 import { requirePayloadSource } from './payload.js';
 import { stageSupervisor } from '../../board/supervisor-payload.js';
-import { BOARD_OS_UNITS, boardOsFiles, DEFAULT_MIRROR, DEFAULT_SUITE, DISABLED_UNITS, ENABLED_UNITS, GUEST, IMAGE_RECIPE_VERSION, NODE_PACKAGE, SD_SIZE_BYTES, overlayFiles, rootfsKey } from './recipe.js';
+import { BOARD_OS_UNITS, boardOsFiles, DEFAULT_MIRROR, DEFAULT_SUITE, DISABLED_UNITS, ENABLED_UNITS, GUEST, IMAGE_RECIPE_VERSION, MASKED_GENERATORS, MASKED_UNITS, NODE_PACKAGE, SD_SIZE_BYTES, overlayFiles, rootfsKey } from './recipe.js';
 import { bootFiles, buildRootfs } from './rootfs.js';
+import { buildInitramfs, INITRAMFS_VERSION, initScript, ROOT_MODULES } from './initramfs.js';
 
 export interface BuildProgress {
   readonly stage: 'rootfs' | 'payload' | 'assemble' | 'sdcard' | 'done' | 'wait';
@@ -216,7 +217,7 @@ async function build(options: ImageBuildOptions, started: number, report: Report
     }
 
     // The key: the payload's bytes plus what the assembly does with them.
-    const h = createHash('sha256').update(`${IMAGE_RECIPE_VERSION}\0${rKey}\0${SD_SIZE_BYTES}\0${JSON.stringify([enabledUnits, DISABLED_UNITS])}\0`);
+    const h = createHash('sha256').update(`${IMAGE_RECIPE_VERSION}\0${rKey}\0${SD_SIZE_BYTES}\0${JSON.stringify([enabledUnits, DISABLED_UNITS, MASKED_UNITS, MASKED_GENERATORS])}\0update-done stamps\0${INITRAMFS_VERSION}\0${initScript(ROOT_MODULES)}\0`);
     hashTree(h, stage, '');
     const key = h.digest('hex').slice(0, 16);
     const dir = join(cacheDir, `${prefix}${key}`);
@@ -231,11 +232,13 @@ async function build(options: ImageBuildOptions, started: number, report: Report
     mkdirSync(work, { recursive: true });
     const tree = join(work, 'rootfs');
     report('assemble', 0, `copying rootfs-${rKey} and adding the payload`);
-    await assembleTree({ rootfs, stage, tree, enabledUnits, disabledUnits: DISABLED_UNITS });
+    await assembleTree({ rootfs, stage, tree, enabledUnits, disabledUnits: DISABLED_UNITS, masked: { units: MASKED_UNITS, generators: MASKED_GENERATORS } });
     const dirs = options.bare ? ['var/log/journal'] : ['var/log/journal', `${GUEST.bootDir.slice(1)}/system-proxy`, GUEST.dataDir.slice(1)];
     for (const d of dirs) mkdirSync(join(tree, d), { recursive: true });
     chmodSync(join(tree, 'root/.ssh'), 0o700);
-    for (const [from, to] of [[boot.kernel, 'vmlinuz'], [boot.initrd, 'initrd.img'], [boot.dtb, 'bcm2837-rpi-3-b.dtb']] as const) cpSync(from, join(work, to));
+    writeUpdateDoneStamps(tree);
+    for (const [from, to] of [[boot.kernel, 'vmlinuz'], [boot.dtb, 'bcm2837-rpi-3-b.dtb']] as const) cpSync(from, join(work, to));
+    writeFileSync(join(work, 'initrd.img'), await buildInitramfs({ rootfs, kernelVersion: boot.kernelVersion }));
     writeFileSync(join(work, 'id_ed25519'), keys.privateKey, { mode: 0o600 });
 
     report('sdcard', 0, `mke2fs -d: ${SD_SIZE_BYTES / 1024 ** 3} GiB ext4 SD card image`);
@@ -287,16 +290,35 @@ export async function ensureRootfs(o: { cacheDir: string; suite: string; mirror:
 }
 
 /** A copy of the root filesystem with the staged payload on top and units enabled and disabled as `systemctl` would. */
-export async function assembleTree(o: { rootfs: string; stage: string; tree: string; enabledUnits: ReadonlyArray<{ wantedBy: string; unit: string; source: string }>; disabledUnits: readonly string[] }): Promise<void> {
+export async function assembleTree(o: { rootfs: string; stage: string; tree: string; enabledUnits: ReadonlyArray<{ wantedBy: string; unit: string; source: string }>; disabledUnits: readonly string[]; masked?: { units: readonly string[]; generators: readonly string[] } }): Promise<void> {
   await execa('cp', ['-a', '--reflink=auto', o.rootfs, o.tree]);
   await execa('cp', ['-a', `${o.stage}/.`, o.tree]);
   for (const wants of o.disabledUnits) rmSync(join(o.tree, 'etc/systemd/system', wants), { force: true });
+  for (const [dir, names] of [['etc/systemd/system', o.masked?.units ?? []], ['etc/systemd/system-generators', o.masked?.generators ?? []]] as const) {
+    for (const name of names) {
+      mkdirSync(join(o.tree, dir), { recursive: true });
+      rmSync(join(o.tree, dir, name), { force: true });
+      symlinkSync('/dev/null', join(o.tree, dir, name));
+    }
+  }
   for (const u of o.enabledUnits) {
     const link = join(o.tree, 'etc/systemd/system', `${u.wantedBy}.wants`, u.unit);
     mkdirSync(dirname(link), { recursive: true });
     rmSync(link, { force: true });
     symlinkSync(u.source, link);
   }
+}
+
+/**
+ * What systemd-update-done writes once /etc and /var have caught up with /usr: without it
+ * every boot of an image (each ready state's first boot, a bare board's) runs ldconfig,
+ * sysusers, the journal catalog rebuild and update-done itself first, seconds under TCG. The
+ * stamp holds /usr's modification time as the image has it (ConditionNeedsUpdate= compares).
+ */
+export function writeUpdateDoneStamps(tree: string): void {
+  const usr = statSync(join(tree, 'usr'), { bigint: true }).mtimeNs;
+  const text = `# This file was created by systemd-update-done. Its only\n# purpose is to hold a timestamp of the time this directory\n# was updated. See man:systemd-update-done.service(8).\nTIMESTAMP_NSEC=${usr}\n`;
+  for (const dir of ['etc', 'var']) writeFileSync(join(tree, dir, '.updated'), text);
 }
 
 export function writeImageFiles(stage: string, files: ReadonlyArray<{ path: string; content: string; mode: number }>): void {

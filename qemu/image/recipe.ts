@@ -130,13 +130,16 @@ echo "FLEETLAB_LED_GPIO=$led" > ${GUEST.runEnvFile}
 `;
 }
 
-/** Imports the test app images into dockerd once (no registry is reachable from the board). */
+/** Written once the test app images are in dockerd: later boots skip the import, whose docker calls cost seconds under TCG. */
+export const TEST_IMAGES_STAMP = '/var/lib/fleetlab/test-images-imported';
+
+/** Imports the test app images into dockerd once (no registry is reachable from the board), as images preloaded on a device's card. */
 export function importTestImagesScript(): string {
   const lines = testImages.map((image) => {
     const cmd = JSON.stringify(defaultCommand(image.banner)).replace(/'/g, `'\\''`);
     return `docker image inspect ${image.ref} >/dev/null 2>&1 || docker import --change 'CMD ${cmd}' --change 'WORKDIR /' ${GUEST.testImageTar} ${image.ref}`;
   });
-  return `#!/bin/sh\nset -eu\n${lines.join('\n')}\n`;
+  return `#!/bin/sh\nset -eu\n${lines.join('\n')}\nmkdir -p ${TEST_IMAGES_STAMP.slice(0, TEST_IMAGES_STAMP.lastIndexOf('/'))}\ntouch ${TEST_IMAGES_STAMP}\n`;
 }
 
 export interface ImageFile {
@@ -197,7 +200,7 @@ export function supervisedFiles(): ImageFile[] {
     {
       path: '/etc/systemd/system/fleetlab-test-images.service',
       content: unitOf([
-        '[Unit]', 'Description=fleetlab: import the test app images', 'After=docker.service', 'Requires=docker.service',
+        '[Unit]', 'Description=fleetlab: import the test app images', 'After=docker.service', 'Requires=docker.service', `ConditionPathExists=!${TEST_IMAGES_STAMP}`,
         '', '[Service]', 'Type=oneshot', 'RemainAfterExit=yes', 'ExecStart=/usr/local/lib/fleetlab/import-test-images',
         '', '[Install]', 'WantedBy=multi-user.target',
       ]),
@@ -241,6 +244,21 @@ export const DISABLED_UNITS = [
   'getty.target.wants/getty@tty1.service',
   // Test boards get the harness's clock (fleetlab-boot, then over SSH) and send nothing past the host; a card image keeps it (FLASH_KEEPS_ENABLED).
   'sysinit.target.wants/systemd-timesyncd.service',
+] as const;
+
+/**
+ * Masked on the emulated boards (a link to /dev/null, as `systemctl mask` makes), for each
+ * costs seconds of every boot under TCG and serves what these boards do not have: module
+ * loaders for DRM (no display: vc4 is kept out), EFI pstore (no EFI), FUSE and configfs
+ * (nothing here mounts them; /dev/fuse still loads fuse when opened); generators for GPT
+ * partition discovery (the root is a bare ext4), TPM2, hibernation, SSH over vsock,
+ * rc.local, SysV scripts (every service here has its unit), offline updates and
+ * `systemd.run=`. A card image for a real Pi masks nothing.
+ */
+export const MASKED_UNITS = ['modprobe@drm.service', 'modprobe@efi_pstore.service', 'modprobe@fuse.service', 'modprobe@configfs.service'] as const;
+export const MASKED_GENERATORS = [
+  'systemd-gpt-auto-generator', 'systemd-tpm2-generator', 'systemd-hibernate-resume-generator', 'systemd-ssh-generator',
+  'systemd-rc-local-generator', 'systemd-sysv-generator', 'systemd-system-update-generator', 'systemd-run-generator',
 ] as const;
 
 /** Dropped from the root filesystem: documentation, translations, package caches. */

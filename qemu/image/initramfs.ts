@@ -64,7 +64,8 @@ export function archivedModule(path: string): string {
 
 /**
  * /init: mount what insmod and the root device need, load the modules in order, wait up to
- * `rootwait` for the `root=` device (an SD card probes late), mount it as the command line
+ * 30 s for the `root=` device, a device path as the boards are given (an SD card probes late;
+ * LABEL= and PARTUUID= are not resolved: a card image boots its own initramfs), mount it as the command line
  * says (rw/ro, rootfstype), move /dev over and switch to /sbin/init. On failure it says why
  * on the console and leaves a shell there, as Debian's initramfs does.
  */

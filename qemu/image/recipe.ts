@@ -247,7 +247,7 @@ export const DISABLED_UNITS = [
 ] as const;
 
 /**
- * Masked on the emulated boards (a link to /dev/null, as `systemctl mask` makes), for each
+ * Masked on the emulated boards (a link to /dev/null, as `systemctl mask` makes), because each
  * costs seconds of every boot under TCG and serves what these boards do not have: module
  * loaders for DRM (no display: vc4 is kept out), EFI pstore (no EFI), FUSE and configfs
  * (nothing here mounts them; /dev/fuse still loads fuse when opened); generators for GPT

@@ -59,7 +59,7 @@ const BARE_READINESS = 'booted to SSH, systemd settled; nothing of fleetlab\'s o
 /**
  * A bare virt board (the image without anything of fleetlab's, for `fleetlab board install`) on
  * a throwaway overlay, in `runDir`: from the image's saved state when there is one (seconds),
- * else booted (about a minute under TCG) and saved settled for the next time, then started from
+ * else booted (about half a minute under TCG) and saved settled for the next time, then started from
  * that state. A bare board holds nothing a run leaves, so the saved one is a fresh boot's twin
  * but for its uptime. Whatever fails about the state is said and booted around.
  */

@@ -1,6 +1,7 @@
 /**
  * Supervisor configuration (flag > env > file > default) and system tool lookup.
  */
+import { readFileSync } from 'node:fs';
 import { chmod, mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -8,6 +9,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { FleetlabError } from '../src/errors.js';
 import { describeSettings, envName, flagName, loadConfig, settings } from '../src/supervisor/config.js';
 import { findTool, missingToolError, requireTool, tools, type ToolSpec } from '../src/tools.js';
+import { qemuTools } from '../qemu/tools.js';
 
 let dir: string;
 beforeAll(async () => {
@@ -191,6 +193,17 @@ describe('system tools', () => {
       const err = missingToolError(spec);
       expect(err.code, name).toBe('SUP_ERR_TOOL_MISSING');
       expect(err.message).toContain(`"${spec.debianPackage}"`);
+    }
+  });
+
+  it('scripts/provision installs the Debian package of every tool fleetlab looks for', () => {
+    const script = readFileSync(new URL('../scripts/provision', import.meta.url), 'utf8');
+    const block = script.slice(script.indexOf('packages=('), script.indexOf('\n)\n'));
+    const provisioned = new Set(block.split('\n').flatMap((line) => line.replace(/#.*/, '').trim().split(/\s+/)));
+    // Essential in Debian: on every system, never named to apt-get.
+    const essential = new Set(['mount']);
+    for (const [name, spec] of Object.entries({ ...tools, ...qemuTools })) {
+      expect(provisioned.has(spec.debianPackage) || essential.has(spec.debianPackage), `${name}: ${spec.debianPackage}`).toBe(true);
     }
   });
 

@@ -294,12 +294,11 @@ export async function assembleTree(o: { rootfs: string; stage: string; tree: str
   await execa('cp', ['-a', '--reflink=auto', o.rootfs, o.tree]);
   await execa('cp', ['-a', `${o.stage}/.`, o.tree]);
   for (const wants of o.disabledUnits) rmSync(join(o.tree, 'etc/systemd/system', wants), { force: true });
-  for (const [dir, names] of [['etc/systemd/system', o.masked?.units ?? []], ['etc/systemd/system-generators', o.masked?.generators ?? []]] as const) {
-    for (const name of names) {
-      mkdirSync(join(o.tree, dir), { recursive: true });
-      rmSync(join(o.tree, dir, name), { force: true });
-      symlinkSync('/dev/null', join(o.tree, dir, name));
-    }
+  const masks = [...(o.masked?.units ?? []).map((u) => join('etc/systemd/system', u)), ...(o.masked?.generators ?? []).map((g) => join('etc/systemd/system-generators', g))];
+  for (const mask of masks) {
+    mkdirSync(dirname(join(o.tree, mask)), { recursive: true });
+    rmSync(join(o.tree, mask), { force: true });
+    symlinkSync('/dev/null', join(o.tree, mask));
   }
   for (const u of o.enabledUnits) {
     const link = join(o.tree, 'etc/systemd/system', `${u.wantedBy}.wants`, u.unit);

@@ -5,6 +5,7 @@
  * of them, so changing a line here rebuilds exactly the layers it belongs to.
  */
 import { createHash } from 'node:crypto';
+import { posix } from 'node:path';
 import { BOARD, dockerDaemonConfigFor, ENV_FILE_HEADER, hostsFile, NETWORK_UNITS, supervisorConfig as boardSupervisorConfig, supervisorUnit } from '../../board/layout.js';
 import { defaultCommand, testImages } from '../../sim/images/test-images.js';
 
@@ -139,7 +140,7 @@ export function importTestImagesScript(): string {
     const cmd = JSON.stringify(defaultCommand(image.banner)).replace(/'/g, `'\\''`);
     return `docker image inspect ${image.ref} >/dev/null 2>&1 || docker import --change 'CMD ${cmd}' --change 'WORKDIR /' ${GUEST.testImageTar} ${image.ref}`;
   });
-  return `#!/bin/sh\nset -eu\n${lines.join('\n')}\nmkdir -p ${TEST_IMAGES_STAMP.slice(0, TEST_IMAGES_STAMP.lastIndexOf('/'))}\ntouch ${TEST_IMAGES_STAMP}\n`;
+  return `#!/bin/sh\nset -eu\n${lines.join('\n')}\nmkdir -p ${posix.dirname(TEST_IMAGES_STAMP)}\ntouch ${TEST_IMAGES_STAMP}\n`;
 }
 
 export interface ImageFile {

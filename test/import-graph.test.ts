@@ -1,8 +1,9 @@
 /**
- * The shape of the code, read from its import statements: rooms import only downwards
- * (cli, bench -> hil -> qemu -> sim -> src), so what runs on a device or a cloud host never
- * pulls in the harness; and no modules import each other in a cycle (type-only imports
- * count: a cycle of types is still two modules that cannot be read apart).
+ * The shape of the code, read from its import statements. Every top-level folder of code is
+ * a room on a floor (README "Layout"); a module imports its own room or a room on a lower
+ * floor, never a room beside it, so what runs on a device or a cloud host never pulls in the
+ * harness, and the rooms form no loop. No modules import each other in a cycle either (type-only
+ * imports count: a cycle of types is still two modules that cannot be read apart).
  */
 import { readFileSync, readdirSync } from 'node:fs';
 import { dirname, join, relative, resolve } from 'node:path';
@@ -10,10 +11,36 @@ import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
 
 const ROOT = resolve(fileURLToPath(new URL('..', import.meta.url)));
-const ROOMS = ['cli', 'bench', 'hil', 'qemu', 'sim', 'src'] as const;
-type Room = (typeof ROOMS)[number];
-/** How high a room stands; a module may import its own room and the ones below. */
-const FLOOR: Record<Room, number> = { cli: 4, bench: 4, hil: 3, qemu: 2, sim: 1, src: 0 };
+/** How high a room stands; a module may import its own room and the ones on lower floors. */
+const FLOOR: Record<string, number> = { cli: 6, bench: 6, board: 5, hil: 4, qemu: 3, 'device-image': 2, 'device-access': 2, sim: 1, support: 1, src: 0 };
+/** Folders that hold code but are no room: tests and the examples and fixtures they run, as users. */
+const NOT_ROOMS = new Set(['node_modules', 'dist', 'test', 'fixtures', 'examples', 'scripts', 'bin', 'test-results', 'hil-results', 'playwright-report', 'docs']);
+/** The folders that hold TypeScript, found, not listed: a new one must be given a floor. */
+const ROOMS = readdirSync(ROOT, { withFileTypes: true })
+  .filter((e) => e.isDirectory() && !e.name.startsWith('.') && !NOT_ROOMS.has(e.name) && sources(e.name).length > 0)
+  .map((e) => e.name)
+  .sort();
+/**
+ * Imports that still run up a floor or sideways while the rooms are being rebuilt (issue 40),
+ * each removed by the step that fixes it: the test wants exactly these, so a fixed one must
+ * leave the list and no new one can join it.
+ */
+const KNOWN: readonly string[] = [
+  'bench/cloud-peer.ts -> test/helpers/cloud-bench-data.ts',
+  'bench/cloud-peer.ts -> test/helpers/postgres.ts',
+  'bench/cloud-peer.ts -> test/helpers/ready-process.ts',
+  'bench/cloud.bench.ts -> test/helpers/cloud-bench-data.ts',
+  'bench/cloud.bench.ts -> test/helpers/postgres.ts',
+  'bench/fleet.bench.ts -> test/helpers/postgres.ts',
+  'bench/peers/pinejs.ts -> test/helpers/ready-process.ts',
+  'hil/harness/run.ts -> board/flash-image-plan.ts',
+  'hil/targets/qemu.ts -> board/flash-image-plan.ts',
+  'qemu/flash-boot.ts -> board/flash-image-plan.ts',
+  'qemu/flash-boot.ts -> board/flash-image.ts',
+  'qemu/image/build.ts -> board/supervisor-payload.ts',
+  'qemu/image/recipe.ts -> board/layout.ts',
+  'src/cli/device.ts -> board/first-boot.ts',
+];
 
 function sources(dir: string): string[] {
   return readdirSync(join(ROOT, dir), { withFileTypes: true }).flatMap((e) => {
@@ -82,7 +109,14 @@ function cycles(g: Map<string, string[]>): string[][] {
   return found;
 }
 
-const roomOf = (file: string) => file.split('/')[0] as Room;
+const roomOf = (file: string) => file.split('/')[0]!;
+
+/** The rooms' own graph: a room imports another when one of its modules does. */
+function roomGraph(g: Map<string, string[]>): Map<string, string[]> {
+  const rooms = new Map<string, Set<string>>();
+  for (const [from, tos] of g) for (const to of tos) if (roomOf(to) !== roomOf(from)) (rooms.get(roomOf(from)) ?? rooms.set(roomOf(from), new Set()).get(roomOf(from))!).add(roomOf(to));
+  return new Map([...rooms].map(([r, tos]) => [r, [...tos].sort()]));
+}
 
 describe('the import graph', () => {
   const g = graph();
@@ -96,9 +130,27 @@ describe('the import graph', () => {
     expect(g.size).toBeGreaterThan(150);
   });
 
-  it('points down only: cli, bench -> hil -> qemu -> sim -> src', () => {
-    const upward = [...g].flatMap(([from, tos]) => tos.filter((to) => FLOOR[roomOf(to)] > FLOOR[roomOf(from)]).map((to) => `${from} -> ${to}`));
-    expect(upward).toEqual([]);
+  it('knows the floor of every room', () => {
+    expect(ROOMS.filter((room) => FLOOR[room] === undefined)).toEqual([]);
+    expect(ROOMS).toEqual(expect.arrayContaining(['board', 'cli', 'hil', 'src']));
+  });
+
+  it('points down only: to its own room or a lower floor, never beside it', () => {
+    const wrong = [...g].flatMap(([from, tos]) =>
+      tos.filter((to) => roomOf(to) !== roomOf(from) && FLOOR[roomOf(to)]! >= FLOOR[roomOf(from)]!).map((to) => `${from} -> ${to}`),
+    );
+    expect(wrong.sort()).toEqual(KNOWN.filter((edge) => !edge.includes(' -> test/')).sort());
+  });
+
+  it('has rooms that form no loop', () => {
+    const known = new Set(KNOWN.map((edge) => edge.split(' -> ').map(roomOf).join(' -> ')));
+    const rooms = roomGraph(new Map([...g].map(([from, tos]) => [from, tos.filter((to) => !known.has(`${roomOf(from)} -> ${roomOf(to)}`))])));
+    expect(cycles(rooms)).toEqual([]);
+  });
+
+  it('keeps tests apart: no room imports test/', () => {
+    const reaching = ROOMS.flatMap((room) => sources(room)).flatMap((f) => importsOf(f, readFileSync(join(ROOT, f), 'utf8')).filter((to) => to.startsWith('test/')).map((to) => `${f} -> ${to}`));
+    expect(reaching.sort()).toEqual(KNOWN.filter((edge) => edge.includes(' -> test/')).sort());
   });
 
   it("our own specs use fleetlab/test's public names, by that name, and their own release helpers", () => {

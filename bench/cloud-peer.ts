@@ -21,9 +21,9 @@ import { percentile } from './percentile.js';
 import { benchNode, installPinejsPeer, pinejsVersion, startPinejsPeer } from './peers/pinejs.js';
 import { openDatabase } from '../src/cloud/db/open.js';
 import { fleetlabRoot } from '../src/package-root.js';
-import { API_SEED_CLIENTS, queryMix, seedTargets, seedThroughApi, TARGET_SERVICES, type ApiSeed } from '../test/helpers/cloud-bench-data.js';
-import { startPostgres } from '../test/helpers/postgres.js';
-import { startReadyProcess, type ReadyProcess } from '../test/helpers/ready-process.js';
+import { API_SEED_CLIENTS, queryMix, seedTargets, seedThroughApi, TARGET_SERVICES, type ApiSeed } from '../support/cloud-bench-data.js';
+import { startPostgres } from '../support/postgres.js';
+import { startReadyProcess, type ReadyProcess } from '../support/ready-process.js';
 
 const CLIENTS = 16;
 const GOAL = 2;

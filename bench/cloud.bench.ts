@@ -1,7 +1,7 @@
 /**
  * Cloud API query throughput on SQLite and PostgreSQL. Seeds 100 fleets and 10,000
  * devices (2 tags and 2 environment variables each) straight into the database, then
- * runs the query mix of test/helpers/cloud-bench-data.ts (a-f) through the whole fastify stack (`inject`, no
+ * runs the query mix of support/cloud-bench-data.ts (a-f) through the whole fastify stack (`inject`, no
  * network) as an ordinary user, so every query carries the permission filter.
  *
  * Then the device target-state endpoint (`GET /device/v3/:uuid/state`, device key): every
@@ -17,7 +17,7 @@
  *
  * With `--peer pinejs`, fleetlab against pinejs instead, over HTTP: see bench/cloud-peer.ts.
  *
- * PostgreSQL runs in a throwaway cluster (test/helpers/postgres.ts). There the cloud runs as
+ * PostgreSQL runs in a throwaway cluster (support/postgres.ts). There the cloud runs as
  * `fleetlab cloud` does, with its replica bus, so it keeps principals by key; each query is
  * also measured without the bus (every request looks its key up), in alternating rounds,
  * and the ratio printed.
@@ -33,8 +33,8 @@ import { openSqlite } from '../src/cloud/db/sqlite.js';
 import { startPostgresBus } from '../src/cloud/cluster/postgres-bus.js';
 import { prepareDatabase } from '../src/cloud/bootstrap.js';
 import { buildCloud } from '../src/cloud/server.js';
-import { API_SEED_CLIENTS, FLEETS, queryMix, seed, seedTargets, seedThroughApi, TARGET_SERVICES } from '../test/helpers/cloud-bench-data.js';
-import { startPostgres } from '../test/helpers/postgres.js';
+import { API_SEED_CLIENTS, FLEETS, queryMix, seed, seedTargets, seedThroughApi, TARGET_SERVICES } from '../support/cloud-bench-data.js';
+import { startPostgres } from '../support/postgres.js';
 import { runPeerBench } from './cloud-peer.js';
 import { percentile } from './percentile.js';
 

@@ -35,7 +35,7 @@ import { startFleetControl, type FleetControl } from '../sim/fleet/fleet-workers
 import { provisioningKeyFor } from '../sim/fleet/provisioning.js';
 import { describeCounts } from '../sim/fleet/run.js';
 import { startBalancer, type Balancer } from '../sim/network/balancer.js';
-import { startPostgres, type PostgresCluster } from '../test/helpers/postgres.js';
+import { startPostgres, type PostgresCluster } from '../support/postgres.js';
 
 function arg(name: string, fallback: string): string {
   const i = process.argv.indexOf(name);

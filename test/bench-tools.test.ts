@@ -8,8 +8,8 @@ import pg from 'pg';
 import { comparable } from '../bench/cloud-peer.js';
 import { postgresCpuMs, processCpuMs } from '../bench/cpu-time.js';
 import { satisfiesCaretRange } from '../bench/peers/pinejs.js';
-import { startPostgres, type PostgresCluster } from './helpers/postgres.js';
-import { startReadyProcess } from './helpers/ready-process.js';
+import { startPostgres, type PostgresCluster } from '../support/postgres.js';
+import { startReadyProcess } from '../support/ready-process.js';
 
 describe('comparable: the records two servers must agree on', () => {
   const unordered = { ordered: false };

@@ -8,7 +8,7 @@ import { join } from 'node:path';
 import pg from 'pg';
 import { afterAll, describe, expect, it } from 'vitest';
 import { startCloudProcess } from './helpers/cloud-process.js';
-import { startPostgres } from './helpers/postgres.js';
+import { startPostgres } from '../support/postgres.js';
 
 const dirs: string[] = [];
 afterAll(async () => {

@@ -13,7 +13,7 @@ import { openPostgres } from '../src/cloud/db/postgres.js';
 import { openSqlite } from '../src/cloud/db/sqlite.js';
 import { buildCloud } from '../src/cloud/server.js';
 import { eventually } from './helpers/engine-targets.js';
-import { startPostgres, type PostgresCluster } from './helpers/postgres.js';
+import { startPostgres, type PostgresCluster } from '../support/postgres.js';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';

@@ -1,5 +1,5 @@
 /**
- * Which indexes the SQL of each query of the bench's mix (test/helpers/cloud-bench-data.ts)
+ * Which indexes the SQL of each query of the bench's mix (support/cloud-bench-data.ts)
  * uses, on the bench's data, shown by the databases' own EXPLAIN. A query whose plan walks
  * a whole large table (devices, tags, variables, keys: 10,000+ rows) fails here, so a change
  * to the SQL compiler, the schema or the mix that loses an index is caught before a
@@ -14,8 +14,8 @@ import type { Db, Row, SqlValue } from '../src/cloud/db/port.js';
 import { openPostgres } from '../src/cloud/db/postgres.js';
 import { openSqlite } from '../src/cloud/db/sqlite.js';
 import { buildCloud } from '../src/cloud/server.js';
-import { queryMix, seed, seedTargets } from './helpers/cloud-bench-data.js';
-import { startPostgres, type PostgresCluster } from './helpers/postgres.js';
+import { queryMix, seed, seedTargets } from '../support/cloud-bench-data.js';
+import { startPostgres, type PostgresCluster } from '../support/postgres.js';
 
 const LARGE = new Set(['device', 'device_tag', 'device_environment_variable', 'device_config_variable', 'api_key', 'actor']);
 

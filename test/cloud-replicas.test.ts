@@ -20,7 +20,7 @@ import { simulatedAddresses } from '../sim/fleet/fleet-device.js';
 import { startBalancer, type Balancer } from '../sim/network/balancer.js';
 import { startCloudProcess, type CloudProcess } from './helpers/cloud-process.js';
 import { eventually } from './helpers/engine-targets.js';
-import { startPostgres, type PostgresCluster } from './helpers/postgres.js';
+import { startPostgres, type PostgresCluster } from '../support/postgres.js';
 
 const DEVICES = 24;
 let dir: string;

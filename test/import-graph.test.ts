@@ -26,13 +26,6 @@ const ROOMS = readdirSync(ROOT, { withFileTypes: true })
  * leave the list and no new one can join it.
  */
 const KNOWN: readonly string[] = [
-  'bench/cloud-peer.ts -> test/helpers/cloud-bench-data.ts',
-  'bench/cloud-peer.ts -> test/helpers/postgres.ts',
-  'bench/cloud-peer.ts -> test/helpers/ready-process.ts',
-  'bench/cloud.bench.ts -> test/helpers/cloud-bench-data.ts',
-  'bench/cloud.bench.ts -> test/helpers/postgres.ts',
-  'bench/fleet.bench.ts -> test/helpers/postgres.ts',
-  'bench/peers/pinejs.ts -> test/helpers/ready-process.ts',
   'hil/harness/run.ts -> board/flash-image-plan.ts',
   'hil/targets/qemu.ts -> board/flash-image-plan.ts',
   'qemu/flash-boot.ts -> board/flash-image-plan.ts',

@@ -17,7 +17,7 @@ import { leaseBoard } from '../hil/lab/lease-board.js';
 import { LeaseLostError, LeaseStore } from '../hil/lab/lease-store.js';
 import { openLab, readLab } from '../hil/lab/lab-command.js';
 import { labCapabilities, labSelection, WorkerLease } from '../hil/lab/worker-lease.js';
-import { startPostgres, type PostgresCluster } from './helpers/postgres.js';
+import { startPostgres, type PostgresCluster } from '../support/postgres.js';
 
 const root = fileURLToPath(new URL('..', import.meta.url));
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));

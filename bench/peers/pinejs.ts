@@ -8,7 +8,7 @@ import { join } from 'node:path';
 import { execa } from 'execa';
 import { SESSION_OPTIONS } from '../../src/cloud/db/postgres.js';
 import { fleetlabRoot } from '../../src/package-root.js';
-import { startReadyProcess, type ReadyProcess } from '../../test/helpers/ready-process.js';
+import { startReadyProcess, type ReadyProcess } from '../../support/ready-process.js';
 
 export const PINEJS_PEER_DIR = join(fleetlabRoot(import.meta.url), 'bench', 'peers', 'pinejs');
 

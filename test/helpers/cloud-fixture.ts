@@ -11,7 +11,7 @@ import type { Db } from '../../src/cloud/db/port.js';
 import { openPostgres } from '../../src/cloud/db/postgres.js';
 import { openSqlite } from '../../src/cloud/db/sqlite.js';
 import { buildCloud } from '../../src/cloud/server.js';
-import { startPostgres, type PostgresCluster } from './postgres.js';
+import { startPostgres, type PostgresCluster } from '../../support/postgres.js';
 
 export type DbKind = 'sqlite' | 'postgres';
 

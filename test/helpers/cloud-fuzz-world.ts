@@ -16,7 +16,7 @@ import { openSqlite } from '../../src/cloud/db/sqlite.js';
 import { buildCloud } from '../../src/cloud/server.js';
 import type { DbKind } from './cloud-fixture.js';
 import { changedTables, snapshot, type Snapshot } from './db-snapshot.js';
-import { startPostgres } from './postgres.js';
+import { startPostgres } from '../../support/postgres.js';
 
 export type Who = 'alice' | 'bob' | 'admin' | 'aliceDevice' | 'bobDevice' | 'aliceProvisioning' | 'bobProvisioning';
 

@@ -4,7 +4,7 @@
  */
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { startReadyProcess, type ReadyProcess } from './ready-process.js';
+import { startReadyProcess, type ReadyProcess } from '../../support/ready-process.js';
 
 const root = fileURLToPath(new URL('../..', import.meta.url));
 

@@ -5,10 +5,10 @@
  * each; then targets for the device state endpoint. Or the fleets, devices and tags through
  * an API (seedThroughApi), which is also how the pinejs peer is seeded.
  */
-import type { Db, SqlValue } from '../../src/cloud/db/port.js';
-import { createUser } from '../../src/cloud/api/key-routes.js';
-import { storeApiKey } from '../../src/cloud/auth/keys.js';
-import { prepareDatabase } from '../../src/cloud/bootstrap.js';
+import type { Db, SqlValue } from '../src/cloud/db/port.js';
+import { createUser } from '../src/cloud/api/key-routes.js';
+import { storeApiKey } from '../src/cloud/auth/keys.js';
+import { prepareDatabase } from '../src/cloud/bootstrap.js';
 
 export const FLEETS = 100;
 const DEVICES_PER_FLEET = 100;

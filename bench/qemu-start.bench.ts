@@ -21,7 +21,7 @@ import { DEVICE_NODE_FLAGS } from '../qemu/image/payload.js';
 import { GUEST } from '../qemu/image/recipe.js';
 import { BOARD } from '../board/layout.js';
 import type { MachineKind } from '../qemu/qemu-argv.js';
-import { SshDevice } from '../hil/targets/ssh-device.js';
+import { SshDevice } from '../device-access/ssh-device.js';
 import { bundleAtRevision } from './supervisor-process.js';
 
 const READY_MS = 600_000;

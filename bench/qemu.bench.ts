@@ -20,7 +20,7 @@ import type { MachineKind } from '../qemu/qemu-argv.js';
 import { RESTORABLE_MACHINES, restoreBoard, saveReadyState } from '../qemu/ready-state.js';
 import { resetOverSsh, startSupervisor } from '../hil/targets/qemu.js';
 import { freePort } from '../src/free-port.js';
-import { SshDevice } from '../hil/targets/ssh-device.js';
+import { SshDevice } from '../device-access/ssh-device.js';
 
 const args = process.argv.slice(2);
 const cold = args.includes('--cold');

@@ -10,7 +10,7 @@ import { join, resolve } from 'node:path';
 import { execa } from 'execa';
 import { FleetlabError, errorText } from '../src/errors.js';
 import { fleetlabVersion } from '../src/package-root.js';
-import { SshDevice } from '../hil/targets/ssh-device.js';
+import { SshDevice } from '../device-access/ssh-device.js';
 import { payloadSource, PREBUILT_PAYLOAD_DIR } from '../qemu/image/payload.js';
 import { cacheRoot } from '../qemu/tools.js';
 import { BOARD } from './layout.js';

@@ -6,8 +6,8 @@
  * uninstall, and running either twice changes nothing the second time.
  */
 import { FleetlabError } from '../src/errors.js';
-import { supervisedObjectsWipeLines } from '../hil/targets/board-reset.js';
-import type { ExecResult } from '../hil/targets/protocols.js';
+import { supervisedObjectsWipeLines } from '../device-access/ssh-reset.js';
+import type { ExecResult } from '../device-access/protocols.js';
 import { BOARD, dockerDaemonConfigFor, ENV_FILE_HEADER, installEnv, supervisorConfig, supervisorUnit } from './layout.js';
 import {
   aptCommand,
@@ -23,7 +23,7 @@ import {
   type InstallManifest,
 } from './install-plan.js';
 
-/** What the steps need of the board's SSH session (hil/targets/ssh-device.ts is one). */
+/** What the steps need of the board's SSH session (device-access/ssh-device.ts is one). */
 export interface BoardShell {
   readonly where: string;
   run(argv: readonly string[], options?: { input?: string | Buffer; timeoutMs?: number }): Promise<ExecResult>;

@@ -20,7 +20,7 @@ import { Device } from '../hil/harness/device.js';
 import { bindingFrom, publishedFrom } from '../hil/targets/engine-ports.js';
 import { guestPortFor } from '../hil/targets/qemu-ports.js';
 import { simTarget } from '../hil/targets/sim.js';
-import type { DeviceUnderTest } from '../hil/targets/protocols.js';
+import type { DeviceUnderTest } from '../device-access/protocols.js';
 import { dockerdSocket } from './helpers/engine-targets.js';
 import { HOST_NETWORK_LABEL } from '../sim/host-network.js';
 

@@ -19,7 +19,7 @@ import { runReplay } from '../hil/capture/capture-command.js';
 import { fileURLToPath } from 'node:url';
 import { replaySpec } from '../hil/capture/replay-spec.js';
 import { containerTarget } from '../hil/targets/container.js';
-import type { DeviceUnderTest } from '../hil/targets/protocols.js';
+import type { DeviceUnderTest } from '../device-access/protocols.js';
 import { simTarget } from '../hil/targets/sim.js';
 import { LABEL } from '../src/supervisor/adapters/engine.js';
 import { eventually } from './helpers/engine-targets.js';

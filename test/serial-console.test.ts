@@ -8,7 +8,7 @@ import { mkdtempSync, rmSync, symlinkSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
-import { SerialConsole, SLICE_MARGIN_MS } from '../hil/targets/serial-console.js';
+import { SerialConsole, SLICE_MARGIN_MS } from '../device-access/serial-console.js';
 import { pollUntil } from '../hil/lib/wait.js';
 
 /** A pty whose slave path is printed by the shell script runs in it; stdin goes to the master. */

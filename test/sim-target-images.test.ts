@@ -12,7 +12,7 @@ import { DeviceApi } from '../hil/lib/device-api.js';
 import { loadCompose } from '../hil/release/compose.js';
 import { deployLocal } from '../hil/release/local-deploy.js';
 import { createSimTarget, simTarget } from '../hil/targets/sim.js';
-import type { DeviceUnderTest } from '../hil/targets/protocols.js';
+import type { DeviceUnderTest } from '../device-access/protocols.js';
 import { dockerdSocket } from './helpers/engine-targets.js';
 
 const APP = fileURLToPath(new URL('../fixtures/apps/counter', import.meta.url));

@@ -7,7 +7,7 @@
  * A device that stops answering half way (the connection fails, not an HTTP error) ends the
  * capture: the bundle keeps what was read and says it is incomplete. So does `signal`.
  */
-import type { ApiProtocol, CommandProtocol, DevicePaths, HttpResponse, RequestOptions } from '../targets/protocols.js';
+import type { ApiProtocol, CommandProtocol, DevicePaths, HttpResponse, RequestOptions } from '../../device-access/protocols.js';
 import { errorText, FleetlabError } from '../../src/errors.js';
 import { BundleWriter, type BundleManifest, type BundleSource, type Redaction } from './bundle.js';
 import { redactJson, redactText, type RedactOptions } from './redact.js';

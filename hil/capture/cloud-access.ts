@@ -5,7 +5,7 @@
  * run). What `fleetlab capture --cloud` reads.
  */
 import { errorText, FleetlabError } from '../../src/errors.js';
-import type { ApiProtocol, HttpResponse } from '../targets/protocols.js';
+import type { ApiProtocol, HttpResponse } from '../../device-access/protocols.js';
 import { redactJson, secretName, REDACTED, type RedactOptions } from './redact.js';
 
 const captureError = (message: string) => new FleetlabError('HIL_ERR_CAPTURE', message);

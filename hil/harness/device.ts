@@ -24,7 +24,7 @@ import type {
   NetworkProtocol,
   PowerProtocol,
   TargetFacts,
-} from '../targets/protocols.js';
+} from '../../device-access/protocols.js';
 
 export type { DeployedRelease, DeployOptions } from '../release/local-deploy.js';
 

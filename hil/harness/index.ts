@@ -7,7 +7,7 @@ export type { HilTestFixtures as Fixtures, HilWorkerFixtures as WorkerFixtures }
 export { defineConfig, type FleetlabConfig } from './config.js';
 export { Device, type DeployOptions, type DeployedRelease, type Faults, type JournalOptions, type LedView } from './device.js';
 export type { DeviceApi, ProxyConfig, StateStatus, StatusContainer } from '../lib/device-api.js';
-export type { ApiProtocol, Capability, CommandProtocol, FilesProtocol, HttpResponse, HttpStream, JournalEntryText, LedTransition, NetworkProtocol, PowerProtocol, RequestOptions } from '../targets/protocols.js';
+export type { ApiProtocol, Capability, CommandProtocol, FilesProtocol, HttpResponse, HttpStream, JournalEntryText, LedTransition, NetworkProtocol, PowerProtocol, RequestOptions } from '../../device-access/protocols.js';
 export type { FleetCloud } from '../../sim/stack.js';
 export type { FleetUnderTest, FleetOptions, FleetRelease, ConvergeOptions } from './fleet.js';
 export type { FleetCounts, StuckDevice } from '../../sim/fleet/fleet.js';

@@ -7,7 +7,7 @@
  * again within the lease's time to live.
  */
 import { boardCapabilities, type BoardConfig } from '../targets/board-config.js';
-import type { Capability } from '../targets/protocols.js';
+import type { Capability } from '../../device-access/protocols.js';
 import { openLab, whoAmI, type OpenLab } from './lab-command.js';
 import { labError, matchingBoards, type Lab } from './lab-file.js';
 import { leaseBoard, type HeldBoard } from './lease-board.js';

@@ -4,7 +4,7 @@
  * throw on an HTTP status: specs assert statuses and bodies, including the error cases.
  */
 import type { WireLocalState } from '../../src/protocol/target-state.js';
-import type { ApiProtocol, HttpResponse, HttpStream } from '../targets/protocols.js';
+import type { ApiProtocol, HttpResponse, HttpStream } from '../../device-access/protocols.js';
 
 export interface Reply<T> {
   readonly status: number;

@@ -6,7 +6,7 @@
  */
 import { fetch, type Dispatcher, type RequestInit, type Response } from 'undici';
 import { scaled } from './wait.js';
-import type { ApiProtocol, DeviceIdentity, HttpResponse, HttpStream, RequestOptions } from '../targets/protocols.js';
+import type { ApiProtocol, DeviceIdentity, HttpResponse, HttpStream, RequestOptions } from '../../device-access/protocols.js';
 
 const DEFAULT_TIMEOUT_MS = 30_000;
 

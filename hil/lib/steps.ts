@@ -4,7 +4,7 @@
  * The fixture subscribes for the length of one test and attaches the timeline to its report.
  */
 import { EventEmitter } from 'node:events';
-import type { DeviceUnderTest } from '../targets/protocols.js';
+import type { DeviceUnderTest } from '../../device-access/protocols.js';
 
 export interface StepStart {
   readonly kind: 'start';

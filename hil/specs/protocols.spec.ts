@@ -1,5 +1,5 @@
 /**
- * The target's own protocols behave as hil/targets/protocols.ts promises, so the specs that
+ * The target's own protocols behave as device-access/protocols.ts promises, so the specs that
  * rely on them fail for device reasons, not harness ones.
  */
 import { expect, test } from 'fleetlab/test';

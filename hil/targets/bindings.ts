@@ -3,7 +3,8 @@
  * provides must be there on the device it returns, or the run stops naming the gap before
  * any spec runs against a half-built device.
  */
-import type { Capability, DeviceUnderTest, TargetDriver } from './protocols.js';
+import type { Capability, DeviceUnderTest } from '../../device-access/protocols.js';
+import type { TargetDriver } from './target-driver.js';
 
 /** The protocol member (and method) that backs each capability. */
 const BACKING: Record<Capability, (d: DeviceUnderTest) => boolean> = {

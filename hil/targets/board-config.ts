@@ -8,7 +8,7 @@ import { readFileSync } from 'node:fs';
 import { dirname, isAbsolute, resolve } from 'node:path';
 import { FleetlabError, errorText } from '../../src/errors.js';
 import { parseLedGpio } from '../../src/supervisor/adapters/led.js';
-import type { Capability } from './protocols.js';
+import type { Capability } from '../../device-access/protocols.js';
 
 export const BOARD_CONFIG_VARIABLE = 'FLEETLAB_BOARD_CONFIG';
 
@@ -46,7 +46,7 @@ export interface BoardConfig {
   readonly timeScale: number;
   /**
    * Wipe what the supervisor made and restore the host config before each spec file
-   * (./board-reset.ts), so each file gets a fresh device; false leaves the board as the last
+   * (device-access/ssh-reset.ts), so each file gets a fresh device; false leaves the board as the last
    * file left it.
    */
   readonly reset: boolean;

@@ -12,7 +12,7 @@ import { FleetlabError } from '../../src/errors.js';
 import { requireTool, tools } from '../../src/tools.js';
 import { testImageChanges, testImages, writeTestRootfsTar } from '../../sim/images/test-images.js';
 import { arm64Busybox } from '../release/build-engine.js';
-import type { SshDevice } from './ssh-device.js';
+import type { SshDevice } from '../../device-access/ssh-device.js';
 
 const IMPORT_MS = 300_000;
 

@@ -6,7 +6,7 @@
  * declares only what that file allows.
  *
  * The harness never boots the device: `start()` connects to a board that is already up,
- * resets it for the spec file (./board-reset.ts, unless the config says `"reset": false`) and
+ * resets it for the spec file (device-access/ssh-reset.ts, unless the config says `"reset": false`) and
  * `close()` leaves it running.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
@@ -16,28 +16,15 @@ import { LABEL } from '../../src/supervisor/adapters/engine.js';
 import { gpioNumberFromChips, type GpioChip } from '../../src/supervisor/adapters/led.js';
 import { httpApi } from '../lib/http.js';
 import { boardCapabilities, loadBoardConfig, type BoardConfig, type BoardLedGpio } from './board-config.js';
-import { readHostBaseline, resetBoard, type HostBaseline } from './board-reset.js';
+import { readHostBaseline, resetBoard, type HostBaseline } from '../../device-access/ssh-reset.js';
 import { readLab } from '../lab/lab-command.js';
 import { labCapabilities, labSelection, WorkerLease } from '../lab/worker-lease.js';
-import { SerialConsole } from './serial-console.js';
+import { SerialConsole } from '../../device-access/serial-console.js';
 import { ensureBoardTestImages } from './board-test-images.js';
 import { PulledImages } from './pulled-images.js';
-import { SshDevice, type FollowedCommand } from './ssh-device.js';
-import type {
-  ApiProtocol,
-  Capability,
-  CommandProtocol,
-  ImagesProtocol,
-  DeviceUnderTest,
-  FilesProtocol,
-  JournalProtocol,
-  DevicePaths,
-  LedProtocol,
-  LedTransition,
-  PowerProtocol,
-  TargetDriver,
-  TargetFacts,
-} from './protocols.js';
+import { SshDevice, type FollowedCommand } from '../../device-access/ssh-device.js';
+import type { ApiProtocol, Capability, CommandProtocol, ImagesProtocol, DeviceUnderTest, FilesProtocol, JournalProtocol, DevicePaths, LedProtocol, LedTransition, PowerProtocol, TargetFacts } from '../../device-access/protocols.js';
+import type { TargetDriver } from './target-driver.js';
 
 export const BOARD_TARGET = 'board';
 /**

@@ -36,7 +36,7 @@ import { buildDeviceImage } from './container-image.js';
 import { removeTree } from './engine-files.js';
 import { FleetlabError } from '../../src/errors.js';
 import { userTmpDir } from '../../src/user-tmp.js';
-import { filesOverCommands } from './files-over-commands.js';
+import { filesOverCommands } from '../../device-access/files-over-commands.js';
 import {
   TARGET_LABEL,
   TARGET_NAME,
@@ -46,25 +46,11 @@ import {
   waitReadyLine,
   type ReadyLine,
 } from './container-docker.js';
-import { journalEntries } from '../lib/journal-json.js';
+import { journalEntries } from '../../device-access/journal-json.js';
 import { removeDeviceLeftovers, storedUuid } from '../../sim/device-leftovers.js';
 import { ensureTestImages } from '../../sim/images/test-images.js';
-import type {
-  ApiProtocol,
-  Capability,
-  CommandProtocol,
-  DeviceUnderTest,
-  FilesProtocol,
-  ImagesProtocol,
-  JournalProtocol,
-  DevicePaths,
-  LedProtocol,
-  LedTransition,
-  PortsProtocol,
-  PowerProtocol,
-  TargetDriver,
-  TargetFacts,
-} from './protocols.js';
+import type { ApiProtocol, Capability, CommandProtocol, DeviceUnderTest, FilesProtocol, ImagesProtocol, JournalProtocol, DevicePaths, LedProtocol, LedTransition, PortsProtocol, PowerProtocol, TargetFacts } from '../../device-access/protocols.js';
+import type { TargetDriver } from './target-driver.js';
 import { enginePorts } from './engine-ports.js';
 import { devicePublishAddress } from '../../sim/publish-address.js';
 import { freePort } from '../../src/free-port.js';

@@ -13,8 +13,8 @@ import Docker from 'dockerode';
 import { FleetlabError } from '../../src/errors.js';
 import { FILES_IMAGE, ensureFilesImage } from '../../sim/images/test-images.js';
 import { dockerCommand } from './container-docker.js';
-import { filesOverCommands, type RawCommandRunner } from './files-over-commands.js';
-import type { FilesProtocol } from './protocols.js';
+import { filesOverCommands, type RawCommandRunner } from '../../device-access/files-over-commands.js';
+import type { FilesProtocol } from '../../device-access/protocols.js';
 
 /**
  * On every helper container, so `docker ps` shows whose it is. None outlives its command:

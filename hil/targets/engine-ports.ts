@@ -8,7 +8,7 @@
 import Docker from 'dockerode';
 import { FleetlabError } from '../../src/errors.js';
 import { LABEL } from '../../src/supervisor/adapters/engine.js';
-import type { PortsProtocol, PublishedPort } from './protocols.js';
+import type { PortsProtocol, PublishedPort } from '../../device-access/protocols.js';
 
 type PortMap = Record<string, Array<{ HostIp?: string; HostPort?: string }> | null> | null | undefined;
 

@@ -3,7 +3,7 @@
  * simulated device here, and the docker CLI for an engine the harness shares.
  */
 import { execFile } from 'node:child_process';
-import type { CommandProtocol, ExecResult } from './protocols.js';
+import type { CommandProtocol, ExecResult } from '../../device-access/protocols.js';
 
 export function runOnHost(file: string, args: readonly string[], options: { input?: string; timeoutMs?: number } = {}): Promise<ExecResult> {
   return new Promise((resolve) => {

@@ -3,7 +3,7 @@
  * to this one plus one line here; the Playwright config declares one project per entry, in
  * this order (the first is the default `npm run hil` runs).
  */
-import type { TargetDriver } from './protocols.js';
+import type { TargetDriver } from './target-driver.js';
 
 export const targetRegistry: Record<string, () => Promise<TargetDriver>> = {
   sim: async () => (await import('./sim.js')).createSimTarget() as TargetDriver,

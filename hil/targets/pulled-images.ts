@@ -12,8 +12,8 @@
 import { existsSync } from 'node:fs';
 import { reapStaleBuildEngines, startBuildEngine, type BuildEngine } from '../release/build-engine.js';
 import type { Registry } from '../release/registry.js';
-import type { ImagesProtocol, ReleaseEngine } from './protocols.js';
-import type { SshDevice } from './ssh-device.js';
+import type { ImagesProtocol, ReleaseEngine } from '../../device-access/protocols.js';
+import type { SshDevice } from '../../device-access/ssh-device.js';
 import { reapAbandonedRegistries, WorkerRegistry } from './worker-registry.js';
 
 /** This machine's dockerd as the source of `image:` services' images, when it runs. */

@@ -19,7 +19,7 @@ import { addHostForward, GUEST_ADDRESS, removeHostForward, type HostForward } fr
 import type { HmpRunner } from '../../qemu/qmp.js';
 import { devicePublishAddress } from '../../sim/publish-address.js';
 import { engineBinding, portDescription, type EngineBinding } from './engine-ports.js';
-import type { PortsProtocol, PublishedPort } from './protocols.js';
+import type { PortsProtocol, PublishedPort } from '../../device-access/protocols.js';
 
 /** Host sides tried before giving up: the port's own number at the device's address, then other numbers there. */
 const TRIES = 4;

@@ -11,7 +11,7 @@ import { findReadyState, restoreBoard, saveReadyState, type ReadyState } from '.
 import { errorText } from '../../src/errors.js';
 import { freePort } from '../../src/free-port.js';
 import { setGuestClock, waitSettled } from './qemu.js';
-import { SshDevice } from './ssh-device.js';
+import { SshDevice } from '../../device-access/ssh-device.js';
 
 /** Past a restore, a board answers within seconds; this bounds a machine that is heavily loaded. */
 const RESTORED_READY_MS = 120_000;

@@ -26,11 +26,12 @@ import { FleetlabError } from '../../src/errors.js';
 import { replaySimOptions } from '../capture/replay.js';
 import { engineAt } from '../../sim/engine-at.js';
 import { httpApi } from '../lib/http.js';
-import { journalEntries } from '../lib/journal-json.js';
+import { journalEntries } from '../../device-access/journal-json.js';
 import { filesBesideEngine, hostFiles, removeTree } from './engine-files.js';
 import { hostShell, runOnHost } from './host-shell.js';
 import { enginePorts } from './engine-ports.js';
-import type { ApiProtocol, Capability, CommandProtocol, DevicePaths, DeviceUnderTest, FilesProtocol, ImagesProtocol, JournalProtocol, LedProtocol, NetworkProtocol, PortsProtocol, PowerProtocol, ReleaseEngine, TargetDriver, TargetFacts, TargetStartOptions } from './protocols.js';
+import type { ApiProtocol, Capability, CommandProtocol, DevicePaths, DeviceUnderTest, FilesProtocol, ImagesProtocol, JournalProtocol, LedProtocol, NetworkProtocol, PortsProtocol, PowerProtocol, ReleaseEngine, TargetFacts } from '../../device-access/protocols.js';
+import type { TargetDriver, TargetStartOptions } from './target-driver.js';
 import { WorkerRegistry } from './worker-registry.js';
 
 export type SimEngine = 'sim' | 'docker';

@@ -5,7 +5,7 @@
  * same reading taken before the install.
  */
 import { createHash } from 'node:crypto';
-import type { SshDevice } from '../../hil/targets/ssh-device.js';
+import type { SshDevice } from '../../device-access/ssh-device.js';
 
 /**
  * Left out of the path listing: what the OS and dockerd change by themselves while a board runs

@@ -8,7 +8,7 @@ import { execa, type ResultPromise } from 'execa';
 import { expect } from 'vitest';
 import { loadBoardConfig, type BoardConfig } from '../../hil/targets/board-config.js';
 import { startRestored } from '../../hil/targets/qemu-restore.js';
-import { SshDevice } from '../../hil/targets/ssh-device.js';
+import { SshDevice } from '../../device-access/ssh-device.js';
 import { bootBoard, type QemuBoard, type ReadyInfo } from '../../qemu/boot.js';
 import type { QemuImage } from '../../qemu/image/build.js';
 import { findReadyState } from '../../qemu/ready-state.js';

@@ -12,7 +12,7 @@
 import { closeSync, constants, openSync } from 'node:fs';
 import { ReadStream, isatty } from 'node:tty';
 import { execa } from 'execa';
-import { errorText } from '../../src/errors.js';
+import { errorText } from '../src/errors.js';
 
 export interface ConsoleLine {
   readonly at: number;

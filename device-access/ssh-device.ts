@@ -12,9 +12,9 @@ import { connect as tcpConnect, createServer, type Socket } from 'node:net';
 import { constants, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Client, type ClientChannel } from 'ssh2';
-import { FleetlabError, errorText } from '../../src/errors.js';
-import { shellQuote } from '../../src/shell-quote.js';
-import { journalEntries } from '../lib/journal-json.js';
+import { FleetlabError, errorText } from '../src/errors.js';
+import { shellQuote } from '../src/shell-quote.js';
+import { journalEntries } from './journal-json.js';
 import type { CommandProtocol, ExecResult, FilesProtocol, JournalProtocol } from './protocols.js';
 import { filesOverCommands, type RawCommandResult } from './files-over-commands.js';
 

@@ -2,7 +2,7 @@
  * `journalctl -o json` output as the journal protocol's entries. journalctl exits 1 on an
  * empty journal, which is "no entries", not a failure: callers pass its exit code here.
  */
-import type { JournalEntryText } from '../targets/protocols.js';
+import type { JournalEntryText } from './protocols.js';
 
 export function journalEntries(stdout: string, exitCode: number): JournalEntryText[] {
   if (exitCode !== 0 && stdout.trim() === '') return [];

@@ -5,9 +5,9 @@
  * (hostname, proxy files, boot config) goes back to how this run first found the board. So
  * each spec file starts on a fresh device, as the sim, container and qemu targets give it.
  */
-import { FleetlabError } from '../../src/errors.js';
-import { LABEL } from '../../src/supervisor/adapters/engine.js';
-import { shellQuote } from '../../src/shell-quote.js';
+import { FleetlabError } from '../src/errors.js';
+import { LABEL } from '../src/supervisor/adapters/engine.js';
+import { shellQuote } from '../src/shell-quote.js';
 import type { SshDevice } from './ssh-device.js';
 
 export interface SupervisorPaths {

@@ -14,7 +14,7 @@
  */
 import { loadavg } from 'node:os';
 import { bootBoard } from '../qemu/boot.js';
-import { buildImage } from '../qemu/image/build.js';
+import { buildImage } from '../device-image/build.js';
 import type { QemuTuning } from '../qemu/qemu-argv.js';
 
 interface Variant {

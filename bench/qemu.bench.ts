@@ -15,7 +15,7 @@ import { mkdtemp, readFile, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { bootBoard, waitForPing } from '../qemu/boot.js';
-import { buildImage, formatBuildProgress } from '../qemu/image/build.js';
+import { buildImage, formatBuildProgress } from '../device-image/build.js';
 import type { MachineKind } from '../qemu/qemu-argv.js';
 import { RESTORABLE_MACHINES, restoreBoard, saveReadyState } from '../qemu/ready-state.js';
 import { resetOverSsh, startSupervisor } from '../hil/targets/qemu.js';

@@ -19,7 +19,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { parseArgs } from 'node:util';
-import { DEVICE_NODE_FLAGS, bundleSupervisor } from '../qemu/image/payload.js';
+import { DEVICE_NODE_FLAGS, bundleSupervisor } from '../device-image/payload.js';
 import { SimDevice } from '../sim/device.js';
 import { fleetlabRoot } from '../src/package-root.js';
 import { BenchError, bundleAtRevision, mib, readMemory, supervisorNodePid, type Memory } from './supervisor-process.js';

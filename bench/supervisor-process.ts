@@ -4,7 +4,7 @@
  * bundle of another revision to compare with. Linux only (/proc).
  */
 import { execFileSync } from 'node:child_process';
-import { readFileSync, readdirSync } from 'node:fs';
+import { existsSync, readFileSync, readdirSync } from 'node:fs';
 import { mkdtemp, rm, symlink } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -83,7 +83,7 @@ export function mib(kib: number): number {
 }
 
 /**
- * The device bundle of `rev`, built by that revision's own bundler (its qemu/image/payload.ts)
+ * The device bundle of `rev`, built by that revision's own bundler (its device-image/payload.ts)
  * in a temporary git worktree of `repoRoot` that uses this checkout's node_modules; gives the
  * short commit.
  */
@@ -93,7 +93,9 @@ export async function bundleAtRevision(repoRoot: string, rev: string, out: strin
   execFileSync('git', ['-C', repoRoot, 'worktree', 'add', '--detach', tree, commit], { stdio: 'ignore' });
   try {
     await symlink(join(repoRoot, 'node_modules'), join(tree, 'node_modules'));
-    const payload = (await import(join(tree, 'qemu', 'image', 'payload.ts'))) as { bundleSupervisor(root: string, out: string): Promise<void> };
+    // The bundler moved from qemu/image/ to device-image/ (issue 40); older revisions have it at the old place.
+    const bundler = [join(tree, 'device-image', 'payload.ts'), join(tree, 'qemu', 'image', 'payload.ts')].find((f) => existsSync(f))!;
+    const payload = (await import(bundler)) as { bundleSupervisor(root: string, out: string): Promise<void> };
     await payload.bundleSupervisor(tree, out);
     return commit;
   } finally {

@@ -44,7 +44,7 @@ import { performance } from 'node:perf_hooks';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { parseArgs } from 'node:util';
 import Docker from 'dockerode';
-import { DEVICE_NODE_FLAGS, bundleSupervisor } from '../qemu/image/payload.js';
+import { DEVICE_NODE_FLAGS, bundleSupervisor } from '../device-image/payload.js';
 import { SimDevice, type SimDeviceInfo } from '../sim/device.js';
 import { errorText } from '../src/errors.js';
 import { fleetlabRoot } from '../src/package-root.js';

@@ -11,12 +11,12 @@ import { execa } from 'execa';
 import { FleetlabError, errorText } from '../src/errors.js';
 import { fleetlabVersion } from '../src/package-root.js';
 import { SshDevice } from '../device-access/ssh-device.js';
-import { payloadSource, PREBUILT_PAYLOAD_DIR } from '../qemu/image/payload.js';
-import { cacheRoot } from '../qemu/tools.js';
-import { BOARD } from './layout.js';
+import { payloadSource, PREBUILT_PAYLOAD_DIR } from '../device-image/payload.js';
+import { cacheRoot } from '../device-image/tools.js';
+import { BOARD } from '../device-image/board-layout.js';
 import { parseSshTarget, type SshTarget } from './install-plan.js';
 import { installBoard, uninstallBoard, type SupervisorPayload } from './install.js';
-import { stageSupervisor } from './supervisor-payload.js';
+import { stageSupervisor } from '../device-image/supervisor-payload.js';
 
 /** Keys tried, in order, when --identity is not given (OpenSSH's own defaults). */
 const DEFAULT_KEYS = ['id_ed25519', 'id_ecdsa', 'id_rsa'];

@@ -6,7 +6,7 @@
  * Pure: text in, decisions out.
  */
 import { FleetlabError } from '../src/errors.js';
-import { BOARD } from './layout.js';
+import { BOARD } from '../device-image/board-layout.js';
 
 export interface SshTarget {
   readonly user: string;
@@ -134,22 +134,6 @@ export function missingPackages(probe: BoardProbe): { packages: string[]; missin
 /** The command a person runs on the board to add the packages by hand. */
 export function aptCommand(packages: readonly string[]): string {
   return `sudo apt-get update && sudo apt-get install -y --no-install-recommends ${packages.join(' ')}`;
-}
-
-/**
- * The Raspberry Pi's ACT LED by model (`/proc/device-tree/model`), as the line of the SoC's GPIO
- * chip. Boards not listed get no LED unless `--led` names one.
- */
-export const ACT_LED_LINES: ReadonlyArray<{ readonly model: RegExp; readonly line: string }> = [
-  { model: /^Raspberry Pi 4 Model B|^Raspberry Pi 400|^Raspberry Pi Compute Module 4/, line: 'pinctrl-bcm2711:42' },
-  { model: /^Raspberry Pi 3 Model B Plus|^Raspberry Pi 3 Model A Plus|^Raspberry Pi Zero 2 W/, line: 'pinctrl-bcm2835:29' },
-];
-
-/** `--led` as given (`none` is no LED), else the model's ACT LED, else none. */
-export function ledLineFor(option: string | undefined, model: string): { line: string; source: 'option' | 'model' | 'none' } {
-  if (option !== undefined) return { line: option === 'none' ? '' : option, source: option === 'none' ? 'none' : 'option' };
-  const known = ACT_LED_LINES.find((l) => l.model.test(model));
-  return known ? { line: known.line, source: 'model' } : { line: '', source: 'none' };
 }
 
 /** What an install did to the board: written before each change, so a killed install is finished or undone from it. */

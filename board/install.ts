@@ -8,11 +8,10 @@
 import { FleetlabError } from '../src/errors.js';
 import { supervisedObjectsWipeLines } from '../device-access/ssh-reset.js';
 import type { ExecResult } from '../device-access/protocols.js';
-import { BOARD, dockerDaemonConfigFor, ENV_FILE_HEADER, installEnv, supervisorConfig, supervisorUnit } from './layout.js';
+import { BOARD, dockerDaemonConfigFor, ENV_FILE_HEADER, installEnv, ledLineFor, supervisorConfig, supervisorUnit } from '../device-image/board-layout.js';
 import {
   aptCommand,
   checkBoard,
-  ledLineFor,
   missingPackages,
   OWN_PATHS,
   parseManifest,
@@ -29,7 +28,7 @@ export interface BoardShell {
   run(argv: readonly string[], options?: { input?: string | Buffer; timeoutMs?: number }): Promise<ExecResult>;
 }
 
-/** The supervisor to install, staged on this host (board/supervisor-payload.ts). */
+/** The supervisor to install, staged on this host (device-image/supervisor-payload.ts). */
 export interface SupervisorPayload {
   /** A tar of `/opt/fleetlab` as it goes on the board (paths relative to it). */
   readonly tar: Buffer;

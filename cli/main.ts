@@ -241,7 +241,7 @@ program
   .action(
     action(async (opts: { port: string; dir?: string }) => {
       const { startRegistry } = await import('../hil/release/registry.js');
-      const { cacheRoot } = await import('../qemu/tools.js');
+      const { cacheRoot } = await import('../device-image/tools.js');
       const dir = opts.dir ?? join(cacheRoot(), 'registry');
       const port = parsePort('--port', opts.port);
       const registry = await startRegistry({ dir, ...(port ? { port } : {}) });
@@ -422,7 +422,7 @@ images
   .action(
     action(async (opts: { dockerSocket: string }) => {
       const { BASE_IMAGE, ensureBaseImage } = await import('../sim/images/base-image.js');
-      const { cacheRoot } = await import('../qemu/tools.js');
+      const { cacheRoot } = await import('../device-image/tools.js');
       const imported = await ensureBaseImage(opts.dockerSocket, (e) => console.error(`${e.image}: ${e.step}`), { cacheDir: cacheRoot() });
       console.log(imported ? BASE_IMAGE : `${BASE_IMAGE} (already there)`);
     }),
@@ -577,9 +577,9 @@ program
   .option('--force', 'rebuild even when cached', false)
   .action(
     action(async (opts: { board: string; out?: string; suite: string; mirror: string; force: boolean }) => {
-      const { flashBoard } = await import('../board/flash-image-plan.js');
+      const { flashBoard } = await import('../device-image/card-plan.js');
       const board = flashBoard(opts.board);
-      const { buildFlashImage, formatBuildProgress } = await import('../board/flash-image.js');
+      const { buildFlashImage, formatBuildProgress } = await import('../device-image/card-image.js');
       const result = await buildFlashImage({
         repoRoot: await repoRootOfCli(),
         board,
@@ -608,7 +608,7 @@ qemu
   .option('--bare', 'the board\'s operating system without anything of fleetlab\'s: a fresh board to try `fleetlab board install` on', false)
   .action(
     action(async (opts: { suite: string; mirror: string; force: boolean; bare: boolean }) => {
-      const { buildImage, formatBuildProgress } = await import('../qemu/image/build.js');
+      const { buildImage, formatBuildProgress } = await import('../device-image/build.js');
       const result = await buildImage({
         repoRoot: await repoRootOfCli(),
         suite: opts.suite,
@@ -626,9 +626,9 @@ qemu
   .requiredOption('--out <dir>', 'where to write them (the package takes dist/device)')
   .action(
     action(async (opts: { out: string }) => {
-      const { writePrebuiltPayload } = await import('../qemu/image/payload.js');
-      const { NODE_PACKAGE } = await import('../qemu/image/recipe.js');
-      const { cacheRoot } = await import('../qemu/tools.js');
+      const { writePrebuiltPayload } = await import('../device-image/payload.js');
+      const { NODE_PACKAGE } = await import('../device-image/recipe.js');
+      const { cacheRoot } = await import('../device-image/tools.js');
       const { resolve } = await import('node:path');
       const written = await writePrebuiltPayload(await repoRootOfCli(), join(cacheRoot(), 'qemu'), NODE_PACKAGE, resolve(opts.out));
       console.error(`fleetlab qemu payload: ${written.bundle}, ${written.epollAddon} (for ${written.node})`);
@@ -648,7 +648,7 @@ qemu
   .option('--serial-pty', 'the console on a pseudo-terminal too (serialPty in the ready line, serial in --board-config), as a lab board\'s USB serial adapter', false)
   .action(
     action(async (opts: { machine: 'raspi3b' | 'virt'; snapshot: boolean; apiPort?: string; sshPort?: string; boardConfig?: string; suite: string; bare: boolean; flashImage?: string; serialPty: boolean }) => {
-      const { buildImage, formatBuildProgress } = await import('../qemu/image/build.js');
+      const { buildImage, formatBuildProgress } = await import('../device-image/build.js');
       const { bootBoard } = await import('../qemu/boot.js');
       const { untilStopped } = await import('../src/stop-signals.js');
       if (opts.flashImage && opts.machine !== 'virt') throw new UsageError('--flash-image boots on --machine virt (QEMU 7.2 has no Pi 4; the Pi 4 kernel and root partition run there as they are)');

@@ -2,7 +2,7 @@
  * Runs once before the suite, for the targets of the selected projects: the sim target on
  * dockerd needs the local test images (no registry is reachable); the container target
  * builds its device image once and hands it to the workers (targets/container-setup.ts); the
- * qemu target builds (or finds cached) its board image (qemu/image/build.ts).
+ * qemu target builds (or finds cached) its board image (device-image/build.ts).
  * The global teardown (global-teardown.ts) removes what a crashed container run left.
  */
 import { existsSync } from 'node:fs';
@@ -11,7 +11,7 @@ import { errorText } from '../src/errors.js';
 import { makeOwnerDir, startLeftoverCheck } from './lib/run-leftovers.js';
 import { ensureBaseImage } from '../sim/images/base-image.js';
 import { buildTestImages } from '../sim/images/test-images.js';
-import { cacheRoot } from '../qemu/tools.js';
+import { cacheRoot } from '../device-image/tools.js';
 import { fleetlabRoot } from '../src/package-root.js';
 import { defaultEngine } from './targets/sim.js';
 
@@ -70,7 +70,7 @@ export async function prepareTargets(config: FullConfig, options: { testImages: 
   if (options.testImages && ((targets.includes('sim') && defaultEngine() === 'docker') || targets.includes('container'))) await ensureBaseImage(dockerSocket, undefined, { cacheDir: cacheRoot() });
   if (targets.includes('qemu') && !process.env.FLEETLAB_QEMU_IMAGE_DIR && !process.env.FLEETLAB_QEMU_FLASH_IMAGE) {
     // Built (or found cached) once here, not in a worker's first test: a cold build takes minutes.
-    const { buildImage, formatBuildProgress } = await import('../qemu/image/build.js');
+    const { buildImage, formatBuildProgress } = await import('../device-image/build.js');
     const { image } = await buildImage({
       repoRoot: fleetlabRoot(import.meta.url),
       ...(process.env.FLEETLAB_QEMU_SUITE ? { suite: process.env.FLEETLAB_QEMU_SUITE } : {}),

@@ -4,7 +4,7 @@
  */
 import { shellQuote } from '../src/shell-quote.js';
 import type { ReadyInfo } from './boot.js';
-import { LED_LINES } from './image/recipe.js';
+import { LED_LINES } from '../device-image/recipe.js';
 
 /** `cli` is how to run this fleetlab CLI (argv before the subcommand), for the power switch. */
 export function boardConfigFor(ready: ReadyInfo, cli: readonly string[], bootDir?: string): Record<string, unknown> {

@@ -1,5 +1,5 @@
 /**
- * `fleetlab qemu boot`: one emulated board from a built image (./image/build.ts). The image is
+ * `fleetlab qemu boot`: one emulated board from a built image (../device-image/build.ts). The image is
  * never written: the board runs on a qcow2 overlay, kept per machine under the cache so the
  * board's state survives a `qemu boot` restart, or thrown away with `--snapshot` (as QEMU's own
  * `-snapshot` does). The device API and SSH are forwarded to loopback ports, the serial console
@@ -13,10 +13,10 @@ import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { execa } from 'execa';
 import { FleetlabError } from '../src/errors.js';
-import type { QemuImage } from './image/build.js';
+import type { QemuImage } from '../device-image/build.js';
 import { buildQemuArgv, CONSOLE_CHARDEV, type MachineKind, type QemuTuning } from './qemu-argv.js';
 import { QmpClient } from './qmp.js';
-import { cacheRoot, needTool, qemuTools } from './tools.js';
+import { cacheRoot, needTool, qemuTools } from '../device-image/tools.js';
 import { freePort } from '../src/free-port.js';
 import { ownerRecord, reapStale, writeOwner } from '../src/owned-dirs.js';
 import { processStart, stoppedWithParent } from '../src/processes.js';

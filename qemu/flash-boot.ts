@@ -10,13 +10,13 @@ import { createHash } from 'node:crypto';
 import { closeSync, existsSync, mkdirSync, openSync, readdirSync, readFileSync, readSync, renameSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { execa } from 'execa';
-import { flashTools } from '../board/flash-image.js';
-import { BOOT_INITRD, BOOT_KERNEL, BOOT_MOUNT, parseMbr, PROVISION_FILE, ROOT_LABEL, SECTOR, withProvisionSettings } from '../board/flash-image-plan.js';
+import { flashTools } from '../device-image/card-image.js';
+import { BOOT_INITRD, BOOT_KERNEL, BOOT_MOUNT, parseMbr, PROVISION_FILE, ROOT_LABEL, SECTOR, withProvisionSettings } from '../device-image/card-plan.js';
 import { FleetlabError } from '../src/errors.js';
 import { alive } from '../src/processes.js';
-import { pruneSiblings, sshKeyPair, type QemuImage } from './image/build.js';
-import { LED_LINES } from './image/recipe.js';
-import { cacheRoot, needTool } from './tools.js';
+import { pruneSiblings, sshKeyPair, type QemuImage } from '../device-image/build.js';
+import { LED_LINES } from '../device-image/recipe.js';
+import { cacheRoot, needTool } from '../device-image/tools.js';
 
 /** How much larger than the image the emulated card is. */
 export const CARD_HEADROOM_BYTES = 2 * 1024 ** 3;

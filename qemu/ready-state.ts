@@ -21,10 +21,10 @@ import { join } from 'node:path';
 import { execa } from 'execa';
 import { FleetlabError } from '../src/errors.js';
 import { alive } from '../src/processes.js';
-import type { QemuImage } from './image/build.js';
+import type { QemuImage } from '../device-image/build.js';
 import { buildQemuArgv, type MachineKind } from './qemu-argv.js';
 import { createQcow2Overlay, launch, pollBoard, reapAbandonedBoards, type QemuBoard } from './boot.js';
-import { cacheRoot, needTool, qemuTools } from './tools.js';
+import { cacheRoot, needTool, qemuTools } from '../device-image/tools.js';
 
 /** Machines whose state QEMU can save and load. */
 export const RESTORABLE_MACHINES: ReadonlySet<MachineKind> = new Set(['virt']);
@@ -193,7 +193,7 @@ export function reapAbandonedSaves(cacheDir: string = cacheRoot()): Promise<stri
 }
 
 /**
- * States whose image the image cache has pruned (it keeps the newest two, qemu/image/build.ts):
+ * States whose image the image cache has pruned (it keeps the newest two, device-image/build.ts):
  * their disk is backed by that image, so nothing can start from them again.
  */
 async function removeOrphanedStates(root: string): Promise<void> {

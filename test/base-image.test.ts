@@ -12,7 +12,7 @@ import { join } from 'node:path';
 import Docker from 'dockerode';
 import { execa } from 'execa';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { cacheRoot } from '../qemu/tools.js';
+import { cacheRoot } from '../device-image/tools.js';
 import { startSimEngine } from '../sim/engine/index.js';
 import { BASE_IMAGE, BASE_RECIPE, BASE_RECIPE_LABEL, ensureBaseImage } from '../sim/images/base-image.js';
 import { eventually } from './helpers/engine-targets.js';

@@ -1,13 +1,14 @@
 /**
- * The decisions of `fleetlab board install` (board/install-plan.ts, board/layout.ts), apart
+ * The decisions of `fleetlab board install` (board/install-plan.ts, device-image/board-layout.ts), apart
  * from a board: the address, what a probe says, what is missing and which package brings it,
  * the LED line, dockerd's config, the manifest. The install itself runs on a bare QEMU board in
  * test/qemu-boards/ (.ci/run).
  */
 import { execFileSync } from 'node:child_process';
 import { describe, expect, it } from 'vitest';
-import { aptCommand, checkBoard, ledLineFor, missingPackages, parseManifest, parseProbe, parseSshTarget, pathsMade, probeScript } from '../board/install-plan.js';
-import { BOARD, dockerDaemonConfigFor, installEnv, supervisorUnit } from '../board/layout.js';
+import { ledLineFor } from '../device-image/board-layout.js';
+import { aptCommand, checkBoard, missingPackages, parseManifest, parseProbe, parseSshTarget, pathsMade, probeScript } from '../board/install-plan.js';
+import { BOARD, dockerDaemonConfigFor, installEnv, supervisorUnit } from '../device-image/board-layout.js';
 
 const probeOf = (lines: string[]) => parseProbe(lines.join('\n'));
 const fullBoard = ['arch=aarch64', 'os_id=debian', 'codename=bookworm', 'pretty=Debian GNU/Linux 12 (bookworm)', 'systemd=1', ...['dockerd', 'docker', 'redsocks', 'journalctl', 'busctl', 'hostnamed', 'dbus', 'apt-get'].map((c) => `has=${c}`)];

@@ -9,7 +9,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { FleetlabError } from '../src/errors.js';
 import { describeSettings, envName, flagName, loadConfig, settings } from '../src/supervisor/config.js';
 import { findTool, missingToolError, requireTool, tools, type ToolSpec } from '../src/tools.js';
-import { qemuTools } from '../qemu/tools.js';
+import { qemuTools } from '../device-image/tools.js';
 
 let dir: string;
 beforeAll(async () => {

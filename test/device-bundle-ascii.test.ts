@@ -1,13 +1,13 @@
 /**
  * The device bundle stays ASCII: Node holds a module's source with any other character as
- * UTF-16, twice the memory (qemu/image/payload.ts, nonAsciiInBundle).
+ * UTF-16, twice the memory (device-image/payload.ts, nonAsciiInBundle).
  */
 import { execFileSync } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
-import { bundleForDevice, nonAsciiInBundle } from '../qemu/image/payload.js';
+import { bundleForDevice, nonAsciiInBundle } from '../device-image/payload.js';
 import { parseDuration } from '../src/protocol/container-settings.js';
 
 describe('nonAsciiInBundle', () => {

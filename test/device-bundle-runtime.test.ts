@@ -8,7 +8,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { localSupervisorArgs } from '../bench/supervisor-start.js';
-import { bundleSupervisor } from '../qemu/image/payload.js';
+import { bundleSupervisor } from '../device-image/payload.js';
 import { waitForPing } from '../qemu/boot.js';
 import { freePort } from '../src/free-port.js';
 import { fleetlabRoot } from '../src/package-root.js';

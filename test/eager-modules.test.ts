@@ -8,8 +8,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import ts from 'typescript';
 import { afterAll, describe, expect, it } from 'vitest';
-import { eagerModuleBodies } from '../qemu/image/eager-modules.js';
-import { bundleForDevice } from '../qemu/image/payload.js';
+import { eagerModuleBodies } from '../device-image/eager-modules.js';
+import { bundleForDevice } from '../device-image/payload.js';
 
 // The shape of esbuild's minified output: its __esm and __commonJS helpers, then modules.
 const HELPERS = 'var _=(e,t,r)=>()=>{if(r)throw r[0];try{return e&&(t=e(e=0)),t}catch(n){throw r=[n],n}};var E=(e,t)=>()=>{try{return t||e((t={exports:{}}).exports,t),t.exports}catch(r){throw t=0,r}};';

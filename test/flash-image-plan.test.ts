@@ -2,12 +2,12 @@ import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, wri
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
-import { firstBoot, TIMESYNCD_DROPIN } from '../board/first-boot.js';
+import { firstBoot, TIMESYNCD_DROPIN } from '../device-image/first-boot.js';
 import {
   ALIGN_SECTORS, APPLIED_FILE, appliedFileText, BOOT_MOUNT, cardLayout, cmdlineTxt, configTxt, ERROR_FILE, FLASH_BOARDS, flashBoard, flashFstab, flashRootFiles, grownRootMbr, mbrBytes,
   NTP_OFF_MARKER, parseMbr, parseProvision, PROVISION_FILE, provisionTemplate, ROOT_LABEL, SECTOR, withAuthorizedKeys, withCloudLink, withProvisionSettings,
-} from '../board/flash-image-plan.js';
-import { BOARD } from '../board/layout.js';
+} from '../device-image/card-plan.js';
+import { BOARD } from '../device-image/board-layout.js';
 import { emulatorProvision } from '../qemu/flash-boot.js';
 
 const KEY = 'ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOGQy0Zs8o1vU5gY7r1yq3nX2pQ4W8qf8x8aKk2Jw6tH you@laptop';
@@ -138,7 +138,7 @@ describe('first boot, applied to a directory tree', () => {
     expect(read('/root/.ssh/authorized_keys')).toBe(`${KEY}\n`);
     expect(statSync(join(root, '/root/.ssh/authorized_keys')).mode & 0o777).toBe(0o600);
     expect(read(BOARD.envFile)).toContain('FLEETLAB_LOG_LEVEL=debug\nFLEETLAB_LOCAL_MODE=false\nFLEETLAB_CLOUD_URL=https://cloud.example.com\nFLEETLAB_PROVISIONING_KEY=secret-key\n');
-    // The model's ACT LED (board/install-plan.ts ACT_LED_LINES).
+    // The model's ACT LED (device-image/board-layout.ts ACT_LED_LINES).
     expect(read(BOARD.installEnvFile)).toContain('FLEETLAB_LED_GPIO=pinctrl-bcm2711:42');
     expect(existsSync(join(root, NTP_OFF_MARKER))).toBe(true);
     expect(existsSync(join(root, BOOT_MOUNT, PROVISION_FILE))).toBe(false);

@@ -11,7 +11,7 @@
  * file that made it.
  */
 import type { TestProject } from 'vitest/node';
-import { cacheRoot } from '../qemu/tools.js';
+import { cacheRoot } from '../device-image/tools.js';
 import { ensureBaseImage } from '../sim/images/base-image.js';
 import { buildTestImages } from '../sim/images/test-images.js';
 import { startLeftoverCheck } from '../hil/lib/run-leftovers.js';

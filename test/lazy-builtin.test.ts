@@ -8,8 +8,8 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
-import { bundleForDevice } from '../qemu/image/payload.js';
-import { DEVICE_LAZY_BUILTINS, forwardedFunctions, lazyBuiltinSource } from '../qemu/image/lazy-builtins.js';
+import { bundleForDevice } from '../device-image/payload.js';
+import { DEVICE_LAZY_BUILTINS, forwardedFunctions, lazyBuiltinSource } from '../device-image/lazy-builtins.js';
 
 /** The CommonJS stand-in for `name`, with a require that counts loads and gives `real`. */
 function standIn(name: string, real: object): { mod: Record<PropertyKey, unknown>; loads: string[] } {

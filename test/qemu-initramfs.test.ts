@@ -8,9 +8,9 @@ import { mkdirSync, mkdtempSync, readlinkSync, readFileSync, rmSync, statSync, w
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
-import { assembleTree, writeUpdateDoneStamps } from '../qemu/image/build.js';
-import { archivedModule, cpioNewc, initramfsEntries, initScript, moduleLoadOrder, moduleName, S_IFDIR, S_IFREG } from '../qemu/image/initramfs.js';
-import { MASKED_GENERATORS, MASKED_UNITS, importTestImagesScript, overlayFiles, TEST_IMAGES_STAMP } from '../qemu/image/recipe.js';
+import { assembleTree, writeUpdateDoneStamps } from '../device-image/build.js';
+import { archivedModule, cpioNewc, initramfsEntries, initScript, moduleLoadOrder, moduleName, S_IFDIR, S_IFREG } from '../device-image/initramfs.js';
+import { MASKED_GENERATORS, MASKED_UNITS, importTestImagesScript, overlayFiles, TEST_IMAGES_STAMP } from '../device-image/recipe.js';
 
 const work = mkdtempSync(join(tmpdir(), 'fleetlab-initramfs-test-'));
 afterAll(() => rmSync(work, { recursive: true, force: true }));

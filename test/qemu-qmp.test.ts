@@ -12,7 +12,7 @@ import { GpioProbe, gpioRegister, parseXpWord, xpCommand, type MachineKind } fro
 import { addHostForward, hostfwdAddCommand, hostfwdAddResult, hostfwdRemoveCommand, hostfwdRemoveResult, removeHostForward } from '../qemu/hostfwd.js';
 import { buildQemuArgv, NETDEV_ID, NIC_ID } from '../qemu/qemu-argv.js';
 import { QmpClient, QmpClosedError, QmpCommandError, type QmpEvent } from '../qemu/qmp.js';
-import { qemuTools } from '../qemu/tools.js';
+import { qemuTools } from '../device-image/tools.js';
 
 describe('xp output parser', () => {
   it('reads the word of `xp /1wx`', () => {

@@ -9,7 +9,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it, onTestFinished } from 'vitest';
 import { createOverlay, launch, reapAbandonedBoards } from '../qemu/boot.js';
-import type { QemuImage } from '../qemu/image/build.js';
+import type { QemuImage } from '../device-image/build.js';
 import { findReadyState, qemuVersion, readyStateKey, restoreBoard, saveReadyState } from '../qemu/ready-state.js';
 import { freePort } from '../src/free-port.js';
 import { alive } from '../src/processes.js';

@@ -11,7 +11,7 @@ import { loadCompose } from '../hil/release/compose.js';
 import { dockerignoreMatcher } from '../hil/release/image-build.js';
 import { buildRelease } from '../hil/release/release.js';
 import { FleetlabError } from '../src/errors.js';
-import { cacheRoot } from '../qemu/tools.js';
+import { cacheRoot } from '../device-image/tools.js';
 import { BASE_IMAGE, ensureBaseImage } from '../sim/images/base-image.js';
 
 const SOCKET = '/var/run/docker.sock';

@@ -9,7 +9,7 @@ import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { FullConfig } from '@playwright/test';
 import { BASE_IMAGE, ensureBaseImage } from '../../sim/images/base-image.js';
-import { cacheRoot } from '../../qemu/tools.js';
+import { cacheRoot } from '../../device-image/tools.js';
 import { prepareTargets } from '../global-setup.js';
 import { ignoredWarning, loadCompose, type ComposeProject } from '../release/compose.js';
 

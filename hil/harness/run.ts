@@ -8,8 +8,8 @@ import { existsSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { availableParallelism } from 'node:os';
 import { join, resolve } from 'node:path';
-import { FLASH_IMAGE_VARIABLE } from '../../board/flash-image-plan.js';
-import { payloadSource, PREBUILT_PAYLOAD_DIR } from '../../qemu/image/payload.js';
+import { FLASH_IMAGE_VARIABLE } from '../../device-image/card-plan.js';
+import { payloadSource, PREBUILT_PAYLOAD_DIR } from '../../device-image/payload.js';
 import { FleetlabError } from '../../src/errors.js';
 import { fleetlabRoot } from '../../src/package-root.js';
 import { userTmpDir } from '../../src/user-tmp.js';
@@ -75,7 +75,7 @@ function findConfig(cwd: string): string {
 
 /**
  * The qemu target builds its board image from fleetlab's sources (a checkout) or from the
- * payload `npm pack` prebuilt into the package (qemu/image/payload.ts); a package packed
+ * payload `npm pack` prebuilt into the package (device-image/payload.ts); a package packed
  * without it cannot make one.
  */
 function requirePayloadFor(target: string): void {

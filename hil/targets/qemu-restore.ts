@@ -6,7 +6,7 @@
  */
 import { mkdirSync, readFileSync } from 'node:fs';
 import { bootBoard, waitForPing, type QemuBoard, type ReadyInfo } from '../../qemu/boot.js';
-import type { QemuImage } from '../../qemu/image/build.js';
+import type { QemuImage } from '../../device-image/build.js';
 import { findReadyState, restoreBoard, saveReadyState, type ReadyState } from '../../qemu/ready-state.js';
 import { errorText } from '../../src/errors.js';
 import { freePort } from '../../src/free-port.js';

@@ -1,6 +1,6 @@
 /**
  * The device's own commands: `fleetlab supervisor`, and `first-boot` for a flashed card
- * (board/first-boot.ts). The QEMU image, a board install and a card image bundle this entry,
+ * (device-image/first-boot.ts). The QEMU image, a board install and a card image bundle this entry,
  * so the cloud, the simulator and their native addons stay off the device.
  */
 import { Command } from 'commander';
@@ -13,7 +13,7 @@ program
   .command('first-boot')
   .description('On a flashed fleetlab card: grow the root partition once, apply fleetlab.txt from the boot partition')
   .action(async () => {
-    const { firstBoot } = await import('../../board/first-boot.js');
+    const { firstBoot } = await import('../../device-image/first-boot.js');
     const result = await firstBoot({ growRoot: true });
     if (result === 'failed') process.exitCode = 1;
   });

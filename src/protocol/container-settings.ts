@@ -9,7 +9,7 @@ import { Type, type Static } from '@sinclair/typebox';
 /**
  * Compose's duration notation (Go's, as compose-go reads it): `10s`, `1m30s`, `500ms`, `1.5h`.
  * The micro sign is written as an escape here and below: the device bundle must stay ASCII
- * (qemu/image/payload.ts, nonAsciiInBundle).
+ * (device-image/payload.ts, nonAsciiInBundle).
  */
 const DURATION = '^(0|([0-9]+(\\.[0-9]+)?(ns|us|\u00b5s|ms|s|m|h))+)$';
 /** Compose's byte sizes (go-units' RAMInBytes): `67108864`, `64m`, `64MB`, `1.5GiB`. */

@@ -32,7 +32,7 @@ import { processStart } from '../processes.js';
 import { StateEngine, type Logger } from './state/state-engine.js';
 import { DeviceStore } from './state/store.js';
 
-/** Set by the device bundle's build (qemu/image/payload.ts), which has no package.json beside it. */
+/** Set by the device bundle's build (device-image/payload.ts), which has no package.json beside it. */
 declare const __FLEETLAB_VERSION__: string | undefined;
 
 export const supervisorVersion: string =
@@ -68,7 +68,7 @@ function readOsVersion(): string {
 
 /**
  * A fresh id for this supervisor instance, from the kernel's random UUID where there is one:
- * a device starting on its existing store then loads no node:crypto (qemu/image/lazy-builtins.ts).
+ * a device starting on its existing store then loads no node:crypto (device-image/lazy-builtins.ts).
  */
 function newInstanceId(): string {
   try {

@@ -10,7 +10,7 @@ import { loadBoardConfig, type BoardConfig } from '../../hil/targets/board-confi
 import { startRestored } from '../../hil/targets/qemu-restore.js';
 import { SshDevice } from '../../device-access/ssh-device.js';
 import { bootBoard, type QemuBoard, type ReadyInfo } from '../../qemu/boot.js';
-import type { QemuImage } from '../../qemu/image/build.js';
+import type { QemuImage } from '../../device-image/build.js';
 import { findReadyState } from '../../qemu/ready-state.js';
 
 export const repoRoot = join(import.meta.dirname, '..', '..');

@@ -10,7 +10,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { execa, type ResultPromise } from 'execa';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { BOOT_LABEL, FLASH_BOARDS, parseProvision, PROVISION_FILE, ROOT_LABEL, SECTOR, APPLIED_FILE } from '../../board/flash-image-plan.js';
+import { BOOT_LABEL, FLASH_BOARDS, parseProvision, PROVISION_FILE, ROOT_LABEL, SECTOR, APPLIED_FILE } from '../../device-image/card-plan.js';
 import { SshDevice } from '../../device-access/ssh-device.js';
 import { readMbr } from '../../qemu/flash-boot.js';
 import { lastEvent, repoRoot } from './board-under-test.js';

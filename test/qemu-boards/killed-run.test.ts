@@ -16,7 +16,7 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { pollUntil } from '../../hil/lib/wait.js';
 import { RUN_DIR_PREFIXES } from '../../qemu/boot.js';
-import { buildImage, latestImage } from '../../qemu/image/build.js';
+import { buildImage, latestImage } from '../../device-image/build.js';
 import { findReadyState } from '../../qemu/ready-state.js';
 import { sessionEnv, sessionProcesses, stopProcesses } from '../../src/processes.js';
 import { repoRoot, writeTeam } from './board-under-test.js';

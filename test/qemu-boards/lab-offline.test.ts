@@ -15,7 +15,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { stringify } from 'yaml';
 import { boardConfigFor } from '../../qemu/board-config.js';
 import type { QemuBoard } from '../../qemu/boot.js';
-import { buildImage } from '../../qemu/image/build.js';
+import { buildImage } from '../../device-image/build.js';
 import { labBoard, repoRoot, reportItems, writeTeam } from './board-under-test.js';
 
 const POWER_TIMEOUT_S = 20;

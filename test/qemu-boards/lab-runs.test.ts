@@ -16,7 +16,7 @@ import { openLab } from '../../hil/lab/lab-command.js';
 import type { LeaseLogEntry } from '../../hil/lab/lease-store.js';
 import { boardConfigFor } from '../../qemu/board-config.js';
 import type { QemuBoard } from '../../qemu/boot.js';
-import { buildImage } from '../../qemu/image/build.js';
+import { buildImage } from '../../device-image/build.js';
 import { labBoard, repoRoot, writeTeam } from './board-under-test.js';
 
 const TTL_S = 10;

@@ -5,9 +5,9 @@
  */
 import { chmodSync, cpSync, mkdirSync } from 'node:fs';
 import { dirname, join } from 'node:path';
-import { buildEpollAddon, bundleSupervisor, fetchNode, installRuntimePackages, nodeModulesOf, type PrebuiltPayload } from '../qemu/image/payload.js';
-import { NODE_PACKAGE } from '../qemu/image/recipe.js';
-import { BOARD } from './layout.js';
+import { buildEpollAddon, bundleSupervisor, fetchNode, installRuntimePackages, nodeModulesOf, type PrebuiltPayload } from './payload.js';
+import { NODE_PACKAGE } from './recipe.js';
+import { BOARD } from './board-layout.js';
 
 export interface StageOptions {
   /** The fleetlab the supervisor comes from: its sources, or an installed package's prebuilt payload. */

@@ -15,8 +15,8 @@ import { mkdtemp, rm } from 'node:fs/promises';
 import { createRequire } from 'node:module';
 import { dirname, join } from 'node:path';
 import { execa } from 'execa';
-import { FleetlabError, errorText } from '../../src/errors.js';
-import { needTool, qemuTools } from '../tools.js';
+import { FleetlabError, errorText } from '../src/errors.js';
+import { needTool, qemuTools } from './tools.js';
 import { eagerModuleBodies } from './eager-modules.js';
 import { lazyBuiltinsPlugin } from './lazy-builtins.js';
 

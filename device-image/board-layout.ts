@@ -1,9 +1,9 @@
 /**
  * Where fleetlab lives on a board, and the files that make the supervisor a system service:
  * one layout for a board set up by `fleetlab board install` and for the emulated Pi's image
- * (qemu/image/recipe.ts), so what CI boots is what a lab installs. Pure: text and paths.
+ * (device-image/recipe.ts), so what CI boots is what a lab installs. Pure: text and paths.
  */
-import { DEVICE_NODE_FLAGS } from '../qemu/image/payload.js';
+import { DEVICE_NODE_FLAGS } from './payload.js';
 
 export const BOARD = {
   appDir: '/opt/fleetlab',
@@ -97,3 +97,19 @@ export const NETWORK_UNITS: ReadonlyArray<{ wantedBy: string; unit: string; sour
 ];
 
 export const ENV_FILE_HEADER = '# Settings for the supervisor (FLEETLAB_* variables); the HIL harness writes the cloud link here.\n';
+
+/**
+ * The Raspberry Pi's ACT LED by model (`/proc/device-tree/model`), as the line of the SoC's GPIO
+ * chip. Boards not listed get no LED unless `--led` names one.
+ */
+export const ACT_LED_LINES: ReadonlyArray<{ readonly model: RegExp; readonly line: string }> = [
+  { model: /^Raspberry Pi 4 Model B|^Raspberry Pi 400|^Raspberry Pi Compute Module 4/, line: 'pinctrl-bcm2711:42' },
+  { model: /^Raspberry Pi 3 Model B Plus|^Raspberry Pi 3 Model A Plus|^Raspberry Pi Zero 2 W/, line: 'pinctrl-bcm2835:29' },
+];
+
+/** `--led` as given (`none` is no LED), else the model's ACT LED, else none. */
+export function ledLineFor(option: string | undefined, model: string): { line: string; source: 'option' | 'model' | 'none' } {
+  if (option !== undefined) return { line: option === 'none' ? '' : option, source: option === 'none' ? 'none' : 'option' };
+  const known = ACT_LED_LINES.find((l) => l.model.test(model));
+  return known ? { line: known.line, source: 'model' } : { line: '', source: 'none' };
+}

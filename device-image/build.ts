@@ -18,12 +18,12 @@ import { chmodSync, cpSync, existsSync, mkdirSync, readFileSync, readdirSync, re
 import { createRequire } from 'node:module';
 import { dirname, join, resolve } from 'node:path';
 import { execa } from 'execa';
-import { withBuildLock } from '../../src/build-lock.js';
-import { FleetlabError } from '../../src/errors.js';
-import { writeTestRootfsTar } from '../../sim/images/test-images.js';
-import { cacheRoot, needTool, qemuTools } from '../tools.js';
+import { withBuildLock } from '../src/build-lock.js';
+import { FleetlabError } from '../src/errors.js';
+import { writeTestRootfsTar } from '../sim/images/test-images.js';
+import { cacheRoot, needTool, qemuTools } from './tools.js';
 import { requirePayloadSource } from './payload.js';
-import { stageSupervisor } from '../../board/supervisor-payload.js';
+import { stageSupervisor } from './supervisor-payload.js';
 import { BOARD_OS_UNITS, boardOsFiles, DEFAULT_MIRROR, DEFAULT_SUITE, DISABLED_UNITS, ENABLED_UNITS, GUEST, IMAGE_RECIPE_VERSION, MASKED_GENERATORS, MASKED_UNITS, NODE_PACKAGE, SD_SIZE_BYTES, overlayFiles, rootfsKey } from './recipe.js';
 import { bootFiles, buildRootfs } from './rootfs.js';
 import { buildInitramfs, INITRAMFS_VERSION, initScript, ROOT_MODULES } from './initramfs.js';

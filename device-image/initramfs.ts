@@ -11,8 +11,8 @@
 import { execa } from 'execa';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { FleetlabError } from '../../src/errors.js';
-import { needTool, qemuTools } from '../tools.js';
+import { FleetlabError } from '../src/errors.js';
+import { needTool, qemuTools } from './tools.js';
 
 /**
  * What mounts the root filesystem on either machine: virtio over MMIO (virt), the sdhost and

@@ -7,8 +7,8 @@ import { existsSync, readdirSync } from 'node:fs';
 import { rm } from 'node:fs/promises';
 import { join } from 'node:path';
 import { execa } from 'execa';
-import { FleetlabError } from '../../src/errors.js';
-import { needTool, qemuTools, requireArm64Binfmt } from '../tools.js';
+import { FleetlabError } from '../src/errors.js';
+import { needTool, qemuTools, requireArm64Binfmt } from './tools.js';
 import { INITRAMFS_MODULES, RASPI3B_DTB, TRIM_PATHS, packagesFor } from './recipe.js';
 
 /** mmdebstrap's phases in the order it prints them, for a percentage of the stage. */

@@ -7,7 +7,7 @@
  *    initramfs and the board's device trees, `config.txt`, `cmdline.txt`, and `fleetlab.txt`,
  *    the first-boot settings the user edits.
  * 2. ext4 `fleetlab-root`: the same Debian root filesystem the emulated Pi boots (the cached
- *    layer of ../qemu/image/build.ts), laid out as `fleetlab board install` lays out a board,
+ *    layer of ./build.ts), laid out as `fleetlab board install` lays out a board,
  *    with a first-boot unit that grows it to the card and applies `fleetlab.txt`.
  *
  * No loop device or mount: `mkfs.vfat --offset` and `mcopy` write the FAT partition inside the
@@ -20,13 +20,13 @@ import { basename, dirname, join, resolve } from 'node:path';
 import { execa } from 'execa';
 import { FleetlabError } from '../src/errors.js';
 import { fleetlabVersion } from '../src/package-root.js';
-import { assembleTree, ensureRootfs, formatBuildProgress, hashTree, pruneSiblings, withImageBuild, writeImageFiles, type BuildProgress, type ReportProgress } from '../qemu/image/build.js';
-import { requirePayloadSource } from '../qemu/image/payload.js';
-import { DEFAULT_MIRROR, DEFAULT_SUITE, DISABLED_UNITS, NODE_PACKAGE } from '../qemu/image/recipe.js';
-import { bootFiles } from '../qemu/image/rootfs.js';
-import { cacheRoot, needTool, qemuTools } from '../qemu/tools.js';
+import { assembleTree, ensureRootfs, formatBuildProgress, hashTree, pruneSiblings, withImageBuild, writeImageFiles, type BuildProgress, type ReportProgress } from './build.js';
+import { requirePayloadSource } from './payload.js';
+import { DEFAULT_MIRROR, DEFAULT_SUITE, DISABLED_UNITS, NODE_PACKAGE } from './recipe.js';
+import { bootFiles } from './rootfs.js';
+import { cacheRoot, needTool, qemuTools } from './tools.js';
 import type { ToolSpec } from '../src/tools.js';
-import { BOOT_INITRD, BOOT_KERNEL, BOOT_LABEL, cardLayout, cmdlineTxt, configTxt, FLASH_BOARDS, FLASH_ENABLED_UNITS, FLASH_KEEPS_ENABLED, flashRootFiles, mbrBytes, PROVISION_FILE, provisionTemplate, ROOT_LABEL, SECTOR, type CardLayout, type FlashBoard } from './flash-image-plan.js';
+import { BOOT_INITRD, BOOT_KERNEL, BOOT_LABEL, cardLayout, cmdlineTxt, configTxt, FLASH_BOARDS, FLASH_ENABLED_UNITS, FLASH_KEEPS_ENABLED, flashRootFiles, mbrBytes, PROVISION_FILE, provisionTemplate, ROOT_LABEL, SECTOR, type CardLayout, type FlashBoard } from './card-plan.js';
 import { stageSupervisor } from './supervisor-payload.js';
 
 export { formatBuildProgress };
@@ -124,7 +124,7 @@ async function build(o: FlashImageOptions, started: number, report: ReportProgre
       const tree = join(work, 'rootfs');
       report('assemble', 0, `copying rootfs-${rootfsKey} and adding the supervisor`);
       await assembleTree({ rootfs, stage, tree, enabledUnits: FLASH_ENABLED_UNITS, disabledUnits: DISABLED_UNITS.filter((u) => !(FLASH_KEEPS_ENABLED as readonly string[]).includes(u)) });
-      // Every flashed board makes its own SSH host keys at first boot (board/first-boot.ts), and its own machine id.
+      // Every flashed board makes its own SSH host keys at first boot (device-image/first-boot.ts), and its own machine id.
       for (const f of readdirSync(join(tree, 'etc/ssh')).filter((f) => f.startsWith('ssh_host_'))) rmSync(join(tree, 'etc/ssh', f));
       writeFileSync(join(tree, 'etc/machine-id'), '');
       for (const d of ['var/log/journal', 'boot/firmware', 'var/lib/fleetlab']) mkdirSync(join(tree, d), { recursive: true });

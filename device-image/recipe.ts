@@ -6,8 +6,8 @@
  */
 import { createHash } from 'node:crypto';
 import { posix } from 'node:path';
-import { BOARD, dockerDaemonConfigFor, ENV_FILE_HEADER, hostsFile, NETWORK_UNITS, supervisorConfig as boardSupervisorConfig, supervisorUnit } from '../../board/layout.js';
-import { defaultCommand, testImages } from '../../sim/images/test-images.js';
+import { BOARD, dockerDaemonConfigFor, ENV_FILE_HEADER, hostsFile, NETWORK_UNITS, supervisorConfig as boardSupervisorConfig, supervisorUnit } from './board-layout.js';
+import { defaultCommand, testImages } from '../sim/images/test-images.js';
 
 /** Bump when the way a layer is made changes without its listed inputs changing. */
 export const ROOTFS_RECIPE_VERSION = 'rootfs/1';

@@ -7,7 +7,7 @@
  */
 import { FleetlabError } from '../src/errors.js';
 import { parseLedGpio } from '../src/supervisor/adapters/led.js';
-import { BOARD, dockerDaemonConfigFor, ENV_FILE_HEADER, hostsFile, installEnv, NETWORK_UNITS, supervisorConfig, supervisorUnit } from './layout.js';
+import { BOARD, dockerDaemonConfigFor, ENV_FILE_HEADER, hostsFile, installEnv, NETWORK_UNITS, supervisorConfig, supervisorUnit } from './board-layout.js';
 
 export type FlashBoard = 'rpi3' | 'rpi4';
 
@@ -393,7 +393,7 @@ export function flashRootFiles(board: FlashBoard): CardFile[] {
 
 /** The image ships without SSH host keys; first-boot makes them when this one is missing. */
 export const SSH_HOST_KEY = '/etc/ssh/ssh_host_ed25519_key';
-/** Written by first-boot once the root partition fills the card (board/first-boot.ts). */
+/** Written by first-boot once the root partition fills the card (device-image/first-boot.ts). */
 export const ROOT_GROWN_MARKER_PATH = '/etc/fleetlab/root-grown';
 
 /**

@@ -3,16 +3,16 @@
  * (`fleetlab-device first-boot`, run by fleetlab-first-boot.service): grow the root partition
  * to the card's size once, and apply `fleetlab.txt` from the boot partition when the user left
  * one there (hostname, SSH keys, the cloud link or local mode, the LED line, time servers).
- * The decisions are ./flash-image-plan.ts; this is the files and the two tools it takes.
+ * The decisions are ./card-plan.ts; this is the files and the two tools it takes.
  */
 import { closeSync, existsSync, fsyncSync, mkdirSync, openSync, readFileSync, readSync, realpathSync, rmSync, writeFileSync, writeSync } from 'node:fs';
 import { basename, dirname, join } from 'node:path';
 import { execa } from 'execa';
 import { writeFileAtomic } from '../src/atomic-file.js';
 import { errorText } from '../src/errors.js';
-import { ledLineFor } from './install-plan.js';
-import { BOARD, hostsFile, installEnv } from './layout.js';
-import { APPLIED_FILE, ERROR_FILE, appliedFileText, BOOT_MOUNT, errorFileText, grownRootMbr, ROOT_GROWN_MARKER_PATH as ROOT_GROWN_MARKER, SSH_HOST_KEY, NTP_OFF_MARKER, parseProvision, PROVISION_FILE, SECTOR, timesyncdConf, withAuthorizedKeys, withCloudLink } from './flash-image-plan.js';
+import { ledLineFor } from './board-layout.js';
+import { BOARD, hostsFile, installEnv } from './board-layout.js';
+import { APPLIED_FILE, ERROR_FILE, appliedFileText, BOOT_MOUNT, errorFileText, grownRootMbr, ROOT_GROWN_MARKER_PATH as ROOT_GROWN_MARKER, SSH_HOST_KEY, NTP_OFF_MARKER, parseProvision, PROVISION_FILE, SECTOR, timesyncdConf, withAuthorizedKeys, withCloudLink } from './card-plan.js';
 
 export const TIMESYNCD_DROPIN = '/etc/systemd/timesyncd.conf.d/fleetlab.conf';
 

@@ -6,9 +6,9 @@
 import { isIP } from 'node:net';
 import { join } from 'node:path';
 import { Command, Option } from 'commander';
-import { action } from '../src/cli/action.js';
-import { addSupervisorCommand } from '../src/cli/supervisor-command.js';
-import { pointUsageErrorsAtHelp, UsageError } from '../src/cli/usage-hint.js';
+import { action } from '../src/command/action.js';
+import { addSupervisorCommand } from '../src/supervisor/command.js';
+import { pointUsageErrorsAtHelp, UsageError } from '../src/command/usage-hint.js';
 import { errorText } from '../src/errors.js';
 import { fleetlabRoot } from '../src/package-root.js';
 import { requireNativeModules, type NativeModule } from '../src/native-modules.js';

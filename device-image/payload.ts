@@ -64,6 +64,9 @@ function packageJson(dir: string): { version: string; dependencies?: Record<stri
 /** Where the packed package keeps its prebuilt payload, relative to the package root. */
 export const PREBUILT_PAYLOAD_DIR = join('dist', 'device');
 
+/** The device's own command, bundled for the device; a tree that has it is a checkout. */
+export const DEVICE_ENTRY = join('device-image', 'fleetlab-device.ts');
+
 export interface PrebuiltPayload {
   /** `fleetlab-device.mjs`, the supervisor bundle. */
   readonly bundle: string;
@@ -78,7 +81,7 @@ export interface PrebuiltPayload {
  * `'sources'` where the TypeScript sources are, else the prebuilt payload, else undefined.
  */
 export function payloadSource(root: string): 'sources' | PrebuiltPayload | undefined {
-  if (existsSync(join(root, 'src', 'cli', 'device.ts'))) return 'sources';
+  if (existsSync(join(root, DEVICE_ENTRY))) return 'sources';
   const dir = join(root, PREBUILT_PAYLOAD_DIR);
   if (!existsSync(join(dir, 'payload.json'))) return undefined;
   const { node } = JSON.parse(readFileSync(join(dir, 'payload.json'), 'utf8')) as { node: string };
@@ -232,7 +235,7 @@ const builtinsThroughRequire = {
 };
 
 /**
- * The device entry (`src/cli/device.ts`: only `fleetlab supervisor`) as one ES module.
+ * The device entry (DEVICE_ENTRY: `fleetlab supervisor` and `first-boot`) as one ES module.
  * Left out: onoff (native addon, shipped beside it), optional natives its dependencies
  * probe for inside try/catch (cpu-features) or never load on Linux (x11), and the
  * DEVICE_ABSENT_PACKAGES.
@@ -240,7 +243,7 @@ const builtinsThroughRequire = {
 export async function bundleSupervisor(repoRoot: string, outFile: string): Promise<void> {
   let bodies: number;
   try {
-    ({ bodies } = await bundleForDevice(join(repoRoot, 'src', 'cli', 'device.ts'), outFile, packageJson(repoRoot).version));
+    ({ bodies } = await bundleForDevice(join(repoRoot, DEVICE_ENTRY), outFile, packageJson(repoRoot).version));
   } catch (err) {
     throw new FleetlabError('SUP_ERR_INTERNAL', `bundling the supervisor failed: ${errorText(err)}`);
   }

@@ -37,7 +37,7 @@ export async function stageSupervisor(o: StageOptions): Promise<StagedSupervisor
   const bundle = join(o.stage, BOARD.bundle);
   mkdirSync(dirname(bundle), { recursive: true });
   if (o.source === 'sources') {
-    report(0.5, 'bundling the supervisor (src/cli/device.ts)');
+    report(0.5, 'bundling the supervisor (device-image/fleetlab-device.ts)');
     await bundleSupervisor(o.repoRoot, bundle);
   } else {
     report(0.5, 'the supervisor bundle, prebuilt in the package');

@@ -1,7 +1,7 @@
 /**
  * A usage error of the `fleetlab` command ends with where that command's help is: commander's
  * own (unknown command or option, missing argument) and a flag value a command checks itself.
- * Both entries: the full CLI and the device's own (`src/cli/device.ts`, what a board runs).
+ * Both entries: the full CLI and the device's own (`device-image/fleetlab-device.ts`, what a board runs).
  */
 import { execFile } from 'node:child_process';
 import { join } from 'node:path';
@@ -34,7 +34,7 @@ describe('fleetlab usage errors', () => {
       ['cli/main.ts', ['sim', 'fleet', '--devices', '10', '--cloud', 'http://127.0.0.1:1', '--provisioning-key', 'k', '--fault', 'partition:10'], 'error: --fault "partition:10": write it as <kind>:<percent>%', "Run 'fleetlab sim fleet --help' for usage."],
       ['cli/main.ts', ['sim', 'fleet', '--devices', '10', '--cloud', 'http://127.0.0.1:1', '--provisioning-key', 'k', '--shard', '3/2'], 'error: --shard "3/2": write it as i/n', "Run 'fleetlab sim fleet --help' for usage."],
       ['cli/main.ts', ['sim', 'fleet', '--devices', '10', '--cloud', 'http://127.0.0.1:1', '--provisioning-key', 'k', '--workers', '1.5'], 'error: --workers must be a whole number, got 1.5', "Run 'fleetlab sim fleet --help' for usage."],
-      ['src/cli/device.ts', ['supervisor', '--bogus'], "error: unknown option '--bogus'", "Run 'fleetlab supervisor --help' for usage."],
+      ['device-image/fleetlab-device.ts', ['supervisor', '--bogus'], "error: unknown option '--bogus'", "Run 'fleetlab supervisor --help' for usage."],
     ];
     const results = await Promise.all(cases.map(([entry, args]) => run(entry, args)));
     cases.forEach(([entry, args, first, hint], i) => {

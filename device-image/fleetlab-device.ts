@@ -4,8 +4,8 @@
  * so the cloud, the simulator and their native addons stay off the device.
  */
 import { Command } from 'commander';
-import { addSupervisorCommand } from './supervisor-command.js';
-import { pointUsageErrorsAtHelp } from './usage-hint.js';
+import { addSupervisorCommand } from '../src/supervisor/command.js';
+import { pointUsageErrorsAtHelp } from '../src/command/usage-hint.js';
 
 const program = new Command('fleetlab').description('fleetlab device supervisor');
 addSupervisorCommand(program);
@@ -13,7 +13,7 @@ program
   .command('first-boot')
   .description('On a flashed fleetlab card: grow the root partition once, apply fleetlab.txt from the boot partition')
   .action(async () => {
-    const { firstBoot } = await import('../../device-image/first-boot.js');
+    const { firstBoot } = await import('./first-boot.js');
     const result = await firstBoot({ growRoot: true });
     if (result === 'failed') process.exitCode = 1;
   });

@@ -4,8 +4,8 @@
  */
 import module from 'node:module';
 import { Option, type Command } from 'commander';
-import { describeSettings, flagName, loadConfig, settings, type SupervisorConfig } from '../supervisor/config.js';
-import { action } from './action.js';
+import { describeSettings, flagName, loadConfig, settings, type SupervisorConfig } from './config.js';
+import { action } from '../command/action.js';
 
 export function addSupervisorCommand(program: Command): void {
   const supervisor = program
@@ -22,7 +22,7 @@ export function addSupervisorCommand(program: Command): void {
       const flags: Partial<Record<keyof SupervisorConfig, unknown>> = {};
       for (const s of settings) if (opts[s.key] !== undefined) flags[s.key] = opts[s.key] === true ? 'true' : opts[s.key];
       const config = loadConfig({ file: opts.config as string | undefined, env: process.env, flags });
-      const { runSupervisor } = await import('../supervisor/main.js');
+      const { runSupervisor } = await import('./main.js');
       const { stopped } = await runSupervisor(config);
       // With NODE_COMPILE_CACHE set (the QEMU board's unit sets it), V8 keeps compiled code on
       // disk, but Node writes it only at exit; write it now that the start has compiled what

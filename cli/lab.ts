@@ -1,0 +1,77 @@
+/** `fleetlab lab`: the boards test runs share, leased through the lab file's store. */
+import { Option, type Command } from 'commander';
+import { action } from '../src/command/action.js';
+import { UsageError } from '../src/command/usage-hint.js';
+
+const labFileOption = () => new Option('--lab <file>', 'the lab file').default('fleetlab.lab.yaml');
+/** Runs `fn` on the lab file's boards and lease store, closing the store after. */
+const withLab = async <T>(file: string, fn: (open: import('../hil/lab/lab-command.js').OpenLab) => Promise<T>): Promise<T> => {
+  const { openLab } = await import('../hil/lab/lab-command.js');
+  const open = await openLab(file);
+  try {
+    return await fn(open);
+  } finally {
+    await open.close();
+  }
+};
+
+export function addLabCommands(program: Command): void {
+  const lab = program.command('lab').description('A lab of boards shared by test runs (fleetlab.lab.yaml): who holds which board, runs on a leased board, leases that expire');
+  lab
+    .command('status')
+    .description('Each board of the lab: reachable over SSH, its supervisor, and who holds it until when')
+    .addOption(labFileOption())
+    .action(
+      action(async (opts: { lab: string }) => {
+        const { labStatus } = await import('../hil/lab/lab-command.js');
+        for (const line of await withLab(opts.lab, labStatus)) console.log(line);
+      }),
+    );
+  lab
+    .command('log')
+    .description('The lease log: every lease acquired, released, expired (its holder stopped renewing) or forced')
+    .addOption(labFileOption())
+    .option('--board <name>', 'only this board')
+    .action(
+      action(async (opts: { lab: string; board?: string }) => {
+        const { labLog } = await import('../hil/lab/lab-command.js');
+        for (const line of await withLab(opts.lab, (open) => labLog(open, opts.board))) console.log(line);
+      }),
+    );
+  lab
+    .command('release <board>')
+    .description("End a board's lease; another run's lease needs --force and is logged (that run stops at its next heartbeat)")
+    .addOption(labFileOption())
+    .option('--force', "end another run's lease", false)
+    .action(
+      action(async (board: string, opts: { lab: string; force: boolean }) => {
+        const { labRelease } = await import('../hil/lab/lab-command.js');
+        console.log(await withLab(opts.lab, (open) => labRelease(open, board, opts.force)));
+      }),
+    );
+  lab
+    .command('online <board>')
+    .description('Put a board back in the lab after it was marked offline (it did not come back after its power control); logged')
+    .addOption(labFileOption())
+    .action(
+      action(async (board: string, opts: { lab: string }) => {
+        const { labOnline } = await import('../hil/lab/lab-command.js');
+        console.log(await withLab(opts.lab, (open) => labOnline(open, board)));
+      }),
+    );
+  lab
+    .command('run')
+    .description("Lease a board with the tags (waiting in line while all are busy), run the command with FLEETLAB_BOARD_CONFIG set to that board's config, give the board back: e.g. fleetlab lab run --tag rpi4 -- npx fleetlab test --target board")
+    .addOption(labFileOption())
+    .option('--tag <tag>', 'a tag the board must have (repeat for several)', (v: string, all: string[]) => [...all, v], [] as string[])
+    .option('--wait <seconds>', 'how long to wait for a free board', '3600')
+    .argument('<command...>', 'the command to run, after --')
+    .action(
+      action(async (command: string[], opts: { lab: string; tag: string[]; wait: string }) => {
+        const wait = Number(opts.wait);
+        if (!Number.isInteger(wait) || wait < 0) throw new UsageError(`--wait must be a whole number of seconds, got ${opts.wait}`);
+        const { labRun } = await import('../hil/lab/lab-command.js');
+        process.exitCode = await withLab(opts.lab, (open) => labRun(open, { tags: opts.tag, command, waitMs: wait * 1000, log: (line) => console.error(`fleetlab lab: ${line}`) }));
+      }),
+    );
+}

@@ -41,7 +41,7 @@ export const NEEDED_COMMANDS: ReadonlyArray<{ readonly command: string; readonly
   { command: 'dockerd', why: 'the container engine', packageFor: () => 'docker.io' },
   // Debian 13 moved the docker command out of docker.io.
   { command: 'docker', why: 'the docker command (the HIL harness uses it for volumes and images)', packageFor: (c) => (['bullseye', 'bookworm'].includes(c) ? 'docker.io' : 'docker-cli') },
-  { command: 'redsocks', why: 'the proxy the supervisor configures (DECISIONS: redsocks.service)', packageFor: () => 'redsocks' },
+  { command: 'redsocks', why: 'the proxy the supervisor configures (docs/decisions.md item 10)', packageFor: () => 'redsocks' },
   { command: 'journalctl', why: 'the journal the supervisor reads its logs from', packageFor: () => 'systemd' },
   { command: 'busctl', why: 'D-Bus calls (hostname, reboot)', packageFor: () => 'systemd' },
   { command: 'hostnamed', why: 'systemd-hostnamed, which sets the hostname over D-Bus', packageFor: () => 'systemd' },

@@ -29,7 +29,7 @@ export interface DeviceIdentity {
   /** The device key (full access). */
   readonly apiKey: string;
   readonly uuid: string;
-  /** The `vendor` word of the device (DECISIONS.md 1): `PLATFORM_*` variables, lock dir. */
+  /** The `vendor` word of the device (docs/decisions.md item 1): `PLATFORM_*` variables, lock dir. */
   readonly vendor: string;
   /** Where the supervisor keeps update locks on the device: `<lockRoot>/<appId>/<service>/updates.lock`. */
   readonly lockRoot: string;

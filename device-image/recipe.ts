@@ -28,7 +28,7 @@ export const PACKAGES = [
   'linux-image-arm64', 'initramfs-tools', 'kmod',
   'openssh-server', // the harness's way in
   'sudo', // as on Raspberry Pi OS, whose first user installs through it (test/qemu-boards/ logs in as such a user)
-  'redsocks', // the proxy unit the supervisor restarts (DECISIONS: redsocks.service)
+  'redsocks', // the proxy unit the supervisor restarts (docs/decisions.md item 10)
   'docker.io', // the container engine (with containerd, runc, iptables)
   'iproute2', 'procps',
   'busybox-static', // the test app images are made of it

@@ -177,7 +177,7 @@ function expectErrorShape(fuzzer: EndpointFuzzer, req: FuzzRequest, answer: Answ
 
 /**
  * The one documented 5xx a request can get here: tags come from the cloud, and this device
- * has none (DECISIONS.md item 5, SUP_ERR_CLOUD_UNREACHABLE).
+ * has none (docs/decisions.md item 5, SUP_ERR_CLOUD_UNREACHABLE).
  */
 function cloudNeeded(fuzzer: EndpointFuzzer, answer: Answer): boolean {
   return fuzzer.name === 'GET /v2/device/tags' && answer.status === 503 && /cloud/.test(answer.body);

@@ -1,6 +1,6 @@
 /**
  * The cloud API through fastify `inject` over a real database (SQLite and PostgreSQL):
- * keys and permissions, the envelope and status codes of DECISIONS.md items 16-17, 409s,
+ * keys and permissions, the envelope and status codes of docs/decisions.md items 16-17, 409s,
  * 400s, old versions, and creating a release then making it the fleet's target.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -60,7 +60,7 @@ describe.each<DbKind>(['sqlite', 'postgres'])('cloud API on %s', (kind) => {
     expect(r.statusCode).toBe(401);
   });
 
-  it('envelope and status codes (DECISIONS 16-17)', async () => {
+  it('envelope and status codes (docs/decisions.md items 16-17)', async () => {
     const a = as(alice.key);
     const created = await a.post('/v6/application', { app_name: 'env-fleet', organization: alice.organization, is_for__device_type: rpi4 });
     expect(created.status).toBe(201);

@@ -4,7 +4,7 @@
  * (`_request` over fetch, as balena-sdk's own subclass does over balena-request), against
  * a cloud listening on 127.0.0.1 over SQLite and PostgreSQL. Every URL below is the one the
  * client builds from its query objects, driven the way balena-sdk drives it; the data is
- * created through the same client. DECISIONS.md items 16-18 are what make this work: the
+ * created through the same client. docs/decisions.md items 16-18 are what make this work: the
  * `{d: [...]}` envelope, `{d: N}` counts, and the 409 "must be unique" body `upsert` reads.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -124,7 +124,7 @@ describe.each<DbKind>(['sqlite', 'postgres'])('pinejs-client-core against the cl
     expect(slugs).toEqual([...slugs].sort());
     expect(Object.keys(all[0]!).sort()).toEqual(['id', 'name', 'slug']);
 
-    // $orderby as a bare string sorts ascending (DECISIONS 18); an array of objects mixes directions
+    // $orderby as a bare string sorts ascending (docs/decisions.md item 18); an array of objects mixes directions
     expect(((await alice.get({ resource: 'device_type', options: { $select: 'slug', $orderby: 'slug' } })) as Rec[]).map((t) => t.slug)).toEqual(slugs);
     expect(((await alice.get({ resource: 'device_type', options: { $select: 'slug', $orderby: [{ slug: 'desc' }] } })) as Rec[]).map((t) => t.slug)).toEqual([...slugs].reverse());
 
@@ -382,7 +382,7 @@ describe.each<DbKind>(['sqlite', 'postgres'])('pinejs-client-core against the cl
     expect(await alice.get({ resource: 'device', id: id2, options: { $select: 'note' } })).toEqual({ note: 'by id' });
   });
 
-  it('upsert: POST, then on a 409 "must be unique" PATCH by the natural key (DECISIONS 17)', async () => {
+  it('upsert: POST, then on a 409 "must be unique" PATCH by the natural key (docs/decisions.md item 17)', async () => {
     const id1 = devices.get(uuidOf(1))!;
     const before = alice.sent.length;
     const created = (await alice.upsert({ resource: 'device_tag', id: { device: id1, tag_key: 'owner' }, body: { value: 'ops' } })) as Rec;

@@ -93,7 +93,7 @@ describe.each<DbKind>(['sqlite', 'postgres'])('cloud errors on %s', (kind) => {
     expect({ code: mapped.code, message: mapped.message }).toEqual({ code: 'CLOUD_ERR_BAD_REQUEST', message: 'device is required (it cannot be null)' });
   });
 
-  it('a unique violation keeps the body pinejs-client upsert reads (DECISIONS 17)', async () => {
+  it('a unique violation keeps the body pinejs-client upsert reads (docs/decisions.md item 17)', async () => {
     await call(alice.apiKey, 'POST', '/v6/device_tag', { device: deviceId, tag_key: 'k', value: '1' });
     const a = await call(alice.apiKey, 'POST', '/v6/device_tag', { device: deviceId, tag_key: 'k', value: '2' });
     expect(a.body).toBe('"\\"device\\" and \\"tag_key\\" must be unique."');

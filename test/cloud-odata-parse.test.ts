@@ -56,7 +56,7 @@ describe('parse: query options', () => {
     expect(JSON.stringify(encoded.options.filter)).toContain('a/b(c),d:$e');
   });
 
-  it('$orderby without a direction is ascending (DECISIONS 18), at every depth', () => {
+  it('$orderby without a direction is ascending (docs/decisions.md item 18), at every depth', () => {
     expect(parseODataUrl('/device?$orderby=device_name,id desc').options.orderby).toEqual([
       { path: ['device_name'], desc: false },
       { path: ['id'], desc: true },

@@ -70,7 +70,7 @@ describe('docs/errors.md', () => {
     expect(tableRows(doc)).toHaveLength(Object.keys(errorCatalogue).length);
   });
 
-  it('shows both error body shapes of DECISIONS.md item 5', () => {
+  it('shows both error body shapes of docs/decisions.md item 5', () => {
     expect(doc).toContain('{"status":"failed","message":"..."}');
     expect(doc).toContain('{"Data":"","Error":"..."}');
     for (const route of ['/v1/reboot', '/v1/shutdown', '/v1/purge']) expect(doc).toContain(route);

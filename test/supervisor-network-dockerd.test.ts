@@ -63,7 +63,7 @@ describe('the supervisor network on dockerd', () => {
 
   it('a labelled service on a user-defined network, on the default bridge or in the host network gets OK from the API', async () => {
     expect((await api('POST', '/v2/local/target-state', state(services))).status).toBe(200);
-    // The status is the device's while it applies this very release: any of the spec's.
+    // The status is the device's while it applies this very release: any of the statuses of docs/decisions.md item 14.
     for (const name of ['onbackend', 'onbridge', 'onhost']) expect(await outputOf(name), name).toMatch(/^OK ping=0\n"status":"[A-Za-z]+"\ndevice=0\n$/);
   });
 

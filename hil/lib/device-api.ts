@@ -1,5 +1,5 @@
 /**
- * A typed client for the whole device API (spec/supervisor-api.md), built on
+ * A typed client for the whole device API (docs/device-api.md), built on
  * `ApiProtocol.request` so every call is a step on the device's timeline. Methods never
  * throw on an HTTP status: specs assert statuses and bodies, including the error cases.
  */

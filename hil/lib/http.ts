@@ -1,7 +1,7 @@
 /**
  * ApiProtocol over plain HTTP (undici's fetch), shared by targets whose device API is
  * reachable from the harness at a URL. The key goes in `Authorization: Bearer`, the form
- * DECISIONS.md 2 accepts next to `?apikey=` (specs that test `?apikey=` pass `key: null` and
+ * docs/decisions.md item 2 accepts next to `?apikey=` (specs that test `?apikey=` pass `key: null` and
  * the query).
  */
 import { fetch, type Dispatcher, type RequestInit, type Response } from 'undici';

@@ -1,5 +1,5 @@
 /**
- * Authentication (DECISIONS.md 2-4): the key as `?apikey=` or Bearer, 401 with one body,
+ * Authentication (docs/decisions.md items 2-4): the key as `?apikey=` or Bearer, 401 with one body,
  * open endpoints, and keys scoped to one app.
  */
 import { APP_ID, singleServiceRelease, waitRunning } from '../lib/apps.js';

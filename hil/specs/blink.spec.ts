@@ -1,5 +1,5 @@
 /**
- * Blink as an observer of the LED line sees it (DECISIONS.md 11): 200 ms on, 200 ms off for
+ * Blink as an observer of the LED line sees it (docs/decisions.md item 11): 200 ms on, 200 ms off for
  * 15 s (about 37 on-pulses), then the line is left off. A blink during a blink restarts
  * the 15 s window.
  */

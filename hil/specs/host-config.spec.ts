@@ -1,5 +1,5 @@
 /**
- * Host config (spec "PATCH /v1/device/host-config rules", DECISIONS.md 8-10): hostname
+ * Host config (docs/device-api.md "Host config" rules, docs/decisions.md items 8-10): hostname
  * through hostname1, proxy as redsocks configuration plus a unit restart through systemd1,
  * both read back over the API and from the host's files, and both surviving a reboot.
  */

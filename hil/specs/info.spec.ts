@@ -52,7 +52,7 @@ test('GET /v2/device/vpn answers enabled/connected; without a cloud it is not co
 });
 
 test('GET /v2/device/tags does not work without the cloud: 503 and the error body', async ({ api }) => {
-  // The spec: "Does not work without a connection to the cloud API"; DECISIONS.md 5: 503.
+  // The spec: "Does not work without a connection to the cloud API"; docs/decisions.md item 5: 503.
   const res = await api.tags();
   expect(res.status).toBe(503);
   expect(res.body).toEqual({ status: 'failed', message: expect.any(String) });

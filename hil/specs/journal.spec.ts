@@ -1,5 +1,5 @@
 /**
- * POST /v2/journal-logs (DECISIONS.md 12) and the local-mode log stream, read over the wire:
+ * POST /v2/journal-logs (docs/decisions.md item 12) and the local-mode log stream, read over the wire:
  * count, unit, containerId, since/until, format, follow (read a few lines, then go away),
  * and 400s for bad fields.
  */

@@ -1,5 +1,5 @@
 /**
- * Device key regeneration (DECISIONS.md 4): the old key is refused from the next request
+ * Device key regeneration (docs/decisions.md item 4): the old key is refused from the next request
  * on, the new one works, and it survives a reboot through the OS.
  */
 import { expect, test } from 'fleetlab/test';

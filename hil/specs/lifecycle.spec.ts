@@ -1,5 +1,5 @@
 /**
- * Service lifecycle as the spec states it ("Operation effects that are stated"): stop is
+ * Service lifecycle as docs/device-api.md "Service lifecycle" states it: stop is
  * temporary (a reboot starts the service again), start starts a stopped service, restart
  * and purge remove and recreate containers, purge clears the app's volumes.
  */

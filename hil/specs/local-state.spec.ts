@@ -1,5 +1,5 @@
 /**
- * Local-mode target state (spec "Local target state", DECISIONS.md 15): read before and
+ * Local-mode target state (docs/device-api.md "Local mode", docs/decisions.md item 15): read before and
  * after a set, validation with 400s naming the field, and an apply observed as a user
  * sees it: `appState` going applying -> applied, recorded by polling.
  */

@@ -1,5 +1,5 @@
 /**
- * Update locks as an app takes them (DECISIONS.md 7): a file `updates.lock` in the
+ * Update locks as an app takes them (docs/decisions.md item 7): a file `updates.lock` in the
  * service's lock directory under the lock root. Lock-respecting actions answer 423 (v1
  * {Data, Error} actions with that envelope), `force: true` overrides and removes the app's
  * lock, and a released lock lets the action through. `start` ignores locks.

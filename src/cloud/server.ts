@@ -29,7 +29,7 @@ export interface CloudDeps {
   hooks?: InsertHooks;
   now?: () => Date;
   logger?: boolean;
-  /** How long the proxy waits for a device's answer (DECISIONS.md item 20: then 504). */
+  /** How long the proxy waits for a device's answer (docs/decisions.md item 20: then 504). */
   proxyTimeoutMs?: number;
   /** Tunnel heartbeat: a device that misses one is taken offline. */
   tunnelHeartbeatMs?: number;

@@ -1,5 +1,5 @@
 /**
- * The identify blink (DECISIONS.md item 11): on 200 ms, off 200 ms for 15 s, then off. A blink
+ * The identify blink (docs/decisions.md item 11): on 200 ms, off 200 ms for 15 s, then off. A blink
  * while blinking pushes the end of the window out; it never starts a second loop.
  */
 import { errorText } from '../errors.js';

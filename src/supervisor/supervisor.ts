@@ -355,7 +355,7 @@ export class Supervisor implements SupervisorContext {
     return url;
   }
 
-  /** Reboot or power off after the response is flushed (DECISIONS.md item 13). */
+  /** Reboot or power off after the response is flushed (docs/decisions.md item 13). */
   schedulePower(action: 'reboot' | 'poweroff', force: boolean): void {
     if (this.powerAction) return;
     this.powerAction = (async () => {

@@ -28,7 +28,7 @@ export interface EndpointFuzzer {
   name: string;
   /** A 200 answer is a stream that does not end by itself: read its head only. */
   streams?: boolean;
-  /** v1 actions whose errors are `{Data, Error}` (DECISIONS.md item 5). */
+  /** v1 actions whose errors are `{Data, Error}` (docs/decisions.md item 5). */
   dataErrorEnvelope?: boolean;
   request: fc.Arbitrary<FuzzRequest>;
 }
@@ -291,7 +291,7 @@ function targetStatePayload(ctx: FuzzContext): fc.Arbitrary<Payload> {
   );
 }
 
-/** Every endpoint of spec/supervisor-api.md, and requests to no endpoint at all. */
+/** Every endpoint of docs/device-api.md, and requests to no endpoint at all. */
 export function deviceApiFuzzers(ctx: FuzzContext): EndpointFuzzer[] {
   const none = { body: fc.oneof(fc.constant<Payload>({ kind: 'none' }), payloadOf()) };
   return [

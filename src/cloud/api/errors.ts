@@ -1,5 +1,5 @@
 /**
- * The one place cloud errors become responses (DECISIONS.md item 17, docs/errors.md "Cloud
+ * The one place cloud errors become responses (docs/decisions.md item 17, docs/errors.md "Cloud
  * API"). Every error answer has one shape: a JSON string with the message as the body, and
  * the catalogue code in the `Fleetlab-Error-Code` header. The body stays a bare JSON string
  * because that is what the reference answers and what its clients read: pinejs-client's

@@ -1,6 +1,6 @@
 /**
  * `/v1` .. `/v6` OData routes: authenticate, parse, translate an old version, plan with
- * the caller's permissions, run, and answer in the envelope of DECISIONS.md items 16-17.
+ * the caller's permissions, run, and answer in the envelope of docs/decisions.md items 16-17.
  */
 import type { FastifyInstance, FastifyRequest } from 'fastify';
 import type { Principal } from '../auth/principal.js';

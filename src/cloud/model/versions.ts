@@ -1,5 +1,5 @@
 /**
- * /v1 to /v5 (DECISIONS.md item 19): the same data under older names. A table of resource
+ * /v1 to /v5 (docs/decisions.md item 19): the same data under older names. A table of resource
  * and field renames per version is applied to the parsed request and the body on the way
  * in, and reversed on the way out; a field the v6 model no longer has reads back as null
  * and is a 400 in a filter, an order or a body. The names are fleetlab's table, modelled

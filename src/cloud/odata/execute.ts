@@ -1,7 +1,7 @@
 /**
  * Runs query plans on a Db: one statement per request, its `$expand`s included as JSON
- * built by the database (sql.ts), and shapes rows into the envelope of DECISIONS.md item
- * 16: links as `{"__id": N}`, expanded links as arrays, `$count` as a number.
+ * built by the database (sql.ts), and shapes rows into the envelope of docs/decisions.md
+ * item 16: links as `{"__id": N}`, expanded links as arrays, `$count` as a number.
  */
 import type { Db, Row } from '../db/port.js';
 import type { FieldDef, Model } from '../model/types.js';

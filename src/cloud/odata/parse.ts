@@ -1,7 +1,7 @@
 /**
  * OData URL -> a plain request description, using the reference's own grammar
  * (@balena/odata-parser). Two things are settled here rather than in the grammar:
- * - `$orderby=f` without a direction: the grammar defaults to `desc`; DECISIONS.md item 18
+ * - `$orderby=f` without a direction: the grammar defaults to `desc`; docs/decisions.md item 18
  *   says ascending, so every undirected sort item gets an explicit `asc` before parsing;
  * - bind references become literal values, so later stages see one self-contained tree.
  */

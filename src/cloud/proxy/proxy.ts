@@ -1,5 +1,5 @@
 /**
- * `POST /supervisor/<path>` (DECISIONS.md item 20): forwards one device API call through the
+ * `POST /supervisor/<path>` (docs/decisions.md item 20): forwards one device API call through the
  * device tunnels. One device selected: its status and body pass through. A fleet selected:
  * 207 with one entry per online device. No online device matched: 404. Timeout: 504.
  */

@@ -1,6 +1,6 @@
 /**
  * HOST_CONFIG_<name> values of the target state, written as `<name>=<value>` lines into the
- * board's config.txt (DECISIONS.md item 15). Only a marked block is ours; lines the OS image
+ * board's config.txt (docs/decisions.md item 15). Only a marked block is ours; lines the OS image
  * or a person wrote elsewhere in the file are kept as they are.
  */
 import { readFile } from 'node:fs/promises';

@@ -8,7 +8,7 @@ import type { Gpio } from 'onoff';
 import { errorText, FleetlabError } from '../../errors.js';
 import type { LedPort } from './ports.js';
 
-/** A global GPIO number, or a line of a chip named by its label (DECISIONS.md item 11). */
+/** A global GPIO number, or a line of a chip named by its label (docs/decisions.md item 11). */
 export type LedGpio = number | { chip: string; offset: number };
 
 export interface LedAdapterOptions {

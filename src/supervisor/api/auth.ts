@@ -1,5 +1,5 @@
 /**
- * API key checks (DECISIONS.md item 2). The key comes as `?apikey=` or
+ * API key checks (docs/decisions.md item 2). The key comes as `?apikey=` or
  * `Authorization: Bearer`; a refusal is `401 {"status":"failed","message":"Unauthorized"}`.
  * This hook only says who is calling; what a key scoped to one app may see or touch is
  * decided where the data is read (state/scope.ts, api/reads.ts, AppActions).

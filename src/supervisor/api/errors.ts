@@ -1,5 +1,5 @@
 /**
- * The one place errors become HTTP responses (DECISIONS.md item 5). Errors are
+ * The one place errors become HTTP responses (docs/decisions.md item 5). Errors are
  * `{"status":"failed","message":...}`, except routes marked `envelope: 'data-error'`
  * (reboot, shutdown, purge), whose errors are `{"Data":"","Error":...}`. Bad input never
  * yields a 5xx.
@@ -21,7 +21,7 @@ declare module 'fastify' {
   }
 }
 
-/** A refused key is answered alike on every route (DECISIONS.md item 2), purge included. */
+/** A refused key is answered alike on every route (docs/decisions.md item 2), purge included. */
 function errorBody(request: FastifyRequest, status: number, message: string): object {
   return request.routeOptions.config.envelope === 'data-error' && status !== 401
     ? { Data: '', Error: message }

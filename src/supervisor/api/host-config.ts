@@ -1,6 +1,7 @@
 /**
- * GET and PATCH /v1/device/host-config (spec rules 1-6, DECISIONS.md items 8-10): hostname
- * through hostname1, proxy as redsocks configuration, both through the host adapter. An
+ * GET and PATCH /v1/device/host-config (docs/device-api.md "Host config" rules 1-6,
+ * docs/decisions.md items 8-10): hostname through hostname1, proxy as redsocks
+ * configuration, both through the host adapter. An
  * absent field is left unchanged; null, "" or {} resets it.
  */
 import { Type, type Static } from '@sinclair/typebox';

@@ -15,7 +15,7 @@ export const AppIdParams = Type.Object({ appId: Type.String({ pattern: '^[1-9][0
 
 type Force = { force?: boolean } | undefined;
 
-/** The v1 app endpoints only make sense for an app with one service (spec: else 400). */
+/** The v1 app endpoints only make sense for an app with one service (docs/device-api.md: else 400). */
 function singleService(app: TargetApp) {
   if (app.services.length !== 1) {
     throw new FleetlabError('SUP_ERR_MULTI_CONTAINER', `App ${app.appId} has ${app.services.length} services: v1 app endpoints need exactly one; use the v2 endpoints`);

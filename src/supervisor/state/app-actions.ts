@@ -29,7 +29,7 @@ export class AppActions {
     return app;
   }
 
-  /** DECISIONS.md item 6: both given must name the same service. */
+  /** docs/decisions.md item 6: both given must name the same service. */
   service(app: TargetApp, selector: ServiceSelector): TargetService {
     const { serviceName, imageId } = selector;
     if (serviceName === undefined && imageId === undefined) throw badRequest('body must have serviceName or imageId');
@@ -117,7 +117,7 @@ export class AppActions {
     });
   }
 
-  /** Starts the service's container; start does not respect locks (DECISIONS.md item 7). */
+  /** Starts the service's container; start does not respect locks (docs/decisions.md item 7). */
   async startService(who: Identity, appId: number, selector: ServiceSelector): Promise<string> {
     const service = this.service(this.app(appId, who), selector);
     const started = await this.deps.state.exclusive(async () => {

@@ -1,5 +1,5 @@
 /**
- * The `config` map of a target state (DECISIONS.md item 15): string keys and values, checked
+ * The `config` map of a target state (docs/decisions.md item 15): string keys and values, checked
  * here and read through typed accessors. Unknown keys are kept and reported, never fatal.
  */
 const flag = /^(0|1|true|false)$/;

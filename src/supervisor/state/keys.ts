@@ -1,5 +1,5 @@
 /**
- * API keys (DECISIONS.md items 2-4): the device key may call everything; each app has a key
+ * API keys (docs/decisions.md items 2-4): the device key may call everything; each app has a key
  * scoped to it, handed to its services that carry the supervisor-api label. Keys live in the
  * device store, so they survive restarts, and a regenerated key replaces the old one at once.
  */

@@ -1,5 +1,5 @@
 /**
- * Update locks (DECISIONS.md item 7). A service's lock is the existence of
+ * Update locks (docs/decisions.md item 7). A service's lock is the existence of
  * `<lockRoot>/<appId>/<serviceName>/updates.lock`; the directory is mounted into the
  * service's container. The supervisor takes the same files exclusively (a hard link that fails
  * when the file exists, as O_EXCL does) before it stops or replaces a service, so the app and

@@ -16,7 +16,7 @@
  *   says so with a `wait` step, as nothing else would make the applier look again;
  * - an outdated container is removed (under its update lock) before its successor is created;
  * - networks of removed apps go once their containers are gone; volumes stay until
- *   `cleanup-volumes` (as the spec says since 10.0).
+ *   `cleanup-volumes` (as the spec says since 10.0; docs/device-api.md, versioning facts).
  */
 import type { TargetApp, TargetState } from '../../protocol/target-state.js';
 import { normaliseImageRef, type EngineSnapshot, type ManagedContainer, type ManagedNetwork } from '../adapters/engine.js';

@@ -1,5 +1,5 @@
 /**
- * What a caller may see and touch (DECISIONS.md item 3, issue 16): the device key the whole
+ * What a caller may see and touch (docs/decisions.md item 3, issue 16): the device key the whole
  * device, an app's scoped key its own app only. These filters are applied where the device
  * API reads app data (api/reads.ts, AppActions), never per route, so a route added later
  * cannot forget them. docs/device-api-scopes.md lists what each endpoint gives a scoped key.

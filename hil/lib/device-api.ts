@@ -4,7 +4,29 @@
  * throw on an HTTP status: specs assert statuses and bodies, including the error cases.
  */
 import type { WireLocalState } from '../../src/protocol/target-state.js';
+import type { DataError, DeviceState, AppInfo, ApplicationsState, AppStateV2, StateStatus, ProxyConfig, HostConfig, JournalLogsBody, ServiceSelector } from '../../src/protocol/device-api.js';
 import type { ApiProtocol, HttpResponse, HttpStream } from '../../device-access/protocols.js';
+
+export type {
+  Failed,
+  DataError,
+  DeviceState,
+  AppInfo,
+  Health,
+  ServiceState,
+  ApplicationsState,
+  AppStateV2,
+  StatusContainer,
+  ImageStatus,
+  StatusImage,
+  StateStatus,
+  ProxyConfig,
+  HostConfig,
+  JournalLogsBody,
+  ServiceSelector,
+  ServiceStatus,
+  DeviceStatus,
+} from '../../src/protocol/device-api.js';
 
 export interface Reply<T> {
   readonly status: number;
@@ -21,100 +43,6 @@ export interface CallOptions {
   readonly keyInQuery?: boolean;
   readonly timeoutMs?: number;
 }
-
-export interface Failed {
-  status: 'failed';
-  message: string;
-}
-export interface DataError {
-  Data: string;
-  Error: string;
-}
-export interface DeviceState {
-  api_port: number;
-  commit?: string;
-  ip_address: string;
-  mac_address: string;
-  status: 'Stopping' | 'Starting' | 'Downloading' | 'Installing' | 'Idle';
-  download_progress: number | null;
-  os_version: string;
-  supervisor_version: string;
-  update_pending: boolean;
-  update_downloaded: boolean;
-  update_failed: boolean;
-}
-export interface AppInfo {
-  appId: number;
-  commit: string;
-  imageId: string;
-  containerId: string;
-  env: Record<string, string>;
-}
-/** A healthcheck's verdict on a running container that has one (`healthcheck` in compose). */
-export type Health = 'starting' | 'healthy' | 'unhealthy';
-export interface ServiceState {
-  status: string;
-  releaseId: number;
-  downloadProgress: number | null;
-  /** Only while the service runs with a healthcheck. */
-  health?: Health;
-}
-export type ApplicationsState = Record<string, { appId: number; commit: string; services: Record<string, ServiceState> }>;
-export interface AppStateV2 {
-  local: Record<string, { services: Record<string, { status: string; releaseId: number; download_progress: number | null; health?: Health }> }>;
-  commit: string;
-}
-export interface StatusContainer {
-  status: string;
-  serviceName: string;
-  appId: number;
-  imageId: number;
-  serviceId: number;
-  containerId: string;
-  createdAt: string;
-  /** Only while the container runs with a healthcheck. */
-  health?: Health;
-}
-export interface StatusImage {
-  name: string;
-  appId: number;
-  serviceName: string;
-  imageId: number;
-  engineImageId: string;
-  status: string;
-  downloadProgress: number | null;
-}
-export interface StateStatus {
-  status: 'success';
-  appState: 'applying' | 'applied';
-  overallDownloadProgress: number | null;
-  containers: StatusContainer[];
-  images: StatusImage[];
-  release: string;
-}
-export interface ProxyConfig {
-  type: 'socks4' | 'socks5' | 'http-connect' | 'http-relay';
-  ip: string;
-  port: number | string;
-  login?: string;
-  password?: string;
-  noProxy?: string[];
-}
-export interface HostConfig {
-  network: { hostname?: string; proxy?: Partial<ProxyConfig> | null; force?: boolean };
-  force?: boolean;
-}
-export interface JournalLogsBody {
-  all?: boolean;
-  follow?: boolean;
-  count?: number;
-  unit?: string;
-  containerId?: string;
-  format?: string;
-  since?: string;
-  until?: string;
-}
-export type ServiceSelector = { serviceName: string; imageId?: number } | { imageId: number; serviceName?: string };
 
 export class DeviceApi {
   constructor(readonly protocol: ApiProtocol) {}

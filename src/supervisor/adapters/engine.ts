@@ -7,6 +7,7 @@
 import Docker from 'dockerode';
 import type { Agent } from 'node:http';
 import { parseBytes, parseDuration, type ContainerSettings } from '../../protocol/container-settings.js';
+import type { Health } from '../../protocol/device-api.js';
 import { PassThrough, type Readable } from 'node:stream';
 import { FleetlabError, errorText } from '../../errors.js';
 import { gatewayOf, matchesSettings, networkMembers, supervisorNetworkCreateOptions, supervisorNetworkDefaults, type SupervisorNetworkSettings } from '../supervisor-network.js';
@@ -34,18 +35,15 @@ export const deviceObjectName = (uuid: string, appId: number, name: string): str
 
 export type ContainerState = 'created' | 'running' | 'paused' | 'restarting' | 'removing' | 'exited' | 'dead';
 
-/** What the engine's healthcheck says of a running container that has one. */
-export type ContainerHealth = 'starting' | 'healthy' | 'unhealthy';
-
 /**
  * The health in a container list's `Status` ("Up 3 seconds (healthy)", "(health: starting)"):
  * Engine API 1.41 lists no health field, and inspecting every container on every read would
  * cost a request each.
  */
-export function healthOfStatus(status: string): ContainerHealth | undefined {
+export function healthOfStatus(status: string): Health | undefined {
   const m = /\((healthy|unhealthy|health: starting)\)$/.exec(status);
   if (!m) return undefined;
-  return m[1] === 'health: starting' ? 'starting' : (m[1] as ContainerHealth);
+  return m[1] === 'health: starting' ? 'starting' : (m[1] as Health);
 }
 
 export interface ManagedContainer {
@@ -60,7 +58,7 @@ export interface ManagedContainer {
   configHash: string;
   state: ContainerState;
   /** Only while it runs with a healthcheck. */
-  health?: ContainerHealth;
+  health?: Health;
   createdAt: string;
   image: string;
   engineImageId: string;

@@ -5,6 +5,7 @@
 import { Type } from '@sinclair/typebox';
 import type { FastifyInstance, FastifyPluginAsync } from 'fastify';
 import { FleetlabError, notFound } from '../../errors.js';
+import type { AppInfo, DeviceState } from '../../protocol/device-api.js';
 import type { TargetApp } from '../../protocol/target-state.js';
 import type { SupervisorContext } from './context.js';
 import { callerOf, readsFor } from './reads.js';
@@ -67,7 +68,7 @@ export function v1Routes(sup: SupervisorContext): FastifyPluginAsync {
     });
 
     // A scoped key gets its own app's commit; the status fields are the device's.
-    app.get('/v1/device', async (req) => {
+    app.get('/v1/device', async (req): Promise<DeviceState> => {
       const reads = readsFor(sup, callerOf(req));
       const view = await reads.view();
       const { ip, mac } = sup.addresses();
@@ -92,7 +93,7 @@ export function v1Routes(sup: SupervisorContext): FastifyPluginAsync {
       return health.ok ? reply.code(200).send() : reply.code(500).type('text/plain').send(health.reason ?? 'unhealthy');
     });
 
-    app.get('/v1/apps/:appId', { schema: { params: AppIdParams } }, async (req) => {
+    app.get('/v1/apps/:appId', { schema: { params: AppIdParams } }, async (req): Promise<AppInfo> => {
       const appId = Number((req.params as { appId: string }).appId);
       const reads = readsFor(sup, callerOf(req));
       const target = reads.app(appId);

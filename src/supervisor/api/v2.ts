@@ -5,6 +5,7 @@
 import { Type } from '@sinclair/typebox';
 import type { FastifyInstance, FastifyPluginAsync, FastifyRequest } from 'fastify';
 import { FleetlabError, notFound } from '../../errors.js';
+import type { ApplicationsState, AppStateV2, StateStatus } from '../../protocol/device-api.js';
 import type { JournalQuery } from '../adapters/ports.js';
 import { readDeviceConfig } from '../state/device-config.js';
 import type { SupervisorContext } from './context.js';
@@ -34,12 +35,12 @@ const appIdOf = (req: FastifyRequest) => Number((req.params as { appId: string }
 
 export function v2Routes(sup: SupervisorContext): FastifyPluginAsync {
   return async (app: FastifyInstance) => {
-    app.get('/v2/applications/state', async (req) => {
+    app.get('/v2/applications/state', async (req): Promise<ApplicationsState> => {
       const reads = readsFor(sup, callerOf(req));
       const view = await reads.view();
-      const result: Record<string, unknown> = {};
+      const result: ApplicationsState = {};
       for (const target of reads.apps()) {
-        const services: Record<string, unknown> = {};
+        const services: ApplicationsState[string]['services'] = {};
         for (const s of view.services.filter((s) => s.appId === target.appId)) {
           services[s.serviceName] = { status: s.status, releaseId: s.releaseId, downloadProgress: s.downloadProgress, ...(s.health ? { health: s.health } : {}) };
         }
@@ -48,19 +49,19 @@ export function v2Routes(sup: SupervisorContext): FastifyPluginAsync {
       return result;
     });
 
-    app.get('/v2/applications/:appId/state', { schema: { params: AppIdParams } }, async (req) => {
+    app.get('/v2/applications/:appId/state', { schema: { params: AppIdParams } }, async (req): Promise<AppStateV2> => {
       const appId = appIdOf(req);
       const reads = readsFor(sup, callerOf(req));
       const target = reads.app(appId);
       const view = await reads.view();
-      const services: Record<string, unknown> = {};
+      const services: AppStateV2['local'][string]['services'] = {};
       for (const s of view.services.filter((s) => s.appId === appId)) {
         services[String(s.serviceId)] = { status: s.status, releaseId: s.releaseId, download_progress: s.downloadProgress, ...(s.health ? { health: s.health } : {}) };
       }
       return { local: { [String(appId)]: { services } }, commit: view.commits.get(appId) ?? target.commit };
     });
 
-    app.get('/v2/state/status', async (req) => {
+    app.get('/v2/state/status', async (req): Promise<StateStatus> => {
       const reads = readsFor(sup, callerOf(req));
       const view = await reads.view();
       const release = reads.apps()[0];

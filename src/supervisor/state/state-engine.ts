@@ -11,7 +11,8 @@ import { desiredContainer, specInputs, type DesiredContainer, type SpecContext }
 import { ImagePulls, type PullFailure } from './image-pulls.js';
 import type { UpdateLocks } from './locks.js';
 import { plan, serviceKey, type Step } from './planner.js';
-import { deviceView, type DeviceView, type ServiceStatus } from './status.js';
+import type { ServiceStatus } from '../../protocol/device-api.js';
+import { deviceView, type DeviceView } from './status.js';
 
 export interface Logger {
   info(msg: string): void;

@@ -2,14 +2,12 @@
  * The device's state as the API reports it, derived (purely) from the target, what the
  * engine holds, image downloads in flight and the applier's transient per-service statuses.
  */
+import type { DeviceStatus, Health, ImageStatus, ServiceStatus, StatusContainer } from '../../protocol/device-api.js';
 import type { TargetState } from '../../protocol/target-state.js';
-import { normaliseImageRef, type ContainerHealth, type EngineSnapshot, type ManagedContainer } from '../adapters/engine.js';
+import { normaliseImageRef, type EngineSnapshot, type ManagedContainer } from '../adapters/engine.js';
 import type { DesiredContainer } from './container-spec.js';
 import { imagePresent, serviceKey } from './planner.js';
 
-export type ServiceStatus =
-  | 'Downloading' | 'Downloaded' | 'Installing' | 'Starting' | 'Running' | 'Stopping' | 'Stopped' | 'Exited' | 'Dead';
-export type DeviceStatus = 'Stopping' | 'Starting' | 'Downloading' | 'Installing' | 'Idle';
 
 export interface Fetch {
   appId: number;
@@ -40,33 +38,9 @@ export interface ServiceView {
   releaseId: number;
   status: ServiceStatus;
   /** The healthcheck's verdict while the service's container runs with one (compose's `healthcheck`). */
-  health?: ContainerHealth;
+  health?: Health;
   downloadProgress: number | null;
   container?: ManagedContainer;
-}
-
-export interface ContainerView {
-  status: ServiceStatus;
-  serviceName: string;
-  appId: number;
-  imageId: number;
-  serviceId: number;
-  containerId: string;
-  createdAt: string;
-  /** Only while it runs with a healthcheck. */
-  health?: ContainerHealth;
-}
-
-export interface ImageView {
-  name: string;
-  appId: number;
-  serviceName: string;
-  imageId: number;
-  engineImageId: string;
-  status: 'Downloading' | 'Downloaded';
-  downloadProgress: number | null;
-  /** Why the last pull of this image failed; present only until a retry succeeds. */
-  downloadError?: string;
 }
 
 export interface DeviceView {
@@ -74,8 +48,8 @@ export interface DeviceView {
   appState: 'applying' | 'applied';
   downloadProgress: number | null;
   services: ServiceView[];
-  containers: ContainerView[];
-  images: ImageView[];
+  containers: StatusContainer[];
+  images: ImageStatus[];
   /** Commit per app id: the release its containers run, else the target's. */
   commits: Map<number, string>;
 }
@@ -152,7 +126,7 @@ export function deviceView(input: StatusInput): DeviceView {
     });
   }
 
-  const containers: ContainerView[] = current.containers.map((c) => ({
+  const containers: StatusContainer[] = current.containers.map((c) => ({
     status: transient.get(serviceKey(c.appId, c.serviceName)) ?? containerStatus(c, true, userStopped),
     serviceName: c.serviceName,
     appId: c.appId,
@@ -163,7 +137,7 @@ export function deviceView(input: StatusInput): DeviceView {
     ...(c.health ? { health: c.health } : {}),
   }));
 
-  const images: ImageView[] = target.apps.flatMap((app) =>
+  const images: ImageStatus[] = target.apps.flatMap((app) =>
     app.services.map((s) => {
       const fetch = fetchOf(fetches, app.appId, s.image);
       const failure = fetch ? undefined : input.pullFailures.get(`${app.appId}/${s.image}`);

@@ -6,7 +6,7 @@
  * each spec file starts on a fresh device, as the sim, container and qemu targets give it.
  */
 import { FleetlabError } from '../src/errors.js';
-import { LABEL } from '../src/supervisor/adapters/engine.js';
+import { LABEL } from '../src/protocol/engine-labels.js';
 import { shellQuote } from '../src/shell-quote.js';
 import type { SshDevice } from './ssh-device.js';
 

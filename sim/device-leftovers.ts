@@ -7,7 +7,7 @@ import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type Docker from 'dockerode';
 import { FleetlabError, errorText } from '../src/errors.js';
-import { LABEL } from '../src/supervisor/adapters/engine.js';
+import { LABEL } from '../src/protocol/engine-labels.js';
 
 /** uuid of the device whose data dir is `dataDir`, from the supervisor's store, if it got that far. */
 export function storedUuid(dataDir: string): string | undefined {

@@ -14,7 +14,7 @@ import { join, resolve } from 'node:path';
 import { EventEmitter } from 'node:events';
 import Docker from 'dockerode';
 import { FleetlabError, errorText } from '../src/errors.js';
-import { LABEL } from '../src/supervisor/adapters/engine.js';
+import { LABEL } from '../src/protocol/engine-labels.js';
 import { startHostPeer, type HostPeer } from './dbus/host-peer.js';
 import { startPrivateBus, type PrivateBus } from './dbus/private-bus.js';
 import { cliCommand, simModule } from './entry.js';

@@ -20,7 +20,7 @@
  */
 import type Docker from 'dockerode';
 import { FleetlabError, errorText } from '../src/errors.js';
-import { LABEL } from '../src/supervisor/adapters/engine.js';
+import { LABEL } from '../src/protocol/engine-labels.js';
 import { HOST_NETWORK_COMMAND, HOST_NETWORK_IMAGE, ensureHostNetworkImage } from './images/test-images.js';
 
 /** Marks the container as a device's host network, beside the device label. */

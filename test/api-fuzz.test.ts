@@ -23,7 +23,7 @@ import { join } from 'node:path';
 import { execa } from 'execa';
 import fc from 'fast-check';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { LABEL } from '../src/supervisor/adapters/engine.js';
+import { LABEL } from '../src/protocol/engine-labels.js';
 import { deviceApiFuzzers, type EndpointFuzzer, type FuzzRequest } from './helpers/device-api-arbitraries.js';
 import { startSupervisorFixture, twoAppState, waitApplied, type SupervisorFixture } from './helpers/supervisor-fixture.js';
 

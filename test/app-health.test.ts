@@ -11,7 +11,7 @@ import type { Readable } from 'node:stream';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startSimEngine, type SimEngineHandle } from '../sim/engine/index.js';
 import type { WireLocalState } from '../src/protocol/target-state.js';
-import { LABEL } from '../src/supervisor/adapters/engine.js';
+import { LABEL } from '../src/protocol/engine-labels.js';
 import { eventually } from './helpers/engine-targets.js';
 import { startSupervisorFixture, type SupervisorFixture } from './helpers/supervisor-fixture.js';
 

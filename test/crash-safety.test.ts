@@ -15,7 +15,7 @@ import { closeSync, existsSync, openSync, readdirSync, readFileSync, rmSync, wri
 import { join } from 'node:path';
 import { beforeAll, describe, expect, it } from 'vitest';
 import type { WireLocalState } from '../src/protocol/target-state.js';
-import { LABEL } from '../src/supervisor/adapters/engine.js';
+import { LABEL } from '../src/protocol/engine-labels.js';
 import { LOCK_FILE } from '../src/supervisor/state/locks.js';
 import { startSupervisorProcess, type SupervisorProcess } from './helpers/supervisor-process.js';
 import { seededRandom } from '../src/seeded-random.js';

@@ -14,7 +14,7 @@ import { fileURLToPath } from 'node:url';
 import Docker from 'dockerode';
 import { describe, expect, it } from 'vitest';
 import { FleetlabError } from '../src/errors.js';
-import { LABEL } from '../src/supervisor/adapters/engine.js';
+import { LABEL } from '../src/protocol/engine-labels.js';
 import { devicePublishAddress, keptPublishAddress } from '../sim/publish-address.js';
 import { Device } from '../hil/harness/device.js';
 import { bindingFrom, publishedFrom } from '../hil/targets/engine-ports.js';

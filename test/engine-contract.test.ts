@@ -17,9 +17,10 @@ import { execa } from 'execa';
 import Docker from 'dockerode';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startRegistry, type Registry } from '../hil/release/registry.js';
-import { streamDone } from '../sim/engine-stream.js';
+import { streamDone } from '../src/engine-client/engine-stream.js';
 import { freePort } from '../src/free-port.js';
-import { Engine, LABEL } from '../src/supervisor/adapters/engine.js';
+import { LABEL } from '../src/protocol/engine-labels.js';
+import { Engine } from '../src/supervisor/adapters/engine.js';
 import { devicePublishAddress } from '../sim/publish-address.js';
 import {
   CONTRACT_LABEL, demux, dockerdSocket, engineError, eventually, pullMessages, rawRequest, startEngineUnderTest,

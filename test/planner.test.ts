@@ -4,7 +4,8 @@
  */
 import { describe, expect, it } from 'vitest';
 import { checkWireState, normaliseState, type WireApp, type WireLocalState } from '../src/protocol/target-state.js';
-import { LABEL, type ContainerState, type EngineSnapshot, type ManagedContainer, type ManagedNetwork, type ManagedVolume, type SupervisorNetworkState } from '../src/supervisor/adapters/engine.js';
+import { LABEL } from '../src/protocol/engine-labels.js';
+import { type ContainerState, type EngineSnapshot, type ManagedContainer, type ManagedNetwork, type ManagedVolume, type SupervisorNetworkState } from '../src/supervisor/adapters/engine.js';
 import { desiredContainer, type DesiredContainer, type SpecContext } from '../src/supervisor/state/container-spec.js';
 import { checkDeviceConfig, readDeviceConfig, unknownConfigKeys } from '../src/supervisor/state/device-config.js';
 import { plan, serviceKey, type Step } from '../src/supervisor/state/planner.js';

@@ -17,7 +17,7 @@ import type { WireLocalState } from '../src/protocol/target-state.js';
 import { loadCompose } from '../hil/release/compose.js';
 import { buildServiceImage } from '../hil/release/image-build.js';
 import { startRegistry, type Registry } from '../hil/release/registry.js';
-import { streamDone } from '../sim/engine-stream.js';
+import { streamDone } from '../src/engine-client/engine-stream.js';
 import { startSupervisorFixture, waitApplied, type SupervisorFixture } from './helpers/supervisor-fixture.js';
 
 let f: SupervisorFixture;

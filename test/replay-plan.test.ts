@@ -9,7 +9,8 @@ import { planReplay, type CapturedDevice, type InspectedContainer, type ReplayCo
 import { REDACTED } from '../hil/capture/redact.js';
 import { clockReading } from '../hil/capture/capture.js';
 import { desiredContainer, type SpecContext } from '../src/supervisor/state/container-spec.js';
-import { LABEL, deviceObjectName } from '../src/supervisor/adapters/engine.js';
+import { LABEL } from '../src/protocol/engine-labels.js';
+import { deviceObjectName } from '../src/supervisor/adapters/engine.js';
 import type { TargetApp, TargetState } from '../src/protocol/target-state.js';
 import type { DeviceRecord } from '../src/supervisor/state/store.js';
 

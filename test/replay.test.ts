@@ -21,7 +21,7 @@ import { replaySpec } from '../hil/capture/replay-spec.js';
 import { containerTarget } from '../hil/targets/container.js';
 import type { DeviceUnderTest } from '../device-access/protocols.js';
 import { simTarget } from '../hil/targets/sim.js';
-import { LABEL } from '../src/supervisor/adapters/engine.js';
+import { LABEL } from '../src/protocol/engine-labels.js';
 import { eventually } from './helpers/engine-targets.js';
 import { freePort } from '../src/free-port.js';
 import WebSocket from 'ws';

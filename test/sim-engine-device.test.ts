@@ -9,7 +9,7 @@ import { readFileSync } from 'node:fs';
 import Docker from 'dockerode';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { SimDevice } from '../sim/device.js';
-import { LABEL } from '../src/supervisor/adapters/engine.js';
+import { LABEL } from '../src/protocol/engine-labels.js';
 import { dockerSocket, twoServiceState } from './helpers/supervisor-fixture.js';
 import { eventually } from './helpers/engine-targets.js';
 import { deviceHttp } from './helpers/device-http.js';

@@ -10,7 +10,8 @@ import { join } from 'node:path';
 import Docker from 'dockerode';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startSimEngine, type SimEngineHandle } from '../sim/engine/index.js';
-import { Engine, LABEL } from '../src/supervisor/adapters/engine.js';
+import { LABEL } from '../src/protocol/engine-labels.js';
+import { Engine } from '../src/supervisor/adapters/engine.js';
 import { eventually } from './helpers/engine-targets.js';
 
 let dir: string;

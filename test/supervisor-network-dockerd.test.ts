@@ -7,7 +7,7 @@
  */
 import type Docker from 'dockerode';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { LABEL } from '../src/supervisor/adapters/engine.js';
+import { LABEL } from '../src/protocol/engine-labels.js';
 import type { WireService } from '../src/protocol/target-state.js';
 import { deviceHttp } from './helpers/device-http.js';
 import { eventually } from './helpers/engine-targets.js';

@@ -13,7 +13,7 @@ import { BundleWriter, type BundleManifest, type BundleSource, type Redaction } 
 import { redactJson, redactText, type RedactOptions } from './redact.js';
 import type { CloudRows } from './cloud-access.js';
 import { join } from 'node:path';
-import { LABEL } from '../../src/supervisor/adapters/engine.js';
+import { LABEL } from '../../src/protocol/engine-labels.js';
 
 export interface CaptureOptions {
   out: string;

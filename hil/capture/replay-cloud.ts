@@ -19,7 +19,7 @@ import { CloudClient } from '../../src/supervisor/adapters/cloud/cloud-client.js
 import { toWireState, type TargetApp, type TargetState } from '../../src/protocol/target-state.js';
 import type { DeviceRecord } from '../../src/supervisor/state/store.js';
 import { adminOrganization, startLocalCloud, type LocalCloud } from '../../sim/stack.js';
-import { LABEL } from '../../src/supervisor/adapters/engine.js';
+import { LABEL } from '../../src/protocol/engine-labels.js';
 import type { Bundle } from './bundle.js';
 import type { InspectedContainer } from './replay-plan.js';
 import type { CloudRows } from './cloud-access.js';

@@ -8,7 +8,7 @@
 import { existsSync } from 'node:fs';
 import Docker from 'dockerode';
 import { FleetlabError, errorText } from '../../src/errors.js';
-import { engineAt } from '../../sim/engine-at.js';
+import { engineAt } from '../../src/engine-client/engine-at.js';
 import { DeviceApi } from '../lib/device-api.js';
 import { httpApi } from '../lib/http.js';
 import { sleep } from '../lib/wait.js';

@@ -13,7 +13,7 @@ import { payloadSource, PREBUILT_PAYLOAD_DIR } from '../../device-image/payload.
 import { FleetlabError } from '../../src/errors.js';
 import { fleetlabRoot } from '../../src/package-root.js';
 import { userTmpDir } from '../../src/user-tmp.js';
-import { engineAt } from '../../sim/engine-at.js';
+import { engineAt } from '../../src/engine-client/engine-at.js';
 import { requireUserNamespace } from '../../sim/gpio/namespace.js';
 import { requireNativeModules, type NativeModule } from '../../src/native-modules.js';
 import { stoppedWithParent } from '../../src/processes.js';

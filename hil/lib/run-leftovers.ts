@@ -29,7 +29,7 @@ import type { Readable } from 'node:stream';
 import Docker from 'dockerode';
 import { USER_TMP_NAME } from '../../src/user-tmp.js';
 import { FleetlabError, errorText } from '../../src/errors.js';
-import { LABEL } from '../../src/supervisor/adapters/engine.js';
+import { LABEL } from '../../src/protocol/engine-labels.js';
 import { ancestry } from '../../src/processes.js';
 import { TARGET_LABEL } from '../targets/container-docker.js';
 

@@ -21,7 +21,7 @@ import { execa } from 'execa';
 import { FleetlabError, errorText } from '../../src/errors.js';
 import { findTool, missingToolError, tools, type ToolSpec } from '../../src/tools.js';
 import { ensureBaseImage } from '../../sim/images/base-image.js';
-import { engineAt } from '../../sim/engine-at.js';
+import { engineAt } from '../../src/engine-client/engine-at.js';
 import { cacheRoot, needTool, qemuTools, requireArm64Binfmt } from '../../device-image/tools.js';
 import { DEFAULT_MIRROR, DEFAULT_SUITE } from '../../device-image/recipe.js';
 import { sleep } from '../lib/wait.js';

@@ -7,7 +7,7 @@
  */
 import type Docker from 'dockerode';
 import { FleetlabError, errorText } from '../../src/errors.js';
-import { streamDone } from '../../sim/engine-stream.js';
+import { streamDone } from '../../src/engine-client/engine-stream.js';
 
 export interface ImageSource {
   /** This machine's dockerd, where a team keeps the images its compose file names. */

@@ -7,7 +7,7 @@
  */
 import type Docker from 'dockerode';
 import { FleetlabError, errorText } from '../../src/errors.js';
-import { streamDone } from '../../sim/engine-stream.js';
+import { streamDone } from '../../src/engine-client/engine-stream.js';
 import type { Release } from './release.js';
 
 /** A repository path component as the registry accepts it: lowercase letters and digits, single separators. */

@@ -12,7 +12,7 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { readFile } from 'node:fs/promises';
 import { FleetlabError, errorText } from '../../src/errors.js';
-import { LABEL } from '../../src/supervisor/adapters/engine.js';
+import { LABEL } from '../../src/protocol/engine-labels.js';
 import { gpioNumberFromChips, type GpioChip } from '../../src/supervisor/adapters/led.js';
 import { httpApi } from '../lib/http.js';
 import { boardCapabilities, loadBoardConfig, type BoardConfig, type BoardLedGpio } from './board-config.js';

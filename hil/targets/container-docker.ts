@@ -12,7 +12,7 @@ import Docker from 'dockerode';
 import { execa } from 'execa';
 import { FleetlabError } from '../../src/errors.js';
 import { findTool, missingToolError, type ToolSpec } from '../../src/tools.js';
-import { LABEL } from '../../src/supervisor/adapters/engine.js';
+import { LABEL } from '../../src/protocol/engine-labels.js';
 
 /** Labels on every device container this target starts (next to testcontainers' own). */
 export const TARGET_LABEL = {

@@ -36,6 +36,7 @@ import { execa } from 'execa';
 import { FleetlabError, errorText } from '../../src/errors.js';
 import { findTool, missingToolError, type ToolSpec } from '../../src/tools.js';
 import { withBuildLock } from '../../src/build-lock.js';
+import { streamDone } from '../../src/engine-client/engine-stream.js';
 
 /** Type only: the compiler is a devDependency, so the installed package must not load it. */
 type TypeScript = typeof import('typescript');
@@ -437,20 +438,6 @@ async function imageExists(docker: Docker, ref: string): Promise<boolean> {
   return (await imageId(docker, ref)) !== undefined;
 }
 
-function followEngine(docker: Docker, stream: NodeJS.ReadableStream, what: string, onEvent: (e: { stream?: string; status?: string }) => void): Promise<void> {
-  return new Promise((resolvePromise, reject) =>
-    docker.modem.followProgress(
-      stream,
-      (err: Error | null, events: Array<{ error?: string; errorDetail?: { message?: string } }>) => {
-        const failed = err?.message ?? events?.find((e) => e.error)?.error;
-        if (failed) reject(new FleetlabError('SUP_ERR_ENGINE', `${what}: ${failed}`));
-        else resolvePromise();
-      },
-      onEvent,
-    ),
-  );
-}
-
 /** Removes the other tags of `repo` (older builds); images still used by a container stay. */
 async function pruneOtherTags(docker: Docker, repo: string, keep: string): Promise<void> {
   const images = await docker.listImages({ filters: { reference: [repo] } });
@@ -657,7 +644,7 @@ async function buildBase(
       tag,
       changes: ['ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin', 'WORKDIR /', 'CMD ["/bin/bash"]'],
     });
-    await followEngine(docker, stream, `importing ${o.baseRef}`, () => undefined);
+    await streamDone(docker, stream, { what: `importing ${o.baseRef}` });
     await tarball;
     o.report('base', `${o.baseRef} imported`);
   } finally {
@@ -696,10 +683,10 @@ async function buildFromContext(
       { buffer: false },
     );
     const stream = await docker.buildImage(context.stdout! as unknown as NodeJS.ReadableStream, { t: o.ref, rm: true, forcerm: true });
-    await followEngine(docker, stream, `building ${o.ref}`, (e) => {
+    await streamDone(docker, stream, { what: `building ${o.ref}`, onEvent: (e) => {
       const line = e.stream?.trim();
       if (line?.startsWith('Step ')) o.report(line);
-    });
+    } });
     await context;
   } finally {
     await rm(dir, { recursive: true, force: true });

@@ -30,7 +30,7 @@ import { join } from 'node:path';
 import Docker from 'dockerode';
 import type { StartedTestContainer } from 'testcontainers';
 import { LED_TRANSITIONS_FILE, simDeviceFiles } from '../../sim/device.js';
-import { LABEL } from '../../src/supervisor/adapters/engine.js';
+import { LABEL } from '../../src/protocol/engine-labels.js';
 import { httpApi } from '../lib/http.js';
 import { buildDeviceImage } from './container-image.js';
 import { removeTree } from './engine-files.js';

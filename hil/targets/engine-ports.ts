@@ -7,7 +7,7 @@
  */
 import Docker from 'dockerode';
 import { FleetlabError } from '../../src/errors.js';
-import { LABEL } from '../../src/supervisor/adapters/engine.js';
+import { LABEL } from '../../src/protocol/engine-labels.js';
 import type { PortsProtocol, PublishedPort } from '../../device-access/protocols.js';
 
 type PortMap = Record<string, Array<{ HostIp?: string; HostPort?: string }> | null> | null | undefined;

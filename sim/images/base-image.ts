@@ -19,8 +19,8 @@ import { dirname, isAbsolute, join } from 'node:path';
 import { execa } from 'execa';
 import { FleetlabError } from '../../src/errors.js';
 import { requireTool, tools } from '../../src/tools.js';
-import { engineAt } from '../engine-at.js';
-import { streamDone } from '../engine-stream.js';
+import { engineAt } from '../../src/engine-client/engine-at.js';
+import { streamDone } from '../../src/engine-client/engine-stream.js';
 
 export const BASE_IMAGE = 'fleetlab/busybox:latest';
 
@@ -87,9 +87,7 @@ export async function ensureBaseImage(socketPath: string, progress: BaseProgress
     if (o.foreignArchitecture) await loadForeign(socketPath, tarPath, o.foreignArchitecture);
     else {
       const stream = await docker.importImage(createReadStream(tarPath), { repo: 'fleetlab/busybox', tag: 'latest', changes: [...baseChanges()] });
-      await streamDone(docker, stream).catch((err: Error) => {
-        throw new FleetlabError('SUP_ERR_ENGINE', `importing ${BASE_IMAGE}: ${err.message}`);
-      });
+      await streamDone(docker, stream, { what: `importing ${BASE_IMAGE}` });
     }
   } finally {
     await cleanup();
@@ -226,9 +224,7 @@ async function loadForeign(socketPath: string, layerTar: string, architecture: '
     await writeFile(join(archive, 'manifest.json'), JSON.stringify([{ Config: configName, RepoTags: [BASE_IMAGE], Layers: ['layer.tar'] }]));
     await execa('tar', ['-C', archive, '-cf', join(dir, 'image.tar'), '.']);
     const stream = await docker.loadImage(createReadStream(join(dir, 'image.tar')), { quiet: true });
-    await streamDone(docker, stream).catch((err: Error) => {
-      throw new FleetlabError('SUP_ERR_ENGINE', `loading ${BASE_IMAGE} (${architecture}): ${err.message}`);
-    });
+    await streamDone(docker, stream, { what: `loading ${BASE_IMAGE} (${architecture})` });
   } finally {
     await rm(dir, { recursive: true, force: true });
   }

@@ -8,10 +8,9 @@ import { mkdtemp, mkdir, copyFile, symlink, rm, writeFile } from 'node:fs/promis
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { execa } from 'execa';
-import { FleetlabError } from '../../src/errors.js';
 import { requireTool, tools } from '../../src/tools.js';
-import { engineAt } from '../engine-at.js';
-import { streamDone } from '../engine-stream.js';
+import { engineAt } from '../../src/engine-client/engine-at.js';
+import { streamDone } from '../../src/engine-client/engine-stream.js';
 
 export interface TestImage {
   ref: string;
@@ -121,9 +120,7 @@ async function importBusyboxImages(socketPath: string, images: ReadonlyArray<{ r
       const { repo, tag } = splitRef(image.ref);
       progress({ image: image.ref, step: 'importing' });
       const stream = await docker.importImage(createReadStream(tarPath), { repo, tag, changes: [...image.changes] });
-      await streamDone(docker, stream).catch((err: Error) => {
-        throw new FleetlabError('SUP_ERR_ENGINE', `importing ${image.ref}: ${err.message}`);
-      });
+      await streamDone(docker, stream, { what: `importing ${image.ref}` });
       progress({ image: image.ref, step: 'done' });
     }
   } finally {

@@ -4,7 +4,7 @@
  */
 import { PassThrough } from 'node:stream';
 import type Docker from 'dockerode';
-import { LABEL } from '../../src/supervisor/adapters/engine.js';
+import { LABEL } from '../../src/protocol/engine-labels.js';
 import { containerLogMeta, type JournalSim } from './journal-sim.js';
 
 /** How often new containers are looked for. */

@@ -8,24 +8,11 @@ import Docker from 'dockerode';
 import type { Agent } from 'node:http';
 import { parseBytes, parseDuration, type ContainerSettings } from '../../protocol/container-settings.js';
 import type { Health } from '../../protocol/device-api.js';
+import { LABEL } from '../../protocol/engine-labels.js';
 import { PassThrough, type Readable } from 'node:stream';
 import { FleetlabError, errorText } from '../../errors.js';
 import { gatewayOf, matchesSettings, networkMembers, supervisorNetworkCreateOptions, supervisorNetworkDefaults, type SupervisorNetworkSettings } from '../supervisor-network.js';
 
-export const LABEL = {
-  supervised: 'io.fleetlab.supervised',
-  device: 'io.fleetlab.device',
-  appId: 'io.fleetlab.app-id',
-  serviceId: 'io.fleetlab.service-id',
-  serviceName: 'io.fleetlab.service-name',
-  imageId: 'io.fleetlab.image-id',
-  releaseId: 'io.fleetlab.release-id',
-  commit: 'io.fleetlab.commit',
-  configHash: 'io.fleetlab.config-hash',
-  volume: 'io.fleetlab.volume',
-  network: 'io.fleetlab.network',
-  supervisorNetwork: 'io.fleetlab.supervisor-network',
-} as const;
 
 /** Node's name for a CPU architecture as the platform names it (PLATFORM_DEVICE_ARCH). */
 export const engineArch = (a: string): string => ({ arm64: 'aarch64', x64: 'amd64', arm: 'armv7hf', ia32: 'i386' })[a] ?? a;

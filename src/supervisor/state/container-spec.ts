@@ -5,7 +5,8 @@
 import { createHash } from 'node:crypto';
 import { pickContainerSettings } from '../../protocol/container-settings.js';
 import type { TargetApp, TargetService } from '../../protocol/target-state.js';
-import { LABEL, normaliseImageRef, type ContainerSpec } from '../adapters/engine.js';
+import { LABEL } from '../../protocol/engine-labels.js';
+import { normaliseImageRef, type ContainerSpec } from '../adapters/engine.js';
 
 export interface SpecContext {
   vendor: string;

@@ -3,7 +3,7 @@
  * that socket and what to do about it (`fix`, the caller's advice).
  */
 import Docker from 'dockerode';
-import { FleetlabError, errorText } from '../src/errors.js';
+import { FleetlabError, errorText } from '../errors.js';
 
 export async function engineAt(socketPath: string, fix = 'start dockerd (scripts/provision does) or pass --docker-socket', purpose = ''): Promise<Docker> {
   const docker = new Docker({ socketPath });

@@ -24,7 +24,7 @@ export function addCaptureCommands(program: Command): void {
     .option('--force', 'replace a file at --out', false)
     .action(
       action(async (opts: { device?: string; apiKey?: string; board?: string; cloud?: string; cloudKey?: string; uuid?: string; simDir?: string; out?: string; since?: string; journalEntries: string; volumes?: string | true; redactEnv: boolean; redact: boolean; force: boolean }) => {
-        const { parseJournalEntries, parseVolumeBytes, runCapture } = await import('../hil/capture/capture-command.js');
+        const { parseJournalEntries, parseVolumeBytes, runCapture } = await import('../hil/harness/capture-command.js');
         if (!opts.redact && opts.redactEnv) throw new UsageError('--redact-env and --no-redact contradict each other: pick one');
         await runCapture({
           ...(opts.device ? { device: opts.device } : {}),
@@ -61,7 +61,7 @@ export function addCaptureCommands(program: Command): void {
     .option('--force', 'with --spec: replace the file', false)
     .action(
       action(async (bundle: string, opts: { port: string; dataDir?: string; target: 'sim' | 'container' | 'qemu'; engine: 'sim' | 'docker'; dockerSocket: string; listenAddress: string; paused: boolean; cloud: boolean; cloudPort: string; spec?: string; force: boolean }) => {
-        const { runReplay } = await import('../hil/capture/capture-command.js');
+        const { runReplay } = await import('../hil/harness/capture-command.js');
         const { spec, dataDir, port, cloud, cloudPort, ...rest } = opts;
         await runReplay({ bundle, port: parsePort('--port', port), ...rest, ...(cloud ? { cloudPort: parsePort('--cloud-port', cloudPort) } : {}), ...(dataDir ? { dataDir } : {}), ...(spec ? { spec } : {}) });
       }),
@@ -74,7 +74,7 @@ export function addCaptureCommands(program: Command): void {
     .description('What the captured device was running, what it wanted, what it waited for, the last errors in its log, and what the capture could not read')
     .action(
       action(async (bundle: string) => {
-        const { runBundleShow } = await import('../hil/capture/capture-command.js');
+        const { runBundleShow } = await import('../hil/harness/capture-command.js');
         await runBundleShow(bundle);
       }),
     );

@@ -89,7 +89,7 @@ export function addQemuCommands(program: Command): void {
             });
         if (opts.boardConfig) {
           const { writeFileSync } = await import('node:fs');
-          const { boardConfigFor } = await import('../qemu/board-config.js');
+          const { boardConfigFor } = await import('../hil/lab/board-config-for-qemu.js');
           // The lab's power switch for this board is QMP, driven by this same CLI.
           const self = [process.execPath, ...process.execArgv, process.argv[1]!];
           writeFileSync(opts.boardConfig, `${JSON.stringify(boardConfigFor(ready, self, image.bootDir), null, 2)}\n`);

@@ -2,7 +2,7 @@
  * The surface every way of reaching a device offers, modelled on labgrid's protocols: a spec
  * only ever sees these interfaces, so one spec runs on sim, container, qemu and board targets.
  * A target declares which protocols it provides; a spec that needs a missing one is skipped
- * with the missing capability named (see hil/fixtures.ts), never silently.
+ * with the missing capability named (see hil/harness/fixtures.ts), never silently.
  */
 
 /** Everything a target can provide. Finer than the protocols where targets differ. */

@@ -4,7 +4,7 @@
  * Reports go under hil-results/: html/, junit.xml, and artifacts/ per test.
  */
 import { defineConfig } from '@playwright/test';
-import type { HilTestFixtures, HilWorkerFixtures } from './fixtures.js';
+import type { HilTestFixtures, HilWorkerFixtures } from './harness/fixtures.js';
 import { SLOW_TARGETS, targetNames } from './targets/index.js';
 
 const env = process.env;
@@ -21,8 +21,8 @@ export default defineConfig<HilTestFixtures, HilWorkerFixtures>({
   workers: Number(env.FLEETLAB_HIL_WORKERS ?? 2),
   fullyParallel: false,
   forbidOnly: Boolean(env.CI),
-  globalSetup: './global-setup.ts',
-  globalTeardown: './global-teardown.ts',
+  globalSetup: './suite-setup.ts',
+  globalTeardown: './suite-teardown.ts',
   reporter: [
     ['list'],
     ['html', { open: 'never', outputFolder: '../hil-results/html' }],

@@ -10,7 +10,7 @@ import { join } from 'node:path';
 import { gunzipSync } from 'node:zlib';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { readBundle } from '../hil/capture/bundle.js';
-import { runCapture } from '../hil/capture/capture-command.js';
+import { runCapture } from '../hil/harness/capture-command.js';
 import { showBundle } from '../hil/capture/show.js';
 import { SimDevice } from '../sim/device.js';
 import { startFleetCloud, type FleetCloud } from '../sim/stack.js';

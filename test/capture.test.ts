@@ -11,7 +11,7 @@ import { gunzipSync } from 'node:zlib';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { readBundle } from '../hil/capture/bundle.js';
 import { captureDevice, type CaptureOptions } from '../hil/capture/capture.js';
-import { simDevicePaths } from '../hil/capture/capture-command.js';
+import { simDevicePaths } from '../hil/harness/capture-command.js';
 import { showBundle } from '../hil/capture/show.js';
 import { httpApi } from '../hil/lib/http.js';
 import { hostShell } from '../hil/targets/host-shell.js';

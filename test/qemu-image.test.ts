@@ -7,13 +7,13 @@ import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
-import { boardConfigFor } from '../qemu/board-config.js';
+import { boardConfigFor } from '../hil/lab/board-config-for-qemu.js';
 import type { ReadyInfo } from '../qemu/boot.js';
 import { absentPackageSource, bundleSupervisor, DEVICE_ABSENT_PACKAGES, nodeModulesOf, payloadSource, runtimePackages, writePrebuiltPayload } from '../device-image/payload.js';
 import { BOARD_OS_UNITS, boardOsFiles, GUEST, INITRAMFS_MODULES, LED_LINES, NODE_PACKAGE, importTestImagesScript, overlayFiles, packagesFor, rootfsKey, supervisorConfig } from '../device-image/recipe.js';
 import { mmdebstrapArgs } from '../device-image/rootfs.js';
 import { cloudEnv, resetScript } from '../hil/targets/qemu.js';
-import { parseBoardConfig } from '../hil/targets/board-config.js';
+import { parseBoardConfig } from '../hil/lab/board-config.js';
 import { loadConfig } from '../src/supervisor/config.js';
 import { defaultCommand, testImages } from '../sim/images/test-images.js';
 

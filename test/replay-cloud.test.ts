@@ -11,7 +11,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { readBundle } from '../hil/capture/bundle.js';
-import { runCapture, runReplay } from '../hil/capture/capture-command.js';
+import { runCapture, runReplay } from '../hil/harness/capture-command.js';
 import { replayOnSim, type Replayed } from '../hil/capture/replay.js';
 import { parseCompose } from '../hil/release/compose.js';
 import { publishRelease } from '../hil/release/publish.js';

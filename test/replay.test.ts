@@ -15,7 +15,7 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { readBundle } from '../hil/capture/bundle.js';
 import { captureDevice } from '../hil/capture/capture.js';
 import { replayOnSim } from '../hil/capture/replay.js';
-import { runReplay } from '../hil/capture/capture-command.js';
+import { runReplay } from '../hil/harness/capture-command.js';
 import { fileURLToPath } from 'node:url';
 import { replaySpec } from '../hil/capture/replay-spec.js';
 import { containerTarget } from '../hil/targets/container.js';

@@ -6,7 +6,7 @@
 import { resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { defineConfig as playwrightConfig, type PlaywrightTestConfig } from '@playwright/test';
-import type { HilTestFixtures, HilWorkerFixtures } from '../fixtures.js';
+import type { HilTestFixtures, HilWorkerFixtures } from './fixtures.js';
 import { SLOW_TARGETS, targetNames } from '../targets/index.js';
 
 export interface FleetlabConfig {
@@ -56,7 +56,7 @@ export function defineConfig(options: FleetlabConfig = {}): PlaywrightTestConfig
     fullyParallel: false,
     forbidOnly: Boolean(process.env.CI),
     globalSetup: harnessModule('./global-setup'),
-    globalTeardown: harnessModule('../global-teardown'),
+    globalTeardown: harnessModule('../suite-teardown'),
     reporter: [
       ['list'],
       ['html', { open: 'never', outputFolder: resolve(reportDir, 'html') }],

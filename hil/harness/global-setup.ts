@@ -10,7 +10,7 @@ import { join } from 'node:path';
 import type { FullConfig } from '@playwright/test';
 import { BASE_IMAGE, ensureBaseImage } from '../../sim/images/base-image.js';
 import { cacheRoot } from '../../device-image/tools.js';
-import { prepareTargets } from '../global-setup.js';
+import { prepareTargets } from '../suite-setup.js';
 import { ignoredWarning, loadCompose, type ComposeProject } from '../release/compose.js';
 
 /** Whether any Dockerfile of the app builds FROM the local base image. */

@@ -2,8 +2,8 @@
  * `fleetlab/test`: what a device team's specs import. Documented in docs/spec-api.md; a name
  * not exported here is not part of the API.
  */
-export { test, expect } from '../fixtures.js';
-export type { HilTestFixtures as Fixtures, HilWorkerFixtures as WorkerFixtures } from '../fixtures.js';
+export { test, expect } from './fixtures.js';
+export type { HilTestFixtures as Fixtures, HilWorkerFixtures as WorkerFixtures } from './fixtures.js';
 export { defineConfig, type FleetlabConfig } from './config.js';
 export { Device, type DeployOptions, type DeployedRelease, type Faults, type JournalOptions, type LedView } from './device.js';
 export type { DeviceApi, ProxyConfig, StateStatus, StatusContainer } from '../lib/device-api.js';

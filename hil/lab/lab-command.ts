@@ -12,7 +12,7 @@ import { openDatabase } from '../../src/cloud/db/open.js';
 import type { Db } from '../../src/cloud/db/port.js';
 import { errorText } from '../../src/errors.js';
 import { ownerRecord, reapStale, writeOwner } from '../../src/owned-dirs.js';
-import { BOARD_CONFIG_VARIABLE } from '../targets/board-config.js';
+import { BOARD_CONFIG_VARIABLE } from './board-config.js';
 import { labError, parseLabFile, type Lab, type LabBoard } from './lab-file.js';
 import { leaseBoard } from './lease-board.js';
 import { LeaseStore, type Lease } from './lease-store.js';

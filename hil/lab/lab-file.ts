@@ -1,14 +1,14 @@
 /**
  * The lab file (`fleetlab.lab.yaml`): the boards a lab shares between test runs, and where
  * their leases are kept. Each board is a name, tags to pick it by, an optional serial
- * console, and the `board` target's own config fields (hil/targets/board-config.ts: host,
+ * console, and the `board` target's own config fields (hil/lab/board-config.ts: host,
  * privateKey, power, led, ...), so a board in a lab is described once, the same way.
  * Parsing is pure and names the board and field of every mistake.
  */
 import { dirname, isAbsolute, resolve } from 'node:path';
 import { parse as parseYaml } from 'yaml';
 import { FleetlabError, errorText } from '../../src/errors.js';
-import { parseBoardConfig, type BoardConfig } from '../targets/board-config.js';
+import { parseBoardConfig, type BoardConfig } from './board-config.js';
 
 export const LAB_FILE_DEFAULT = 'fleetlab.lab.yaml';
 

@@ -6,7 +6,7 @@
  * such board is busy. A worker killed with `kill -9` stops beating, and its board is free
  * again within the lease's time to live.
  */
-import { boardCapabilities, type BoardConfig } from '../targets/board-config.js';
+import { boardCapabilities, type BoardConfig } from './board-config.js';
 import type { Capability } from '../../device-access/protocols.js';
 import { openLab, whoAmI, type OpenLab } from './lab-command.js';
 import { labError, matchingBoards, type Lab } from './lab-file.js';

@@ -31,7 +31,7 @@ import { USER_TMP_NAME } from '../../src/user-tmp.js';
 import { FleetlabError, errorText } from '../../src/errors.js';
 import { LABEL } from '../../src/protocol/engine-labels.js';
 import { ancestry } from '../../src/processes.js';
-import { TARGET_LABEL } from '../targets/container-docker.js';
+import { TARGET_LABEL } from './target-labels.js';
 
 export type LeftoverKind = 'container' | 'volume' | 'network' | 'directory';
 

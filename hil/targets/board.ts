@@ -2,7 +2,7 @@
  * The `board` target: a real Raspberry Pi in a lab, running the supervisor as a system
  * service, reached over SSH (./ssh-device.ts) for exec, files, journal and reboot, and over
  * HTTP for its API. Which board, and what the lab can do to it (watch its LED, switch its
- * power), is a JSON file named by FLEETLAB_BOARD_CONFIG (./board-config.ts); the driver
+ * power), is a JSON file named by FLEETLAB_BOARD_CONFIG (../lab/board-config.ts); the driver
  * declares only what that file allows.
  *
  * The harness never boots the device: `start()` connects to a board that is already up,
@@ -15,7 +15,7 @@ import { FleetlabError, errorText } from '../../src/errors.js';
 import { LABEL } from '../../src/protocol/engine-labels.js';
 import { gpioNumberFromChips, type GpioChip } from '../../src/supervisor/adapters/led.js';
 import { httpApi } from '../lib/http.js';
-import { boardCapabilities, loadBoardConfig, type BoardConfig, type BoardLedGpio } from './board-config.js';
+import { boardCapabilities, loadBoardConfig, type BoardConfig, type BoardLedGpio } from '../lab/board-config.js';
 import { readHostBaseline, resetBoard, type HostBaseline } from '../../device-access/ssh-reset.js';
 import { readLab } from '../lab/lab-command.js';
 import { labCapabilities, labSelection, WorkerLease } from '../lab/worker-lease.js';

@@ -14,17 +14,6 @@ import { FleetlabError } from '../../src/errors.js';
 import { findTool, missingToolError, type ToolSpec } from '../../src/tools.js';
 import { LABEL } from '../../src/protocol/engine-labels.js';
 
-/** Labels on every device container this target starts (next to testcontainers' own). */
-export const TARGET_LABEL = {
-  target: 'io.fleetlab.hil.target',
-  /** PID of the process that started it: the global teardown leaves a live owner's containers alone. */
-  owner: 'io.fleetlab.hil.owner-pid',
-  /** The host directory bind-mounted at the same path (data dir, lock root). */
-  dir: 'io.fleetlab.hil.dir',
-} as const;
-export const TARGET_NAME = 'container';
-/** The device's host directory, made with mkdtemp in the user's temporary directory (src/user-tmp.ts). */
-export const CONTAINER_DIR_PREFIX = 'fleetlab-ctr-';
 
 const dockerCli: ToolSpec = { candidates: ['docker'], debianPackage: 'docker.io' };
 

@@ -9,7 +9,7 @@
 import { lstatSync } from 'node:fs';
 import { basename, dirname, join, normalize } from 'node:path';
 import Docker from 'dockerode';
-import { CONTAINER_DIR_PREFIX, TARGET_LABEL, TARGET_NAME } from './container-docker.js';
+import { CONTAINER_DIR_PREFIX, TARGET_LABEL, TARGET_NAME } from '../lib/target-labels.js';
 import { removeTree } from './engine-files.js';
 import { removeDeviceLeftovers, storedUuid } from '../../sim/device-leftovers.js';
 import { alive } from '../../src/processes.js';

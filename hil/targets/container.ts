@@ -37,10 +37,8 @@ import { removeTree } from './engine-files.js';
 import { FleetlabError } from '../../src/errors.js';
 import { userTmpDir } from '../../src/user-tmp.js';
 import { filesOverCommands } from '../../device-access/files-over-commands.js';
+import { CONTAINER_DIR_PREFIX, TARGET_LABEL, TARGET_NAME } from '../lib/target-labels.js';
 import {
-  TARGET_LABEL,
-  TARGET_NAME,
-  CONTAINER_DIR_PREFIX,
   dockerExec,
   stopDeviceContainers,
   waitReadyLine,

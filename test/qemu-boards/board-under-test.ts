@@ -6,7 +6,7 @@ import { mkdirSync, readFileSync, symlinkSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { execa, type ResultPromise } from 'execa';
 import { expect } from 'vitest';
-import { loadBoardConfig, type BoardConfig } from '../../hil/targets/board-config.js';
+import { loadBoardConfig, type BoardConfig } from '../../hil/lab/board-config.js';
 import { startRestored } from '../../hil/targets/qemu-restore.js';
 import { SshDevice } from '../../device-access/ssh-device.js';
 import { bootBoard, type QemuBoard, type ReadyInfo } from '../../qemu/boot.js';

@@ -13,7 +13,7 @@ import { join } from 'node:path';
 import { execa } from 'execa';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { stringify } from 'yaml';
-import { boardConfigFor } from '../../qemu/board-config.js';
+import { boardConfigFor } from '../../hil/lab/board-config-for-qemu.js';
 import type { QemuBoard } from '../../qemu/boot.js';
 import { buildImage } from '../../device-image/build.js';
 import { labBoard, repoRoot, reportItems, writeTeam } from './board-under-test.js';

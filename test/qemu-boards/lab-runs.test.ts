@@ -14,7 +14,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { stringify } from 'yaml';
 import { openLab } from '../../hil/lab/lab-command.js';
 import type { LeaseLogEntry } from '../../hil/lab/lease-store.js';
-import { boardConfigFor } from '../../qemu/board-config.js';
+import { boardConfigFor } from '../../hil/lab/board-config-for-qemu.js';
 import type { QemuBoard } from '../../qemu/boot.js';
 import { buildImage } from '../../device-image/build.js';
 import { labBoard, repoRoot, writeTeam } from './board-under-test.js';

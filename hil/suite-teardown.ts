@@ -3,7 +3,7 @@
  * devices of a crashed run, so its own cleanup runs when that target was selected.
  */
 import type { FullConfig } from '@playwright/test';
-import { selectedTargets } from './global-setup.js';
+import { selectedTargets } from './suite-setup.js';
 
 export default async function globalTeardown(config: FullConfig): Promise<void> {
   if (selectedTargets(config).includes('container')) {

@@ -3,7 +3,7 @@
  * dockerd needs the local test images (no registry is reachable); the container target
  * builds its device image once and hands it to the workers (targets/container-setup.ts); the
  * qemu target builds (or finds cached) its board image (device-image/build.ts).
- * The global teardown (global-teardown.ts) removes what a crashed container run left.
+ * The global teardown (suite-teardown.ts) removes what a crashed container run left.
  */
 import { existsSync } from 'node:fs';
 import type { FullConfig } from '@playwright/test';

@@ -5,22 +5,22 @@
  */
 import { errorText, FleetlabError } from '../../src/errors.js';
 import { readFile } from 'node:fs/promises';
-import { BOARD_CONFIG_VARIABLE, loadBoardConfig } from '../targets/board-config.js';
+import { BOARD_CONFIG_VARIABLE, loadBoardConfig } from '../lab/board-config.js';
 import { storedIdentity } from '../targets/board.js';
 import { SshDevice } from '../../device-access/ssh-device.js';
 import type { ApiProtocol, CommandProtocol, DevicePaths } from '../../device-access/protocols.js';
 import { fleetlabVersion } from '../../src/package-root.js';
 import { freePort } from '../../src/free-port.js';
 import { httpApi } from '../lib/http.js';
-import { readBundle, type BundleSource, type Redaction } from './bundle.js';
-import { captureDevice, DEFAULT_JOURNAL_ENTRIES, type CaptureOptions } from './capture.js';
-import { cloudReader, proxiedApi, readCloudRows } from './cloud-access.js';
+import { readBundle, type BundleSource, type Redaction } from '../capture/bundle.js';
+import { captureDevice, DEFAULT_JOURNAL_ENTRIES, type CaptureOptions } from '../capture/capture.js';
+import { cloudReader, proxiedApi, readCloudRows } from '../capture/cloud-access.js';
 import { hostShell } from '../targets/host-shell.js';
 import { simDeviceFiles } from '../../sim/device.js';
 import { storedUuid } from '../../sim/device-leftovers.js';
 import { copyFileSync, existsSync, mkdirSync, writeFileSync } from 'node:fs';
 import { basename, dirname, join, relative, resolve } from 'node:path';
-import { showBundle } from './show.js';
+import { showBundle } from '../capture/show.js';
 
 export interface CaptureCommandOptions {
   /** The device API (with `apiKey`), or... */
@@ -258,7 +258,7 @@ export async function runReplay(options: ReplayCommandOptions): Promise<void> {
     return writeReplaySpec(options.bundle, options.spec, options.force ?? false);
   }
   if (options.target && options.target !== 'sim') return replayOnTarget(options.target, options);
-  const { replayOnSim } = await import('./replay.js');
+  const { replayOnSim } = await import('../capture/replay.js');
   const { serveSimDevice } = await import('../../sim/device.js');
   const log = (line: string) => console.error(`fleetlab replay: ${line}`);
   const inspectBrk = options.paused ? await freePort() : undefined;
@@ -329,8 +329,8 @@ async function replayOnTarget(name: 'container' | 'qemu', options: ReplayCommand
 }
 
 async function writeReplaySpec(bundlePath: string, specPath: string, force: boolean): Promise<void> {
-  const { replaySpec } = await import('./replay-spec.js');
-  const { capturedDevice } = await import('./replay.js');
+  const { replaySpec } = await import('../capture/replay-spec.js');
+  const { capturedDevice } = await import('../capture/replay.js');
   const bundle = await readBundle(bundlePath);
   // The spec's device is this bundle's replay: refuse here what the replay would refuse there.
   capturedDevice(bundle, bundlePath);

@@ -1,10 +1,10 @@
 /**
- * A board target config (hil/targets/board-config.ts) for a running QEMU board: the proof that
+ * A board target config (./board-config.ts) for a running QEMU board: the proof that
  * the `board` target works is the same specs passing against the emulated Pi over SSH.
  */
-import { shellQuote } from '../src/shell-quote.js';
-import type { ReadyInfo } from './boot.js';
-import { LED_LINES } from '../device-image/recipe.js';
+import { shellQuote } from '../../src/shell-quote.js';
+import type { ReadyInfo } from '../../qemu/boot.js';
+import { LED_LINES } from '../../device-image/recipe.js';
 
 /** `cli` is how to run this fleetlab CLI (argv before the subcommand), for the power switch. */
 export function boardConfigFor(ready: ReadyInfo, cli: readonly string[], bootDir?: string): Record<string, unknown> {

@@ -1,13 +1,18 @@
-/** `fleetlab image build`: a card image to flash onto a Raspberry Pi. */
+/** `fleetlab card build`: a card image to flash onto a Raspberry Pi. */
 import type { Command } from 'commander';
 import { action } from '../src/command/action.js';
 import { fleetlabRoot } from '../src/package-root.js';
+import { addOldSpelling } from './old-spelling.js';
 
 export function addCardCommands(program: Command): void {
-  program
-    .command('image')
-    .description('Card images for Raspberry Pi boards')
-    .command('build')
+  const card = program.command('card').description('The card image a lab flashes onto a Raspberry Pi board');
+  defineBuild(card.command('build'));
+  // Its old spelling (`fleetlab image build`), one letter away from `fleetlab images`.
+  addOldSpelling(program, 'image', 'card', { build: { now: 'build', define: defineBuild } });
+}
+
+function defineBuild(command: Command): Command {
+  return command
     .description('Build a card image to flash (dd, or the Raspberry Pi Imager\'s "Use custom"): the Pi firmware, Debian 13 arm64 and the supervisor; fleetlab.txt on its boot partition sets the board up at first boot')
     .requiredOption('--board <model>', 'rpi4 (Pi 4 B, 400, CM4) or rpi3 (Pi 3 B/B+/A+, Zero 2 W)')
     .option('--out <file>', 'where to write the image (default ./fleetlab-<board>.img)')

@@ -1,12 +1,24 @@
-/** `fleetlab images`: container images tests use where no registry is reachable. */
+/** `fleetlab test-images`: container images tests use where no registry is reachable. */
 import type { Command } from 'commander';
 import { action } from '../src/command/action.js';
 import { fleetlabRoot } from '../src/package-root.js';
+import { addOldSpelling } from './old-spelling.js';
 
 export function addTestImagesCommands(program: Command): void {
-  const images = program.command('images').description('Local container images for tests (no registry needed)');
-  images
-    .command('build')
+  const images = program.command('test-images').description('Local container images for tests (no registry needed)');
+  defineBuild(images.command('build'));
+  defineBase(images.command('base'));
+  defineDeviceSim(images.command('device-sim'));
+  // The old spelling (`fleetlab images`), one letter away from the card's `fleetlab image`.
+  addOldSpelling(program, 'images', 'test-images', {
+    build: { now: 'build', define: defineBuild },
+    base: { now: 'base', define: defineBase },
+    'build-device': { now: 'device-sim', define: defineDeviceSim },
+  });
+}
+
+function defineBuild(command: Command): Command {
+  return command
     .description('Build the test images (fleetlab/test-app:1 and :2) from Debian\'s busybox-static with an engine import')
     .option('--docker-socket <path>', 'engine API socket', '/var/run/docker.sock')
     .action(
@@ -16,9 +28,10 @@ export function addTestImagesCommands(program: Command): void {
         for (const ref of refs) console.log(ref);
       }),
     );
+}
 
-  images
-    .command('base')
+function defineBase(command: Command): Command {
+  return command
     .description("Make fleetlab/busybox:latest (Debian trixie's busybox with every applet and the C library it links, CMD sh), a base image for your Dockerfiles where no registry is reachable; replaces one of an older recipe")
     .option('--docker-socket <path>', 'engine API socket', '/var/run/docker.sock')
     .action(
@@ -29,9 +42,10 @@ export function addTestImagesCommands(program: Command): void {
         console.log(imported ? BASE_IMAGE : `${BASE_IMAGE} (already there)`);
       }),
     );
+}
 
-  images
-    .command('build-device')
+function defineDeviceSim(command: Command): Command {
+  return command
     .description('Build the HIL container target\'s image fleetlab/device-sim:<hash> (debootstrap base, cached by its inputs, plus the compiled app)')
     .option('--docker-socket <path>', 'engine API socket', '/var/run/docker.sock')
     .option('--force', 'rebuild even when the tags exist', false)

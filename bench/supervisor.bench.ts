@@ -186,7 +186,7 @@ async function preflight(): Promise<void> {
     }
   }
   if (missing.length) {
-    throw new BenchError(`test image(s) missing: ${missing.join(', ')}; run: fleetlab images build  (npm run build && node bin/fleetlab.js images build)`);
+    throw new BenchError(`test image(s) missing: ${missing.join(', ')}; run: fleetlab test-images build  (npm run build && node bin/fleetlab.js test-images build)`);
   }
 }
 

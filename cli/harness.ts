@@ -23,7 +23,7 @@ export function addHarnessCommands(program: Command): void {
     .option('--shard <i/n>', "run this machine's share i of n (CI machines split a suite)")
     .option('--lab <file>', 'with --target board: each worker leases a board of its own from this lab file (fleetlab.lab.yaml), waiting in its queue when all are busy')
     .option('--tag <tag>', 'with --lab: only boards with this tag (repeat for several)', (v: string, all: string[]) => [...all, v], [] as string[])
-    .option('--flash-image <file>', 'with --target qemu: boot this card image (fleetlab image build --board rpi4) on QEMU virt, provisioned through its fleetlab.txt')
+    .option('--flash-image <file>', 'with --target qemu: boot this card image (fleetlab card build --board rpi4) on QEMU virt, provisioned through its fleetlab.txt')
     .argument('[playwright-args...]', 'passed to Playwright Test (a spec file, --grep, --reporter, ...)')
     .allowUnknownOption()
     .action(

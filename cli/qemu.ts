@@ -52,7 +52,7 @@ export function addQemuCommands(program: Command): void {
     .option('--board-config <file>', 'also write a board target config for this board (FLEETLAB_BOARD_CONFIG=<file> npm run hil -- --project=board)')
     .option('--suite <name>', 'Debian suite of the image (trixie, bookworm)', 'trixie')
     .option('--bare', 'boot the bare image (qemu build --bare: no supervisor); ready once SSH answers, for `fleetlab board install`', false)
-    .option('--flash-image <file>', 'boot a card image (fleetlab image build) instead: its kernel and root partition, provisioned with this harness\'s SSH key; --machine virt')
+    .option('--flash-image <file>', 'boot a card image (fleetlab card build) instead: its kernel and root partition, provisioned with this harness\'s SSH key; --machine virt')
     .option('--serial-pty', 'the console on a pseudo-terminal too (serialPty in the ready line, serial in --board-config), as a lab board\'s USB serial adapter', false)
     .action(
       action(async (opts: { machine: 'raspi3b' | 'virt'; snapshot: boolean; apiPort?: string; sshPort?: string; boardConfig?: string; suite: string; bare: boolean; flashImage?: string; serialPty: boolean }) => {

@@ -271,7 +271,7 @@ async function build(options: ImageBuildOptions, started: number, report: Report
   }
 }
 
-/** The cached Debian root filesystem for `suite` (layer 1), built first when missing or forced; shared by `qemu build` and `image build`. */
+/** The cached Debian root filesystem for `suite` (layer 1), built first when missing or forced; shared by `qemu build` and `card build`. */
 export async function ensureRootfs(o: { cacheDir: string; suite: string; mirror: string; force?: boolean | undefined; report: (fraction: number, detail: string) => void }): Promise<{ rootfs: string; rootfsKey: string; built: boolean; ms: number }> {
   const rKey = rootfsKey({ suite: o.suite, mirror: o.mirror });
   const rootfs = join(o.cacheDir, `rootfs-${rKey}`);

@@ -1,5 +1,5 @@
 /**
- * `fleetlab image build --board rpi3|rpi4`: a card image to flash with `dd` or the Raspberry
+ * `fleetlab card build --board rpi3|rpi4`: a card image to flash with `dd` or the Raspberry
  * Pi Imager. An MBR with two partitions:
  *
  * 1. FAT32 `FLEETBOOT`: the Raspberry Pi firmware (Debian's raspi-firmware package, fetched

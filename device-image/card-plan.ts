@@ -1,5 +1,5 @@
 /**
- * The decisions behind `fleetlab image build --board rpi3|rpi4`, a card image a lab flashes:
+ * The decisions behind `fleetlab card build --board rpi3|rpi4`, a card image a lab flashes:
  * which Raspberry Pi firmware and device trees go on the boot partition, its `config.txt` and
  * `cmdline.txt`, the two partitions and their MBR, and the first-boot file (`fleetlab.txt`)
  * the user edits on the boot partition: its template, its parser, and what applying it writes.

@@ -3,7 +3,7 @@
  * filesystem, and a /init that loads them, waits for the root device, mounts it and hands over
  * to systemd. Debian's initramfs-tools image does the same job through udev (start, trigger,
  * settle) and took 6-7 s of every boot under TCG; this one takes about one. The root
- * filesystem keeps Debian's own initramfs for a card image (`fleetlab image build`).
+ * filesystem keeps Debian's own initramfs for a card image (`fleetlab card build`).
  *
  * Pure planning here (which modules in which order, the script, the cpio archive); the
  * build (./build.ts) reads the files and writes the result.

@@ -1,5 +1,5 @@
 /**
- * A card image (`fleetlab image build --board rpi4`) as an emulated board: the same image,
+ * A card image (`fleetlab card build --board rpi4`) as an emulated board: the same image,
  * provisioned as a user provisions one, by editing `fleetlab.txt` on its boot partition, here
  * with the harness's SSH key, the `virt` machine's LED line and no NTP (a test board sends
  * nothing past the host). QEMU boots the kernel and initramfs from that boot partition with
@@ -41,7 +41,7 @@ export function readMbr(image: string): ReturnType<typeof parseMbr> {
 
 export async function flashImageForQemu(o: { image: string; cacheDir?: string; progress?: (line: string) => void }): Promise<QemuImage> {
   const image = resolve(o.image);
-  if (!existsSync(image)) throw new FleetlabError('SUP_ERR_BAD_REQUEST', `card image ${image} does not exist (fleetlab image build --board rpi4 makes one)`);
+  if (!existsSync(image)) throw new FleetlabError('SUP_ERR_BAD_REQUEST', `card image ${image} does not exist (fleetlab card build --board rpi4 makes one)`);
   const cacheDir = o.cacheDir ?? join(cacheRoot(), 'qemu');
   const [boot, root] = readMbr(image).partitions;
   if (!boot || !root || boot.type !== 0x0c || root.type !== 0x83) throw new FleetlabError('SUP_ERR_BAD_REQUEST', `${image} is not a fleetlab card image: its partitions are not FAT32 then Linux`);

@@ -130,7 +130,7 @@ describe('fleetlab test flags', () => {
   it('boots a card image on the qemu target only, and one that exists', async () => {
     writeFileSync(join(dir, 'fleetlab.config.ts'), 'export default {};\n');
     await expect(runTests({ cwd: dir, target: 'board', playwrightArgs: [], flashImage: 'card.img' })).rejects.toThrow('--flash-image boots a card image under QEMU: add --target qemu (got --target board)');
-    await expect(runTests({ cwd: dir, target: 'qemu', playwrightArgs: [], flashImage: 'card.img' })).rejects.toThrow(/--flash-image .*card\.img does not exist \(fleetlab image build --board rpi4 makes one\)/);
+    await expect(runTests({ cwd: dir, target: 'qemu', playwrightArgs: [], flashImage: 'card.img' })).rejects.toThrow(/--flash-image .*card\.img does not exist \(fleetlab card build --board rpi4 makes one\)/);
   });
   it('refuses bad values with what would be right', () => {
     expect(() => playwrightArgv('c', { ...base, target: 'pi' })).toThrow('--target must be one of sim, container, qemu, board, not "pi"');

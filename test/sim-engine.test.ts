@@ -153,7 +153,7 @@ describe('images built and faults scheduled', () => {
     if (dir) await rm(dir, { recursive: true, force: true });
   });
 
-  it('fleetlab images build works against it (import with changes); the imported test-app runs and logs', async () => {
+  it('fleetlab test-images build works against it (import with changes); the imported test-app runs and logs', async () => {
     const refs = await buildTestImages(engine.socketPath);
     expect(refs).toEqual(['fleetlab/test-app:1', 'fleetlab/test-app:2']);
     const docker = new Docker({ socketPath: engine.socketPath });

@@ -39,7 +39,7 @@ export interface RunOptions {
    * the lab file (hil/lab/worker-lease.ts); as many workers as such boards unless told.
    */
   lab?: { file: string; tags: readonly string[] };
-  /** `--flash-image FILE` with --target qemu: boot this card image (fleetlab image build) on virt instead of the emulated Pi's own image. */
+  /** `--flash-image FILE` with --target qemu: boot this card image (fleetlab card build) on virt instead of the emulated Pi's own image. */
   flashImage?: string;
 }
 
@@ -95,7 +95,7 @@ export async function runTests(options: RunOptions): Promise<number> {
   if (options.flashImage) {
     if (options.target !== 'qemu') throw new FleetlabError('SUP_ERR_BAD_REQUEST', `--flash-image boots a card image under QEMU: add --target qemu (got --target ${options.target})`);
     const card = resolve(options.cwd, options.flashImage);
-    if (!existsSync(card)) throw new FleetlabError('SUP_ERR_BAD_REQUEST', `--flash-image ${card} does not exist (fleetlab image build --board rpi4 makes one)`);
+    if (!existsSync(card)) throw new FleetlabError('SUP_ERR_BAD_REQUEST', `--flash-image ${card} does not exist (fleetlab card build --board rpi4 makes one)`);
     labEnv = { [FLASH_IMAGE_VARIABLE]: card, FLEETLAB_QEMU_MACHINE: 'virt' };
   } else requirePayloadFor(options.target);
   const config = findConfig(options.cwd);

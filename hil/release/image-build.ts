@@ -120,7 +120,7 @@ export async function buildServiceImage(project: ComposeProject, service: Compos
   }
   if (failure) {
     const hint = /pull access denied|failed to resolve|no such host|dial tcp|manifest .*not found/i.test(failure)
-      ? ' (a base image in FROM is missing locally and no registry is reachable: build or import it first; `npx fleetlab images base` makes fleetlab/busybox:latest)'
+      ? ' (a base image in FROM is missing locally and no registry is reachable: build or import it first; `npx fleetlab test-images base` makes fleetlab/busybox:latest)'
       : '';
     throw new FleetlabError('HIL_ERR_BUILD', `${at}: building ${ref} failed: ${failure.trim()}${hint}${tail.length ? `\n  last build output:\n    ${tail.join('\n    ')}` : ''}`);
   }

@@ -6,7 +6,7 @@
  * Pi 3 itself, for what only it emulates: the BCM2835 GPIO controller the LED is on, the Pi's
  * device tree and its USB network adapter. With
  * FLEETLAB_QEMU_FLASH_IMAGE=<card.img> (`fleetlab test --flash-image`) it boots a card image of
- * `fleetlab image build` instead, on virt (qemu/flash-boot.ts): what a lab flashes, tested.
+ * `fleetlab card build` instead, on virt (qemu/flash-boot.ts): what a lab flashes, tested.
  *
  * - `exec`, `files`, `journal`: over SSH to the forwarded port (./ssh-device.ts), as on a board.
  * - `led`: the emulated GPIO controller's level register, sampled through the QEMU monitor

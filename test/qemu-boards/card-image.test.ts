@@ -1,5 +1,5 @@
 /**
- * `fleetlab image build --board rpi4`, the card a lab flashes: built as a user builds it, read
+ * `fleetlab card build --board rpi4`, the card a lab flashes: built as a user builds it, read
  * back (partition table, boot partition, root filesystem label), then booted under QEMU virt
  * from its own kernel and root partition on a card 2 GiB larger than the image, provisioned by
  * its fleetlab.txt. The first boot must grow the root partition, make SSH host keys, apply the
@@ -27,7 +27,7 @@ function ext4Label(image: string, offset: number): string {
   return buf.toString('latin1').replace(/\0+$/, '');
 }
 
-describe('fleetlab image build --board rpi4, flashed and booted', () => {
+describe('fleetlab card build --board rpi4, flashed and booted', () => {
   const dir = mkdtempSync(join(tmpdir(), 'fleetlab-card-'));
   const image = join(dir, 'lab-pi.img');
   let boot: ResultPromise | undefined;
@@ -35,7 +35,7 @@ describe('fleetlab image build --board rpi4, flashed and booted', () => {
   let ready: { apiUrl: string; sshPort: number; sshKey: string } | undefined;
 
   beforeAll(async () => {
-    const built = await fleetlab(['image', 'build', '--board', 'rpi4', '--out', image], dir);
+    const built = await fleetlab(['card', 'build', '--board', 'rpi4', '--out', image], dir);
     expect(built.exitCode, built.all).toBe(0);
     expect(lastEvent(built.stdout)).toMatchObject({ event: 'built', image, board: 'rpi4' });
   }, 1_800_000);

@@ -114,6 +114,13 @@ describe('the import graph', () => {
     expect(ROOMS).toEqual(expect.arrayContaining(['board', 'cli', 'hil', 'src']));
   });
 
+  it("is drawn in the README's layout, every room on its floor", () => {
+    const readme = readFileSync(join(ROOT, 'README.md'), 'utf8');
+    const layout = readme.slice(readme.indexOf('## Layout'), readme.indexOf('\n## ', readme.indexOf('## Layout') + 1));
+    const drawn = new Map([...layout.matchAll(/^ floor (\d+) +(.+)$/gm)].flatMap((m) => m[2]!.trim().split(/\s+/).map((room) => [room.replace(/\/$/, ''), Number(m[1])] as const)));
+    expect(Object.fromEntries(drawn)).toEqual(Object.fromEntries(ROOMS.map((room) => [room, FLOOR[room]])));
+  });
+
   it('points down only: to its own room or a lower floor, never beside it', () => {
     const wrong = [...g].flatMap(([from, tos]) =>
       tos.filter((to) => roomOf(to) !== roomOf(from) && FLOOR[roomOf(to)]! >= FLOOR[roomOf(from)]!).map((to) => `${from} -> ${to}`),

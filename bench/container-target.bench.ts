@@ -6,7 +6,7 @@
  *
  *   npx tsx bench/container-target.bench.ts [--skip-cold] [--starts N]
  */
-import { buildDeviceImage, type DeviceImage } from '../hil/targets/container-image.js';
+import { buildDeviceImage, type DeviceImage } from '../device-image/container-sim/build.js';
 import { repoRootOf } from '../hil/targets/container-docker.js';
 import { containerTarget } from '../hil/targets/container.js';
 

@@ -51,7 +51,7 @@ function defineDeviceSim(command: Command): Command {
     .option('--force', 'rebuild even when the tags exist', false)
     .action(
       action(async (opts: { dockerSocket: string; force: boolean }) => {
-        const { buildDeviceImage } = await import('../hil/targets/container-image.js');
+        const { buildDeviceImage } = await import('../device-image/container-sim/build.js');
         const repoRoot = fleetlabRoot(import.meta.url);
         const image = await buildDeviceImage({
           repoRoot,

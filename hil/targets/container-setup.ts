@@ -5,7 +5,7 @@
  * the host's dockerd, where the device's containers run. Call it from the suite's global
  * setup when a selected project uses the container target.
  */
-import { buildDeviceImage, type DeviceImage } from './container-image.js';
+import { buildDeviceImage, type DeviceImage } from '../../device-image/container-sim/build.js';
 import { ensureTestImages } from '../../sim/images/test-images.js';
 
 export async function prepareContainerTarget(options: { dockerSocket?: string; log?: (line: string) => void } = {}): Promise<DeviceImage> {

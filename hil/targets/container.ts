@@ -32,7 +32,7 @@ import type { StartedTestContainer } from 'testcontainers';
 import { LED_TRANSITIONS_FILE, simDeviceFiles } from '../../sim/device.js';
 import { LABEL } from '../../src/protocol/engine-labels.js';
 import { httpApi } from '../lib/http.js';
-import { buildDeviceImage } from './container-image.js';
+import { buildDeviceImage } from '../../device-image/container-sim/build.js';
 import { removeTree } from './engine-files.js';
 import { FleetlabError } from '../../src/errors.js';
 import { userTmpDir } from '../../src/user-tmp.js';

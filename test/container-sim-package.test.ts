@@ -1,5 +1,5 @@
 /**
- * The container target's image from an installed fleetlab (hil/targets/container-image.ts):
+ * The container target's image from an installed fleetlab (device-image/container-sim/):
  * which tree the builder takes (checkout or package), and the production packages it finds
  * by walking node_modules as Node does, on real directories laid out as npm leaves them.
  */
@@ -8,17 +8,10 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import {
-  APP_DIR,
-  appDockerfile,
-  depsDockerfile,
-  fleetlabDirOf,
-  fleetlabSource,
-  layoutTopDirs,
-  packageLayout,
-  productionClosure,
-  resolvePackageDir,
-} from '../hil/targets/container-image.js';
+import { fleetlabRoot } from '../src/package-root.js';
+import { APP_DIR, appDockerfile, depsDockerfile } from '../device-image/container-sim/plan.js';
+import { fleetlabSource } from '../device-image/container-sim/source.js';
+import { layoutTopDirs, packageLayout, productionClosure, resolvePackageDir } from '../device-image/container-sim/package-closure.js';
 
 let tmp: string;
 beforeEach(() => {
@@ -38,10 +31,14 @@ function pkg(dir: string, manifest: Record<string, unknown>, files: Record<strin
 
 const shipped = { 'bin/fleetlab.js': '', 'dist/cli/main.js': '' };
 
-describe('fleetlabDirOf', () => {
-  it('is two levels above the sources and three above their compiled copies', () => {
-    expect(fleetlabDirOf(pathToFileURL('/w/fleetlab/hil/targets/container-image.ts').href)).toBe('/w/fleetlab');
-    expect(fleetlabDirOf(pathToFileURL('/p/node_modules/fleetlab/dist/hil/targets/container-image.js').href)).toBe('/p/node_modules/fleetlab');
+describe("the builder's own fleetlab (fleetlabRoot of its module)", () => {
+  const builder = 'device-image/container-sim/build';
+  it('is the checkout above the source and the installed package above its compiled copy, not the project holding it', () => {
+    const checkout = pkg(join(tmp, 'w/fleetlab'), { name: 'fleetlab' }, { [`${builder}.ts`]: '' });
+    expect(fleetlabRoot(pathToFileURL(join(checkout, `${builder}.ts`)).href)).toBe(checkout);
+    pkg(join(tmp, 'p'), { name: 'team-app' });
+    const installed = pkg(join(tmp, 'p/node_modules/fleetlab'), { name: 'fleetlab' }, { [`dist/${builder}.js`]: '' });
+    expect(fleetlabRoot(pathToFileURL(join(installed, `dist/${builder}.js`)).href)).toBe(installed);
   });
 });
 

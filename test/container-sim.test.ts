@@ -1,12 +1,13 @@
 /**
- * The planning half of the container target's image builder (hil/targets/container-image.ts):
+ * The planning half of the container target's image builder (device-image/container-sim/):
  * which packages go into the image, how the tags follow their inputs, what the Dockerfiles say.
  * The building half is exercised by the HIL suite on the container target.
  */
 import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { APP_DIR, BASE_PACKAGES, appDockerfile, baseTag, depsDockerfile, deviceSources, productionPackageDirs } from '../hil/targets/container-image.js';
+import { APP_DIR, BASE_PACKAGES, appDockerfile, baseTag, depsDockerfile } from '../device-image/container-sim/plan.js';
+import { deviceSources, productionPackageDirs } from '../device-image/container-sim/source.js';
 
 const root = join(import.meta.dirname, '..');
 

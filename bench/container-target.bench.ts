@@ -7,7 +7,7 @@
  *   npx tsx bench/container-target.bench.ts [--skip-cold] [--starts N]
  */
 import { buildDeviceImage, type DeviceImage } from '../device-image/container-sim/build.js';
-import { repoRootOf } from '../hil/targets/container-docker.js';
+import { fleetlabRoot } from '../src/package-root.js';
 import { containerTarget } from '../hil/targets/container.js';
 
 function arg(name: string): string | undefined {
@@ -23,7 +23,7 @@ function describe(label: string, image: DeviceImage): string {
 }
 
 async function main(): Promise<void> {
-  const repoRoot = repoRootOf(import.meta.url);
+  const repoRoot = fleetlabRoot(import.meta.url);
   const starts = Number(arg('--starts') ?? 3);
   const lines: string[] = [];
   const print = (line: string) => {

@@ -5,9 +5,6 @@
  * and the global teardown.
  */
 import { PassThrough } from 'node:stream';
-import { existsSync } from 'node:fs';
-import { dirname, join } from 'node:path';
-import { fileURLToPath } from 'node:url';
 import Docker from 'dockerode';
 import { execa } from 'execa';
 import { FleetlabError } from '../../src/errors.js';
@@ -114,14 +111,4 @@ export async function waitReadyLine(docker: Docker, containerId: string, after: 
 export async function stopDeviceContainers(docker: Docker, uuid: string): Promise<void> {
   const containers = await docker.listContainers({ filters: { label: [`${LABEL.device}=${uuid}`] } });
   await Promise.all(containers.map((c) => docker.getContainer(c.Id).stop({ t: 0 }).catch(() => undefined)));
-}
-
-/** The fleetlab checkout this file belongs to (from hil/targets/ or dist/hil/targets/). */
-export function repoRootOf(moduleUrl: string): string {
-  let dir = dirname(fileURLToPath(moduleUrl));
-  for (let i = 0; i < 6; i++) {
-    if (existsSync(join(dir, 'package-lock.json'))) return dir;
-    dir = dirname(dir);
-  }
-  throw new FleetlabError('SUP_ERR_INTERNAL', `no fleetlab checkout (package-lock.json) above ${fileURLToPath(moduleUrl)}`);
 }

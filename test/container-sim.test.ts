@@ -4,7 +4,7 @@
  * The building half is exercised by the HIL suite on the container target.
  */
 import { existsSync, readFileSync } from 'node:fs';
-import { join } from 'node:path';
+import { dirname, join, relative, resolve } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { APP_DIR, BASE_PACKAGES, appDockerfile, baseTag, depsDockerfile } from '../device-image/container-sim/plan.js';
 import { deviceSources, productionPackageDirs } from '../device-image/container-sim/source.js';
@@ -71,5 +71,25 @@ describe('deviceSources', () => {
     expect(sources).toContain('cli/main.ts');
     expect(sources).toContain('sim/device.ts');
     expect(sources.every((f) => /^(cli|src|sim)\//.test(f) && f.endsWith('.ts') && !f.endsWith('.d.ts'))).toBe(true);
+  });
+
+  // The image holds only these trees, and the floor rule lets cli/ import any room: a module
+  // the device loads from elsewhere would pass every type check and fail at its first start.
+  it('holds every module `fleetlab sim device` loads', () => {
+    const SPEC = /(?:^|[\s;])(?:import|export)\s(?!type\s)[^'";]*?from\s*['"](\.{1,2}\/[^'"]+)['"]|(?:^|[\s;])import\s+['"](\.{1,2}\/[^'"]+)['"]|import\(\s*['"](\.{1,2}\/[^'"]+)['"]\s*\)/g;
+    const reached = new Set<string>();
+    // cli/main.ts loads each command's module at its first use; of those, the device runs sim's.
+    const visit = (file: string, followDynamic: boolean): void => {
+      if (reached.has(file)) return;
+      reached.add(file);
+      for (const m of readFileSync(join(root, file), 'utf8').matchAll(SPEC)) {
+        if (m[3] && !followDynamic) continue;
+        visit(relative(root, resolve(root, dirname(file), (m[1] ?? m[2] ?? m[3])!)).replace(/\.js$/, '.ts'), followDynamic);
+      }
+    };
+    visit('cli/main.ts', false);
+    visit('sim/device.ts', true);
+    const sources = new Set(deviceSources(root));
+    expect([...reached].filter((f) => !sources.has(f))).toEqual([]);
   });
 });

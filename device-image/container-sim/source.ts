@@ -37,7 +37,11 @@ export function fleetlabSource(root: string): FleetlabSource {
   );
 }
 
-/** What the device runs: the CLI and the sim, from source (no tests, benches or harness). */
+/**
+ * What the device runs, from source, without tests, benches or the harness: `fleetlab sim
+ * device` loads cli/main.ts and then sim/, and sim/ imports only sim/ and src/ (the floor
+ * rule); test/container-sim.test.ts checks that everything it loads is in here.
+ */
 const SOURCE_TREES = ['cli', 'src', 'sim'];
 
 /** Every file below `dir`, at any depth; none when it does not exist. */

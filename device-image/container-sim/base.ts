@@ -20,7 +20,7 @@ export async function buildBase(
   const debootstrap = needTool(buildTools.debootstrap);
   const tar = needTool(buildTools.tar);
   if (process.getuid?.() !== 0) {
-    throw new FleetlabError('HIL_ERR_PERMISSION', `building ${o.baseRef} runs debootstrap, which needs root: run it once as root (sudo "$(command -v node)" node_modules/fleetlab/bin/fleetlab.js images build-device: not npx under sudo, which leaves root's files in your npm cache), and later runs, as any user in the docker group, reuse the image`);
+    throw new FleetlabError('HIL_ERR_PERMISSION', `building ${o.baseRef} runs debootstrap, which needs root: run it once as root (sudo "$(command -v node)" node_modules/fleetlab/bin/fleetlab.js test-images device-sim: not npx under sudo, which leaves root's files in your npm cache), and later runs, as any user in the docker group, reuse the image`);
   }
   const dir = await mkdtemp(join(o.workDir, 'fleetlab-device-base-'));
   const rootfs = join(dir, 'rootfs');

@@ -7,7 +7,7 @@ import { checkWireState, normaliseState, type WireApp, type WireLocalState } fro
 import { LABEL } from '../src/protocol/engine-labels.js';
 import { type ContainerState, type EngineSnapshot, type ManagedContainer, type ManagedNetwork, type ManagedVolume, type SupervisorNetworkState } from '../src/supervisor/adapters/engine.js';
 import { desiredContainer, type DesiredContainer, type SpecContext } from '../src/supervisor/state/container-spec.js';
-import { checkDeviceConfig, readDeviceConfig, unknownConfigKeys } from '../src/supervisor/state/device-config.js';
+import { checkDeviceConfig, readDeviceConfig, unknownConfigKeys } from '../src/protocol/device-config.js';
 import { plan, serviceKey, type Step } from '../src/supervisor/state/planner.js';
 
 const ctx = (deviceName = 'bench-1'): SpecContext => ({

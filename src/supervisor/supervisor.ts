@@ -25,7 +25,7 @@ import { GatewayListener } from './gateway-listener.js';
 import { Blinker } from './blink.js';
 import { LogBus } from './log-bus.js';
 import { AppActions } from './state/app-actions.js';
-import { checkDeviceConfig, readDeviceConfig, unknownConfigKeys } from './state/device-config.js';
+import { checkDeviceConfig, readDeviceConfig, unknownConfigKeys } from '../protocol/device-config.js';
 import { ApiKeys, newKey } from './state/keys.js';
 import { UpdateLocks } from './state/locks.js';
 import { processStart } from '../processes.js';

@@ -7,7 +7,7 @@ import type { FastifyInstance, FastifyPluginAsync, FastifyRequest } from 'fastif
 import { FleetlabError, notFound } from '../../errors.js';
 import type { ApplicationsState, AppStateV2, StateStatus } from '../../protocol/device-api.js';
 import type { JournalQuery } from '../adapters/ports.js';
-import { readDeviceConfig } from '../state/device-config.js';
+import { readDeviceConfig } from '../../protocol/device-config.js';
 import type { SupervisorContext } from './context.js';
 import { callerOf, readsFor } from './reads.js';
 import { AppIdParams, ForceBody } from './v1.js';

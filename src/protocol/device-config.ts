@@ -1,6 +1,10 @@
 /**
  * The `config` map of a target state (docs/decisions.md item 15): string keys and values, checked
  * here and read through typed accessors. Unknown keys are kept and reported, never fatal.
+ *
+ * It lives in src/protocol, beside target-state.ts, because these rules are part of the wire
+ * contract of a target (the cloud serves the same map the local API takes), not a choice of
+ * the supervisor's: whoever checks a target checks its config by them.
  */
 const flag = /^(0|1|true|false)$/;
 const nonNegativeInt = /^[0-9]+$/;
@@ -40,8 +44,21 @@ export function unknownConfigKeys(config: Record<string, string>): string[] {
 
 const truthy = (v: string | undefined) => v === '1' || v === 'true';
 
+/** The typed settings a target's config map gives, with the defaults a device starts with. */
+export interface DeviceSettings {
+  /** SUPERVISOR_LOCAL_MODE; undefined when the target does not say, so the device keeps its mode. */
+  readonly localMode: boolean | undefined;
+  readonly overrideLock: boolean;
+  readonly vpnControl: boolean;
+  /** SUPERVISOR_POLL_INTERVAL; undefined: the supervisor's configured interval. */
+  readonly pollIntervalMs: number | undefined;
+  readonly deltaEnabled: boolean;
+  /** HOST_CONFIG_<name> values by <name>. */
+  readonly hostConfig: Readonly<Record<string, string>>;
+}
+
 /** Typed view of the config map with the defaults a device starts with. */
-export function readDeviceConfig(config: Record<string, string>) {
+export function readDeviceConfig(config: Record<string, string>): DeviceSettings {
   return {
     localMode: config.SUPERVISOR_LOCAL_MODE === undefined ? undefined : truthy(config.SUPERVISOR_LOCAL_MODE),
     overrideLock: truthy(config.SUPERVISOR_OVERRIDE_LOCK),

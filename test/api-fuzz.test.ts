@@ -25,7 +25,7 @@ import fc from 'fast-check';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { LABEL } from '../src/protocol/engine-labels.js';
 import { deviceApiFuzzers, type EndpointFuzzer, type FuzzRequest } from './helpers/device-api-arbitraries.js';
-import { startSupervisorFixture, twoAppState, waitApplied, type SupervisorFixture } from './helpers/supervisor-fixture.js';
+import { checkedLocal, startSupervisorFixture, twoAppState, waitApplied, type SupervisorFixture } from './helpers/supervisor-fixture.js';
 
 const runs = Number(process.env.FLEETLAB_FUZZ_RUNS ?? 10);
 
@@ -54,7 +54,7 @@ const fuzzers = deviceApiFuzzers({ containerIds: () => containerIds, wholeState:
 beforeAll(async () => {
   console.log(`device API fuzz: seed ${seed}, ${runs} runs per endpoint (rerun with FLEETLAB_FUZZ_SEED=${seed}; more with FLEETLAB_FUZZ_RUNS)`);
   f = await startSupervisorFixture();
-  await f.sup.setLocalTarget(twoAppState());
+  await f.sup.setLocalTarget(checkedLocal(twoAppState()));
   await waitApplied(f.sup);
   containerIds = (await f.sup.engine.snapshot()).containers.map((c) => c.id);
   for (const [appId, service] of services) {
@@ -185,7 +185,7 @@ function cloudNeeded(fuzzer: EndpointFuzzer, answer: Answer): boolean {
 
 /** Puts the device's own target back after a fuzzed target state that happened to be valid. */
 async function restoreTarget(): Promise<void> {
-  await f.sup.setLocalTarget(twoAppState());
+  await f.sup.setLocalTarget(checkedLocal(twoAppState()));
   await f.sup.state.settled();
 }
 

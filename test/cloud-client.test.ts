@@ -39,6 +39,25 @@ describe('CloudClient', () => {
     expect(seen).toEqual([{ method: 'POST', url: '/device/register', auth: 'Bearer provisioning-key', type: 'application/json', length: String(Buffer.byteLength(JSON.stringify(request))), body: JSON.stringify(request) }]);
   });
 
+  it('hands on the target checked once, with its settings; refuses a bad state as unreachable and a bad config value as a bad request', async () => {
+    const service = { serviceName: 'main', serviceId: 1, imageId: 1, image: 'img:1' };
+    let served: object = {};
+    const client = await cloud((_req, _body, res) => {
+      res.writeHead(200, { 'content-type': 'application/json', etag: '"v1"' }).end(JSON.stringify({ [UUID]: served }));
+    });
+    served = { name: 'pi', config: { SUPERVISOR_POLL_INTERVAL: '60000', SOMETHING_NEW: 'x' }, apps: { '1': { name: 'a', commit: 'c', releaseId: 1, services: { '1': service } } } };
+    const fetched = await client.fetchTarget(UUID, 'device-key', undefined);
+    expect(fetched.notModified).toBe(false);
+    const target = fetched.notModified ? undefined : fetched.target;
+    expect(target).toMatchObject({ name: 'pi', settings: { pollIntervalMs: 60000, vpnControl: true }, unknownConfigKeys: ['SOMETHING_NEW'] });
+    expect(target!.apps.map((a) => a.appId)).toEqual([1]);
+
+    served = { name: 'pi', config: { SUPERVISOR_DELTA: 'yes' }, apps: { '1': { name: 'a', commit: 'c', releaseId: 1, services: { '2': service } } } };
+    await expect(client.fetchTarget(UUID, 'device-key', undefined)).rejects.toMatchObject({ code: 'SUP_ERR_CLOUD_UNREACHABLE', message: 'cloud target state: local.apps.1.services.2.serviceId must equal its key 2' });
+    served = { name: 'pi', config: { SUPERVISOR_DELTA: 'yes' }, apps: {} };
+    await expect(client.fetchTarget(UUID, 'device-key', undefined)).rejects.toMatchObject({ code: 'SUP_ERR_BAD_REQUEST', message: 'cloud.config.SUPERVISOR_DELTA must be "1" or "0", got "yes"' });
+  });
+
   it('sends the last ETag and takes a 304 as no change', async () => {
     const client = await cloud((req, _body, res) => {
       expect(req.headers['if-none-match']).toBe('"v9"');

@@ -9,7 +9,7 @@ import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, beforeEach, expect, it } from 'vitest';
-import { normaliseState, type TargetState } from '../src/protocol/target-state.js';
+import { checkTarget, type CheckedTarget } from '../src/protocol/checked-target.js';
 import { Engine } from '../src/supervisor/adapters/engine.js';
 import { desiredContainer, type SpecContext } from '../src/supervisor/state/container-spec.js';
 import { UpdateLocks } from '../src/supervisor/state/locks.js';
@@ -29,12 +29,18 @@ afterEach(async () => {
   await rm(dir, { recursive: true, force: true });
 });
 
-const target = (image: string): TargetState =>
-  normaliseState({
-    name: 'dev',
-    config: {},
-    apps: { '1': { name: 'app', commit: 'c1', releaseId: 1, services: { '1': { serviceName: 'main', serviceId: 1, imageId: 1, image, environment: { A: '1' }, labels: { 'io.balena.features.supervisor-api': '1' } } }, volumes: {}, networks: {} } },
-  });
+const target = (image: string): CheckedTarget => {
+  const checked = checkTarget(
+    {
+      name: 'dev',
+      config: {},
+      apps: { '1': { name: 'app', commit: 'c1', releaseId: 1, services: { '1': { serviceName: 'main', serviceId: 1, imageId: 1, image, environment: { A: '1' }, labels: { 'io.balena.features.supervisor-api': '1' } } }, volumes: {}, networks: {} } },
+    },
+    'local.config',
+  );
+  if (!checked.ok) throw new Error('test target refused');
+  return checked.target;
+};
 
 it('keeps the build while nothing changes; a new target, device name or app key builds anew', () => {
   const store = DeviceStore.open(join(dir, 'data'), initialRecord);
@@ -47,7 +53,7 @@ it('keeps the build while nothing changes; a new target, device name or app key 
     volumeName: (appId, v) => `${appId}_${v}`,
   });
   const locks = new UpdateLocks({ lockRoot: join(dir, 'locks'), ledger: store.lockLedger(), owner: { instance: 'i', boot: 'b', pid: process.pid } });
-  const state = new StateEngine({ engine, locks, log: { info: () => undefined, warn: () => undefined, error: () => undefined }, specContext, overrideLock: () => false }, target('img:1'));
+  const state = new StateEngine({ engine, locks, log: { info: () => undefined, warn: () => undefined, error: () => undefined }, specContext }, target('img:1'));
   const fromScratch = () => desiredContainer(state.getTarget().apps[0]!, state.getTarget().apps[0]!.services[0]!, specContext());
   const envOf = () => state.desired().get('1/main')!.environment;
 

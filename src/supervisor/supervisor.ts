@@ -7,8 +7,7 @@ import { randomUUID } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { arch as osArch } from 'node:os';
 import type { FastifyInstance } from 'fastify';
-import { badRequest } from '../errors.js';
-import { checkWireState, emptyTarget, normaliseState, type TargetState, type WireLocalState } from '../protocol/target-state.js';
+import { checkStoredTarget, emptyCheckedTarget, storedForm, type CheckedTarget } from '../protocol/checked-target.js';
 import type { SupervisorConfig } from './config.js';
 import type { TunnelRequest, TunnelResponse } from '../protocol/device-cloud.js';
 import { BootConfig } from './adapters/boot-config.js';
@@ -25,12 +24,11 @@ import { GatewayListener } from './gateway-listener.js';
 import { Blinker } from './blink.js';
 import { LogBus } from './log-bus.js';
 import { AppActions } from './state/app-actions.js';
-import { checkDeviceConfig, readDeviceConfig, unknownConfigKeys } from '../protocol/device-config.js';
 import { ApiKeys, newKey } from './state/keys.js';
 import { UpdateLocks } from './state/locks.js';
 import { processStart } from '../processes.js';
 import { StateEngine, type Logger } from './state/state-engine.js';
-import { DeviceStore } from './state/store.js';
+import { DeviceStore, type DeviceRecord } from './state/store.js';
 
 /** Set by the device bundle's build (device-image/payload.ts), which has no package.json beside it. */
 declare const __FLEETLAB_VERSION__: string | undefined;
@@ -161,7 +159,6 @@ export class Supervisor implements SupervisorContext {
         engine: this.engine,
         locks: this.locks,
         log: this.log,
-        overrideLock: () => readDeviceConfig(this.state.getTarget().config).overrideLock,
         supervisorNetworkSeen: async ({ apiHost, subnet }) => {
           this.supervisorNetwork = { apiHost, subnet };
           await this.gateway?.open(this.supervisorNetwork);
@@ -182,7 +179,7 @@ export class Supervisor implements SupervisorContext {
           volumeName: (appId, v) => this.engine.volumeName(appId, v),
         }),
       },
-      (record.localMode ? record.localTarget : (record.cloudTarget ?? record.localTarget)) ?? emptyTarget(record.deviceName),
+      this.loadTarget(record),
     );
     this.actions = new AppActions({ state: this.state, engine: this.engine, locks: this.locks, log: this.log });
     this.blinker = new Blinker({ led: deps.led ?? { set: async () => undefined, close: async () => undefined }, log: { warn: (obj, msg) => this.log.warn(`${msg ?? 'blink'}: ${JSON.stringify(obj)}`) } });
@@ -209,7 +206,7 @@ export class Supervisor implements SupervisorContext {
       markRegistered: async () => {
         await this.store.update((r) => ({ registered: true, cloudKey: r.cloudKey || r.deviceKey }));
       },
-      onTarget: (wire) => this.setCloudTarget(wire),
+      onTarget: (target) => this.setCloudTarget(target),
       report: async () => {
         const { ip, mac } = this.addresses();
         return currentReport(await this.state.view(), {
@@ -222,7 +219,7 @@ export class Supervisor implements SupervisorContext {
         });
       },
       handle: (req) => this.handleTunnelRequest(req),
-      pollIntervalMs: () => readDeviceConfig(this.state.getTarget().config).pollIntervalMs ?? config.pollIntervalMs,
+      pollIntervalMs: () => this.state.getTarget().settings.pollIntervalMs ?? config.pollIntervalMs,
       reportIntervalMs: config.reportIntervalMs,
       backoff: defaultBackoff,
       heartbeatMs: config.tunnelHeartbeatMs,
@@ -290,9 +287,9 @@ export class Supervisor implements SupervisorContext {
     return this.store.get().localMode;
   }
 
-  /** Validates and stores a local target state, then applies it. */
-  async setLocalTarget(wire: WireLocalState): Promise<void> {
-    const target = this.checkTarget(wire, 'local.config');
+  /** Stores a local target state, checked by the route that took it, then applies it. */
+  async setLocalTarget(target: CheckedTarget): Promise<void> {
+    this.noteSettings(target);
     await this.storeTarget('localTarget', target);
     await this.applyTarget(target);
   }
@@ -301,8 +298,8 @@ export class Supervisor implements SupervisorContext {
    * Stores the cloud's target; applies it unless the device is in local mode, where the
    * cloud's apps are ignored (its name still counts: /v2/device/name is the cloud's name).
    */
-  async setCloudTarget(wire: WireLocalState): Promise<void> {
-    const target = this.checkTarget(wire, 'cloud.config');
+  async setCloudTarget(target: CheckedTarget): Promise<void> {
+    this.noteSettings(target);
     await this.storeTarget('cloudTarget', target);
     if (this.localMode()) {
       this.log.info('Local mode: the target state from the cloud is stored, not applied');
@@ -312,28 +309,37 @@ export class Supervisor implements SupervisorContext {
   }
 
   /** Keeps a target with the name and local-mode switch it carries. */
-  private async storeTarget(source: 'localTarget' | 'cloudTarget', target: TargetState): Promise<void> {
-    const localMode = readDeviceConfig(target.config).localMode;
+  private async storeTarget(source: 'localTarget' | 'cloudTarget', target: CheckedTarget): Promise<void> {
+    const { localMode } = target.settings;
     await this.store.update((current) => ({
-      [source]: target,
+      [source]: storedForm(target),
       deviceName: target.name || current.deviceName,
       ...(localMode !== undefined ? { localMode } : {}),
     }));
   }
 
-  private checkTarget(wire: WireLocalState, at: string): TargetState {
-    const problems = [...checkWireState(wire), ...checkDeviceConfig(wire.config, at)];
-    if (problems.length) throw badRequest(problems.join('; '));
-    const target = normaliseState(wire);
-    for (const key of unknownConfigKeys(target.config)) this.log.warn(`Unknown config key ${key} kept`);
-    if (readDeviceConfig(target.config).deltaEnabled) this.log.info('Delta downloads are not implemented; full images are fetched');
+  /** What a new target's config says that the supervisor does not act on: the check found it, the supervisor logs it. */
+  private noteSettings(target: CheckedTarget): void {
+    for (const key of target.unknownConfigKeys) this.log.warn(`Unknown config key ${key} kept`);
+    if (target.settings.deltaEnabled) this.log.info('Delta downloads are not implemented; full images are fetched');
+  }
+
+  /**
+   * The target to start from (local in local mode, else the cloud's, else the local one),
+   * checked once here so the engine gets its settings like any other target.
+   */
+  private loadTarget(record: Readonly<DeviceRecord>): CheckedTarget {
+    const stored = record.localMode ? record.localTarget : (record.cloudTarget ?? record.localTarget);
+    if (!stored) return emptyCheckedTarget(record.deviceName);
+    const { target, problems } = checkStoredTarget(stored);
+    if (problems.length) this.log.warn(`The stored target fails a check (${problems.join('; ')}); kept, as it was accepted when stored`);
     return target;
   }
 
-  private async applyTarget(target: TargetState): Promise<void> {
+  private async applyTarget(target: CheckedTarget): Promise<void> {
     await this.keys.ensureAppKeys(target.apps.map((a) => a.appId));
     this.state.setTarget(target);
-    if (await this.bootConfig.apply(readDeviceConfig(target.config).hostConfig)) {
+    if (await this.bootConfig.apply(target.settings.hostConfig)) {
       this.log.warn(`${this.config.bootConfigPath} changed (HOST_CONFIG_* values): reboot the device to apply them`);
     }
   }
@@ -341,7 +347,7 @@ export class Supervisor implements SupervisorContext {
   /** Applies the stored target (first round also restarts services a user stopped). */
   async start(): Promise<void> {
     for (const file of this.locks.releaseStale()) this.log.info(`Released update lock ${file} left by an earlier supervisor process`);
-    const target: TargetState = this.state.getTarget();
+    const target = this.state.getTarget();
     await this.keys.ensureAppKeys(target.apps.map((a) => a.appId));
     this.state.trigger();
     this.cloud?.start();

@@ -18,6 +18,7 @@ import { startPrivateBus, type PrivateBus } from '../../sim/dbus/private-bus.js'
 import { startHostPeer, type HostPeer } from '../../sim/dbus/host-peer.js';
 import { startJournalSim, type JournalSim } from '../../sim/journal/journal-sim.js';
 import type { WireLocalState } from '../../src/protocol/target-state.js';
+import { checkTarget, problemText, type CheckedTarget } from '../../src/protocol/checked-target.js';
 import { sharedEngineNetwork } from '../../sim/supervisor-network.js';
 
 export const dockerSocket = process.env.FLEETLAB_DOCKER_SOCKET ?? '/var/run/docker.sock';
@@ -119,6 +120,13 @@ export function twoServiceState(overrides: { releaseId?: number; mainImage?: str
  * Two apps on one device, for scoped keys: app 1 is twoServiceState's (`main`, `worker`,
  * volume `data`), app 2 `other` has one service `solo` with its own volume `store`.
  */
+/** A wire target checked as the local route checks it: the supervisor takes checked targets only. */
+export function checkedLocal(wire: WireLocalState): CheckedTarget {
+  const checked = checkTarget(wire, 'local.config');
+  if (!checked.ok) throw new Error(`test target refused: ${problemText(checked.problems)}`);
+  return checked.target;
+}
+
 export function twoAppState(): WireLocalState {
   const state = twoServiceState();
   state.apps['2'] = {

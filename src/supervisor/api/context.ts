@@ -13,7 +13,7 @@ import type { AppActions } from '../state/app-actions.js';
 import type { ApiKeys } from '../state/keys.js';
 import type { Logger, StateEngine } from '../state/state-engine.js';
 import type { DeviceStore } from '../state/store.js';
-import type { WireLocalState } from '../../protocol/target-state.js';
+import type { CheckedTarget } from '../../protocol/checked-target.js';
 
 export interface SupervisorContext {
   readonly config: SupervisorConfig;
@@ -38,7 +38,8 @@ export interface SupervisorContext {
   /** The device's wall clock, ms since the epoch (log times). */
   now(): number;
   localMode(): boolean;
-  setLocalTarget(wire: WireLocalState): Promise<void>;
+  /** Takes a target the route checked (protocol/checked-target.ts): the supervisor does not parse it again. */
+  setLocalTarget(target: CheckedTarget): Promise<void>;
   schedulePower(action: 'reboot' | 'poweroff', force: boolean): void;
   healthy(): Promise<{ ok: boolean; reason?: string }>;
 }

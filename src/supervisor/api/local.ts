@@ -5,7 +5,8 @@
 import { PassThrough, type Readable } from 'node:stream';
 import { createInterface } from 'node:readline';
 import type { FastifyInstance, FastifyPluginAsync } from 'fastify';
-import { FleetlabError } from '../../errors.js';
+import { FleetlabError, badRequest } from '../../errors.js';
+import { checkTarget, problemText } from '../../protocol/checked-target.js';
 import { LocalTargetStateBody, type WireLocalState } from '../../protocol/target-state.js';
 import type { LogLine } from '../log-bus.js';
 import { scopedTargetWrite, wholeDevice } from '../state/scope.js';
@@ -74,7 +75,11 @@ export function localRoutes(sup: SupervisorContext): FastifyPluginAsync {
       requireLocalMode(sup);
       // The other apps a scoped key cannot see are kept from the whole device's target.
       const current = readsFor(sup, wholeDevice).localTarget();
-      await sup.setLocalTarget(scopedTargetWrite(callerOf(req), (req.body as { local: WireLocalState }).local, current));
+      const wire = scopedTargetWrite(callerOf(req), (req.body as { local: WireLocalState }).local, current);
+      // Checked once, here at the edge, after the scope merge: the 400 names the field of what would be stored.
+      const checked = checkTarget(wire, 'local.config');
+      if (!checked.ok) throw badRequest(problemText(checked.problems));
+      await sup.setLocalTarget(checked.target);
       return { status: 'success', message: 'OK' };
     });
 

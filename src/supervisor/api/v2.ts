@@ -7,7 +7,6 @@ import type { FastifyInstance, FastifyPluginAsync, FastifyRequest } from 'fastif
 import { FleetlabError, notFound } from '../../errors.js';
 import type { ApplicationsState, AppStateV2, StateStatus } from '../../protocol/device-api.js';
 import type { JournalQuery } from '../adapters/ports.js';
-import { readDeviceConfig } from '../../protocol/device-config.js';
 import type { SupervisorContext } from './context.js';
 import { callerOf, readsFor } from './reads.js';
 import { AppIdParams, ForceBody } from './v1.js';
@@ -126,7 +125,7 @@ export function v2Routes(sup: SupervisorContext): FastifyPluginAsync {
 
     app.get('/v2/device/vpn', async () => ({
       status: 'success',
-      vpn: { enabled: readDeviceConfig(sup.state.getTarget().config).vpnControl, connected: sup.cloud?.tunnelConnected ?? false },
+      vpn: { enabled: sup.state.getTarget().settings.vpnControl, connected: sup.cloud?.tunnelConnected ?? false },
     }));
 
     // A scoped key cleans its own app's volumes only (balena-supervisor's rule too).

@@ -4,7 +4,7 @@
  * more. App actions (restart, purge, stop...) run through `exclusive` so they never
  * interleave with an apply.
  */
-import type { TargetState } from '../../protocol/target-state.js';
+import type { CheckedTarget } from '../../protocol/checked-target.js';
 import { FleetlabError, errorText, isFleetlabError } from '../../errors.js';
 import type { Engine, EngineSnapshot, SupervisorNetworkState } from '../adapters/engine.js';
 import { desiredContainer, specInputs, type DesiredContainer, type SpecContext } from './container-spec.js';
@@ -28,8 +28,6 @@ export interface StateEngineDeps {
   specContext: () => Omit<SpecContext, 'supervisorNetwork'>;
   /** Each time a round's read finds the supervisor network usable; awaited, so the API listens at its address there before a service that calls it there starts. */
   supervisorNetworkSeen?: (network: SupervisorNetworkState) => Promise<void>;
-  /** SUPERVISOR_OVERRIDE_LOCK of the current target. */
-  overrideLock: () => boolean;
   /** Pause before retrying after a failed or lock-blocked round. */
   retryDelayMs?: (attempt: number) => number;
   /** Pause before planning again while services wait for a dependency's health (default 1 s). */
@@ -49,7 +47,8 @@ class Serial {
 }
 
 export class StateEngine {
-  private target: TargetState;
+  /** Checked where it entered the device; its settings (override lock) are read from it, not parsed again. */
+  private target: CheckedTarget;
   private readonly serial = new Serial();
   private readonly pulls: ImagePulls;
   private readonly transient = new Map<string, ServiceStatus>();
@@ -67,11 +66,11 @@ export class StateEngine {
   updateLocked = false;
   /** Why the last round waited on health (logged when it changes), or null. */
   private waitingFor: string | null = null;
-  private desiredMemo: { target: TargetState; inputs: string; desired: ReadonlyMap<string, DesiredContainer> } | null = null;
+  private desiredMemo: { target: CheckedTarget; inputs: string; desired: ReadonlyMap<string, DesiredContainer> } | null = null;
   /** As the last engine read found it, when usable: labelled services' address and attachment follow from it. */
   private supervisorNetwork: SpecContext['supervisorNetwork'];
 
-  constructor(private readonly deps: StateEngineDeps, initialTarget: TargetState) {
+  constructor(private readonly deps: StateEngineDeps, initialTarget: CheckedTarget) {
     this.target = initialTarget;
     this.pulls = new ImagePulls({ pull: (image, onProgress) => deps.engine.pull(image, onProgress), log: deps.log });
   }
@@ -88,11 +87,11 @@ export class StateEngine {
     return failure ? `pull of ${failure.image} failed: ${failure.error}` : null;
   }
 
-  getTarget(): TargetState {
+  getTarget(): CheckedTarget {
     return this.target;
   }
 
-  setTarget(target: TargetState): void {
+  setTarget(target: CheckedTarget): void {
     this.target = target;
     this.attempts = 0;
     this.trigger();
@@ -242,7 +241,7 @@ export class StateEngine {
       if (steps.every((s) => s.action === 'wait')) return this.waitForHealth(steps, force);
       let progressed: boolean;
       try {
-        progressed = await this.applyRound(steps, force || this.deps.overrideLock());
+        progressed = await this.applyRound(steps, force || this.target.settings.overrideLock);
       } catch (err) {
         return this.fail(err, force);
       }

@@ -5,7 +5,7 @@
  */
 import { request as httpRequest } from 'node:http';
 import { Value } from '@sinclair/typebox/value';
-import { FleetlabError, errorText } from '../../../errors.js';
+import { FleetlabError, badRequest, errorText } from '../../../errors.js';
 import {
   devicePaths,
   RegisterResponse,
@@ -13,7 +13,7 @@ import {
   type RegisterRequest,
   type StateReportBody,
 } from '../../../protocol/device-cloud.js';
-import { checkWireState, type WireLocalState } from '../../../protocol/target-state.js';
+import { checkTarget, type CheckedTarget } from '../../../protocol/checked-target.js';
 
 export interface CloudClientOptions {
   /** Base URL of the cloud API, e.g. `http://127.0.0.1:48400`. */
@@ -29,7 +29,7 @@ export interface DeviceTag {
   readonly value: string;
 }
 
-export type TargetFetch = { readonly notModified: true } | { readonly notModified: false; readonly target: WireLocalState; readonly etag: string | undefined };
+export type TargetFetch = { readonly notModified: true } | { readonly notModified: false; readonly target: CheckedTarget; readonly etag: string | undefined };
 
 const unreachable = (what: string, detail: string) => new FleetlabError('SUP_ERR_CLOUD_UNREACHABLE', `cloud ${what}: ${detail}`);
 
@@ -62,10 +62,15 @@ export class CloudClient {
     if (res.status === 304) return { notModified: true };
     const parsed = this.expect('target state', res, 200);
     if (!Value.Check(TargetStateResponse, parsed) || !parsed[uuid]) throw unreachable('target state', `answer does not hold a target for ${uuid}`);
-    const target = parsed[uuid]!;
-    const problems = checkWireState(target);
-    if (problems.length) throw unreachable('target state', problems.join('; '));
-    return { notModified: false, target, etag: res.headers.etag };
+    // Checked once, here where it arrives; the supervisor takes the checked value as it is.
+    const checked = checkTarget(parsed[uuid]!, 'cloud.config');
+    if (!checked.ok) {
+      // A state the rules refuse is an unusable answer, like a malformed body; a malformed
+      // config value is the device refusing a target it could read (docs/decisions.md item 15).
+      if (checked.problems.state.length) throw unreachable('target state', checked.problems.state.join('; '));
+      throw badRequest(checked.problems.config.join('; '));
+    }
+    return { notModified: false, target: checked.target, etag: res.headers.etag };
   }
 
   async report(deviceKey: string, body: StateReportBody): Promise<void> {

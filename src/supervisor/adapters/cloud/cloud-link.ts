@@ -6,7 +6,7 @@
  * the device catches up in one report when the link heals.
  */
 import type { DeviceReport, TunnelRequest, TunnelResponse } from '../../../protocol/device-cloud.js';
-import type { WireLocalState } from '../../../protocol/target-state.js';
+import type { CheckedTarget } from '../../../protocol/checked-target.js';
 import { errorText } from '../../../errors.js';
 import { backoffDelay, type BackoffPolicy } from './backoff.js';
 import { CloudClient, type DeviceTag } from './cloud-client.js';
@@ -28,8 +28,8 @@ export interface CloudLinkDeps {
   readonly identity: () => DeviceIdentity;
   readonly registered: () => boolean;
   readonly markRegistered: () => Promise<void>;
-  /** Called with each new target the cloud serves. */
-  readonly onTarget: (target: WireLocalState) => Promise<void>;
+  /** Called with each new target the cloud serves, checked by the client as it arrived. */
+  readonly onTarget: (target: CheckedTarget) => Promise<void>;
   readonly report: () => Promise<DeviceReport>;
   readonly handle: (req: TunnelRequest) => Promise<TunnelResponse>;
   readonly pollIntervalMs: () => number;

@@ -8,6 +8,7 @@ import { join } from 'node:path';
 import { FleetlabError } from './errors.js';
 import { alive as pidAlive } from './processes.js';
 import { userTmpDir } from './user-tmp.js';
+import { until } from './wait.js';
 
 
 /**
@@ -21,31 +22,38 @@ export async function withBuildLock<T>(name: string, report: (stage: string, det
   // In this user's own directory of the machine's /tmp: a lock root's killed run left in /tmp
   // itself could not be taken over by a CI runner's user.
   const dir = join(userTmpDir(LOCK_ROOT), `${name}.lock`);
-  const deadline = Date.now() + waitMs;
+  let holder = NaN;
   let told = false;
-  for (;;) {
-    try {
-      mkdirSync(dir);
-      writeFileSync(join(dir, 'pid'), String(process.pid));
-      break;
-    } catch (err) {
-      if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw err;
-    }
-    let holder = NaN;
-    try {
-      holder = Number(readFileSync(join(dir, 'pid'), 'utf8'));
-    } catch {
-      // being created or removed right now
-    }
-    if (Number.isInteger(holder) && holder > 0 && !pidAlive(holder)) {
+  const take = async (): Promise<boolean> => {
+    for (;;) {
+      try {
+        mkdirSync(dir);
+        writeFileSync(join(dir, 'pid'), String(process.pid));
+        return true;
+      } catch (err) {
+        if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw err;
+      }
+      holder = NaN;
+      try {
+        holder = Number(readFileSync(join(dir, 'pid'), 'utf8'));
+      } catch {
+        // being created or removed right now
+      }
+      // A dead holder's lock is taken over at once, without waiting a round.
+      if (!(Number.isInteger(holder) && holder > 0 && !pidAlive(holder))) break;
       rmSync(dir, { recursive: true, force: true });
-      continue;
     }
-    if (Date.now() > deadline) throw new FleetlabError('SUP_ERR_INTERNAL', `another build (pid ${holder}) has held ${dir} for ${waitMs / 60_000} min`);
     if (!told) report('wait', `another build (pid ${holder}) is running; waiting for it`);
     told = true;
-    await new Promise((r) => setTimeout(r, 500));
-  }
+    return false;
+  };
+  await until(`the build lock ${dir}`, take, (taken) => taken, {
+    timeoutMs: waitMs,
+    intervalMs: 500,
+    // A lock directory that cannot be made (not EEXIST) is an error waiting does not cure.
+    stopOn: () => true,
+    fail: (f) => (f.end === 'timeout' ? new FleetlabError('SUP_ERR_INTERNAL', `another build (pid ${holder}) has held ${dir} for ${waitMs / 60_000} min`) : undefined),
+  });
   try {
     return await fn();
   } finally {

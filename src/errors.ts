@@ -15,6 +15,7 @@ export const errorCatalogue = {
   SUP_ERR_TOOL_MISSING: { status: 500, summary: 'A system tool the supervisor needs is not installed.' },
   SUP_ERR_ENGINE: { status: 500, summary: 'The container engine failed or is unreachable.' },
   SUP_ERR_HOST: { status: 500, summary: 'The host OS services (D-Bus) failed or are unreachable.' },
+  SUP_ERR_TIMEOUT: { status: 504, summary: 'A wait (src/wait.ts) ended unmet: its deadline passed, or what it waited on went away; the message names what was awaited and the last value or error seen.' },
   SUP_ERR_INTERNAL: { status: 500, summary: 'Anything else.' },
   CLOUD_ERR_BAD_REQUEST: { status: 400, summary: 'Cloud API: malformed OData URL or body, unknown resource or field, wrong type.' },
   CLOUD_ERR_UNAUTHORIZED: { status: 401, summary: 'Cloud API: missing, unknown or expired key.' },

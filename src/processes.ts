@@ -6,7 +6,7 @@
  * was killed with -9, as testcontainers finds its containers by their session label.
  */
 import { readFileSync, readdirSync } from 'node:fs';
-import { setTimeout as sleep } from 'node:timers/promises';
+import { until } from './wait.js';
 import { findTool, tools } from './tools.js';
 
 /** The environment variable that labels a process with the session that started it. */
@@ -88,13 +88,9 @@ export function sessionProcesses(session: string): number[] {
 }
 
 async function waitGone(pids: readonly number[], ms: number, isGone: (pid: number) => boolean): Promise<number[]> {
-  const deadline = Date.now() + ms;
-  let left = pids.filter((p) => !isGone(p));
-  while (left.length > 0 && Date.now() < deadline) {
-    await sleep(POLL_MS);
-    left = left.filter((p) => !isGone(p));
-  }
-  return left;
+  const left = () => pids.filter((p) => !isGone(p));
+  // The pids still there at the deadline are the answer (the caller signals them harder), not an error.
+  return until('processes gone', async () => left(), (l) => l.length === 0, { timeoutMs: ms, intervalMs: POLL_MS }).catch(() => left());
 }
 
 function signal(pid: number, sig: NodeJS.Signals): void {

@@ -98,6 +98,7 @@ export class CloudLink {
       } catch (err) {
         const delay = backoffDelay(attempt, this.deps.backoff);
         this.deps.log.warn(`Cloud registration failed (${errorText(err)}); retrying in ${delay} ms`);
+        // A retry schedule without a deadline (a device registers whenever the cloud answers), not a wait for src/wait.ts.
         await new Promise((r) => setTimeout(r, delay).unref());
       }
     }

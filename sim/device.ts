@@ -15,6 +15,7 @@ import { EventEmitter } from 'node:events';
 import Docker from 'dockerode';
 import { FleetlabError, errorText } from '../src/errors.js';
 import { LABEL } from '../src/protocol/engine-labels.js';
+import { until } from '../src/wait.js';
 import { startHostPeer, type HostPeer } from './dbus/host-peer.js';
 import { startPrivateBus, type PrivateBus } from './dbus/private-bus.js';
 import { cliCommand, simModule } from './entry.js';
@@ -410,24 +411,19 @@ export class SimDevice extends EventEmitter<{ reboot: []; poweroff: []; exit: [c
       this.follower.start(this.info().uuid);
       return;
     }
-    const deadline = Date.now() + READY_TIMEOUT_MS;
-    while (Date.now() < deadline) {
-      if (child.exitCode !== null || child.signalCode !== null) {
-        throw new FleetlabError('SUP_ERR_INTERNAL', `the supervisor exited during start (code ${child.exitCode ?? child.signalCode}); see ${this.supervisorLog}`);
-      }
-      try {
-        const res = await fetch(`${this.url}/ping`);
-        if (res.ok) {
-          this.follower.start(this.info().uuid);
-          return;
-        }
-      } catch {
-        // not listening yet
-      }
-      await new Promise((r) => setTimeout(r, 100));
-    }
-    await waitExit(child, 1000);
-    throw new FleetlabError('SUP_ERR_INTERNAL', `the supervisor did not answer /ping within ${READY_TIMEOUT_MS / 1000} s; see ${this.supervisorLog}`);
+    // A refused connection (not listening yet) is retried by until.
+    const ping = () => fetch(`${this.url}/ping`).then((res) => res.ok);
+    await until('the supervisor answers /ping', ping, (ok) => ok, {
+      timeoutMs: READY_TIMEOUT_MS,
+      intervalMs: 100,
+      alive: () => child.exitCode === null && child.signalCode === null,
+      fail: async (f) => {
+        if (f.end === 'gone') return new FleetlabError('SUP_ERR_INTERNAL', `the supervisor exited during start (code ${child.exitCode ?? child.signalCode}); see ${this.supervisorLog}`);
+        await waitExit(child, 1000);
+        return new FleetlabError('SUP_ERR_INTERNAL', `the supervisor did not answer /ping within ${READY_TIMEOUT_MS / 1000} s; see ${this.supervisorLog}`);
+      },
+    });
+    this.follower.start(this.info().uuid);
   }
 
   private async stopSupervisor(): Promise<void> {

@@ -20,6 +20,7 @@ import { FleetlabError, errorText } from '../src/errors.js';
 import { killProcesses, sessionProcesses, stopProcesses } from '../src/processes.js';
 import { untilStopped } from '../src/stop-signals.js';
 import { Teardown } from '../src/teardown.js';
+import { until } from '../src/wait.js';
 import { SimDevice } from './device.js';
 import { removeDeviceLeftovers, storedUuid } from './device-leftovers.js';
 import { ensureTestImages } from './images/test-images.js';
@@ -124,7 +125,7 @@ export interface RunningStack extends StackInfo {
   kill(): void;
 }
 
-const REGISTER_POLLS = 120;
+const REGISTER_TIMEOUT_MS = 30_000;
 const REGISTER_POLL_MS = 250;
 
 /** A stop asked for while the stack was starting: the start gives up at its next step. */
@@ -180,14 +181,18 @@ export async function startStack(opts: StackOptions, teardown = new Teardown(), 
     teardown.defer({ name: 'the simulated device', stop: () => device.stop(), kill: () => device.kill() });
     const info = device.info();
     // Registration is the device's first act; wait for it so the printed fleet holds the device.
-    let deviceId: number | undefined;
-    for (let i = 0; i < REGISTER_POLLS && deviceId === undefined; i++) {
+    const registered = async () => {
       checkNotStopping(teardown, signal);
       const rows = (await cloud.call('GET', `/v6/device?$select=id&$filter=uuid eq '${info.uuid}'`)) as { d: Array<{ id: number }> };
-      deviceId = rows.d[0]?.id;
-      if (deviceId === undefined) await new Promise((r) => setTimeout(r, REGISTER_POLL_MS));
-    }
-    if (deviceId === undefined) throw new FleetlabError('SUP_ERR_INTERNAL', `the device did not register within ${(REGISTER_POLLS * REGISTER_POLL_MS) / 1000} s`);
+      return rows.d[0]?.id;
+    };
+    const deviceId = (await until('the device registers', registered, (id) => id !== undefined, {
+      timeoutMs: REGISTER_TIMEOUT_MS,
+      intervalMs: REGISTER_POLL_MS,
+      // A stop asked for, or the in-process cloud failing, is not cured by asking again.
+      stopOn: () => true,
+      fail: (f) => (f.end === 'timeout' ? new FleetlabError('SUP_ERR_INTERNAL', `the device did not register within ${REGISTER_TIMEOUT_MS / 1000} s`) : undefined),
+    }))!;
     return {
       stateDir: run.dir,
       cloud: { url: cloud.url, adminKey: cloud.adminKey, dataDir: cloud.dataDir },

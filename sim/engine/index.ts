@@ -126,6 +126,7 @@ export async function startSimEngine(options: SimEngineOptions): Promise<SimEngi
         if (closed) return;
         await stopServing();
         await engine.shutdown();
+        // The fault's duration (the engine is down this long), not a wait for anything.
         await new Promise((r) => setTimeout(r, opts.downMs ?? 500));
         if (closed) return;
         engine = new SimEngine(dataDir, faults, clock, options.history);

@@ -141,6 +141,7 @@ export class Fleet {
         // Paced against the schedule, not by fixed pauses: a slow start must not slow the rate.
         options.onStarted?.(devices.length, range.to - range.from);
         const ahead = startedAt + (devices.length * 1000) / startRate - Date.now();
+        // A rate limit (startRate devices a second), not a wait for anything: no deadline applies.
         if (ahead >= 20 && index + 1 < range.to) await new Promise((r) => setTimeout(r, ahead));
       }
     } catch (err) {

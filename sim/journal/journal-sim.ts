@@ -27,10 +27,10 @@ import { release } from 'node:os';
 import { join } from 'node:path';
 import { randomUUID } from 'node:crypto';
 import type { Readable } from 'node:stream';
-import { setTimeout as sleep } from 'node:timers/promises';
 import { execa } from 'execa';
 import { FleetlabError, badRequest } from '../../src/errors.js';
 import { requireTool, tools } from '../../src/tools.js';
+import { until } from '../../src/wait.js';
 import { encodeEntry, type TrustedField } from './export-format.js';
 
 /** The unit the simulated device journals the supervisor process's output under. */
@@ -106,7 +106,7 @@ const MAX_TEXT = 256;
 const STDERR_KEEP = 4096;
 // Pretend the kernel ran this long before the first entry of a boot.
 const BOOT_UPTIME_US = 3_000_000n;
-const FLUSH_POLLS = 1000;
+const FLUSH_TIMEOUT_MS = 5_000;
 const FLUSH_POLL_MS = 5;
 // struct Header in systemd's journal-def.h: le64 n_entries at byte 152.
 const HEADER_N_ENTRIES_OFFSET = 152;
@@ -211,14 +211,17 @@ export async function startJournalSim(options: JournalSimOptions): Promise<Journ
   ]);
   // journal-remote creates the file before reading any input (or exits if it cannot), so
   // its appearance is the readiness signal; "spawned" alone says nothing about the path.
-  for (let poll = 0; !existsSync(file); poll++) {
-    if (exited || poll >= FLUSH_POLLS) {
+  await until(`systemd-journal-remote creates ${file}`, async () => existsSync(file), (made) => made, {
+    timeoutMs: FLUSH_TIMEOUT_MS,
+    intervalMs: FLUSH_POLL_MS,
+    // A file made just before the exit still counts, as a look at the disk would say.
+    alive: () => !exited || existsSync(file),
+    fail: async () => {
       child.kill();
       await done;
-      throw failure(`systemd-journal-remote did not create ${file}`);
-    }
-    await sleep(FLUSH_POLL_MS);
-  }
+      return failure(`systemd-journal-remote did not create ${file}`);
+    },
+  });
 
   let bootId = newId128();
   let bootStart = process.hrtime.bigint();
@@ -283,12 +286,14 @@ export async function startJournalSim(options: JournalSimOptions): Promise<Journ
   async function flush(): Promise<void> {
     await lastWrite;
     const target = submitted;
-    for (let poll = 0; poll < FLUSH_POLLS; poll++) {
-      if (entriesOnDisk(directory, stem) >= target) return;
-      if (exited) throw failure('systemd-journal-remote exited before writing every entry');
-      await sleep(FLUSH_POLL_MS);
-    }
-    throw failure(`only ${entriesOnDisk(directory, stem)} of ${target} entries reached ${file}`);
+    const written = () => entriesOnDisk(directory, stem) >= target;
+    await until(`${target} entries in ${file}`, async () => written(), (all) => all, {
+      timeoutMs: FLUSH_TIMEOUT_MS,
+      intervalMs: FLUSH_POLL_MS,
+      // Entries written before the exit still count: flush after close must not fail.
+      alive: () => !exited || written(),
+      fail: (f) => failure(f.end === 'gone' ? 'systemd-journal-remote exited before writing every entry' : `only ${entriesOnDisk(directory, stem)} of ${target} entries reached ${file}`),
+    });
   }
 
   async function pipeLines(readable: Readable, meta: SimEntryMeta): Promise<void> {

@@ -13,6 +13,7 @@ import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { execa } from 'execa';
 import { FleetlabError } from '../src/errors.js';
+import { sleep, until } from '../src/wait.js';
 import type { QemuImage } from '../device-image/build.js';
 import { buildQemuArgv, CONSOLE_CHARDEV, type MachineKind, type QemuTuning } from './qemu-argv.js';
 import { QmpClient } from './qmp.js';
@@ -70,8 +71,6 @@ export interface ReadyInfo {
 }
 
 
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
-
 /** Boots in a row that may lose their USB network and be powered on again (./usb-net-watch.ts). */
 export const USB_NET_RETRIES = 2;
 
@@ -92,14 +91,13 @@ export function serialTail(serialLog: string, lines = 25): string {
  * board is gone, and after `timeoutMs` with `what` did not answer.
  */
 export async function pollBoard(answers: () => Promise<boolean>, what: string, timeoutMs: number, alive: () => string | undefined, everyMs: number): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (Date.now() < deadline) {
-    const dead = alive();
-    if (dead) throw new FleetlabError('SUP_ERR_HOST', dead);
-    if (await answers()) return;
-    await sleep(everyMs);
-  }
-  throw new FleetlabError('SUP_ERR_HOST', `${what} within ${Math.round(timeoutMs / 1000)} s`);
+  await until(what, answers, (yes) => yes, {
+    timeoutMs,
+    intervalMs: everyMs,
+    alive: () => alive() || true,
+    // A board that answers nothing is a host failure, worded as the board's own (tests match it).
+    fail: (f) => new FleetlabError('SUP_ERR_HOST', f.end === 'gone' ? f.reason! : `${what} within ${Math.round(timeoutMs / 1000)} s`),
+  });
 }
 
 /** Polls `url/ping` every `everyMs` until 200; fails early when `alive()` turns false. */
@@ -210,6 +208,7 @@ export class QemuBoard {
   async quit(): Promise<void> {
     if (this.#exit) return;
     await this.qmp.execute('quit').catch(() => undefined);
+    // Ten seconds for QEMU to quit by itself, then it is killed.
     await Promise.race([this.exited, sleep(10_000)]);
     if (!this.#exit) this.process.kill('SIGKILL');
     await this.exited;
@@ -385,6 +384,7 @@ export async function bootBoard(o: BootOptions): Promise<{ board: QemuBoard; rea
   });
   const deadline = started + (o.readyTimeoutMs ?? 900_000);
   try {
+    // Not a poll: the waits inside share the deadline; this loop powers a reset board on again.
     for (;;) {
       try {
         const what = o.readyWhen === 'ssh' ? 'the SSH server' : 'the supervisor';

@@ -11,8 +11,8 @@
  */
 import { EventEmitter } from 'node:events';
 import { connect as netConnect, type Socket } from 'node:net';
-import { setTimeout as sleep } from 'node:timers/promises';
 import { FleetlabError, errorText } from '../src/errors.js';
+import { until } from '../src/wait.js';
 
 /** An asynchronous QMP event (SHUTDOWN, RESET, STOP, RESUME, ...). */
 export interface QmpEvent {
@@ -87,31 +87,27 @@ export class QmpClient extends EventEmitter<QmpClientEvents> implements HmpRunne
   static async connect(options: QmpConnectOptions): Promise<QmpClient> {
     const connectTimeoutMs = options.connectTimeoutMs ?? 10_000;
     const retryIntervalMs = options.retryIntervalMs ?? 50;
-    const deadline = Date.now() + connectTimeoutMs;
-    let lastErr: unknown;
-    for (;;) {
-      const remaining = deadline - Date.now();
-      if (remaining <= 0) break;
+    const open = async (remainingMs: number): Promise<QmpClient> => {
+      const started = Date.now();
+      const socket = await openSocket(options.socketPath, Math.max(remainingMs, 1));
+      const client = new QmpClient(socket, options.socketPath, options.commandTimeoutMs ?? 30_000);
       try {
-        const socket = await openSocket(options.socketPath, remaining);
-        const client = new QmpClient(socket, options.socketPath, options.commandTimeoutMs ?? 30_000);
-        try {
-          await client.handshake(Math.max(deadline - Date.now(), 1));
-          return client;
-        } catch (err) {
-          client.destroy();
-          throw err;
-        }
+        await client.handshake(Math.max(remainingMs - (Date.now() - started), 1));
+        return client;
       } catch (err) {
-        lastErr = err;
-        if (!isRetryable(err)) break;
-        await sleep(Math.min(retryIntervalMs, Math.max(deadline - Date.now(), 0)));
+        client.destroy();
+        throw err;
       }
-    }
-    throw new QmpClosedError(
-      `could not open QMP on ${options.socketPath} within ${connectTimeoutMs} ms: ${errorText(lastErr)}`,
-      { cause: lastErr },
-    );
+    };
+    return until(`QMP on ${options.socketPath}`, open, () => true, {
+      timeoutMs: connectTimeoutMs,
+      intervalMs: retryIntervalMs,
+      stopOn: (err) => !isRetryable(err),
+      fail: (f) => {
+        const lastErr = f.last && 'error' in f.last ? f.last.error : undefined;
+        return new QmpClosedError(`could not open QMP on ${options.socketPath} within ${connectTimeoutMs} ms: ${errorText(lastErr)}`, { cause: lastErr });
+      },
+    });
   }
 
   greeting: QmpGreeting | undefined;

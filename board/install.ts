@@ -6,6 +6,7 @@
  * uninstall, and running either twice changes nothing the second time.
  */
 import { FleetlabError } from '../src/errors.js';
+import { until } from '../src/wait.js';
 import { supervisedObjectsWipeLines } from '../device-access/ssh-reset.js';
 import type { ExecResult } from '../device-access/protocols.js';
 import { BOARD, dockerDaemonConfigFor, ENV_FILE_HEADER, installEnv, ledLineFor, supervisorConfig, supervisorUnit } from '../device-image/board-layout.js';
@@ -73,10 +74,6 @@ const UNPACK_LOCK = '/run/lock/fleetlab-unpack';
 
 function installError(message: string): FleetlabError {
   return new FleetlabError('HIL_ERR_BOARD_INSTALL', message);
-}
-
-function sleep(ms: number): Promise<void> {
-  return new Promise((r) => setTimeout(r, ms));
 }
 
 function lastLines(text: string, n = 8): string {
@@ -282,17 +279,21 @@ export async function installBoard(shell: BoardShell, user: string, options: Ins
 
 /** Polls `/ping` from the board itself (bash's /dev/tcp: no curl needed), up to `timeoutMs`. */
 async function waitForApi(root: RootShell, timeoutMs: number): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
   const ping = `exec 3<>/dev/tcp/127.0.0.1/${BOARD.apiPort} || exit 1\nprintf 'GET /ping HTTP/1.0\\r\\nHost: localhost\\r\\n\\r\\n' >&3\nhead -c 12 <&3`;
-  let last = '';
-  while (Date.now() < deadline) {
-    const r = await root.try('ping', 'exec bash -c "$1"', [ping], { timeoutMs: 15_000 });
-    if (/^HTTP\/1\.[01] 200/.test(r.stdout)) return;
-    last = r.stdout.trim() || r.stderr.trim();
-    await sleep(2000);
-  }
-  const journal = await root.try('journal', `journalctl -u ${BOARD.unit} -n 15 --no-pager`);
-  throw installError(`the supervisor on ${root.where} did not answer /ping within ${Math.round(timeoutMs / 1000)} s (${last || 'no answer'}); its journal ends:\n${journal.stdout.trim()}`);
+  await until(`the supervisor on ${root.where} answers /ping`, () => root.try('ping', 'exec bash -c "$1"', [ping], { timeoutMs: 15_000 }), (r) => /^HTTP\/1\.[01] 200/.test(r.stdout), {
+    timeoutMs,
+    intervalMs: 2000,
+    // root.try reports a failing command in its result; what it throws (SSH is gone) ends the install.
+    stopOn: () => true,
+    // The install's error carries the supervisor's journal, which says why it does not answer.
+    fail: async (f) => {
+      if (f.end !== 'timeout') return undefined;
+      const r = f.last && 'value' in f.last ? f.last.value : undefined;
+      const last = r ? r.stdout.trim() || r.stderr.trim() : '';
+      const journal = await root.try('journal', `journalctl -u ${BOARD.unit} -n 15 --no-pager`);
+      return installError(`the supervisor on ${root.where} did not answer /ping within ${Math.round(timeoutMs / 1000)} s (${last || 'no answer'}); its journal ends:\n${journal.stdout.trim()}`);
+    },
+  });
 }
 
 export interface UninstallOptions {

@@ -14,6 +14,7 @@ import { join } from 'node:path';
 import { Client, type ClientChannel } from 'ssh2';
 import { FleetlabError, errorText } from '../src/errors.js';
 import { shellQuote } from '../src/shell-quote.js';
+import { until } from '../src/wait.js';
 import { journalEntries } from './journal-json.js';
 import type { CommandProtocol, ExecResult, FilesProtocol, JournalProtocol } from './protocols.js';
 import { filesOverCommands, type RawCommandResult } from './files-over-commands.js';
@@ -65,10 +66,6 @@ interface RemoteForward {
 
 function sshError(message: string, cause?: unknown): FleetlabError {
   return new FleetlabError('SUP_ERR_HOST', message, cause === undefined ? undefined : { cause });
-}
-
-function sleep(ms: number): Promise<void> {
-  return new Promise((r) => setTimeout(r, ms));
 }
 
 /** 128 + signal number, as a shell reports a process killed by a signal. */
@@ -211,20 +208,17 @@ export class SshDevice {
 
   /** Resolves once a command runs on the device (boot and reboot waits); rejects after `timeoutMs`. */
   async waitReachable(timeoutMs: number): Promise<void> {
-    const deadline = Date.now() + timeoutMs;
-    let last: unknown;
-    while (Date.now() < deadline) {
-      try {
-        const r = await this.runRaw(['true'], { timeoutMs: Math.max(1000, deadline - Date.now()) });
-        if (r.exitCode === 0) return;
-        last = new Error(`true exited ${r.exitCode}`);
-      } catch (err) {
-        if (this.#closed || (err instanceof Error && this.#permanent.has(err))) throw err;
-        last = err;
-      }
-      await sleep(Math.min(500, Math.max(0, deadline - Date.now())));
-    }
-    throw sshError(`SSH to ${this.#where}: not reachable within ${timeoutMs} ms (${last === undefined ? 'no attempt finished' : errorText(last)})`, last);
+    await until(`SSH to ${this.#where}`, (left) => this.runRaw(['true'], { timeoutMs: Math.max(1000, left) }), (r) => r.exitCode === 0, {
+      timeoutMs,
+      intervalMs: 500,
+      // A closed session or a refused key does not come right by asking again.
+      stopOn: (err) => this.#closed || (err instanceof Error && this.#permanent.has(err)),
+      fail: (f) => {
+        if (f.end !== 'timeout') return undefined;
+        const last = f.last === undefined ? undefined : 'error' in f.last ? f.last.error : new Error(`true exited ${f.last.value.exitCode}`);
+        return sshError(`SSH to ${this.#where}: not reachable within ${timeoutMs} ms (${last === undefined ? 'no attempt finished' : errorText(last)})`, last);
+      },
+    });
   }
 
   /**

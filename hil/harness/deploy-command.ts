@@ -11,7 +11,7 @@ import { FleetlabError, errorText } from '../../src/errors.js';
 import { engineAt } from '../../src/engine-client/engine-at.js';
 import { DeviceApi } from '../lib/device-api.js';
 import { httpApi } from '../lib/http.js';
-import { sleep } from '../lib/wait.js';
+import { until } from '../../src/wait.js';
 import { startBuildEngine, type BuildEngine } from '../release/build-engine.js';
 import { buildLog } from '../release/image-build.js';
 import type { ImageSource } from '../release/image-source.js';
@@ -108,14 +108,18 @@ async function toFleet(o: DeployCommandOptions, project: ReturnType<typeof loadC
   const target = cloudTarget(o);
   const published = await publishRelease(release, target, o.log);
   if (!o.wait) return;
-  const deadline = Date.now() + o.timeoutMs;
   let said = '';
-  for (;;) {
+  const progress = async () => {
     const p = await fleetProgress(target, published.fleetId, published.releaseId);
     const line = `${p.running} of ${p.online} online device${p.online === 1 ? '' : 's'} (${p.devices} in the fleet) run release ${published.releaseId}`;
     if (line !== said) o.log((said = line));
-    if (p.online > 0 && p.running >= p.online) return;
-    if (Date.now() > deadline) throw new FleetlabError('HIL_ERR_DEPLOY', `not every online device ran release ${published.releaseId} within ${o.timeoutMs / 1000} s: ${line}`);
-    await sleep(1_000);
-  }
+    return p;
+  };
+  await until(`release ${published.releaseId} on the fleet`, progress, (p) => p.online > 0 && p.running >= p.online, {
+    timeoutMs: o.timeoutMs,
+    intervalMs: 1_000,
+    // The cloud failing to answer ends the deploy, as it always did.
+    stopOn: () => true,
+    fail: (f) => (f.end === 'timeout' ? new FleetlabError('HIL_ERR_DEPLOY', `not every online device ran release ${published.releaseId} within ${o.timeoutMs / 1000} s: ${said}`) : undefined),
+  });
 }

@@ -9,6 +9,7 @@ import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { FleetlabError } from '../../src/errors.js';
+import { until } from '../../src/wait.js';
 import { parseFault } from '../../sim/fleet/fault-plan.js';
 import { Fleet, type FleetCounts, type StuckDevice } from '../../sim/fleet/fleet.js';
 import { startFleetCloud, type FleetCloud } from '../../sim/stack.js';
@@ -63,6 +64,9 @@ export function fleetRelease(compose: string): Release {
   const images = Object.fromEntries(project.services.map((s) => [s.name, s.image!]));
   return { project, images, imageIds: {}, commit: commitOf(project, {}), pulledAsNamed: [] };
 }
+
+/** The converge wait's deadline passed: the verdict, not an error, says so. */
+class NotConverged extends Error {}
 
 export class FleetUnderTest {
   private constructor(
@@ -140,14 +144,19 @@ export class FleetUnderTest {
     const counted = this.fleet.devices.filter((d) => !options.except || !d.faults.includes(options.except as never));
     const t0 = Date.now();
     let applied = 0;
-    for (;;) {
-      applied = this.fleet.appliedOn(options.release.id, counted);
-      const elapsedMs = Date.now() - t0;
-      if (applied >= Math.ceil(atLeast * counted.length)) {
-        return { pass: true, elapsedMs, message: `${applied} of ${counted.length} devices applied release ${options.release.id} in ${(elapsedMs / 1000).toFixed(1)} s` };
-      }
-      if (elapsedMs >= options.within) break;
-      await new Promise((r) => setTimeout(r, 500));
+    const count = async () => ({ applied: (applied = this.fleet.appliedOn(options.release.id, counted)), elapsedMs: Date.now() - t0 });
+    // A fleet that does not converge in time is a verdict (below), not an error.
+    const reached = await until(`release ${options.release.id} on the fleet`, count, (c) => c.applied >= Math.ceil(atLeast * counted.length), {
+      timeoutMs: options.within,
+      intervalMs: 500,
+      stopOn: () => true,
+      fail: (f) => (f.end === 'timeout' ? new NotConverged() : undefined),
+    }).catch((err: unknown) => {
+      if (err instanceof NotConverged) return undefined;
+      throw err;
+    });
+    if (reached) {
+      return { pass: true, elapsedMs: reached.elapsedMs, message: `${reached.applied} of ${counted.length} devices applied release ${options.release.id} in ${(reached.elapsedMs / 1000).toFixed(1)} s` };
     }
     const stuck = this.stuck(options.release, 5)
       .filter((s) => !options.except || !s.faults.includes(options.except as never))

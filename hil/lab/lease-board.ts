@@ -5,6 +5,7 @@
  */
 import { labError, matchingBoards, type Lab, type LabBoard } from './lab-file.js';
 import { LeaseLostError, type LeaseStore } from './lease-store.js';
+import { until } from '../../src/wait.js';
 
 export interface HeldBoard {
   board: LabBoard;
@@ -31,12 +32,6 @@ export interface LeaseBoardOptions {
   signal?: AbortSignal;
 }
 
-const sleep = (ms: number, signal?: AbortSignal) =>
-  new Promise<void>((resolve) => {
-    const t = setTimeout(resolve, ms);
-    signal?.addEventListener('abort', () => (clearTimeout(t), resolve()), { once: true });
-  });
-
 export async function leaseBoard(store: LeaseStore, lab: Lab, opts: LeaseBoardOptions): Promise<HeldBoard> {
   const candidates = matchingBoards(lab, opts.tags);
   const names = candidates.map((b) => b.name);
@@ -44,10 +39,9 @@ export async function leaseBoard(store: LeaseStore, lab: Lab, opts: LeaseBoardOp
   const pollMs = opts.pollMs ?? 1000;
   const waiter = await store.enqueue(opts.holder, names);
   try {
-    const deadline = Date.now() + opts.waitMs;
     let last = -1;
-    for (let attempt = 0; ; attempt++) {
-      if (opts.signal?.aborted) throw labError(lab.source, 'stopped while waiting for a board', { example: false });
+    let attempt = 0;
+    const take = async (): Promise<HeldBoard | undefined> => {
       // Waiting on boards that are all out of the lab would never end: say so at once.
       const offline = await store.offline();
       if (names.every((n) => offline.has(n))) {
@@ -64,13 +58,23 @@ export async function leaseBoard(store: LeaseStore, lab: Lab, opts: LeaseBoardOp
         const held = await store.current();
         opts.onQueue?.(position, names.filter((n) => held.has(n)));
       }
-      if (Date.now() + pollMs > deadline) {
-        throw labError(lab.source, `no board with tags [${opts.tags.join(', ')}] came free within ${Math.round(opts.waitMs / 1000)} s (${names.length} such board${names.length > 1 ? 's' : ''}; 'fleetlab lab status' shows who holds them)`, { example: false });
-      }
       // Expired waiters pile up only as fast as runs are killed; a tenth of the polls prune.
-      if (attempt % 10 === 0) await store.pruneWaiters(ttlMs * 2);
-      await sleep(pollMs, opts.signal);
-    }
+      if (attempt++ % 10 === 0) await store.pruneWaiters(ttlMs * 2);
+      return undefined;
+    };
+    const held = await until(`a board with tags [${opts.tags.join(', ')}]`, take, (board) => board !== undefined, {
+      timeoutMs: opts.waitMs,
+      intervalMs: pollMs,
+      ...(opts.signal ? { signal: opts.signal } : {}),
+      // Every board offline, or the lease store failing, is not cured by waiting.
+      stopOn: () => true,
+      fail: (f) => {
+        if (f.end === 'aborted') return labError(lab.source, 'stopped while waiting for a board', { example: false });
+        if (f.end === 'timeout') return labError(lab.source, `no board with tags [${opts.tags.join(', ')}] came free within ${Math.round(opts.waitMs / 1000)} s (${names.length} such board${names.length > 1 ? 's' : ''}; 'fleetlab lab status' shows who holds them)`, { example: false });
+        return undefined;
+      },
+    });
+    return held!;
   } finally {
     await store.dequeue(waiter);
   }

@@ -6,6 +6,8 @@
  */
 import { fetch, type Dispatcher, type RequestInit, type Response } from 'undici';
 import { scaled } from './wait.js';
+import { FleetlabError, errorText } from '../../src/errors.js';
+import { until } from '../../src/wait.js';
 import type { ApiProtocol, DeviceIdentity, HttpResponse, HttpStream, RequestOptions } from '../../device-access/protocols.js';
 
 const DEFAULT_TIMEOUT_MS = 30_000;
@@ -118,19 +120,15 @@ export function httpApi(identity: Omit<DeviceIdentity, 'apiKey'> & { apiKey: str
       };
     },
     async waitReady(timeoutMs = scaled(30_000)) {
-      const deadline = Date.now() + timeoutMs;
-      let last = 'no answer';
-      while (Date.now() < deadline) {
-        try {
-          const res = await fetch(new URL('/ping', `${identity.url}/`), { signal: AbortSignal.timeout(2000), ...(dispatcher ? { dispatcher } : {}) });
-          if (res.ok) return;
-          last = `HTTP ${res.status}`;
-        } catch (err) {
-          last = err instanceof Error ? err.message : String(err);
-        }
-        await new Promise((r) => setTimeout(r, 100));
-      }
-      throw new Error(`device API at ${identity.url} not ready within ${timeoutMs} ms (${last})`);
+      const ping = () => fetch(new URL('/ping', `${identity.url}/`), { signal: AbortSignal.timeout(2000), ...(dispatcher ? { dispatcher } : {}) });
+      await until(`the device API at ${identity.url}`, ping, (res) => res.ok, {
+        timeoutMs,
+        intervalMs: 100,
+        fail: (f) => {
+          const last = f.last === undefined ? 'no answer' : 'error' in f.last ? errorText(f.last.error) : `HTTP ${f.last.value.status}`;
+          return new FleetlabError('SUP_ERR_TIMEOUT', `device API at ${identity.url} not ready within ${timeoutMs} ms (${last})`);
+        },
+      });
     },
   };
 }

@@ -1,7 +1,11 @@
 /**
- * Bounded polling for state a spec waits on over the wire. Every loop has a deadline and
- * reports the last value it saw, so a timeout says where the device got stuck.
+ * The harness's waits for state a spec waits on over the wire, on src/wait.ts's until: every
+ * wait has a deadline, scaled to the target, and reports the last value it saw, so a timeout
+ * says where the device got stuck.
  */
+import { until } from '../../src/wait.js';
+
+export { sleep } from '../../src/wait.js';
 
 /** The variable the device fixture sets from the target's `facts.timeScale`. */
 export const TIME_SCALE_VARIABLE = 'FLEETLAB_HIL_TIME_SCALE';
@@ -17,22 +21,11 @@ export function scaled(ms: number): number {
 }
 
 /** Polls `read` until `done`; `timeoutMs` (default 60 s) is scaled to the target. */
-export async function pollUntil<T>(what: string, read: () => Promise<T>, done: (value: T) => boolean, options: { timeoutMs?: number; intervalMs?: number } = {}): Promise<T> {
-  const timeoutMs = scaled(options.timeoutMs ?? 60_000);
-  const deadline = Date.now() + timeoutMs;
-  let last: unknown = '(nothing read)';
-  while (Date.now() < deadline) {
-    try {
-      const value = await read();
-      if (done(value)) return value;
-      last = value;
-    } catch (err) {
-      // The device may be rebooting; keep polling until the deadline.
-      last = err instanceof Error ? `error: ${err.message}` : err;
-    }
-    await new Promise((r) => setTimeout(r, options.intervalMs ?? 200));
-  }
-  throw new Error(`${what}: not reached within ${timeoutMs} ms; last seen ${JSON.stringify(last)?.slice(0, 1000)}`);
+/**
+ * Polls `read` until `done`; `timeoutMs` (default 60 s) is scaled to the target. A read that
+ * throws is retried (the device may be rebooting). The timeout is a FleetlabError
+ * `SUP_ERR_TIMEOUT`: `<what>: not reached within <ms> ms; last seen <value>`.
+ */
+export function pollUntil<T>(what: string, read: () => Promise<T>, done: (value: T) => boolean, options: { timeoutMs?: number; intervalMs?: number } = {}): Promise<T> {
+  return until(what, read, done, { timeoutMs: scaled(options.timeoutMs ?? 60_000), intervalMs: options.intervalMs ?? 200 });
 }
-
-export const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));

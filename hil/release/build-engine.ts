@@ -24,7 +24,7 @@ import { ensureBaseImage } from '../../sim/images/base-image.js';
 import { engineAt } from '../../src/engine-client/engine-at.js';
 import { cacheRoot, needTool, qemuTools, requireArm64Binfmt } from '../../device-image/tools.js';
 import { DEFAULT_MIRROR, DEFAULT_SUITE } from '../../device-image/recipe.js';
-import { sleep } from '../lib/wait.js';
+import { until } from '../../src/wait.js';
 import { reapStale, spawnOwned } from '../../src/owned-dirs.js';
 import { stopPid, stopProcesses } from '../../src/processes.js';
 
@@ -167,13 +167,14 @@ export async function startBuildEngine(o: { progress?: (line: string) => void } 
 
   try {
     progress(`arm64 build engine: starting a private dockerd (${socketPath})`);
-    const deadline = Date.now() + READY_MS;
-    for (;;) {
-      if (child.exitCode !== null) throw new FleetlabError('HIL_ERR_REGISTRY', `the arm64 build engine (dockerd) exited with ${child.exitCode} at start; its log ends:\n${lastWords()}`);
-      if (existsSync(socketPath) && (await engineAt(socketPath).then(() => true, () => false))) break;
-      if (Date.now() > deadline) throw new FleetlabError('HIL_ERR_REGISTRY', `the arm64 build engine (dockerd) did not answer within ${READY_MS} ms; its log ends:\n${lastWords()}`);
-      await sleep(200);
-    }
+    const answers = async () => existsSync(socketPath) && (await engineAt(socketPath).then(() => true));
+    await until('the arm64 build engine (dockerd)', answers, (ok) => ok, {
+      timeoutMs: READY_MS,
+      intervalMs: 200,
+      alive: () => child.exitCode === null,
+      fail: (f) =>
+        new FleetlabError('HIL_ERR_REGISTRY', f.end === 'gone' ? `the arm64 build engine (dockerd) exited with ${child.exitCode} at start; its log ends:\n${lastWords()}` : `the arm64 build engine (dockerd) did not answer within ${READY_MS} ms; its log ends:\n${lastWords()}`),
+    });
     await ensureBaseImage(socketPath, (e) => progress(`arm64 build engine: ${e.image}: ${e.step}`), { foreignArchitecture: 'arm64', cacheDir: cacheRoot() });
   } catch (err) {
     await stop();

@@ -6,7 +6,8 @@
 import type Docker from 'dockerode';
 import { FleetlabError, errorText } from '../../src/errors.js';
 import type { DeviceApi, StateStatus } from '../lib/device-api.js';
-import { scaled, sleep } from '../lib/wait.js';
+import { scaled } from '../lib/wait.js';
+import { until } from '../../src/wait.js';
 import type { ComposeProject } from './compose.js';
 import { buildLog } from './image-build.js';
 import { pushRelease } from './push.js';
@@ -70,20 +71,19 @@ export async function deployLocal(o: DeployOptions & { api: DeviceApi; project: 
 /** Waits until the release is applied with every service Running; a timeout names each service's status. */
 export async function waitForLocalRelease(api: DeviceApi, release: Pick<DeployedRelease, 'releaseId' | 'services'>, timeoutMs = DEPLOY_TIMEOUT_MS): Promise<void> {
   const { releaseId, services } = release;
-  const deadline = Date.now() + scaled(timeoutMs);
-  let last: StateStatus | string = '(no status read)';
-  while (Date.now() < deadline) {
-    try {
-      const s = (await api.stateStatus()).body;
-      last = s;
-      const running = (name: string) => s.containers.some((c) => c.serviceName === name && c.status === 'Running');
-      if (s.appState === 'applied' && s.release === String(releaseId) && services.every(running)) return;
-    } catch (err) {
-      last = `error: ${errorText(err)}`;
-    }
-    await sleep(250);
-  }
-  throw new FleetlabError('HIL_ERR_DEPLOY', `release ${releaseId} did not run within ${scaled(timeoutMs)} ms; last seen: ${describe(last, services)}. The supervisor's log says why.`);
+  const runs = (s: StateStatus) => {
+    const running = (name: string) => s.containers.some((c) => c.serviceName === name && c.status === 'Running');
+    return s.appState === 'applied' && s.release === String(releaseId) && services.every(running);
+  };
+  await until(`release ${releaseId} running`, async () => (await api.stateStatus()).body, runs, {
+    timeoutMs: scaled(timeoutMs),
+    intervalMs: 250,
+    // A deploy's timeout names each service's status: the harness's code and wording.
+    fail: (f) => {
+      const last = f.last === undefined ? '(no status read)' : 'error' in f.last ? `error: ${errorText(f.last.error)}` : f.last.value;
+      return new FleetlabError('HIL_ERR_DEPLOY', `release ${releaseId} did not run within ${scaled(timeoutMs)} ms; last seen: ${describe(last, services)}. The supervisor's log says why.`);
+    },
+  });
 }
 
 function describe(last: StateStatus | string, services: readonly string[]): string {

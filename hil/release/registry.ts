@@ -11,7 +11,7 @@ import { join } from 'node:path';
 import { FleetlabError } from '../../src/errors.js';
 import { freePort } from '../../src/free-port.js';
 import { findTool, missingToolError, type ToolSpec } from '../../src/tools.js';
-import { sleep } from '../lib/wait.js';
+import { sleep, until } from '../../src/wait.js';
 import { spawnOwned } from '../../src/owned-dirs.js';
 
 export const registryTool: ToolSpec = { candidates: ['docker-registry'], debianPackage: 'docker-registry' };
@@ -58,18 +58,19 @@ export async function startRegistry(o: { dir: string; port?: number }): Promise<
   const { child, exited, lastWords } = spawnOwned(o.dir, binary, ['serve', configPath], logPath);
   const host = `127.0.0.1:${port}`;
 
-  const deadline = Date.now() + READY_MS;
-  for (;;) {
-    if (child.exitCode !== null) throw new FleetlabError('HIL_ERR_REGISTRY', `the registry (docker-registry serve) exited with ${child.exitCode} at start; its log ${logPath} ends:\n${lastWords()}`);
-    const ok = await fetch(`http://${host}/v2/`, { signal: AbortSignal.timeout(1000) }).then((r) => r.status === 200, () => false);
-    if (ok) break;
-    if (Date.now() > deadline) {
+  const answers = () => fetch(`http://${host}/v2/`, { signal: AbortSignal.timeout(1000) }).then((r) => r.status === 200);
+  await until(`the registry on ${host}`, answers, (ok) => ok, {
+    timeoutMs: READY_MS,
+    intervalMs: 100,
+    alive: () => child.exitCode === null,
+    // The registry's own log says why it did not start; a registry that never answered is killed.
+    fail: async (f) => {
+      if (f.end === 'gone') return new FleetlabError('HIL_ERR_REGISTRY', `the registry (docker-registry serve) exited with ${child.exitCode} at start; its log ${logPath} ends:\n${lastWords()}`);
       child.kill('SIGKILL');
       await exited;
-      throw new FleetlabError('HIL_ERR_REGISTRY', `the registry on ${host} did not answer within ${READY_MS} ms; its log ${logPath} ends:\n${lastWords()}`);
-    }
-    await sleep(100);
-  }
+      return new FleetlabError('HIL_ERR_REGISTRY', `the registry on ${host} did not answer within ${READY_MS} ms; its log ${logPath} ends:\n${lastWords()}`);
+    },
+  });
 
   return {
     host,

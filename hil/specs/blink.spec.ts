@@ -18,6 +18,7 @@ test('POST /v1/blink: ~37 on-pulses with a ~200 ms half-period, line off after 1
   const res = await api.blink();
   expect(res.status).toBe(200);
   expect(res.text).toBe('');
+  // The window the spec measures (a blink lasts 15 s), not a wait for a state: it never scales.
   await sleep(16_500);
   const seen = await led.transitions(since);
   const p = pulses(seen);
@@ -49,9 +50,11 @@ test('a blink during a blink restarts the 15 s window', async ({ api, device, ne
   const led = device.led!;
   const since = Date.now();
   expect((await api.blink()).status).toBe(200);
+  // The second blink starts 5 s into the first: the spec measures the overlap, so no poll.
   await sleep(5_000);
   const second = Date.now();
   expect((await api.blink()).status).toBe(200);
+  // The window the spec measures (the second blink's 15 s), not a wait for a state.
   await sleep(16_500);
   const seen = await led.transitions(since);
   const p = pulses(seen);

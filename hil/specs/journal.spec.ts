@@ -93,6 +93,7 @@ test('follow streams new entries as they are written; the client can go away', a
   const marker = `hil-follow-${Date.now().toString(36)}`;
   // The supervisor journals "Hostname set to <name>" when the hostname changes.
   const reading = readUntil(stream, (t) => t.includes(marker), 20_000);
+  // Half a second for the follow to be reading before the change: a delay, not a state to poll.
   await new Promise((r) => setTimeout(r, 500));
   expect((await api.patchHostConfig({ network: { hostname: marker } })).status).toBe(200);
   const text = await reading;

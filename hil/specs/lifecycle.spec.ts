@@ -20,6 +20,7 @@ test('stop-service keeps the container; an update does not undo it; start-servic
   expect(stopped?.id).toBe(before?.id);
   expect((await api.applicationsState()).body.hilapp!.services.worker!.status).toBe('Stopped');
   expect((await api.update()).status).toBe(204);
+  // The span in which the worker must stay stopped after an update: measured, not awaited.
   await new Promise((r) => setTimeout(r, 2000));
   expect((await containerOf(api, 'worker'))?.status).not.toBe('Running');
   expect((await api.startService(APP_ID, { serviceName: 'worker' })).status).toBe(200);

@@ -36,7 +36,7 @@ test('POST /v1/shutdown answers 202 {Data: OK}, the device powers off until powe
   // A slow answer is not "gone": the ping waits as long as the target is slow.
   const ping = () => api.ping({ timeoutMs: scaled(1000) }).then((r) => r.status, () => 0);
   await pollUntil('device API gone after shutdown', ping, (s) => s === 0, { timeoutMs: 30_000, intervalMs: 100 });
-  // It stays off: nothing brings it back but power.
+  // It stays off: nothing brings it back but power. A span the spec measures, not a wait.
   await sleep(2000);
   expect(await ping()).toBe(0);
   await device.power!.on();

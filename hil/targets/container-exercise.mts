@@ -4,6 +4,7 @@
  * (`npx tsx hil/targets/container-exercise.mts`). Exits non-zero on the first failure.
  */
 import { containerTarget } from './container.js';
+import { until } from '../../src/wait.js';
 
 const t0 = Date.now();
 const log = (what: string, detail = '') => console.log(`[${((Date.now() - t0) / 1000).toFixed(1)} s] ${what}${detail ? `: ${detail}` : ''}`);
@@ -40,6 +41,7 @@ try {
   const since = Date.now();
   const blink = await dut.api.request('POST', '/v1/blink');
   check(blink.status === 200, `blink ${blink.status}`);
+  // The span whose LED transitions are counted: measured, not awaited.
   await new Promise((r) => setTimeout(r, 1500));
   const seen = await dut.led!.transitions(since);
   check(seen.length >= 4, `led transitions during a blink: ${seen.length}`);
@@ -88,11 +90,8 @@ try {
   };
   const set = await dut.api.request('POST', '/v2/local/target-state', { body: target });
   check(set.status === 200, `target-state ${set.status} ${set.text}`);
-  let vol: string | undefined;
-  for (let i = 0; i < 60 && !vol; i++) {
-    vol = await dut.files!.volumePath!(1, 'data');
-    if (!vol) await new Promise((r) => setTimeout(r, 500));
-  }
+  // The check below says so when the volume never shows.
+  const vol = await until('the volume of app 1', () => dut.files!.volumePath!(1, 'data'), (v) => Boolean(v), { timeoutMs: 30_000, intervalMs: 500 }).catch(() => undefined);
   check(vol && (await dut.files!.exists(vol)), `volume path ${vol} on the device`);
   log('files.volumePath', `app 1 volume data at ${vol}, visible in the device container`);
   log('all checks passed');

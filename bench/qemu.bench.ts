@@ -18,7 +18,7 @@ import { bootBoard, waitForPing } from '../qemu/boot.js';
 import { buildImage, formatBuildProgress } from '../device-image/build.js';
 import type { MachineKind } from '../qemu/qemu-argv.js';
 import { RESTORABLE_MACHINES, restoreBoard, saveReadyState } from '../qemu/ready-state.js';
-import { resetOverSsh, startSupervisor } from '../hil/targets/qemu.js';
+import { resetOverSsh, startSupervisor } from '../hil/targets/qemu/reset-ssh.js';
 import { freePort } from '../src/free-port.js';
 import { SshDevice } from '../device-access/ssh-device.js';
 

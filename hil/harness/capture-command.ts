@@ -6,7 +6,7 @@
 import { errorText, FleetlabError } from '../../src/errors.js';
 import { readFile } from 'node:fs/promises';
 import { BOARD_CONFIG_VARIABLE, loadBoardConfig } from '../lab/board-config.js';
-import { storedIdentity } from '../targets/board.js';
+import { storedIdentity } from '../targets/drivers/device-facts.js';
 import { SshDevice } from '../../device-access/ssh-device.js';
 import type { ApiProtocol, CommandProtocol, DevicePaths } from '../../device-access/protocols.js';
 import { fleetlabVersion } from '../../src/package-root.js';

@@ -9,40 +9,29 @@
  * resets it for the spec file (device-access/ssh-reset.ts, unless the config says `"reset": false`) and
  * `close()` leaves it running.
  */
-import { spawn, type ChildProcess } from 'node:child_process';
 import { readFile } from 'node:fs/promises';
 import { FleetlabError, errorText } from '../../src/errors.js';
-import { LABEL } from '../../src/protocol/engine-labels.js';
-import { gpioNumberFromChips, type GpioChip } from '../../src/supervisor/adapters/led.js';
 import { httpApi } from '../lib/http.js';
-import { boardCapabilities, loadBoardConfig, type BoardConfig, type BoardLedGpio } from '../lab/board-config.js';
+import { boardCapabilities, loadBoardConfig, type BoardConfig } from '../lab/board-config.js';
 import { readHostBaseline, resetBoard, type HostBaseline } from '../../device-access/ssh-reset.js';
 import { readLab } from '../lab/lab-command.js';
 import { labCapabilities, labSelection, WorkerLease } from '../lab/worker-lease.js';
 import { SerialConsole } from '../../device-access/serial-console.js';
 import { ensureBoardTestImages } from './board-test-images.js';
 import { PulledImages } from './pulled-images.js';
-import { SshDevice, type FollowedCommand } from '../../device-access/ssh-device.js';
-import type { ApiProtocol, Capability, CommandProtocol, ImagesProtocol, DeviceUnderTest, FilesProtocol, JournalProtocol, DevicePaths, LedProtocol, LedTransition, PowerProtocol, TargetFacts } from '../../device-access/protocols.js';
+import { SshDevice } from '../../device-access/ssh-device.js';
+import type { ApiProtocol, Capability, CommandProtocol, ImagesProtocol, DeviceUnderTest, FilesProtocol, JournalProtocol, DevicePaths, LedProtocol, PowerProtocol, TargetFacts } from '../../device-access/protocols.js';
 import type { TargetDriver } from './target-driver.js';
+import { BOARD_TIMEOUTS, deadlines } from './timeouts.js';
+import { waitApiDown } from './drivers/api-down.js';
+import { dockerVolumePath, storedIdentity, unitLog, waitStoredIdentity } from './drivers/device-facts.js';
+import { observeLedByCommand } from './drivers/led-command.js';
+import { observeSysfsLed } from './drivers/led-sysfs.js';
+import type { LedObserver } from './drivers/led-transition-log.js';
+import { labCommandPower } from './drivers/power-lab-command.js';
+import { LOGIN1_BUSCTL, LOGIN1_CALL_MS, login1Reboot } from './drivers/reboot-login1.js';
 
 export const BOARD_TARGET = 'board';
-/**
- * Deadlines for a board at timeScale 1, multiplied by the config's timeScale like the specs'
- * own: a Pi 4 from power-on to the supervisor's API is 30-60 s, an SD card in a slow lab
- * takes longer, and the emulated Pi (timeScale 8) takes 4-5 min.
- */
-const READY_MS = 180_000;
-const REACH_MS = 60_000;
-/** After login1 Reboot or a cut, how long the API may keep answering before that is an error. */
-const DOWN_MS = 60_000;
-const LAB_COMMAND_MS = 120_000;
-/** Stopping the supervisor and removing its containers (at timeScale 1). */
-const RESET_MS = 60_000;
-const SYSFS_GPIO = '/sys/class/gpio';
-/** How long the LED observer's start waits for its first sample before going on without it. */
-const FIRST_SAMPLE_MS = 15_000;
-const LOGIN1 = ['busctl', 'call', 'org.freedesktop.login1', '/org/freedesktop/login1', 'org.freedesktop.login1.Manager', 'Reboot', 'b', 'false'];
 
 export interface BoardTargetOptions {
   /** The config to use instead of reading FLEETLAB_BOARD_CONFIG. */
@@ -74,272 +63,6 @@ async function serialFor(config: BoardConfig, memory: BoardMemory): Promise<Seri
   return memory.serial;
 }
 
-/** A deadline for this board: `ms` at timeScale 1. */
-function scaledFor(config: BoardConfig, ms: number): number {
-  return ms * config.timeScale;
-}
-
-function sleep(ms: number): Promise<void> {
-  return new Promise((r) => setTimeout(r, ms));
-}
-
-function boardError(message: string, cause?: unknown): FleetlabError {
-  return new FleetlabError('SUP_ERR_HOST', message, cause === undefined ? undefined : { cause });
-}
-
-/** The line's global number from the chips read on the board (the supervisor's own rule). */
-export function gpioNumberOnBoard(gpio: BoardLedGpio, chips: readonly GpioChip[]): number {
-  return gpioNumberFromChips(gpio, chips, 'the board\'s /sys/class/gpio');
-}
-
-/** `label\tbase\tngpio` per gpiochip directory, read in one round trip. */
-export async function readGpioChips(ssh: SshDevice, sysfsGpioDir = SYSFS_GPIO): Promise<GpioChip[]> {
-  const script = 'for d in "$1"/gpiochip*; do [ -d "$d" ] || continue; printf "%s\\t%s\\t%s\\n" "$(cat "$d/label")" "$(cat "$d/base")" "$(cat "$d/ngpio")"; done';
-  const r = await ssh.run(['sh', '-c', script, 'fleetlab-gpiochips', sysfsGpioDir]);
-  if (r.exitCode !== 0) throw boardError(`cannot read GPIO chips under ${sysfsGpioDir} on ${ssh.where}: ${r.stderr.trim() || `exit ${r.exitCode}`}`);
-  return r.stdout
-    .split('\n')
-    .filter(Boolean)
-    .map((line) => {
-      const [label = '', base = '', ngpio = ''] = line.split('\t');
-      return { label, base: Number(base), ngpio: Number(ngpio) };
-    });
-}
-
-/** Transitions as an observer records them: a sample equal to the last level is not one. */
-class TransitionLog {
-  readonly #entries: LedTransition[] = [];
-
-  record(value: 0 | 1, at = Date.now()): void {
-    if (this.#entries.at(-1)?.value === value) return;
-    this.#entries.push({ at, value });
-  }
-
-  get last(): 0 | 1 | undefined {
-    return this.#entries.at(-1)?.value;
-  }
-
-  since(sinceMs: number): LedTransition[] {
-    return this.#entries.filter((t) => t.at >= sinceMs);
-  }
-}
-
-/** Feeds complete `0`/`1` lines of a byte stream to `onValue`; anything else is ignored. */
-function lineSplitter(onValue: (v: 0 | 1) => void): (chunk: Buffer) => void {
-  let pending = '';
-  return (chunk) => {
-    pending += chunk.toString('utf8');
-    const lines = pending.split('\n');
-    pending = lines.pop() ?? '';
-    for (const line of lines) {
-      const v = line.trim();
-      if (v === '0' || v === '1') onValue(v === '1' ? 1 : 0);
-    }
-  };
-}
-
-export interface LedObserver extends LedProtocol {
-  stop(): Promise<void>;
-}
-
-/**
- * The device side of the sysfs observer, in bash so that a sample forks nothing: `read` from
- * the value file and `read -t` on stdin as the pause are builtins. (A `sleep` per sample is
- * a fork and an exec: ~120 ms on the emulated Pi under TCG, and the 200 ms blink lost
- * toggles.) Only changes are written, the first sample always. The channel's stdin stays open
- * and silent, so the pause times out (status > 128) until the harness closes the channel:
- * then it reads EOF and the loop ends; a write into a closed channel ends it too.
- */
-export const SYSFS_OBSERVER_LOOP = `last=; while :; do v=; read -r v 2>/dev/null < "$1"; v=\${v:--}; if [ "$v" != "$last" ]; then echo "$v" || exit 0; last=$v; fi; read -r -t "$2" _; [ $? -gt 128 ] || exit 0; done`;
-
-/**
- * Samples the line's sysfs value on the device every `pollMs` in one bash process streaming
- * each change (SYSFS_OBSERVER_LOOP), and the harness stamps a change on arrival with its own
- * clock (one channel, not a round trip per sample). It dies with the connection at a reboot
- * and is started again once the board answers; what the line did while SSH was down is not
- * seen. Until the supervisor exports the line there is no value file and the loop prints `-`.
- */
-export async function observeSysfsLed(ssh: SshDevice, gpio: BoardLedGpio, pollMs: number, sysfsGpioDir = SYSFS_GPIO): Promise<LedObserver> {
-  const number = gpioNumberOnBoard(gpio, typeof gpio === 'number' ? [] : await readGpioChips(ssh, sysfsGpioDir));
-  const valueFile = `${sysfsGpioDir}/gpio${number}/value`;
-  const hasBash = await ssh.run(['bash', '-c', 'exit 0']);
-  if (hasBash.exitCode !== 0) throw boardError(`the sysfs LED observer runs bash on the board, and ${ssh.where} has none (exit ${hasBash.exitCode}); install bash there or observe the LED with a lab command ("led.observe": {"command": ...})`);
-  const log = new TransitionLog();
-  const pause = (pollMs / 1000).toFixed(3);
-  let stopped = false;
-  let current: FollowedCommand | undefined;
-  let sampling: () => void = () => undefined;
-  const firstSample = new Promise<void>((r) => (sampling = r));
-  const onSample = lineSplitter((v) => log.record(v));
-  const running = (async () => {
-    while (!stopped) {
-      try {
-        current = await ssh.follow(['bash', '-c', SYSFS_OBSERVER_LOOP, 'fleetlab-led', valueFile, pause], (chunk) => {
-          sampling();
-          onSample(chunk);
-        });
-        if (stopped) current.stop();
-        await current.done;
-      } catch {
-        // Board rebooting or unreachable: try again below.
-      }
-      if (!stopped) await sleep(1000);
-    }
-  })();
-  // Observing means sampling: a transition right after start must not be missed.
-  const startWait = setTimeout(() => sampling(), FIRST_SAMPLE_MS);
-  await firstSample;
-  clearTimeout(startWait);
-  const line = typeof gpio === 'number' ? `gpio ${number}` : `gpio ${number}, ${gpio.chip} pin ${gpio.offset}`;
-  return {
-    line: `${line} (sysfs sampled every ${pollMs} ms over SSH)`,
-    level: async () => {
-      const r = await ssh.run(['cat', valueFile]);
-      // Not exported yet: the supervisor has never driven it, so it is low.
-      return r.exitCode === 0 && r.stdout.trim() === '1' ? 1 : 0;
-    },
-    transitions: async (sinceMs = 0) => log.since(sinceMs),
-    stop: async () => {
-      stopped = true;
-      current?.stop();
-      await running;
-    },
-  };
-}
-
-/**
- * Runs a lab-host command that prints the line's level as `0`/`1` lines (a GPIO input of the
- * lab host wired to the LED, a logic analyser...). It sees the line through reboots and power
- * cuts, which the sysfs observer cannot. Restarted when it exits.
- */
-export function observeLedByCommand(command: string, gpioDescription: string): LedObserver {
-  const log = new TransitionLog();
-  let stopped = false;
-  let child: ChildProcess | undefined;
-  let lastError = '';
-  const running = (async () => {
-    while (!stopped) {
-      // Its own process group, so stop() ends whatever the command started too.
-      child = spawn('sh', ['-c', command], { stdio: ['ignore', 'pipe', 'pipe'], detached: true });
-      child.stdout!.on('data', lineSplitter((v) => log.record(v)));
-      child.stderr!.on('data', (chunk: Buffer) => (lastError = chunk.toString('utf8').trim().slice(-500)));
-      await new Promise<void>((resolve) => child!.once('close', () => resolve()).once('error', () => resolve()));
-      if (!stopped) await sleep(1000);
-    }
-  })();
-  return {
-    line: `${gpioDescription} (observed by lab command: ${command})`,
-    level: async () => {
-      if (log.last === undefined && lastError) throw boardError(`LED observer command printed no level: ${lastError}`);
-      return log.last ?? 0;
-    },
-    transitions: async (sinceMs = 0) => log.since(sinceMs),
-    stop: async () => {
-      stopped = true;
-      const pid = child?.pid;
-      if (pid !== undefined && child?.exitCode === null) {
-        try {
-          process.kill(-pid, 'SIGTERM');
-        } catch {
-          // already gone
-        }
-      }
-      await running;
-    },
-  };
-}
-
-/** Runs a lab-host shell command (power switch); rejects with its output when it fails. */
-function runLabCommand(what: string, command: string): Promise<void> {
-  return new Promise((resolve, reject) => {
-    const child = spawn('sh', ['-c', command], { stdio: ['ignore', 'pipe', 'pipe'] });
-    let output = '';
-    const keep = (chunk: Buffer) => (output = (output + chunk.toString('utf8')).slice(-2000));
-    child.stdout.on('data', keep);
-    child.stderr.on('data', keep);
-    const timer = setTimeout(() => child.kill('SIGKILL'), LAB_COMMAND_MS);
-    child.once('error', (err) => {
-      clearTimeout(timer);
-      reject(boardError(`board power ${what}: cannot run "${command}": ${err.message}`, err));
-    });
-    child.once('close', (code, signal) => {
-      clearTimeout(timer);
-      if (code === 0) resolve();
-      else reject(boardError(`board power ${what}: "${command}" ${signal ? `killed by ${signal}` : `exited ${code}`}: ${output.trim() || '(no output)'}`));
-    });
-  });
-}
-
-/** uuid and device key from the supervisor's store (src/supervisor/state/store.ts: <dataDir>/device.json). */
-export async function storedIdentity(ssh: SshDevice, dataDir: string): Promise<{ uuid: string; deviceKey: string }> {
-  const path = `${dataDir}/device.json`;
-  let text: string;
-  try {
-    text = (await ssh.files.read(path)).toString('utf8');
-  } catch (err) {
-    throw boardError(`cannot read the supervisor's store ${path} on the board (${errorText(err)}); has the supervisor run there once, and is "dataDir" in the board config right?`, err);
-  }
-  let record: { uuid?: unknown; deviceKey?: unknown };
-  try {
-    record = JSON.parse(text) as typeof record;
-  } catch (err) {
-    throw boardError(`the supervisor's store ${path} on the board is not JSON: ${errorText(err)}`, err);
-  }
-  if (typeof record.uuid !== 'string' || typeof record.deviceKey !== 'string') throw boardError(`the supervisor's store ${path} on the board has no uuid/deviceKey`);
-  return { uuid: record.uuid, deviceKey: record.deviceKey };
-}
-
-/** The identity once the supervisor has written its store (right after a reset it has not yet). */
-async function waitStoredIdentity(ssh: SshDevice, dataDir: string, timeoutMs: number): Promise<{ uuid: string; deviceKey: string }> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    try {
-      return await storedIdentity(ssh, dataDir);
-    } catch (err) {
-      if (Date.now() >= deadline) throw err;
-    }
-    await sleep(1000);
-  }
-}
-
-/** Where the named volume of an app lives on the device, asked of the device's dockerd. */
-export async function dockerVolumePath(ssh: SshDevice, uuid: string, appId: number, volume: string): Promise<string | undefined> {
-  const filters = [`${LABEL.device}=${uuid}`, `${LABEL.appId}=${appId}`, `${LABEL.volume}=${volume}`].flatMap((f) => ['--filter', `label=${f}`]);
-  const listed = await ssh.run(['docker', 'volume', 'ls', '-q', ...filters]);
-  if (listed.exitCode !== 0) throw boardError(`docker volume ls on the device: ${listed.stderr.trim() || `exit ${listed.exitCode}`}`);
-  const name = listed.stdout.split('\n').find(Boolean);
-  if (!name) return undefined;
-  const inspected = await ssh.run(['docker', 'volume', 'inspect', '--format', '{{.Mountpoint}}', name]);
-  if (inspected.exitCode !== 0) return undefined; // removed between the two calls
-  return inspected.stdout.trim() || undefined;
-}
-
-/** A systemd unit's journal on the device (the supervisor's log for failed tests). */
-export async function unitLog(ssh: SshDevice, unit: string): Promise<string> {
-  try {
-    const r = await ssh.run(['journalctl', '--no-pager', '-o', 'short-iso', '--lines', '2000', '--unit', unit]);
-    return r.stdout || `(no supervisor log: journalctl exited ${r.exitCode}: ${r.stderr.trim()})`;
-  } catch (err) {
-    return `(no supervisor log: ${errorText(err)})`;
-  }
-}
-
-/** Resolves once `url/ping` stops answering 200 (the device went down). */
-export async function waitApiDown(url: string, timeoutMs: number): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (Date.now() < deadline) {
-    try {
-      const res = await fetch(`${url}/ping`, { signal: AbortSignal.timeout(1000) });
-      await res.body?.cancel();
-      if (!res.ok) return;
-    } catch {
-      return;
-    }
-    await sleep(200);
-  }
-  throw boardError(`the device's API kept answering for ${timeoutMs / 1000} s after it was told to go down`);
-}
-
 class BoardUnderTest implements DeviceUnderTest {
   readonly target = BOARD_TARGET;
   readonly capabilities: ReadonlySet<Capability>;
@@ -363,7 +86,7 @@ class BoardUnderTest implements DeviceUnderTest {
     private readonly ledObserver: LedObserver | undefined,
     images: PulledImages | undefined,
     serial?: SerialConsole,
-    private readonly markOffline?: (reason: string) => Promise<void>,
+    markOffline?: (reason: string) => Promise<void>,
   ) {
     if (images) this.images = images.over(ssh);
     if (serial) this.consoleLog = async (sinceMs = 0) => serial.slice(sinceMs);
@@ -379,86 +102,34 @@ class BoardUnderTest implements DeviceUnderTest {
       volumePath: (appId, volume) => dockerVolumePath(ssh, identity.uuid, appId, volume),
     };
     if (ledObserver) this.led = ledObserver;
-    this.power = this.#powerProtocol();
-  }
-
-  #powerProtocol(): PowerProtocol {
-    const { cycle, off, on } = this.config.power;
-    const missing = (what: string) => async () => {
-      throw boardError(`board power ${what}: the board config gives no command for it ("power" in ${process.env.FLEETLAB_BOARD_CONFIG ?? 'the config'})`);
+    const timeouts = deadlines(BOARD_TIMEOUTS, config.timeScale);
+    const url = this.api.identity.url;
+    const waitDown = () => waitApiDown(url, { timeoutMs: timeouts.down, intervalMs: 200, after: 'it was told to go down' });
+    // SSH comes back before the API on a board, and exec right after a reboot needs it too.
+    const waitBack = async (readyMs: number) => {
+      await this.api.waitReady(readyMs);
+      await ssh.waitReachable(timeouts.reach);
     };
-    const powerOff = off === undefined ? undefined : async () => {
-      await runLabCommand('off', off);
-      await this.#waitApiDown(this.#scaled(DOWN_MS));
+    this.power = {
+      reboot: login1Reboot({
+        run: (argv) => ssh.run(argv, { timeoutMs: LOGIN1_CALL_MS }),
+        argv: LOGIN1_BUSCTL,
+        where: 'on the board',
+        callLost: (err) => err instanceof FleetlabError && /connection lost/.test(err.message),
+        watchDown: () => waitDown,
+        up: () => waitBack(timeouts.ready),
+      }),
+      ...labCommandPower({
+        commands: config.power,
+        board: `${config.host}:${config.sshPort}`,
+        labCommandMs: timeouts.labCommand,
+        readyMs: timeouts.ready,
+        waitDown,
+        waitBack,
+        labFailed: (failure) => (this.infrastructureFailure = failure),
+        ...(markOffline ? { markOffline } : {}),
+      }),
     };
-    const powerOn = on === undefined ? undefined : async () => {
-      await runLabCommand('on', on);
-      await this.#waitBackAfterPower('on');
-    };
-    return {
-      reboot: async () => {
-        try {
-          const r = await this.ssh.run(LOGIN1, { timeoutMs: 30_000 });
-          if (r.exitCode !== 0) throw boardError(`login1 Reboot on the board failed: ${r.stderr.trim() || `exit ${r.exitCode}`}`);
-        } catch (err) {
-          // The board going down can take the SSH session with it before busctl answers.
-          if (!(err instanceof FleetlabError && /connection lost/.test(err.message))) throw err;
-        }
-        await this.#waitApiDown(this.#scaled(DOWN_MS));
-        await this.#waitBack();
-      },
-      cycle: cycle !== undefined
-        ? async () => {
-            await runLabCommand('cycle', cycle);
-            await this.#waitApiDown(this.#scaled(DOWN_MS));
-            await this.#waitBackAfterPower('cycle');
-          }
-        : powerOff && powerOn
-          ? async () => {
-              await powerOff();
-              await powerOn();
-            }
-          : missing('cycle'),
-      off: powerOff ?? missing('off'),
-      on: powerOn ?? missing('on'),
-    };
-  }
-
-  /** Back means the API answers; SSH comes back first on a board, so it is awaited too for exec right after. */
-  async #waitBack(readyMs = this.#scaled(READY_MS)): Promise<void> {
-    await this.api.waitReady(readyMs);
-    await this.ssh.waitReachable(this.#scaled(REACH_MS));
-  }
-
-  /**
-   * After the lab's power control: a board that does not answer within its power timeout is
-   * the lab's failure, not the device's. The test says so, and a lab board leaves the lab
-   * rather than being handed to the next run, which would only wait on it again.
-   */
-  async #waitBackAfterPower(what: 'cycle' | 'on'): Promise<void> {
-    const timeoutMs = this.config.power.timeoutSeconds !== undefined ? this.config.power.timeoutSeconds * 1000 : this.#scaled(READY_MS);
-    try {
-      await this.#waitBack(timeoutMs);
-    } catch (err) {
-      const reason = `did not answer within ${Math.round(timeoutMs / 1000)} s after power ${what} (${errorText(err)})`;
-      this.infrastructureFailure = `board ${this.config.host}:${this.config.sshPort} ${reason}`;
-      let marked = '';
-      if (this.markOffline) {
-        marked = await this.markOffline(reason).then(
-          () => '; marked offline in the lab (fleetlab lab online <board> once it is fixed)',
-          (e: unknown) => `; marking it offline in the lab failed: ${errorText(e)}`,
-        );
-      }
-      throw new FleetlabError('HIL_ERR_BOARD_OFFLINE', `infrastructure failure: ${this.infrastructureFailure}${marked}`, { cause: err });
-    }
-  }
-
-  #scaled(ms: number): number {
-    return scaledFor(this.config, ms);
-  }
-
-  #waitApiDown(timeoutMs: number): Promise<void> {
-    return waitApiDown(this.api.identity.url, timeoutMs);
   }
 
   supervisorLog(): Promise<string> {
@@ -502,14 +173,15 @@ export async function startBoard(config: BoardConfig, memory: BoardMemory = {}):
   try {
     privateKey = await readFile(config.privateKey);
   } catch (err) {
-    throw boardError(`board config "privateKey": cannot read ${config.privateKey} (${errorText(err)})`, err);
+    throw new FleetlabError('SUP_ERR_HOST', `board config "privateKey": cannot read ${config.privateKey} (${errorText(err)})`, { cause: err });
   }
   const ssh = new SshDevice({ host: config.host, port: config.sshPort, username: config.user, privateKey });
+  const timeouts = deadlines(BOARD_TIMEOUTS, config.timeScale);
   let observer: LedObserver | undefined;
   // Before anything can fail: a board that does not come up is where its console matters most.
   const serial = await serialFor(config, memory);
   try {
-    await ssh.waitReachable(scaledFor(config, REACH_MS));
+    await ssh.waitReachable(timeouts.reach);
     if (!memory.testImages) {
       await ensureBoardTestImages(ssh, (line) => console.error(`fleetlab board target: ${line}`));
       memory.testImages = true;
@@ -517,13 +189,13 @@ export async function startBoard(config: BoardConfig, memory: BoardMemory = {}):
     if (config.reset) {
       memory.baseline ??= await readHostBaseline(ssh, config.hostPaths);
       const supervisor = { unit: config.supervisorUnit, dataDir: config.dataDir, lockRoot: config.lockRoot, proxyConfigDir: config.hostPaths.proxyConfigDir };
-      await resetBoard(ssh, { supervisor, baseline: memory.baseline, timeoutMs: scaledFor(config, RESET_MS) });
+      await resetBoard(ssh, { supervisor, baseline: memory.baseline, timeoutMs: timeouts.reset });
     }
-    const stored = config.reset ? await waitStoredIdentity(ssh, config.dataDir, scaledFor(config, READY_MS)) : await storedIdentity(ssh, config.dataDir);
+    const stored = config.reset ? await waitStoredIdentity(ssh, config.dataDir, timeouts.ready) : await storedIdentity(ssh, config.dataDir);
     observer = await startLedObserver(config, ssh);
     memory.images ??= new PulledImages();
     const dut = new BoardUnderTest(config, ssh, { uuid: stored.uuid, apiKey: config.apiKey ?? stored.deviceKey }, observer, memory.images, serial, memory.markOffline);
-    await dut.api.waitReady(scaledFor(config, READY_MS));
+    await dut.api.waitReady(timeouts.ready);
     return dut;
   } catch (err) {
     await observer?.stop().catch(() => undefined);

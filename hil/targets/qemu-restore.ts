@@ -10,7 +10,7 @@ import type { QemuImage } from '../../device-image/build.js';
 import { findReadyState, restoreBoard, saveReadyState, type ReadyState } from '../../qemu/ready-state.js';
 import { errorText } from '../../src/errors.js';
 import { freePort } from '../../src/free-port.js';
-import { setGuestClock, waitSettled } from './qemu.js';
+import { setGuestClock, waitSettled } from './qemu/reset-ssh.js';
 import { SshDevice } from '../../device-access/ssh-device.js';
 
 /** Past a restore, a board answers within seconds; this bounds a machine that is heavily loaded. */

@@ -7,7 +7,7 @@
 import { writeFileSync } from 'node:fs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { OWN_PATHS } from '../../board/install-plan.js';
-import { storedIdentity } from '../../hil/targets/board.js';
+import { storedIdentity } from '../../hil/targets/drivers/device-facts.js';
 import { readBoardState } from '../helpers/board-state.js';
 import { addUsersScript, boardUnderTest, fleetlabBoard, INSTALL_USER, lastEvent, ledOption, PLAIN_USER } from './board-under-test.js';
 

@@ -19,20 +19,22 @@ import { readFile, rm } from 'node:fs/promises';
 import { join } from 'node:path';
 import Docker from 'dockerode';
 import { SIM_LED_CHIP, SimDevice, simDeviceFiles } from '../../sim/device.js';
-import { LABEL } from '../../src/protocol/engine-labels.js';
 import { removeDeviceLeftovers } from '../../sim/device-leftovers.js';
 import { Teardown } from '../../src/teardown.js';
 import { FleetlabError } from '../../src/errors.js';
 import { replaySimOptions } from '../capture/replay.js';
 import { engineAt } from '../../src/engine-client/engine-at.js';
 import { httpApi } from '../lib/http.js';
-import { journalEntries } from '../../device-access/journal-json.js';
 import { filesBesideEngine, hostFiles, removeTree } from './engine-files.js';
-import { hostShell, runOnHost } from './host-shell.js';
+import { hostShell } from './host-shell.js';
 import { enginePorts } from './engine-ports.js';
 import type { ApiProtocol, Capability, CommandProtocol, DevicePaths, DeviceUnderTest, FilesProtocol, ImagesProtocol, JournalProtocol, LedProtocol, NetworkProtocol, PortsProtocol, PowerProtocol, ReleaseEngine, TargetFacts } from '../../device-access/protocols.js';
 import type { TargetDriver, TargetStartOptions } from './target-driver.js';
 import { WorkerRegistry } from './worker-registry.js';
+import { engineVolumePath } from './drivers/device-facts.js';
+import { journalInDirectory } from './drivers/journal-directory.js';
+import { login1DbusSend, login1Reboot } from './drivers/reboot-login1.js';
+import { deadlines, SIM_TIMEOUTS } from './timeouts.js';
 
 export type SimEngine = 'sim' | 'docker';
 
@@ -42,8 +44,7 @@ export interface SimTargetOptions extends TargetStartOptions {
 }
 
 const DOCKER_SOCKET = process.env.FLEETLAB_DOCKER_SOCKET ?? '/var/run/docker.sock';
-const READY_MS = 60_000;
-const LOGIN1 = { dest: 'org.freedesktop.login1', path: '/org/freedesktop/login1', method: 'org.freedesktop.login1.Manager.Reboot' };
+const TIMEOUTS = deadlines(SIM_TIMEOUTS);
 
 /**
  * The engine the sim target runs with when `FLEETLAB_HIL_ENGINE` is not set: the simulated
@@ -56,7 +57,7 @@ const DEFAULT_ENGINE: SimEngine = 'sim';
 export function defaultEngine(): SimEngine {
   const env = process.env.FLEETLAB_HIL_ENGINE;
   if (env === 'sim' || env === 'docker') return env;
-  if (env) throw new Error(`FLEETLAB_HIL_ENGINE must be sim or docker, not ${JSON.stringify(env)}`);
+  if (env) throw new FleetlabError('SUP_ERR_BAD_REQUEST', `FLEETLAB_HIL_ENGINE must be sim or docker, not ${JSON.stringify(env)}`);
   return DEFAULT_ENGINE;
 }
 
@@ -133,8 +134,8 @@ class SimUnderTest implements DeviceUnderTest {
       new Promise<void>((resolve, reject) => {
         const timer = setTimeout(() => {
           sim.off('reboot', done);
-          reject(new Error(`the device did not reboot within ${READY_MS} ms; see ${sim.supervisorLog}`));
-        }, READY_MS);
+          reject(new FleetlabError('SUP_ERR_HOST', `the device did not reboot within ${TIMEOUTS.ready} ms; see ${sim.supervisorLog}`));
+        }, TIMEOUTS.ready);
         const done = () => {
           clearTimeout(timer);
           resolve();
@@ -142,21 +143,23 @@ class SimUnderTest implements DeviceUnderTest {
         sim.once('reboot', done);
       });
     this.power = {
-      reboot: async () => {
-        // Through the OS, as a user of the board would: login1's Reboot on the device's bus.
-        const done = rebooted();
-        done.catch(() => undefined); // observed below; a failed dbus-send must not leave it unhandled
-        const res = await runOnHost('dbus-send', [`--bus=${sim.bus.address}`, '--print-reply', `--dest=${LOGIN1.dest}`, LOGIN1.path, LOGIN1.method, 'boolean:false']);
-        if (res.exitCode !== 0) throw new Error(`login1 Reboot failed: ${res.stderr.trim()}`);
-        await done;
-        await this.api.waitReady(READY_MS);
-      },
+      reboot: login1Reboot({
+        run: (argv) => hostShell.run(argv),
+        argv: login1DbusSend(sim.bus.address),
+        // The sim says when it rebooted: heard only if listened for before the call.
+        watchDown: () => {
+          const done = rebooted();
+          done.catch(() => undefined); // awaited later; a failed dbus-send must not leave it unhandled
+          return () => done;
+        },
+        up: () => this.api.waitReady(TIMEOUTS.ready),
+      }),
       cycle: async () => {
         // No clean shutdown: the supervisor dies mid-whatever, then the device boots again.
         const pid = sim.supervisorPid;
         if (pid) process.kill(pid, 'SIGKILL');
         await sim.reboot();
-        await this.api.waitReady(READY_MS);
+        await this.api.waitReady(TIMEOUTS.ready);
       },
       off: async () => {
         await sim.powerOff();
@@ -164,38 +167,26 @@ class SimUnderTest implements DeviceUnderTest {
       on: async () => {
         // Booting from off is a reboot whose shutdown half finds nothing running.
         await sim.reboot();
-        await this.api.waitReady(READY_MS);
+        await this.api.waitReady(TIMEOUTS.ready);
       },
     };
     // The device's path to its cloud is a loopback link the sim holds (sim/network/).
     const link = () => {
-      if (!sim.cloudLink) throw new Error('network: this device was started without a cloud (test.use({ withCloud: true }))');
+      if (!sim.cloudLink) throw new FleetlabError('SUP_ERR_BAD_REQUEST', 'network: this device was started without a cloud (test.use({ withCloud: true }))');
       return sim.cloudLink;
     };
     this.network = {
       partition: async () => link().partition(),
       heal: async () => link().heal(),
     };
-    const journalDir = join(info.dataDir, 'journal');
-    this.journal = {
-      entries: async (options = {}) => {
-        const args = ['--directory', journalDir, '--no-pager', '-o', 'json', '--lines', String(options.lines ?? 500)];
-        if (options.unit) args.push('--unit', options.unit);
-        const res = await runOnHost('journalctl', args);
-        return journalEntries(res.stdout, res.exitCode);
-      },
-    };
+    this.journal = journalInDirectory(hostShell.run, join(info.dataDir, 'journal'));
     // Both engines keep a local volume's data in a host directory, the volume's Mountpoint;
     // the device's own engine socket says which. dockerd's is root's alone: as another user
     // the files there are reached through the engine.
     const docker = new Docker({ socketPath: sim.options.dockerSocket });
-    const uuid = info.uuid;
     this.files = {
       ...(engine === 'docker' ? filesBesideEngine(sim.options.dockerSocket) : hostFiles),
-      volumePath: async (appId: number, volume: string) => {
-        const { Volumes } = await docker.listVolumes({ filters: { label: [`${LABEL.device}=${uuid}`, `${LABEL.appId}=${appId}`, `${LABEL.volume}=${volume}`] } });
-        return Volumes?.[0]?.Mountpoint;
-      },
+      volumePath: (appId: number, volume: string) => engineVolumePath(docker, info.uuid, appId, volume),
     };
   }
 
@@ -274,7 +265,7 @@ async function startSim(options: SimTargetOptions, registry: WorkerRegistry | un
     : await SimDevice.start({ port: 0, engine, dockerSocket, localMode: !cloud, ...(cloud ? { cloud } : {}) });
   try {
     const dut = new SimUnderTest(sim, new Set(simCapabilities(engine)), engine, { hostDockerSocket: dockerSocket, ...(registry ? { registry } : {}) });
-    await dut.api.waitReady(READY_MS);
+    await dut.api.waitReady(TIMEOUTS.ready);
     return dut;
   } catch (err) {
     await sim.stop().catch(() => undefined);

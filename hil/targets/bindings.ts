@@ -3,6 +3,7 @@
  * provides must be there on the device it returns, or the run stops naming the gap before
  * any spec runs against a half-built device.
  */
+import { FleetlabError } from '../../src/errors.js';
 import type { Capability, DeviceUnderTest } from '../../device-access/protocols.js';
 import type { TargetDriver } from './target-driver.js';
 
@@ -26,6 +27,6 @@ const BACKING: Record<Capability, (d: DeviceUnderTest) => boolean> = {
 export function checkBindings(driver: TargetDriver, device: DeviceUnderTest): void {
   const missing = driver.provides.filter((cap) => !device.capabilities.has(cap) || !BACKING[cap](device));
   if (missing.length) {
-    throw new Error(`target ${driver.name} declares ${missing.map((c) => `"${c}"`).join(', ')} in provides, but the device it started lacks ${missing.length === 1 ? 'it' : 'them'}`);
+    throw new FleetlabError('HIL_ERR_CAPABILITY', `target ${driver.name} declares ${missing.map((c) => `"${c}"`).join(', ')} in provides, but the device it started lacks ${missing.length === 1 ? 'it' : 'them'}`);
   }
 }

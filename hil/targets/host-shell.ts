@@ -3,6 +3,7 @@
  * simulated device here, and the docker CLI for an engine the harness shares.
  */
 import { execFile } from 'node:child_process';
+import { FleetlabError } from '../../src/errors.js';
 import type { CommandProtocol, ExecResult } from '../../device-access/protocols.js';
 
 export function runOnHost(file: string, args: readonly string[], options: { input?: string; timeoutMs?: number } = {}): Promise<ExecResult> {
@@ -16,6 +17,6 @@ export function runOnHost(file: string, args: readonly string[], options: { inpu
 }
 
 export const hostShell: CommandProtocol = {
-  run: (argv, options) => (argv.length ? runOnHost(argv[0]!, argv.slice(1), options) : Promise.reject(new Error('exec: empty argv'))),
+  run: (argv, options) => (argv.length ? runOnHost(argv[0]!, argv.slice(1), options) : Promise.reject(new FleetlabError('SUP_ERR_BAD_REQUEST', 'exec: empty argv'))),
 };
 

@@ -3,6 +3,7 @@
  * to this one plus one line here; the Playwright config declares one project per entry, in
  * this order (the first is the default `npm run hil` runs).
  */
+import { FleetlabError } from '../../src/errors.js';
 import type { TargetDriver } from './target-driver.js';
 
 export const targetRegistry: Record<string, () => Promise<TargetDriver>> = {
@@ -22,6 +23,6 @@ export const SLOW_TARGETS: ReadonlySet<string> = new Set(['qemu', 'board']);
 
 export async function loadTarget(name: string): Promise<TargetDriver> {
   const load = targetRegistry[name];
-  if (!load) throw new Error(`no HIL target named ${JSON.stringify(name)}; known: ${targetNames.join(', ')} (hil/targets/index.ts)`);
+  if (!load) throw new FleetlabError('SUP_ERR_BAD_REQUEST', `no HIL target named ${JSON.stringify(name)}; known: ${targetNames.join(', ')} (hil/targets/index.ts)`);
   return load();
 }

@@ -3,7 +3,7 @@
  * that ignored it, since waiting straight for the API would find the old one still answering.
  */
 import { FleetlabError } from '../../../src/errors.js';
-import { sleep } from '../../lib/wait.js';
+import { until } from '../../../src/wait.js';
 
 export interface ApiDownOptions {
   /** The target's own deadline (timeouts.ts), already fitted to the device. */
@@ -14,21 +14,23 @@ export interface ApiDownOptions {
 }
 
 /**
- * Resolves once `url/ping` stops answering 200. Not pollUntil: that stretches its deadline by
- * the spec's time scale, which the fixture sets only after a start, and this deadline is
- * the target's, stretched already.
+ * Resolves once `url/ping` stops answering 200. On src/wait.ts's `until`, not pollUntil: that
+ * stretches its deadline by the spec's time scale, which the fixture sets only after a start,
+ * and this deadline is the target's, stretched already.
  */
 export async function waitApiDown(url: string, options: ApiDownOptions): Promise<void> {
-  const deadline = Date.now() + options.timeoutMs;
-  while (Date.now() < deadline) {
+  const answers = async (): Promise<boolean> => {
     try {
       const res = await fetch(`${url}/ping`, { signal: AbortSignal.timeout(1000) });
       await res.body?.cancel();
-      if (!res.ok) return;
+      return res.ok;
     } catch {
-      return;
+      return false;
     }
-    await sleep(options.intervalMs);
-  }
-  throw new FleetlabError('SUP_ERR_HOST', `the device's API kept answering for ${options.timeoutMs / 1000} s after ${options.after}`);
+  };
+  await until('the device API going down', answers, (up) => !up, {
+    timeoutMs: options.timeoutMs,
+    intervalMs: options.intervalMs,
+    fail: () => new FleetlabError('SUP_ERR_HOST', `the device's API kept answering for ${options.timeoutMs / 1000} s after ${options.after}`),
+  });
 }

@@ -6,7 +6,7 @@ import type Docker from 'dockerode';
 import { FleetlabError, errorText } from '../../../src/errors.js';
 import { LABEL } from '../../../src/protocol/engine-labels.js';
 import type { SshDevice } from '../../../device-access/ssh-device.js';
-import { sleep } from '../../lib/wait.js';
+import { until } from '../../../src/wait.js';
 
 /** Between reads of a store the supervisor has not written yet. */
 const STORE_RETRY_MS = 1000;
@@ -34,19 +34,15 @@ export async function storedIdentity(ssh: SshDevice, dataDir: string): Promise<{
 
 /**
  * The identity once the supervisor has written its store (right after a reset it has not
- * yet). Not pollUntil: the deadline is the board's own, stretched already, and the store's
- * own error is what a timeout should say.
+ * yet). On src/wait.ts's `until`, not pollUntil: the deadline is the board's own, stretched
+ * already, and the store's own error is what a timeout should say.
  */
-export async function waitStoredIdentity(ssh: SshDevice, dataDir: string, timeoutMs: number): Promise<{ uuid: string; deviceKey: string }> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    try {
-      return await storedIdentity(ssh, dataDir);
-    } catch (err) {
-      if (Date.now() >= deadline) throw err;
-    }
-    await sleep(STORE_RETRY_MS);
-  }
+export function waitStoredIdentity(ssh: SshDevice, dataDir: string, timeoutMs: number): Promise<{ uuid: string; deviceKey: string }> {
+  return until('the supervisor\'s stored identity', () => storedIdentity(ssh, dataDir), () => true, {
+    timeoutMs,
+    intervalMs: STORE_RETRY_MS,
+    fail: (f) => (f.last && 'error' in f.last && f.last.error instanceof Error ? f.last.error : undefined),
+  });
 }
 
 const volumeLabels = (uuid: string, appId: number, volume: string) => [`${LABEL.device}=${uuid}`, `${LABEL.appId}=${appId}`, `${LABEL.volume}=${volume}`];

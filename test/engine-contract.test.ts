@@ -659,6 +659,9 @@ describe.each<EngineKind>(['dockerd', 'sim'])('engine contract on %s', (kind) =>
       try {
         const c = await create({ Labels: { 'io.fleetlab.events': '1' } });
         await c.start();
+        // The default command sets its TERM trap before it says "started"; a stop before that
+        // meets a PID 1 with no handler, which ignores SIGTERM, and dies by SIGKILL (137).
+        await eventually(async () => (demux((await c.logs({ stdout: true, follow: false })) as unknown as Buffer).some((f) => f.text.includes(': started')) ? true : undefined), 10_000, 'the command started');
         await c.stop({ t: 5 });
         await c.remove();
         await eventually(async () => (events.some((ev) => ev.Action === 'destroy') ? true : undefined), 10_000, 'destroy event');

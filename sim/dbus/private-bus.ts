@@ -6,6 +6,7 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { mkdir, writeFile } from 'node:fs/promises';
 import { join, resolve } from 'node:path';
+import { stoppedWithParent } from '../../src/processes.js';
 import { FleetlabError, errorText } from '../../src/errors.js';
 import { requireTool, tools } from '../../src/tools.js';
 import { DbusClient } from '../../src/supervisor/adapters/dbus-client.js';
@@ -138,7 +139,9 @@ export async function startPrivateBus(options: PrivateBusOptions): Promise<Priva
   const configPath = join(dir, 'bus.conf');
   await writeFile(configPath, busConfig(socketPath));
 
-  const child = spawn(daemon, [`--config-file=${configPath}`, '--nofork', '--nopidfile', '--nosyslog', '--print-address=1'], {
+  const argv = [`--config-file=${configPath}`, '--nofork', '--nopidfile', '--nosyslog', '--print-address=1'];
+  // A bus that is not detached belongs to this process: it ends with it, even by kill -9.
+  const child = spawn(...(options.detached ? [daemon, argv] as const : stoppedWithParent(daemon, argv)), {
     stdio: ['ignore', 'pipe', 'pipe'],
     ...(options.env ? { env: options.env } : {}),
     detached: options.detached ?? false,

@@ -16,6 +16,7 @@ import { startSimEngine, type Scenario, type SimEngineHandle } from '../../sim/e
 import { cliCommand } from '../../sim/entry.js';
 import { startJournalSim, type JournalSim } from '../../sim/journal/journal-sim.js';
 import { sharedEngineNetwork, sharedEngineNetworkArgs } from '../../sim/supervisor-network.js';
+import { stoppedWithParent } from '../../src/processes.js';
 import { freePort } from '../../src/free-port.js';
 import { newKey } from '../../src/supervisor/state/keys.js';
 import { Teardown } from '../../src/teardown.js';
@@ -92,7 +93,8 @@ async function start(dir: string, teardown: Teardown, o: { engine: 'dockerd' | '
   const exited = (c: ChildProcess) => (c.exitCode !== null || c.signalCode !== null ? Promise.resolve() : new Promise<void>((r) => c.once('exit', () => r())));
 
   async function boot(): Promise<void> {
-    const c = spawn(cli.file, cli.args, { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, FORCE_COLOR: '0' } });
+    // Ends with the test process, even when a killed run never reaches close().
+    const c = spawn(...stoppedWithParent(cli.file, cli.args), { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, FORCE_COLOR: '0' } });
     child = c;
     c.stdout!.pipe(log, { end: false });
     c.stderr!.pipe(log, { end: false });

@@ -20,7 +20,6 @@ export function scaled(ms: number): number {
   return Number.isFinite(factor) && factor > 0 ? Math.round(ms * factor) : ms;
 }
 
-/** Polls `read` until `done`; `timeoutMs` (default 60 s) is scaled to the target. */
 /**
  * Polls `read` until `done`; `timeoutMs` (default 60 s) is scaled to the target. A read that
  * throws is retried (the device may be rebooting). The timeout is a FleetlabError

@@ -64,7 +64,7 @@ export class QemuUnderTest implements DeviceUnderTest {
     // A board that is off has no QEMU to forward through.
     this.ports = new QemuPorts({ uuid: identity.uuid, engineSocket: () => this.#engineSocket(ssh), board: () => (lab.cut ? undefined : lab.board) });
     // A URL a spec holds leads to the board again after a reboot or power cycle, each a new QEMU.
-    this.#unwatchRelaunches = lab.watchRelaunches((board) => this.ports.follow(board));
+    this.#unwatchRelaunches = lab.power.watchRelaunches((board) => this.ports.follow(board));
     this.led = lab.led.protocol(() => lab.cut);
     const url = this.api.identity.url;
     this.power = {
@@ -76,16 +76,7 @@ export class QemuUnderTest implements DeviceUnderTest {
         watchDown: () => () => waitApiDown(url, { timeoutMs: TIMEOUTS.down, intervalMs: 200, after: 'it was told to go down' }),
         up: () => lab.waitUp(),
       }),
-      // Power off and on: a new QEMU process (an in-place system_reset leaves raspi3b's
-      // usb-net dead), the disk as it was.
-      cycle: async () => {
-        await lab.quit();
-        await lab.powerOn();
-      },
-      off: async () => {
-        await lab.quit();
-      },
-      on: () => lab.switchOn(),
+      ...lab.power.protocol(),
     };
     const requireLink = () => {
       if (!link) throw new FleetlabError('SUP_ERR_BAD_REQUEST', 'network: this device was started without a cloud (test.use({ withCloud: true }))');

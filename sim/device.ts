@@ -457,12 +457,16 @@ export class SimDevice extends EventEmitter<{ reboot: []; poweroff: []; exit: [c
     if (uuid) await removeDeviceLeftovers(this.docker, uuid, options);
   }
 
-  /** A power cycle: the supervisor and the containers stop, tmpfs (the lock root) is cleared. */
-  async reboot(): Promise<void> {
+  /**
+   * A reboot: the supervisor and the containers stop, tmpfs (the lock root) is cleared. With
+   * `powerLost` it is a power cut instead: every container dies at once, as on a board whose
+   * power goes, with no time to finish what it was writing.
+   */
+  async reboot(options: { powerLost?: boolean } = {}): Promise<void> {
     this.stopping = true;
     try {
       await this.stopSupervisor();
-      await Promise.all((await this.deviceContainers()).map((c) => this.docker.getContainer(c.Id).stop({ t: 10 }).catch(() => undefined)));
+      await Promise.all((await this.deviceContainers()).map((c) => this.#stopContainer(this.docker.getContainer(c.Id), options).catch(() => undefined)));
       // On a board the engine restarts with the OS; the simulated one does the same.
       await this.simEngine?.restartEngine({ downMs: 0 });
       rmSync(this.lockRoot, { recursive: true, force: true });
@@ -475,10 +479,12 @@ export class SimDevice extends EventEmitter<{ reboot: []; poweroff: []; exit: [c
     this.emit('reboot');
   }
 
-  async powerOff(): Promise<void> {
+  /** A shutdown (login1 PowerOff); with `powerLost`, power cut: the supervisor and every container die at once. */
+  async powerOff(options: { powerLost?: boolean } = {}): Promise<void> {
     this.stopping = true;
+    if (options.powerLost) this.killSupervisor();
     await this.stopSupervisor();
-    await Promise.all((await this.deviceContainers()).map((c) => this.docker.getContainer(c.Id).stop({ t: 10 }).catch(() => undefined)));
+    await Promise.all((await this.deviceContainers()).map((c) => this.#stopContainer(this.docker.getContainer(c.Id), options).catch(() => undefined)));
     this.emit('poweroff');
   }
 
@@ -488,6 +494,10 @@ export class SimDevice extends EventEmitter<{ reboot: []; poweroff: []; exit: [c
    * caller named the data dir (a later start resumes from both); a data dir the device made
    * itself goes, and its volumes with it. What could not be removed is named in the error.
    */
+  #stopContainer(container: Docker.Container, options: { powerLost?: boolean }): Promise<unknown> {
+    return options.powerLost ? container.kill() : container.stop({ t: 10 });
+  }
+
   async stop(): Promise<void> {
     this.stopping = true;
     await this.transitions;

@@ -158,11 +158,11 @@ class SimUnderTest implements DeviceUnderTest {
         // No clean shutdown: the supervisor dies mid-whatever, then the device boots again.
         const pid = sim.supervisorPid;
         if (pid) process.kill(pid, 'SIGKILL');
-        await sim.reboot();
+        await sim.reboot({ powerLost: true });
         await this.api.waitReady(TIMEOUTS.ready);
       },
       off: async () => {
-        await sim.powerOff();
+        await sim.powerOff({ powerLost: true });
       },
       on: async () => {
         // Booting from off is a reboot whose shutdown half finds nothing running.

@@ -19,6 +19,7 @@ import { addHarnessCommands } from './harness.js';
 import { addLabCommands } from './lab.js';
 import { addQemuCommands } from './qemu.js';
 import { addSimCommands } from './sim.js';
+import { addSweepCommands } from './sweep.js';
 import { addTestImagesCommands } from './test-images.js';
 
 const program = new Command('fleetlab').description('Device supervisor, cloud API and HIL harness for Linux boards');
@@ -57,6 +58,7 @@ addSimCommands(program);
 addCloudCommands(program);
 addHarnessCommands(program);
 addCaptureCommands(program);
+addSweepCommands(program);
 addTestImagesCommands(program);
 addLabCommands(program);
 addBoardCommands(program);

@@ -62,8 +62,12 @@ export default async function globalSetup(config: FullConfig): Promise<(() => Pr
  * test-app images, which our specs deploy on the sim target; a team's run builds its own.
  */
 export async function prepareTargets(config: FullConfig, options: { testImages: boolean }): Promise<void> {
+  await prepareTargetsNamed(selectedTargets(config), options);
+}
+
+/** What the named targets need before a device of theirs starts (images, the base image); `fleetlab sweep` starts its own. */
+export async function prepareTargetsNamed(targets: readonly string[], options: { testImages: boolean }): Promise<void> {
   process.env.TESTCONTAINERS_RYUK_DISABLED ??= 'true';
-  const targets = selectedTargets(config);
   const dockerSocket = process.env.FLEETLAB_DOCKER_SOCKET ?? '/var/run/docker.sock';
   if (targets.includes('sim') && defaultEngine() === 'docker' && options.testImages) await buildTestImages(dockerSocket);
   // The release spec's app builds FROM it on the engine the sim and container devices share.

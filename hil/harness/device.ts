@@ -16,6 +16,7 @@ import type {
   ApiProtocol,
   Capability,
   CommandProtocol,
+  DevicePaths,
   DeviceUnderTest,
   FilesProtocol,
   JournalEntryText,
@@ -79,6 +80,8 @@ export class Device {
   readonly power: PowerProtocol | undefined;
   readonly network: NetworkProtocol | undefined;
   readonly files: FilesProtocol | undefined;
+  /** Where the supervisor keeps its data and the apps' update locks on the device. */
+  readonly paths: DevicePaths | undefined;
   readonly faults: Faults;
   readonly #dut: DeviceUnderTest;
   readonly #context: DeviceContext;
@@ -94,6 +97,7 @@ export class Device {
     this.power = dut.power;
     this.network = dut.network;
     this.files = dut.files;
+    this.paths = dut.paths;
     const led = dut.led;
     this.led = led && {
       line: led.line,

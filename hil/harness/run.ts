@@ -111,26 +111,16 @@ export async function runTests(options: RunOptions): Promise<number> {
   if (options.target === 'qemu') workers = qemuWorkers(availableParallelism());
   const argv = playwrightArgv(config, { ...options, ...(workers !== undefined ? { workers } : {}) });
   const dockerSocket = options.dockerSocket ?? process.env.FLEETLAB_DOCKER_SOCKET ?? '/var/run/docker.sock';
-  // The supervisor of a sim device loads epoll here; a spec with a cloud loads better-sqlite3.
-  const native: NativeModule[] = options.target === 'sim' ? ['epoll', 'better-sqlite3'] : ['better-sqlite3'];
-  requireNativeModules(native);
-  // Said once here rather than by every worker's first device.
-  if (options.target === 'sim') requireUserNamespace();
-  if (options.target === 'sim' || options.target === 'container') {
-    await engineAt(dockerSocket, 'install and start it (apt-get install docker.io; systemctl start docker), or set FLEETLAB_DOCKER_SOCKET', `fleetlab test --target ${options.target} runs your app's containers on dockerd: `);
-  }
+  await checkTargetHost(options.target, dockerSocket, 'fleetlab test');
 
   const cli = createRequire(import.meta.url).resolve('@playwright/test/cli');
-  // The run's temporary files in the user's own directory: what takes a fixed name there
-  // (testcontainers' lock file, which follows TMPDIR and nothing else) is then never another
-  // user's, as it can be in the shared /tmp after a run as root.
   // Playwright gets SIGINT when this process ends in any way (kill -9 too): it then stops the
   // run as on Ctrl-C, its workers stopping their boards, rather than running on with no one
   // to wait for it.
   const child = spawn(...stoppedWithParent(process.execPath, [cli, ...argv], 'SIGINT'), {
     cwd: options.cwd,
     stdio: 'inherit',
-    env: { ...process.env, TMPDIR: userTmpDir(), FLEETLAB_HIL_ENGINE: process.env.FLEETLAB_HIL_ENGINE ?? 'docker', TESTCONTAINERS_RYUK_DISABLED: 'true', FLEETLAB_DOCKER_SOCKET: dockerSocket, ...labEnv },
+    env: { ...process.env, ...harnessEnv(dockerSocket), ...labEnv },
   });
   // Ctrl-C reaches Playwright from the terminal itself (same process group), and a second
   // one would force it: this process only stays alive for it. SIGTERM is passed on.
@@ -147,4 +137,28 @@ export async function runTests(options: RunOptions): Promise<number> {
     process.off('SIGINT', ignore);
     process.off('SIGTERM', forward);
   }
+}
+
+/**
+ * What this host needs before a device of `target` starts here, each missing piece said once
+ * with what to install: the native modules, user namespaces for a sim device, dockerd.
+ */
+export async function checkTargetHost(target: string, dockerSocket: string, command: string): Promise<void> {
+  // The supervisor of a sim device loads epoll here; a spec with a cloud loads better-sqlite3.
+  const native: NativeModule[] = target === 'sim' ? ['epoll', 'better-sqlite3'] : ['better-sqlite3'];
+  requireNativeModules(native);
+  // Said once here rather than by every worker's first device.
+  if (target === 'sim') requireUserNamespace();
+  if (target === 'sim' || target === 'container') {
+    await engineAt(dockerSocket, 'install and start it (apt-get install docker.io; systemctl start docker), or set FLEETLAB_DOCKER_SOCKET', `${command} --target ${target} runs your app's containers on dockerd: `);
+  }
+}
+
+/**
+ * The environment a team's devices run in: temporary files in the user's own directory (what
+ * takes a fixed name there, testcontainers' lock file, is then never another user's, as it can
+ * be in the shared /tmp after a run as root), the app on dockerd, the engine socket.
+ */
+export function harnessEnv(dockerSocket: string): Record<string, string> {
+  return { TMPDIR: userTmpDir(), FLEETLAB_HIL_ENGINE: process.env.FLEETLAB_HIL_ENGINE ?? 'docker', TESTCONTAINERS_RYUK_DISABLED: 'true', FLEETLAB_DOCKER_SOCKET: dockerSocket };
 }

@@ -1,0 +1,138 @@
+/**
+ * `fleetlab sweep`: a fault sweep from the command line, on a device of the named target that
+ * the command starts itself (a fresh one per point, as a spec file gets), with the table and
+ * a rerun line for each broken point at the end. Input is checked before any device starts.
+ */
+import { existsSync } from 'node:fs';
+import { resolve } from 'node:path';
+import { FleetlabError, errorText } from '../../src/errors.js';
+import { loadTarget, targetNames } from '../targets/index.js';
+import type { TargetDriver } from '../targets/target-driver.js';
+import type { DeviceUnderTest } from '../../device-access/protocols.js';
+import { TIME_SCALE_VARIABLE } from '../lib/wait.js';
+import { loadCompose } from '../release/compose.js';
+import { prepareTargetsNamed } from '../suite-setup.js';
+import { parseFaults, parsePointId } from '../sweep/points.js';
+import { runSweep, type SweepResult } from '../sweep/sweep.js';
+import { sweepSummary, sweepTable } from '../sweep/report.js';
+import type { SweepCheck } from '../sweep/invariants.js';
+import type { DeviceSource, SweepDevice } from '../sweep/device.js';
+import { Device } from './device.js';
+import { checkTargetHost, harnessEnv } from './run.js';
+
+export interface SweepCommandOptions {
+  readonly from: string;
+  readonly to: string;
+  readonly target: string;
+  readonly faults: readonly string[];
+  readonly points: number;
+  readonly seed?: number;
+  readonly only?: string;
+  /** `<service>: <command>`, run in the service's container after every point; exit 0 passes. */
+  readonly check?: string;
+  readonly settleMs?: number;
+  readonly json: boolean;
+}
+
+const bad = (message: string) => new FleetlabError('SUP_ERR_BAD_REQUEST', `sweep: ${message}`);
+
+/** `--check '<service>: <command>'` as a check: the command in the service's running container, through the device's engine. */
+export function commandCheck(spec: string): SweepCheck {
+  const m = /^\s*([A-Za-z0-9][A-Za-z0-9_.-]*)\s*:\s*(\S.*)$/.exec(spec);
+  if (!m) throw bad(`--check takes '<service>: <command>', not ${JSON.stringify(spec)}`);
+  const [, service, command] = m as unknown as [string, string, string];
+  return async (device: SweepDevice) => {
+    if (!device.exec) throw bad(`--check needs a shell on the device; target ${device.target} has none`);
+    const container = (await device.status()).containers.find((c) => c.serviceName === service && c.status === 'Running');
+    if (!container) throw new FleetlabError('HIL_ERR_DEPLOY', `check: no running container of service ${service}`);
+    const r = await device.exec.run(['docker', 'exec', container.containerId, 'sh', '-c', command]);
+    if (r.exitCode !== 0) throw new FleetlabError('HIL_ERR_DEPLOY', `check "${command}" in ${service} exited ${r.exitCode}: ${(r.stderr || r.stdout).trim().slice(-500) || '(no output)'}`);
+  };
+}
+
+/** Every input checked, each with what to fix, before a device starts. */
+export function checkSweepInput(o: SweepCommandOptions): void {
+  for (const [flag, path] of [['--from', o.from], ['--to', o.to]] as const) {
+    if (!existsSync(path)) throw bad(`${flag} ${path}: no such compose file or directory`);
+    loadCompose(resolve(path));
+  }
+  if (!targetNames.includes(o.target)) throw bad(`--target ${JSON.stringify(o.target)}: known targets are ${targetNames.join(', ')}`);
+  parseFaults(o.faults);
+  if (o.only !== undefined) parsePointId(o.only);
+  if (!Number.isInteger(o.points) || o.points < 1) throw bad(`--points must be a whole number of at least 1, not ${o.points}`);
+  if (o.check !== undefined) commandCheck(o.check);
+}
+
+/** Runs the sweep and prints its table; resolves with the exit code (1 when a point broke). */
+export async function runSweepCommand(o: SweepCommandOptions): Promise<number> {
+  checkSweepInput(o);
+  const seed = o.seed ?? Math.floor(Math.random() * 2 ** 31);
+  const log = (line: string) => process.stderr.write(`fleetlab sweep: ${line}\n`);
+  log(`seed ${seed} (--seed ${seed} draws the same points)`);
+  const dockerSocket = process.env.FLEETLAB_DOCKER_SOCKET ?? '/var/run/docker.sock';
+  await checkTargetHost(o.target, dockerSocket, 'fleetlab sweep');
+  Object.assign(process.env, harnessEnv(dockerSocket));
+  await prepareTargetsNamed([o.target], { testImages: true });
+  const driver = await loadTarget(o.target);
+  const abort = new AbortController();
+  const onSignal = () => {
+    log('interrupted: stopping after this step and removing the device');
+    abort.abort(bad('interrupted'));
+  };
+  process.once('SIGINT', onSignal);
+  process.once('SIGTERM', onSignal);
+  const devices = targetDevices(driver, log, abort.signal);
+  let result: SweepResult;
+  try {
+    await driver.prepare?.();
+    result = await runSweep(devices, {
+      from: o.from,
+      to: o.to,
+      faults: parseFaults(o.faults),
+      points: o.points,
+      seed,
+      ...(o.only !== undefined ? { only: parsePointId(o.only) } : {}),
+      ...(o.check !== undefined ? { check: commandCheck(o.check) } : {}),
+      ...(o.settleMs !== undefined ? { bounds: { settleMs: o.settleMs } } : {}),
+      progress: log,
+      signal: abort.signal,
+    });
+  } finally {
+    process.off('SIGINT', onSignal);
+    process.off('SIGTERM', onSignal);
+    await devices.close();
+    await dispose(driver);
+  }
+  if (o.json) process.stdout.write(`${JSON.stringify(result)}\n`);
+  else process.stdout.write(`${sweepTable(result)}\n\n${sweepSummary(result, (id) => rerunLine(o, seed, id))}\n`);
+  return result.points.some((p) => p.outcome === 'broken') ? 1 : 0;
+}
+
+/** Fresh devices of the target, one at a time: each `fresh()` removes the one before; `close()` the last. */
+export function targetDevices(driver: TargetDriver, log: (line: string) => void, signal?: AbortSignal): DeviceSource & { close(): Promise<void> } {
+  let current: DeviceUnderTest | undefined;
+  const retire = async () => {
+    const device = current;
+    current = undefined;
+    await device?.close().catch((err: unknown) => log(`removing the device: ${errorText(err)}`));
+  };
+  return {
+    async fresh() {
+      await retire();
+      if (signal?.aborted) throw signal.reason;
+      current = await driver.start({});
+      // The device's deadlines follow the target's speed, as in a spec (lib/wait.ts).
+      process.env[TIME_SCALE_VARIABLE] = String(current.facts?.timeScale ?? 1);
+      return new Device(current, { startedAt: Date.now(), log });
+    },
+    close: retire,
+  };
+}
+
+function rerunLine(o: SweepCommandOptions, seed: number, id: string): string {
+  return ['fleetlab sweep', '--from', o.from, '--to', o.to, '--target', o.target, ...(o.check ? ['--check', `'${o.check.replace(/'/g, `'\\''`)}'`] : []), '--seed', String(seed), '--only', id].join(' ');
+}
+
+async function dispose(driver: TargetDriver): Promise<void> {
+  await driver.dispose?.().catch((err: unknown) => process.stderr.write(`fleetlab sweep: stopping the target: ${errorText(err)}\n`));
+}

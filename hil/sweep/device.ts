@@ -1,0 +1,24 @@
+/**
+ * What a sweep needs of a device: the part of `fleetlab/test`'s `Device` it uses, so the
+ * harness can hand a sweep its devices without this folder importing the harness.
+ */
+import type { Capability, CommandProtocol, DevicePaths, FilesProtocol } from '../../device-access/protocols.js';
+import type { StateStatus } from '../lib/device-api.js';
+import type { DeployedRelease, DeployOptions } from '../release/local-deploy.js';
+
+export interface SweepDevice {
+  readonly target: string;
+  readonly capabilities: ReadonlySet<Capability>;
+  readonly exec: CommandProtocol | undefined;
+  readonly files: FilesProtocol | undefined;
+  readonly paths: DevicePaths | undefined;
+  deploy(composeFileOrDir: string, options?: DeployOptions): Promise<DeployedRelease>;
+  status(): Promise<StateStatus>;
+  powerCycle(): Promise<void>;
+  waitForRelease(release: Pick<DeployedRelease, 'releaseId' | 'services'>, options?: { timeoutMs?: number }): Promise<void>;
+}
+
+/** A fresh device for each point (the target's own reset between spec files); the one before is retired by it. */
+export interface DeviceSource {
+  fresh(): Promise<SweepDevice>;
+}

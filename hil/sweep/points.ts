@@ -1,0 +1,76 @@
+/**
+ * Where a sweep's faults land: pure planning over the update window a first, fault-free
+ * update measured. Points are spread over the whole window, one per equal slice with a seeded
+ * offset inside it, so every phase gets its share and the same seed draws the same points.
+ */
+import { FleetlabError } from '../../src/errors.js';
+import { seededRandom } from '../../src/seeded-random.js';
+
+/** What a point does to the device mid-update. */
+export const FAULTS = ['power-cut'] as const;
+export type Fault = (typeof FAULTS)[number];
+
+/**
+ * The update's phases, in order: the new images downloading, the old release's containers
+ * going, the new ones starting, and the app's own first seconds once the release runs.
+ */
+export const PHASES = ['download', 'stop-old', 'start-new', 'first-seconds'] as const;
+export type Phase = (typeof PHASES)[number];
+
+/** A measured update: when each phase began, in ms from the hand-over of the new target. */
+export interface UpdateWindow {
+  readonly phases: ReadonlyArray<{ readonly phase: Phase; readonly startMs: number }>;
+  /** The end of the last phase: the release ran this long, plus the app's first seconds. */
+  readonly totalMs: number;
+}
+
+export interface SweepPoint {
+  /** `<fault>@<offset ms>`: what `--only` takes to run this point again. */
+  readonly id: string;
+  readonly fault: Fault;
+  readonly offsetMs: number;
+  readonly phase: Phase;
+}
+
+export function isFault(name: string): name is Fault {
+  return (FAULTS as readonly string[]).includes(name);
+}
+
+/** The phase a moment of the window falls in (the last one past its end). */
+export function phaseAt(window: UpdateWindow, offsetMs: number): Phase {
+  let phase: Phase = window.phases[0]?.phase ?? 'download';
+  for (const p of window.phases) if (offsetMs >= p.startMs) phase = p.phase;
+  return phase;
+}
+
+export function pointOf(window: UpdateWindow, fault: Fault, offsetMs: number): SweepPoint {
+  return { id: `${fault}@${offsetMs}`, fault, offsetMs, phase: phaseAt(window, offsetMs) };
+}
+
+/**
+ * `count` points over the window: point i in slice i of `count` equal slices, at a seeded
+ * place inside it; the faults take turns.
+ */
+export function planPoints(o: { window: UpdateWindow; faults: readonly Fault[]; count: number; seed: number }): SweepPoint[] {
+  if (!Number.isInteger(o.count) || o.count < 1) throw new FleetlabError('SUP_ERR_BAD_REQUEST', `sweep: --points must be a whole number of at least 1, not ${o.count}`);
+  if (o.faults.length === 0) throw new FleetlabError('SUP_ERR_BAD_REQUEST', `sweep: name at least one fault (${FAULTS.join(', ')})`);
+  const random = seededRandom(o.seed);
+  const slice = o.window.totalMs / o.count;
+  return Array.from({ length: o.count }, (_, i) => pointOf(o.window, o.faults[i % o.faults.length]!, Math.round((i + random()) * slice)));
+}
+
+/** `--only <fault>@<ms>`: one point, as a sweep's table names it. */
+export function parsePointId(text: string): { fault: Fault; offsetMs: number } {
+  const m = /^([a-z-]+)@(\d+)$/.exec(text.trim());
+  if (!m || !isFault(m[1]!)) {
+    throw new FleetlabError('SUP_ERR_BAD_REQUEST', `sweep: --only takes a point as the table names it, <fault>@<ms> (faults: ${FAULTS.join(', ')}), not ${JSON.stringify(text)}`);
+  }
+  return { fault: m[1] as Fault, offsetMs: Number(m[2]) };
+}
+
+/** The faults named on the command line, checked. */
+export function parseFaults(names: readonly string[]): Fault[] {
+  const unknown = names.filter((n) => !isFault(n));
+  if (unknown.length) throw new FleetlabError('SUP_ERR_BAD_REQUEST', `sweep: unknown fault ${unknown.map((u) => JSON.stringify(u)).join(', ')}; this version injects ${FAULTS.join(', ')}`);
+  return [...new Set(names as Fault[])];
+}

@@ -1,0 +1,140 @@
+/**
+ * A fault sweep over a team's own update (`fleetlab sweep`, `device.sweep`): the update from
+ * one release to the next is measured once without a fault, then run again on a fresh device
+ * for every point, with the fault injected at the point's moment, and the invariants checked
+ * once power is back. A broken point names its invariant and reruns alone by its id.
+ */
+import { FleetlabError, errorText } from '../../src/errors.js';
+import { sleep, until } from '../../src/wait.js';
+import type { Capability } from '../../device-access/protocols.js';
+import type { StateStatus } from '../lib/device-api.js';
+import type { DeployedRelease } from '../release/local-deploy.js';
+import type { DeviceSource, SweepDevice } from './device.js';
+import { checkInvariants, type Broken, type InvariantBounds, type SweepCheck } from './invariants.js';
+import { planPoints, pointOf, type Fault, type Phase, type SweepPoint, type UpdateWindow } from './points.js';
+
+export interface SweepOptions {
+  /** Compose files or directories of the release the device runs, and of the update. */
+  readonly from: string;
+  readonly to: string;
+  readonly faults: readonly Fault[];
+  readonly points: number;
+  readonly seed: number;
+  /** One point only, as the table names it (`power-cut@1830`): a broken point run again. */
+  readonly only?: { readonly fault: Fault; readonly offsetMs: number };
+  readonly check?: SweepCheck;
+  readonly bounds?: Partial<InvariantBounds>;
+  /** How long after the release runs the app's own first seconds last (points land there too). */
+  readonly firstSecondsMs?: number;
+  readonly progress?: (line: string) => void;
+  readonly signal?: AbortSignal;
+}
+
+export interface PointResult extends SweepPoint {
+  readonly outcome: 'passed' | 'broken';
+  readonly broken: readonly Broken[];
+  /** From power back to the release running; null when it never ran. */
+  readonly settleMs: number | null;
+}
+
+export interface SweepResult {
+  readonly seed: number;
+  readonly window: UpdateWindow;
+  readonly points: readonly PointResult[];
+  readonly wallMs: number;
+}
+
+const DEFAULT_BOUNDS: InvariantBounds = { convergeMs: 120_000, settleMs: 10_000, healthyMs: 60_000 };
+const FIRST_SECONDS_MS = 5_000;
+const MEASURE_POLL_MS = 100;
+const FAULT_NEEDS: Record<Fault, Capability> = { 'power-cut': 'power.cycle' };
+
+const sweepError = (message: string, cause?: unknown) => new FleetlabError('SUP_ERR_BAD_REQUEST', `sweep: ${message}`, cause === undefined ? undefined : { cause });
+
+export async function runSweep(source: DeviceSource, o: SweepOptions): Promise<SweepResult> {
+  const started = Date.now();
+  const log = o.progress ?? (() => undefined);
+  const bounds = { ...DEFAULT_BOUNDS, ...o.bounds };
+  log(`measuring the update from ${o.from} to ${o.to} without a fault`);
+  const device = await source.fresh();
+  const missing = o.faults.filter((f) => !device.capabilities.has(FAULT_NEEDS[f]));
+  if (missing.length) throw sweepError(`target ${device.target} cannot inject ${missing.map((f) => `${f} (needs ${FAULT_NEEDS[f]})`).join(', ')}; run the sweep on a target that can`);
+  const window = await measureWindow(device, o, bounds);
+  log(`update window ${window.totalMs} ms: ${window.phases.map((p) => `${p.phase} from ${p.startMs} ms`).join(', ')}`);
+  const points = o.only ? [pointOf(window, o.only.fault, o.only.offsetMs)] : planPoints({ window, faults: o.faults, count: o.points, seed: o.seed });
+  const results: PointResult[] = [];
+  for (const [i, point] of points.entries()) {
+    if (o.signal?.aborted) throw o.signal.reason;
+    const result = await runPoint(await source.fresh(), point, o, bounds);
+    results.push(result);
+    log(`point ${i + 1}/${points.length} ${point.id} (${point.phase}): ${result.outcome}${result.broken.map((b) => `; ${b.invariant}: ${b.detail}`).join('')}`);
+  }
+  return { seed: o.seed, window, points: results, wallMs: Date.now() - started };
+}
+
+/**
+ * The update once, with no fault: when its phases begin, from the hand-over of the new target.
+ * Bad input ends here, before any point: releases that do not deploy, two identical releases,
+ * a check that fails on an update nothing interrupted.
+ */
+async function measureWindow(device: SweepDevice, o: SweepOptions, bounds: InvariantBounds): Promise<UpdateWindow> {
+  const from = await deploy(device, o.from, '--from', true);
+  const fromIds = new Set((await device.status()).containers.map((c) => c.containerId));
+  const to = await deploy(device, o.to, '--to', false);
+  const handedOver = Date.now();
+  if (to.commit === from.commit) throw sweepError(`--from and --to are the same release (commit ${from.commit}): there is no update to sweep`);
+  const starts = new Map<Phase, number>([['download', 0]]);
+  const at = () => Date.now() - handedOver;
+  // Each status read notes the phases begun so far; the wait ends when the release runs.
+  const observe = async () => {
+    const status = await device.status();
+    const mine = status.containers.filter((c) => to.services.includes(c.serviceName));
+    if (!starts.has('stop-old') && [...fromIds].some((id) => !status.containers.some((c) => c.containerId === id && c.status === 'Running'))) starts.set('stop-old', at());
+    if (!starts.has('start-new') && mine.some((c) => !fromIds.has(c.containerId))) starts.set('start-new', at());
+    return status;
+  };
+  await until('release --to running', observe, (s) => runs(s, to), {
+    timeoutMs: bounds.convergeMs,
+    intervalMs: MEASURE_POLL_MS,
+    fail: (f) => sweepError(`release --to did not run within ${bounds.convergeMs} ms of an update with no fault; last seen ${f.lastSeen}`),
+  });
+  const appliedMs = at();
+  starts.set('first-seconds', appliedMs);
+  if (o.check) {
+    await o.check(device).catch((err: unknown) => {
+      throw sweepError(`the check fails after an update with no fault, so it cannot judge a point: ${errorText(err)}`, err);
+    });
+  }
+  const phases = [...starts.entries()].map(([phase, startMs]) => ({ phase, startMs })).sort((a, b) => a.startMs - b.startMs);
+  return { phases, totalMs: appliedMs + (o.firstSecondsMs ?? FIRST_SECONDS_MS) };
+}
+
+function runs(s: StateStatus, release: DeployedRelease): boolean {
+  return s.appState === 'applied' && s.release === String(release.releaseId) && release.services.every((n) => s.containers.some((c) => c.serviceName === n && c.status === 'Running'));
+}
+
+async function deploy(device: SweepDevice, path: string, flag: string, wait: boolean): Promise<DeployedRelease> {
+  try {
+    return await device.deploy(path, { wait });
+  } catch (err) {
+    if (err instanceof FleetlabError && err.code === 'SUP_ERR_BAD_REQUEST') throw err;
+    throw sweepError(`${flag} ${path} did not deploy: ${errorText(err)}`, err);
+  }
+}
+
+async function runPoint(device: SweepDevice, point: SweepPoint, o: SweepOptions, bounds: InvariantBounds): Promise<PointResult> {
+  await device.deploy(o.from);
+  const to = await device.deploy(o.to, { wait: false });
+  const handedOver = Date.now();
+  await sleep(Math.max(0, point.offsetMs - (Date.now() - handedOver)));
+  await inject(device, point.fault);
+  const { broken, settleMs } = await checkInvariants(device, to, bounds, o.check);
+  return { ...point, outcome: broken.length ? 'broken' : 'passed', broken, settleMs };
+}
+
+async function inject(device: SweepDevice, fault: Fault): Promise<void> {
+  switch (fault) {
+    case 'power-cut':
+      return device.powerCycle();
+  }
+}

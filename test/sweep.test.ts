@@ -1,0 +1,108 @@
+/**
+ * `fleetlab sweep` (issue 41): where its points land (pure), what it refuses before any device
+ * starts, and a real sweep on the sim target over dockerd that catches a fragile app the
+ * project has never seen (test/apps/fragile: its v2 refuses to start after a migration a power
+ * cut interrupted), with the broken point breaking again when run alone by its id.
+ */
+import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { planPoints, parseFaults, parsePointId, phaseAt, type UpdateWindow } from '../hil/sweep/points.js';
+import { checkSweepInput, targetDevices, type SweepCommandOptions } from '../hil/harness/sweep-command.js';
+import { checkTargetHost, harnessEnv } from '../hil/harness/run.js';
+import { prepareTargetsNamed } from '../hil/suite-setup.js';
+import { loadTarget } from '../hil/targets/index.js';
+import type { TargetDriver } from '../hil/targets/target-driver.js';
+import { runSweep } from '../hil/sweep/sweep.js';
+import { sweepSummary, sweepTable } from '../hil/sweep/report.js';
+
+const FROM = 'test/apps/fragile/compose.yaml';
+const TO = 'test/apps/fragile/compose.v2.yaml';
+const window: UpdateWindow = { phases: [{ phase: 'download', startMs: 0 }, { phase: 'stop-old', startMs: 100 }, { phase: 'start-new', startMs: 300 }, { phase: 'first-seconds', startMs: 600 }], totalMs: 5600 };
+
+describe('sweep points', () => {
+  it('one point in each equal slice of the window, the faults taking turns, the same for the same seed', () => {
+    const points = planPoints({ window, faults: ['power-cut'], count: 8, seed: 42 });
+    expect(points).toHaveLength(8);
+    points.forEach((p, i) => {
+      expect(p.offsetMs).toBeGreaterThanOrEqual(Math.floor((i * 5600) / 8));
+      expect(p.offsetMs).toBeLessThanOrEqual(Math.ceil(((i + 1) * 5600) / 8));
+      expect(p.id).toBe(`power-cut@${p.offsetMs}`);
+      expect(p.phase).toBe(phaseAt(window, p.offsetMs));
+    });
+    expect(planPoints({ window, faults: ['power-cut'], count: 8, seed: 42 })).toEqual(points);
+    expect(planPoints({ window, faults: ['power-cut'], count: 8, seed: 43 })).not.toEqual(points);
+  });
+
+  it('names the phase a moment falls in', () => {
+    expect([0, 99, 100, 450, 600, 9000].map((ms) => phaseAt(window, ms))).toEqual(['download', 'download', 'stop-old', 'start-new', 'first-seconds', 'first-seconds']);
+  });
+
+  it('refuses a bad --only, an unknown fault and a count below one, saying what it takes', () => {
+    expect(parsePointId('power-cut@1830')).toEqual({ fault: 'power-cut', offsetMs: 1830 });
+    expect(() => parsePointId('power-cut:1830')).toThrow(/<fault>@<ms>/);
+    expect(() => parsePointId('meteor@10')).toThrow(/<fault>@<ms>/);
+    expect(() => parseFaults(['power-cut', 'meteor'])).toThrow(/unknown fault "meteor"; this version injects power-cut/);
+    expect(() => planPoints({ window, faults: ['power-cut'], count: 0, seed: 1 })).toThrow(/at least 1/);
+  });
+});
+
+describe('sweep input, checked before a device starts', () => {
+  const base: SweepCommandOptions = { from: FROM, to: TO, target: 'sim', faults: ['power-cut'], points: 3, json: false };
+  it.each([
+    [{ from: 'test/apps/none.yaml' }, /--from test\/apps\/none.yaml: no such compose file/],
+    [{ target: 'moon' }, /--target "moon": known targets are sim, container, qemu, board/],
+    [{ faults: ['disk-fill'] }, /unknown fault "disk-fill"/],
+    [{ points: 0 }, /--points must be a whole number of at least 1/],
+    [{ only: '12' }, /--only takes a point/],
+    [{ check: 'no command' }, /--check takes '<service>: <command>'/],
+  ])('%j', (change, message) => {
+    expect(() => checkSweepInput({ ...base, ...change })).toThrow(message);
+  });
+});
+
+describe('a sweep on the sim target', () => {
+  let driver: TargetDriver;
+  const lines: string[] = [];
+  beforeAll(async () => {
+    await checkTargetHost('sim', '/var/run/docker.sock', 'sweep test');
+    // The command's environment but its TMPDIR: this run's own temporary directory is checked for leftovers.
+    const { TMPDIR: _, ...env } = harnessEnv('/var/run/docker.sock');
+    Object.assign(process.env, env);
+    await prepareTargetsNamed(['sim'], { testImages: true });
+    driver = await loadTarget('sim');
+  }, 300_000);
+  afterAll(async () => {
+    await driver?.dispose?.();
+  });
+
+  beforeEach(() => void (lines.length = 0));
+
+  const sweep = async (o: { points?: number; only?: { fault: 'power-cut'; offsetMs: number } }) => {
+    const devices = targetDevices(driver, (l) => lines.push(l));
+    try {
+      return await runSweep(devices, { from: FROM, to: TO, faults: ['power-cut'], points: o.points ?? 3, seed: 11, ...(o.only ? { only: o.only } : {}), progress: (l) => lines.push(l) });
+    } finally {
+      await devices.close();
+    }
+  };
+
+  it('catches the fragile app: a cut during its migration leaves it in a restart loop, named, and the point breaks again alone', async () => {
+    const result = await sweep({ points: 3 });
+    const table = sweepTable(result);
+    expect(result.window.phases.map((p) => p.phase)).toEqual(['download', 'stop-old', 'start-new', 'first-seconds']);
+    // Three slices of a ~3.5 s window plus the app's 5 s: the middle one lies in the 3 s migration.
+    const broken = result.points.filter((p) => p.outcome === 'broken');
+    expect(broken.length, table).toBeGreaterThan(0);
+    expect(broken.every((p) => p.broken.some((b) => b.invariant === 'stays-up' || b.invariant === 'reaches-release')), table).toBe(true);
+    expect(sweepSummary(result, (id) => `--only ${id}`)).toContain(`broken ${broken[0]!.id}: --only ${broken[0]!.id}`);
+
+    const again = await sweep({ only: { fault: broken[0]!.fault, offsetMs: broken[0]!.offsetMs } });
+    expect(again.points.map((p) => [p.id, p.outcome]), sweepTable(again)).toEqual([[broken[0]!.id, 'broken']]);
+  }, 300_000);
+
+  it('refuses two identical releases before any point runs', async () => {
+    const devices = targetDevices(driver, (l) => lines.push(l));
+    const run = runSweep(devices, { from: TO, to: TO, faults: ['power-cut'], points: 5, seed: 1, progress: (l) => lines.push(l) }).finally(() => devices.close());
+    await expect(run).rejects.toThrow(/--from and --to are the same release \(commit [0-9a-f]+\): there is no update to sweep/);
+    expect(lines.filter((l) => l.startsWith('point '))).toEqual([]);
+  }, 300_000);
+});

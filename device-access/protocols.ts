@@ -19,6 +19,7 @@ export const CAPABILITIES = [
   'files.volumes', // FilesProtocol.volumePath: where an app's named volume lives on the device
   'images', // ImagesProtocol: a release's images reach the device's engine (device.deploy)
   'ports', // PortsProtocol: where the harness reaches a service's published port (device.address)
+  'supervisor.kill', // SupervisorProtocol.kill: SIGKILL to the supervisor; the OS starts it again
 ] as const;
 export type Capability = (typeof CAPABILITIES)[number];
 
@@ -141,6 +142,15 @@ export interface PowerProtocol {
   on(): Promise<void>;
 }
 
+export interface SupervisorProtocol {
+  /**
+   * SIGKILL to the supervisor process, as an OOM kill or a crash ends it mid-whatever; resolves
+   * once the OS has started it again (systemd's Restart=always on a board, the simulated
+   * device's own restart) and it answers.
+   */
+  kill(): Promise<void>;
+}
+
 export interface NetworkProtocol {
   /** Cut the device off from the cloud (the device API stays reachable from the harness). */
   partition(): Promise<void>;
@@ -226,6 +236,7 @@ export interface DeviceUnderTest extends AsyncDisposable {
   readonly files?: FilesProtocol;
   readonly images?: ImagesProtocol;
   readonly ports?: PortsProtocol;
+  readonly supervisor?: SupervisorProtocol;
   /** Where a capture finds the supervisor's files and engine (with `exec`). */
   readonly paths?: DevicePaths;
   /** The supervisor's own log so far (attached to failed tests). */

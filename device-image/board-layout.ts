@@ -4,6 +4,7 @@
  * (device-image/recipe.ts), so what CI boots is what a lab installs. Pure: text and paths.
  */
 import { DEVICE_NODE_FLAGS } from './payload.js';
+import { SUPERVISOR_RESTART_SEC } from '../src/supervisor/restart-policy.js';
 
 export const BOARD = {
   appDir: '/opt/fleetlab',
@@ -59,7 +60,7 @@ export function supervisorUnit(o: UnitOptions = {}): string {
     ...[...(o.environmentFiles ?? []), BOARD.installEnvFile, BOARD.envFile].map((f) => `EnvironmentFile=-${f}`),
     `Environment=NODE_COMPILE_CACHE=${BOARD.compileCache}/node-compile-cache`,
     `ExecStart=${BOARD.node} ${DEVICE_NODE_FLAGS.join(' ')} ${BOARD.bundle} supervisor --config ${BOARD.configFile}`,
-    'Restart=always', 'RestartSec=2', 'KillMode=mixed', 'TimeoutStopSec=30',
+    'Restart=always', `RestartSec=${SUPERVISOR_RESTART_SEC}`, 'KillMode=mixed', 'TimeoutStopSec=30',
     '', '[Install]', 'WantedBy=multi-user.target', '',
   ].join('\n');
 }

@@ -13,6 +13,7 @@ import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { EventEmitter } from 'node:events';
 import Docker from 'dockerode';
+import { SUPERVISOR_RESTART_SEC } from '../src/supervisor/restart-policy.js';
 import { FleetlabError, errorText } from '../src/errors.js';
 import { LABEL } from '../src/protocol/engine-labels.js';
 import { until } from '../src/wait.js';
@@ -142,6 +143,7 @@ const READY_TIMEOUT_MS = 30_000;
  */
 export const LED_TRANSITIONS_FILE = 'led-transitions.ndjson';
 const STOP_GRACE_MS = 10_000;
+const SUPERVISOR_RESTART_MS = SUPERVISOR_RESTART_SEC * 1000;
 export const SIM_LED_CHIP = 'pinctrl-bcm2835';
 
 function hostAndPort(url: string): { host: string; port: number } {
@@ -183,6 +185,8 @@ export class SimDevice extends EventEmitter<{ reboot: []; poweroff: []; exit: [c
   private readonly docker: Docker;
   private transitions: Promise<void> = Promise.resolve();
   private stopping = false;
+  /** Set while a supervisor that died waits to be started again. */
+  private restartTimer: NodeJS.Timeout | undefined;
   /** The device's own simulated engine (engine: 'sim'), for fault injection in tests. */
   simEngine: SimEngineHandle | undefined;
   /** The device's network path to the cloud (with `cloud`): partition and heal it. */
@@ -404,7 +408,15 @@ export class SimDevice extends EventEmitter<{ reboot: []; poweroff: []; exit: [c
     void this.journal.pipeLines(child.stderr!, { unit: supervisorUnit, identifier: 'fleetlab-supervisor', priority: 3 });
     child.once('exit', (code) => {
       if (this.child === child) this.child = null;
-      if (!this.stopping) this.emit('exit', code);
+      if (this.stopping) return;
+      this.emit('exit', code);
+      // A supervisor that dies (killed, crashed) is started again, as systemd does on a board
+      // (Restart=always, RestartSec=2 in device-image/board-layout.ts's unit).
+      this.logFile?.write(`sim: the supervisor exited (${code ?? child.signalCode}); starting it again in ${SUPERVISOR_RESTART_MS} ms\n`);
+      clearTimeout(this.restartTimer);
+      this.restartTimer = setTimeout(() => {
+        if (!this.stopping && !this.child) this.queue(() => this.boot());
+      }, SUPERVISOR_RESTART_MS);
     });
     if (inspect.length) {
       // Stopped for a debugger, it answers once the developer lets it run: the start does not wait.
@@ -464,6 +476,7 @@ export class SimDevice extends EventEmitter<{ reboot: []; poweroff: []; exit: [c
    */
   async reboot(options: { powerLost?: boolean } = {}): Promise<void> {
     this.stopping = true;
+    clearTimeout(this.restartTimer);
     try {
       await this.stopSupervisor();
       await Promise.all((await this.deviceContainers()).map((c) => this.#stopContainer(this.docker.getContainer(c.Id), options).catch(() => undefined)));
@@ -482,6 +495,7 @@ export class SimDevice extends EventEmitter<{ reboot: []; poweroff: []; exit: [c
   /** A shutdown (login1 PowerOff); with `powerLost`, power cut: the supervisor and every container die at once. */
   async powerOff(options: { powerLost?: boolean } = {}): Promise<void> {
     this.stopping = true;
+    clearTimeout(this.restartTimer);
     if (options.powerLost) this.killSupervisor();
     await this.stopSupervisor();
     await Promise.all((await this.deviceContainers()).map((c) => this.#stopContainer(this.docker.getContainer(c.Id), options).catch(() => undefined)));
@@ -500,6 +514,7 @@ export class SimDevice extends EventEmitter<{ reboot: []; poweroff: []; exit: [c
 
   async stop(): Promise<void> {
     this.stopping = true;
+    clearTimeout(this.restartTimer);
     await this.transitions;
     await this.teardown.stop();
   }
@@ -507,6 +522,7 @@ export class SimDevice extends EventEmitter<{ reboot: []; poweroff: []; exit: [c
   /** A forced stop: kills its processes at once; a `stop` under way still removes what it can. */
   kill(): void {
     this.stopping = true;
+    clearTimeout(this.restartTimer);
     this.teardown.force();
   }
 }

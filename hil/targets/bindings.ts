@@ -21,6 +21,7 @@ const BACKING: Record<Capability, (d: DeviceUnderTest) => boolean> = {
   'files.volumes': (d) => typeof d.files?.volumePath === 'function',
   images: (d) => typeof d.images?.prepare === 'function',
   ports: (d) => typeof d.ports?.published === 'function',
+  'supervisor.kill': (d) => typeof d.supervisor?.kill === 'function',
 };
 
 /** Throws an error naming every capability `driver` declares but `device` lacks. */

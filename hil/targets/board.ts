@@ -20,10 +20,11 @@ import { SerialConsole } from '../../device-access/serial-console.js';
 import { ensureBoardTestImages } from './board-test-images.js';
 import { PulledImages } from './pulled-images.js';
 import { SshDevice } from '../../device-access/ssh-device.js';
-import type { ApiProtocol, Capability, CommandProtocol, ImagesProtocol, DeviceUnderTest, FilesProtocol, JournalProtocol, DevicePaths, LedProtocol, PowerProtocol, TargetFacts } from '../../device-access/protocols.js';
+import type { ApiProtocol, Capability, CommandProtocol, ImagesProtocol, DeviceUnderTest, FilesProtocol, JournalProtocol, DevicePaths, LedProtocol, PowerProtocol, SupervisorProtocol, TargetFacts } from '../../device-access/protocols.js';
 import type { TargetDriver } from './target-driver.js';
 import { BOARD_TIMEOUTS, deadlines } from './timeouts.js';
 import { waitApiDown } from './drivers/api-down.js';
+import { supervisorKill, systemctlKill } from './drivers/supervisor-kill.js';
 import { dockerVolumePath, storedIdentity, unitLog, waitStoredIdentity } from './drivers/device-facts.js';
 import { observeLedByCommand } from './drivers/led-command.js';
 import { observeSysfsLed } from './drivers/led-sysfs.js';
@@ -72,6 +73,7 @@ class BoardUnderTest implements DeviceUnderTest {
   readonly files: FilesProtocol;
   readonly journal: JournalProtocol;
   readonly power: PowerProtocol;
+  readonly supervisor: SupervisorProtocol;
   readonly led?: LedProtocol;
   readonly images?: ImagesProtocol;
   readonly paths: DevicePaths;
@@ -130,6 +132,12 @@ class BoardUnderTest implements DeviceUnderTest {
         ...(markOffline ? { markOffline } : {}),
       }),
     };
+    this.supervisor = supervisorKill({
+      kill: () => systemctlKill(ssh, config.supervisorUnit),
+      url,
+      downMs: timeouts.down,
+      waitReady: () => this.api.waitReady(timeouts.ready),
+    });
   }
 
   supervisorLog(): Promise<string> {

@@ -28,12 +28,13 @@ import { httpApi } from '../lib/http.js';
 import { filesBesideEngine, hostFiles, removeTree } from './engine-files.js';
 import { hostShell } from './host-shell.js';
 import { enginePorts } from './engine-ports.js';
-import type { ApiProtocol, Capability, CommandProtocol, DevicePaths, DeviceUnderTest, FilesProtocol, ImagesProtocol, JournalProtocol, LedProtocol, NetworkProtocol, PortsProtocol, PowerProtocol, ReleaseEngine, TargetFacts } from '../../device-access/protocols.js';
+import type { ApiProtocol, Capability, CommandProtocol, DevicePaths, DeviceUnderTest, FilesProtocol, ImagesProtocol, JournalProtocol, LedProtocol, NetworkProtocol, PortsProtocol, PowerProtocol, ReleaseEngine, SupervisorProtocol, TargetFacts } from '../../device-access/protocols.js';
 import type { TargetDriver, TargetStartOptions } from './target-driver.js';
 import { WorkerRegistry } from './worker-registry.js';
 import { engineVolumePath } from './drivers/device-facts.js';
 import { journalInDirectory } from './drivers/journal-directory.js';
 import { login1DbusSend, login1Reboot } from './drivers/reboot-login1.js';
+import { supervisorKill } from './drivers/supervisor-kill.js';
 import { deadlines, SIM_TIMEOUTS } from './timeouts.js';
 
 export type SimEngine = 'sim' | 'docker';
@@ -87,6 +88,7 @@ class SimUnderTest implements DeviceUnderTest {
   readonly exec: CommandProtocol;
   readonly led: LedProtocol;
   readonly power: PowerProtocol;
+  readonly supervisor: SupervisorProtocol;
   readonly journal: JournalProtocol;
   readonly files: FilesProtocol;
   readonly network: NetworkProtocol;
@@ -170,6 +172,16 @@ class SimUnderTest implements DeviceUnderTest {
         await this.api.waitReady(TIMEOUTS.ready);
       },
     };
+    this.supervisor = supervisorKill({
+      kill: async () => {
+        const pid = sim.supervisorPid;
+        if (!pid) throw new FleetlabError('SUP_ERR_HOST', 'supervisor.kill: the device has no supervisor running');
+        process.kill(pid, 'SIGKILL');
+      },
+      url: info.url,
+      downMs: TIMEOUTS.ready,
+      waitReady: () => this.api.waitReady(TIMEOUTS.ready),
+    });
     // The device's path to its cloud is a loopback link the sim holds (sim/network/).
     const link = () => {
       if (!sim.cloudLink) throw new FleetlabError('SUP_ERR_BAD_REQUEST', 'network: this device was started without a cloud (test.use({ withCloud: true }))');
@@ -236,7 +248,7 @@ class SimUnderTest implements DeviceUnderTest {
  * link to the cloud of a `withCloud` device.
  */
 function simCapabilities(engine: SimEngine): Capability[] {
-  const always: Capability[] = ['api', 'exec', 'led', 'power.reboot', 'power.cycle', 'power.cut', 'network', 'journal', 'files', 'files.volumes'];
+  const always: Capability[] = ['api', 'exec', 'led', 'power.reboot', 'power.cycle', 'power.cut', 'supervisor.kill', 'network', 'journal', 'files', 'files.volumes'];
   return engine === 'docker' ? [...always, 'images', 'ports'] : always;
 }
 

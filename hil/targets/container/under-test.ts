@@ -6,7 +6,8 @@ import type { StartedTestContainer } from 'testcontainers';
 import { LED_TRANSITIONS_FILE, simDeviceFiles } from '../../../sim/device.js';
 import { removeDeviceLeftovers } from '../../../sim/device-leftovers.js';
 import { filesOverCommands } from '../../../device-access/files-over-commands.js';
-import type { ApiProtocol, Capability, CommandProtocol, DeviceUnderTest, FilesProtocol, ImagesProtocol, JournalProtocol, DevicePaths, LedProtocol, PortsProtocol, PowerProtocol, TargetFacts } from '../../../device-access/protocols.js';
+import { FleetlabError } from '../../../src/errors.js';
+import type { ApiProtocol, Capability, CommandProtocol, DeviceUnderTest, FilesProtocol, ImagesProtocol, JournalProtocol, DevicePaths, LedProtocol, PortsProtocol, PowerProtocol, SupervisorProtocol, TargetFacts } from '../../../device-access/protocols.js';
 import { httpApi } from '../../lib/http.js';
 import { TARGET_NAME } from '../../lib/target-labels.js';
 import { dockerExec, type ReadyLine } from '../container-docker.js';
@@ -14,6 +15,7 @@ import { removeTree } from '../engine-files.js';
 import { enginePorts } from '../engine-ports.js';
 import { hostShell } from '../host-shell.js';
 import { waitApiDown } from '../drivers/api-down.js';
+import { supervisorKill } from '../drivers/supervisor-kill.js';
 import { engineVolumePath } from '../drivers/device-facts.js';
 import { journalInDirectory } from '../drivers/journal-directory.js';
 import { ledFromFiles } from '../drivers/led-file.js';
@@ -21,7 +23,13 @@ import { containerPower } from '../drivers/power-container.js';
 import { login1DbusSend, login1Reboot } from '../drivers/reboot-login1.js';
 import { CONTAINER_TIMEOUTS, deadlines } from '../timeouts.js';
 
-export const CONTAINER_CAPABILITIES: readonly Capability[] = ['api', 'exec', 'led', 'power.reboot', 'power.cycle', 'power.cut', 'journal', 'files', 'files.volumes', 'images', 'ports'];
+/**
+ * SIGKILL to the supervisor process in the device container, found by its command line (the
+ * image has no pkill); the bracket keeps the pattern from matching this shell's own line.
+ */
+const KILL_SUPERVISOR = `found=; for p in /proc/[0-9]*; do if tr '\\0' ' ' < "$p/cmdline" 2>/dev/null | grep -q 'main.js supervis[o]r'; then kill -KILL "\${p#/proc/}" && found=1; fi; done; [ -n "$found" ]`;
+
+export const CONTAINER_CAPABILITIES: readonly Capability[] = ['api', 'exec', 'led', 'power.reboot', 'power.cycle', 'power.cut', 'supervisor.kill', 'journal', 'files', 'files.volumes', 'images', 'ports'];
 const LED_OFFSET = 17;
 const LED_GPIO = 512 + LED_OFFSET;
 const TIMEOUTS = deadlines(CONTAINER_TIMEOUTS);
@@ -34,6 +42,7 @@ export class ContainerUnderTest implements DeviceUnderTest {
   readonly exec: CommandProtocol;
   readonly led: LedProtocol;
   readonly power: PowerProtocol;
+  readonly supervisor: SupervisorProtocol;
   readonly journal: JournalProtocol;
   readonly files: FilesProtocol;
   readonly images: ImagesProtocol;
@@ -95,6 +104,16 @@ export class ContainerUnderTest implements DeviceUnderTest {
       ...containerPower({ docker, dockerSocket, id, uuid, dataDir, readyLines: ready.count, readyMs: TIMEOUTS.ready, waitReady: (ms) => this.api.waitReady(ms), lostPower: () => led.lostPower() }),
     };
 
+    // The device container's init is `fleetlab sim device`, which starts its supervisor again as systemd would.
+    this.supervisor = supervisorKill({
+      kill: async () => {
+        const r = await this.exec.run(['sh', '-c', KILL_SUPERVISOR]);
+        if (r.exitCode !== 0) throw new FleetlabError('SUP_ERR_HOST', `supervisor.kill: no supervisor process in the device container (${(r.stderr || r.stdout).trim() || `exit ${r.exitCode}`})`);
+      },
+      url,
+      downMs: TIMEOUTS.down,
+      waitReady: () => this.api.waitReady(TIMEOUTS.ready),
+    });
     this.journal = journalInDirectory(this.exec.run, join(dataDir, 'journal'));
 
     this.files = {

@@ -6,16 +6,17 @@ import { GUEST } from '../../../device-image/recipe.js';
 import type { PartitionableLink } from '../../../sim/network/partitionable-link.js';
 import { httpApi } from '../../lib/http.js';
 import type { SshDevice } from '../../../device-access/ssh-device.js';
-import type { ApiProtocol, Capability, DevicePaths, DeviceUnderTest, ImagesProtocol, LedProtocol, NetworkProtocol, PowerProtocol, TargetFacts } from '../../../device-access/protocols.js';
+import type { ApiProtocol, Capability, DevicePaths, DeviceUnderTest, ImagesProtocol, LedProtocol, NetworkProtocol, PowerProtocol, SupervisorProtocol, TargetFacts } from '../../../device-access/protocols.js';
 import { QemuPorts } from '../qemu-ports.js';
 import { waitApiDown } from '../drivers/api-down.js';
+import { supervisorKill, systemctlKill } from '../drivers/supervisor-kill.js';
 import { dockerVolumePath, unitLog } from '../drivers/device-facts.js';
 import { LOGIN1_BUSCTL, LOGIN1_CALL_MS, login1Reboot } from '../drivers/reboot-login1.js';
 import { deadlines, QEMU_TIMEOUTS } from '../timeouts.js';
 import type { QemuLab } from './lab.js';
 
 export const QEMU_TARGET = 'qemu';
-export const QEMU_CAPABILITIES: readonly Capability[] = ['api', 'exec', 'led', 'power.reboot', 'power.cycle', 'power.cut', 'network', 'journal', 'files', 'files.volumes', 'images', 'ports'];
+export const QEMU_CAPABILITIES: readonly Capability[] = ['api', 'exec', 'led', 'power.reboot', 'power.cycle', 'power.cut', 'supervisor.kill', 'network', 'journal', 'files', 'files.volumes', 'images', 'ports'];
 /** Serial console lines attached to a failed test: enough for a whole boot's tail. */
 const CONSOLE_LINES = 150;
 const TIMEOUTS = deadlines(QEMU_TIMEOUTS);
@@ -30,6 +31,7 @@ export class QemuUnderTest implements DeviceUnderTest {
   readonly journal;
   readonly led: LedProtocol;
   readonly power: PowerProtocol;
+  readonly supervisor: SupervisorProtocol;
   readonly network: NetworkProtocol;
   readonly images: ImagesProtocol;
   readonly ports: QemuPorts;
@@ -78,6 +80,12 @@ export class QemuUnderTest implements DeviceUnderTest {
       }),
       ...lab.power.protocol(),
     };
+    this.supervisor = supervisorKill({
+      kill: () => systemctlKill(ssh, GUEST.unit),
+      url,
+      downMs: TIMEOUTS.down,
+      waitReady: () => this.api.waitReady(TIMEOUTS.ready),
+    });
     const requireLink = () => {
       if (!link) throw new FleetlabError('SUP_ERR_BAD_REQUEST', 'network: this device was started without a cloud (test.use({ withCloud: true }))');
       return link;

@@ -1,11 +1,11 @@
 /**
  * `fleetlab sweep` (issue 41): where its points land (pure), what it refuses before any device
  * starts, and a real sweep on the sim target over dockerd that catches a fragile app the
- * project has never seen (test/apps/fragile: its v2 refuses to start after a migration a power
+ * project has never seen (fixtures/apps/fragile: its v2 refuses to start after a migration a power
  * cut interrupted), with the broken point breaking again when run alone by its id.
  */
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import { planPoints, parseFaults, parsePointId, phaseAt, type UpdateWindow } from '../hil/sweep/points.js';
+import { planPoints, parseFaults, parsePointId, phaseAt, type Fault, type UpdateWindow } from '../hil/sweep/points.js';
 import { checkSweepInput, targetDevices, type SweepCommandOptions } from '../hil/harness/sweep-command.js';
 import { checkTargetHost, harnessEnv } from '../hil/harness/run.js';
 import { prepareTargetsNamed } from '../hil/suite-setup.js';
@@ -14,8 +14,8 @@ import type { TargetDriver } from '../hil/targets/target-driver.js';
 import { runSweep } from '../hil/sweep/sweep.js';
 import { sweepSummary, sweepTable } from '../hil/sweep/report.js';
 
-const FROM = 'test/apps/fragile/compose.yaml';
-const TO = 'test/apps/fragile/compose.v2.yaml';
+const FROM = 'fixtures/apps/fragile/compose.yaml';
+const TO = 'fixtures/apps/fragile/compose.v2.yaml';
 const window: UpdateWindow = { phases: [{ phase: 'download', startMs: 0 }, { phase: 'stop-old', startMs: 100 }, { phase: 'start-new', startMs: 300 }, { phase: 'first-seconds', startMs: 600 }], totalMs: 5600 };
 
 describe('sweep points', () => {
@@ -40,7 +40,7 @@ describe('sweep points', () => {
     expect(parsePointId('power-cut@1830')).toEqual({ fault: 'power-cut', offsetMs: 1830 });
     expect(() => parsePointId('power-cut:1830')).toThrow(/<fault>@<ms>/);
     expect(() => parsePointId('meteor@10')).toThrow(/<fault>@<ms>/);
-    expect(() => parseFaults(['power-cut', 'meteor'])).toThrow(/unknown fault "meteor"; this version injects power-cut/);
+    expect(() => parseFaults(['power-cut', 'meteor'])).toThrow(/unknown fault "meteor"; this version injects power-cut, supervisor-kill/);
     expect(() => planPoints({ window, faults: ['power-cut'], count: 0, seed: 1 })).toThrow(/at least 1/);
   });
 });
@@ -76,10 +76,10 @@ describe('a sweep on the sim target', () => {
 
   beforeEach(() => void (lines.length = 0));
 
-  const sweep = async (o: { points?: number; only?: { fault: 'power-cut'; offsetMs: number } }) => {
+  const sweep = async (o: { points?: number; faults?: Fault[]; only?: { fault: Fault; offsetMs: number } }) => {
     const devices = targetDevices(driver, (l) => lines.push(l));
     try {
-      return await runSweep(devices, { from: FROM, to: TO, faults: ['power-cut'], points: o.points ?? 3, seed: 11, ...(o.only ? { only: o.only } : {}), progress: (l) => lines.push(l) });
+      return await runSweep(devices, { from: FROM, to: TO, faults: o.faults ?? ['power-cut'], points: o.points ?? 3, seed: 11, ...(o.only ? { only: o.only } : {}), progress: (l) => lines.push(l) });
     } finally {
       await devices.close();
     }
@@ -89,7 +89,7 @@ describe('a sweep on the sim target', () => {
     const result = await sweep({ points: 3 });
     const table = sweepTable(result);
     expect(result.window.phases.map((p) => p.phase)).toEqual(['download', 'stop-old', 'start-new', 'first-seconds']);
-    // Three slices of a ~3.5 s window plus the app's 5 s: the middle one lies in the 3 s migration.
+    // Three slices of a ~5.6 s window (the update's ~0.6 s, the app's first 5 s): the middle one lies in the 3 s migration.
     const broken = result.points.filter((p) => p.outcome === 'broken');
     expect(broken.length, table).toBeGreaterThan(0);
     expect(broken.every((p) => p.broken.some((b) => b.invariant === 'stays-up' || b.invariant === 'reaches-release')), table).toBe(true);
@@ -97,6 +97,11 @@ describe('a sweep on the sim target', () => {
 
     const again = await sweep({ only: { fault: broken[0]!.fault, offsetMs: broken[0]!.offsetMs } });
     expect(again.points.map((p) => [p.id, p.outcome]), sweepTable(again)).toEqual([[broken[0]!.id, 'broken']]);
+  }, 300_000);
+
+  it('the same app survives the supervisor killed at any point: its containers run on, the supervisor is started again', async () => {
+    const result = await sweep({ points: 2, faults: ['supervisor-kill'] });
+    expect(result.points.map((p) => [p.fault, p.outcome]), sweepTable(result)).toEqual([['supervisor-kill', 'passed'], ['supervisor-kill', 'passed']]);
   }, 300_000);
 
   it('refuses two identical releases before any point runs', async () => {

@@ -27,7 +27,13 @@ import type {
   TargetFacts,
 } from '../../device-access/protocols.js';
 
+import { parseFaults, parsePointId, type Fault } from '../sweep/points.js';
+import { runSweep, type SweepResult } from '../sweep/sweep.js';
+import { sweepSummary, sweepTable } from '../sweep/report.js';
+import type { SweepDevice } from '../sweep/device.js';
+
 export type { DeployedRelease, DeployOptions } from '../release/local-deploy.js';
+export type { SweepResult, PointResult } from '../sweep/sweep.js';
 
 export interface JournalOptions {
   /** A systemd unit, e.g. the supervisor's `fleetlab-supervisor.service`. */
@@ -65,6 +71,31 @@ export interface DeviceContext {
   startedAt: number;
   /** Build output and deploy progress, a line at a time. */
   log?: (line: string) => void;
+  /**
+   * A fresh device of the worker's target in place of this one (the fixture's pool retires the
+   * one before), for `sweep()`: a point starts from a device as a spec file gets it.
+   */
+  freshDevice?: () => Promise<Device>;
+  /** Adds an attachment to the test's report. */
+  attach?: (name: string, body: string, contentType: string) => Promise<void>;
+}
+
+export interface DeviceSweepOptions {
+  /** Compose files or directories: the release the device runs, and the update. */
+  from: string;
+  to: string;
+  /** Default `['power-cut']`. */
+  faults?: Fault[];
+  /** How many points, spread over the measured update (default 10). */
+  points?: number;
+  /** Where in each slice a point lands (default: random, in the report). */
+  seed?: number;
+  /** One point again, as the table names it (`power-cut@1830`). */
+  only?: string;
+  /** The team's check of each point's end state: throw to break the point. */
+  check?: (device: Device) => Promise<void>;
+  /** How long every service must stay up with the same container after each point (default 10 s). */
+  settleMs?: number;
 }
 
 const DEFAULT_APP_ID = 1;
@@ -156,6 +187,14 @@ export class Device {
     await this.#need(this.#dut.power, 'powerCycle()', 'power.cycle').cycle();
   }
 
+  /**
+   * SIGKILL to the supervisor alone, as a crash or an OOM kill ends it (the app's containers
+   * run on); resolves once the OS has started it again and it answers.
+   */
+  async killSupervisor(): Promise<void> {
+    await this.#need(this.#dut.supervisor, 'killSupervisor()', 'supervisor.kill').kill();
+  }
+
   /** Reboot through the OS; resolves when the API answers again. */
   async reboot(): Promise<void> {
     await this.#need(this.#dut.power, 'reboot()', 'power.reboot').reboot();
@@ -198,6 +237,34 @@ export class Device {
   /** Where the update lock of `service` lives on the device: an app holds the lock while this file exists. */
   updateLockPath(service: string, appId = DEFAULT_APP_ID): string {
     return `${this.api.identity.lockRoot}/${appId}/${service}/updates.lock`;
+  }
+
+  /**
+   * A fault sweep (what `fleetlab sweep` runs): the update from `from` to `to` measured once,
+   * then run again on a fresh device per point with power cut at the point's moment, and every
+   * invariant checked once power is back. The table goes into the report; the result says
+   * which points broke what. The sweep takes the worker's devices: this `device` is a fresh one
+   * again in the next spec file.
+   */
+  async sweep(options: DeviceSweepOptions): Promise<SweepResult> {
+    const fresh = this.#context.freshDevice;
+    if (!fresh) throw new FleetlabError('HIL_ERR_CAPABILITY', 'device.sweep(): this device was not made by the device fixture of fleetlab/test, which gives a sweep its fresh devices');
+    const seed = options.seed ?? Math.floor(Math.random() * 2 ** 31);
+    const check = options.check;
+    const result = await runSweep({ fresh }, {
+      from: resolve(options.from),
+      to: resolve(options.to),
+      faults: parseFaults(options.faults ?? ['power-cut']),
+      points: options.points ?? 10,
+      seed,
+      ...(options.only !== undefined ? { only: parsePointId(options.only) } : {}),
+      ...(check ? { check: (device: SweepDevice) => check(device as Device) } : {}),
+      ...(options.settleMs !== undefined ? { bounds: { settleMs: options.settleMs } } : {}),
+      ...(this.#context.log ? { progress: this.#context.log } : {}),
+    });
+    const rerun = (id: string) => `device.sweep({ ...the same options, seed: ${seed}, only: '${id}' })`;
+    await this.#context.attach?.('sweep', `${sweepTable(result)}\n\n${sweepSummary(result, rerun)}\n`, 'text/plain');
+    return result;
   }
 
   /**

@@ -27,7 +27,7 @@ import { loadTarget } from '../targets/index.js';
 import type { Capability, DeviceUnderTest } from '../../device-access/protocols.js';
 import type { TargetDriver, TargetStartOptions } from '../targets/target-driver.js';
 import { startFleetCloud, type FleetCloud } from '../../sim/stack.js';
-import { Device } from './device.js';
+import { Device, type DeviceContext } from './device.js';
 import { FleetUnderTest, type ConvergeOptions, type FleetOptions } from './fleet.js';
 import { readBundle } from '../capture/bundle.js';
 import { captureDevice } from '../capture/capture.js';
@@ -175,8 +175,24 @@ export const test = base.extend<HilTestFixtures, HilWorkerFixtures>({
     try {
       // A repeat (--repeat-each) of a file is a new run of it: it gets its own device.
       const bundle = fromBundle ? resolve(dirname(testInfo.file), fromBundle) : undefined;
-      held = await devicePool.forFile(`${testInfo.file}#${testInfo.repeatEachIndex}`, withCloud, bundle);
-      await use(new Device(held.device, { ...(app ? { app } : {}), ignoreComposeKeys, ...(bundle ? { bundle } : {}), startedAt: origin, log: (line) => console.log(`fleetlab: ${line}`) }));
+      const file = `${testInfo.file}#${testInfo.repeatEachIndex}`;
+      const context: DeviceContext = {
+        ...(app ? { app } : {}),
+        ignoreComposeKeys,
+        ...(bundle ? { bundle } : {}),
+        startedAt: origin,
+        log: (line) => console.log(`fleetlab: ${line}`),
+        attach: async (name, body, contentType) => void (await testInfo.attach(name, { body, contentType })),
+      };
+      // A sweep's devices: each a new one from the pool, the file's own device retired first;
+      // the evidence of a failure comes from the last of them.
+      let sweeps = 0;
+      context.freshDevice = async () => {
+        held = await devicePool.forFile(`${file}#sweep-${++sweeps}`, withCloud, bundle);
+        return new Device(held.device, context);
+      };
+      held = await devicePool.forFile(file, withCloud, bundle);
+      await use(new Device(held.device, context));
     } finally {
       const failed = !held || testInfo.status !== testInfo.expectedStatus;
       if (failed && held?.raw.infrastructureFailure) {

@@ -17,6 +17,7 @@ import { runSweep, type SweepResult } from '../sweep/sweep.js';
 import { sweepSummary, sweepTable } from '../sweep/report.js';
 import type { SweepCheck } from '../sweep/invariants.js';
 import type { DeviceSource, SweepDevice } from '../sweep/device.js';
+import { dockerOnDevice } from '../sweep/engine-shell.js';
 import { Device } from './device.js';
 import { checkTargetHost, harnessEnv } from './run.js';
 
@@ -42,10 +43,11 @@ export function commandCheck(spec: string): SweepCheck {
   if (!m) throw bad(`--check takes '<service>: <command>', not ${JSON.stringify(spec)}`);
   const [, service, command] = m as unknown as [string, string, string];
   return async (device: SweepDevice) => {
-    if (!device.exec) throw bad(`--check needs a shell on the device; target ${device.target} has none`);
     const container = (await device.status()).containers.find((c) => c.serviceName === service && c.status === 'Running');
     if (!container) throw new FleetlabError('HIL_ERR_DEPLOY', `check: no running container of service ${service}`);
-    const r = await device.exec.run(['docker', 'exec', container.containerId, 'sh', '-c', command]);
+    const run = dockerOnDevice(device, ['exec', container.containerId, 'sh', '-c', command]);
+    if (!run) throw bad(`--check needs a shell that reaches the device's engine; target ${device.target} has none`);
+    const r = await run;
     if (r.exitCode !== 0) throw new FleetlabError('HIL_ERR_DEPLOY', `check "${command}" in ${service} exited ${r.exitCode}: ${(r.stderr || r.stdout).trim().slice(-500) || '(no output)'}`);
   };
 }

@@ -15,6 +15,7 @@ export interface SweepDevice {
   deploy(composeFileOrDir: string, options?: DeployOptions): Promise<DeployedRelease>;
   status(): Promise<StateStatus>;
   powerCycle(): Promise<void>;
+  killSupervisor(): Promise<void>;
   waitForRelease(release: Pick<DeployedRelease, 'releaseId' | 'services'>, options?: { timeoutMs?: number }): Promise<void>;
 }
 

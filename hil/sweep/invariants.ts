@@ -7,6 +7,7 @@ import { errorText } from '../../src/errors.js';
 import { sleep, until } from '../../src/wait.js';
 import type { StateStatus } from '../lib/device-api.js';
 import type { SweepDevice } from './device.js';
+import { dockerOnDevice } from './engine-shell.js';
 import type { DeployedRelease } from '../release/local-deploy.js';
 
 export const INVARIANTS = ['reaches-release', 'healthy', 'stays-up', 'check', 'supervisor-store'] as const;
@@ -100,8 +101,8 @@ async function staysUp(device: SweepDevice, to: DeployedRelease, settleMs: numbe
 
 /** The engine's restart count and state of each container, through the device's shell; undefined where it cannot be read. */
 async function engineStates(device: SweepDevice, ids: readonly string[]): Promise<Map<string, { restarts: number; state: string }> | undefined> {
-  if (!device.exec || ids.length === 0) return undefined;
-  const r = await device.exec.run(['docker', 'inspect', '-f', '{{.Id}} {{.RestartCount}} {{.State.Status}}', ...ids]).catch(() => undefined);
+  if (ids.length === 0) return undefined;
+  const r = await dockerOnDevice(device, ['inspect', '-f', '{{.Id}} {{.RestartCount}} {{.State.Status}}', ...ids])?.catch(() => undefined);
   if (!r || r.exitCode !== 0) return undefined;
   const states = new Map<string, { restarts: number; state: string }>();
   for (const line of r.stdout.trim().split('\n')) {

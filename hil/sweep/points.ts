@@ -6,8 +6,12 @@
 import { FleetlabError } from '../../src/errors.js';
 import { seededRandom } from '../../src/seeded-random.js';
 
-/** What a point does to the device mid-update. */
-export const FAULTS = ['power-cut'] as const;
+/**
+ * What a point does to the device mid-update: cut its power (a hard power cycle: every
+ * process dies at once, the disk stays), or kill the supervisor alone with SIGKILL (the OS
+ * starts it again; the app's containers run on).
+ */
+export const FAULTS = ['power-cut', 'supervisor-kill'] as const;
 export type Fault = (typeof FAULTS)[number];
 
 /**

@@ -47,7 +47,7 @@ export interface SweepResult {
 const DEFAULT_BOUNDS: InvariantBounds = { convergeMs: 120_000, settleMs: 10_000, healthyMs: 60_000 };
 const FIRST_SECONDS_MS = 5_000;
 const MEASURE_POLL_MS = 100;
-const FAULT_NEEDS: Record<Fault, Capability> = { 'power-cut': 'power.cycle' };
+const FAULT_NEEDS: Record<Fault, Capability> = { 'power-cut': 'power.cycle', 'supervisor-kill': 'supervisor.kill' };
 
 const sweepError = (message: string, cause?: unknown) => new FleetlabError('SUP_ERR_BAD_REQUEST', `sweep: ${message}`, cause === undefined ? undefined : { cause });
 
@@ -136,5 +136,7 @@ async function inject(device: SweepDevice, fault: Fault): Promise<void> {
   switch (fault) {
     case 'power-cut':
       return device.powerCycle();
+    case 'supervisor-kill':
+      return device.killSupervisor();
   }
 }

@@ -7,7 +7,7 @@
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
-import { appendFileSync, createWriteStream, mkdirSync, readFileSync, rmSync, type WriteStream } from 'node:fs';
+import { appendFileSync, createWriteStream, mkdirSync, readFileSync, rmSync, writeFileSync, type WriteStream } from 'node:fs';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
@@ -25,6 +25,7 @@ import { untilStopped } from '../src/stop-signals.js';
 import { killProcesses, sessionEnv, sessionProcesses, stopProcesses } from '../src/processes.js';
 import { Teardown } from '../src/teardown.js';
 import { removeDeviceLeftovers, storedUuid } from './device-leftovers.js';
+import { ownerRecord, reapStale, writeOwner, type Owner } from '../src/owned-dirs.js';
 import { startPartitionableLink, type PartitionableLink } from './network/partitionable-link.js';
 import { gpioNamespaceCommand, requireUserNamespace } from './gpio/namespace.js';
 import { startSysfsGpio, type SysfsGpio } from './gpio/sysfs-gpio.js';
@@ -143,6 +144,34 @@ const READY_TIMEOUT_MS = 30_000;
  */
 export const LED_TRANSITIONS_FILE = 'led-transitions.ndjson';
 const STOP_GRACE_MS = 10_000;
+/** The directories devices make for themselves when given none, under the temporary directory. */
+const SIM_DIR_PREFIX = 'fleetlab-sim-';
+/** Where else a device may own its directory: `fleetlab replay`'s (hil/capture/replay.ts). */
+const OWNED_DIR_PREFIXES = [SIM_DIR_PREFIX, 'fleetlab-replay-'];
+/** In such a directory: the dockerd its containers are in. */
+const ENGINE_FILE = 'engine.json';
+
+/**
+ * Devices of processes killed with -9 (their directory's owner is gone): their processes
+ * stopped, their containers, networks and volumes removed, their directories too.
+ */
+export async function reapAbandonedDevices(): Promise<string[]> {
+  const reaped: string[] = [];
+  for (const prefix of OWNED_DIR_PREFIXES) reaped.push(...(await reapStale(tmpdir(), prefix, removeEngineLeftovers)));
+  return reaped;
+}
+
+async function removeEngineLeftovers(_owner: Owner, dir: string): Promise<void> {
+  const uuid = storedUuid(dir);
+  let engine: { dockerSocket?: string } = {};
+  try {
+    engine = JSON.parse(readFileSync(join(dir, ENGINE_FILE), 'utf8')) as typeof engine;
+  } catch {
+    return; // the simulated engine: its objects live in the directory
+  }
+  if (uuid && engine.dockerSocket) await removeDeviceLeftovers(new Docker({ socketPath: engine.dockerSocket }), uuid);
+}
+
 const SUPERVISOR_RESTART_MS = SUPERVISOR_RESTART_SEC * 1000;
 export const SIM_LED_CHIP = 'pinctrl-bcm2835';
 
@@ -241,7 +270,8 @@ export class SimDevice extends EventEmitter<{ reboot: []; poweroff: []; exit: [c
   static async start(opts: SimDeviceOptions): Promise<SimDevice> {
     requireUserNamespace();
     const ownsDataDir = opts.ownsDataDir ?? opts.dataDir === undefined;
-    const dataDir = resolve(opts.dataDir ?? (await mkdtemp(join(tmpdir(), 'fleetlab-sim-'))));
+    for (const dir of await reapAbandonedDevices()) process.stderr.write(`fleetlab: removed the simulated device in ${dir}, left by a run that was killed\n`);
+    const dataDir = resolve(opts.dataDir ?? (await mkdtemp(join(tmpdir(), SIM_DIR_PREFIX))));
     const port = opts.port === 0 ? await freePort() : opts.port;
     for (const d of ['dbus', 'host', 'gpio', 'journal', 'boot', 'locks', 'supervisor']) mkdirSync(join(dataDir, d), { recursive: true });
     const dockerSocket = opts.engine === 'sim' ? simDeviceFiles(dataDir).engineSocket : opts.dockerSocket;
@@ -249,6 +279,13 @@ export class SimDevice extends EventEmitter<{ reboot: []; poweroff: []; exit: [c
     const options = { port, dataDir, ownsDataDir, engine: opts.engine, dockerSocket, localMode: opts.localMode, apiKey: opts.apiKey, vendor: opts.vendor ?? 'platform', ledOffset: opts.ledOffset ?? 17, listenAddress: opts.listenAddress ?? '127.0.0.1', publishAddress: opts.publishAddress ?? keptPublishAddress(dataDir), cloud: opts.cloud, deviceType: opts.deviceType, inspectBrk: opts.inspectBrk, supervisorEntry: opts.supervisorEntry, ...(opts.clockOffsetMs ? { clockOffsetMs: opts.clockOffsetMs } : {}), ...(opts.deviceContainer ? { deviceContainer: opts.deviceContainer } : {}), ...(opts.sharedHostNetwork ? { sharedHostNetwork: true } : {}) };
     const session = opts.session ?? `sim-${randomUUID()}`;
     const env = sessionEnv(session);
+    // A device in a directory it owns, killed with its owner (kill -9 of a sweep, a replay, a
+    // test run), is reaped by the next start: its processes by their label, its containers by
+    // the uuid in its store, on the engine it names here.
+    if (ownsDataDir) {
+      if (opts.engine === 'docker') writeFileSync(join(dataDir, ENGINE_FILE), JSON.stringify({ dockerSocket }));
+      writeOwner(dataDir, ownerRecord({ session }));
+    }
     // Undone in reverse: the supervisor first, then what it created in the engine, then the
     // peers it used, and last whatever still carries the session's label (a journalctl the
     // supervisor started, a peer that ignored its stop).

@@ -588,7 +588,9 @@ describe.each<EngineKind>(['dockerd', 'sim'])('engine contract on %s', (kind) =>
       expect(actions).toContainEqual(expect.objectContaining({ Action: 'exec_start: /bin/sh -c exit 0', id: good.id }));
       await good.stop({ t: 1 });
       expect(await status(good)).toBe('unhealthy');
-      expect((await good.inspect()).State.Health!.FailingStreak).toBe(0);
+      // A probe that was running when the stop came fails and counts (dockerd, seen under load):
+      // the streak is 0, or 1 for that probe, never the Retries a failing check needs.
+      expect((await good.inspect()).State.Health!.FailingStreak).toBeLessThanOrEqual(1);
     });
 
     it('stops with the container\'s StopSignal and StopTimeout when the stop names no timeout', async () => {

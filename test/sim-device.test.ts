@@ -3,7 +3,7 @@
  * peers. Blink seen on the GPIO line, a reboot through login1, kill -9 in the middle of an
  * apply, and the journal and log streams.
  */
-import { readFileSync } from 'node:fs';
+import { readFileSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { SimDevice } from '../sim/device.js';
@@ -138,5 +138,20 @@ describe('simulated device', () => {
     expect(status.containers.map((c: { serviceName: string }) => c.serviceName).sort()).toEqual(['main', 'worker']);
     const main = (await api('GET', '/v2/applications/state')).json().myapp.services.main;
     expect(main).toEqual({ status: 'Running', releaseId: 2, downloadProgress: null });
+  }, 90_000);
+
+  it('a power cut: the containers die at once and the supervisor dies with them; after it, the services run again with their lock directories made again by the supervisor (1777, this user\'s), not by the engine', async () => {
+    const lockDirs = () => ['main', 'worker'].map((s) => join(device.lockRoot, '1', s));
+    await waitRunning('2');
+    const before = (await api('GET', '/v2/state/status')).json().containers.map((c: { containerId: string }) => c.containerId);
+    process.kill(device.supervisorPid!, 'SIGKILL');
+    await device.reboot({ powerLost: true });
+    const status = await waitRunning('2');
+    // Kept, not recreated: a power cut leaves the containers on disk, exited, and the boot starts them.
+    expect(status.containers.map((c: { containerId: string }) => c.containerId).sort()).toEqual([...before].sort());
+    for (const dir of lockDirs()) {
+      const st = statSync(dir);
+      expect({ dir, mode: (st.mode & 0o7777).toString(8), uid: st.uid }).toEqual({ dir, mode: '1777', uid: process.getuid!() });
+    }
   }, 90_000);
 });

@@ -301,6 +301,10 @@ export class StateEngine {
           progressed = true;
           break;
         case 'start':
+          // The lock root is on tmpfs: after a reboot the engine would make a missing lock
+          // directory itself, root's and 0755, where a service that runs as another user cannot
+          // take its lock.
+          locks.ensureDir(step.appId, step.container.serviceName);
           await this.withStatus(step.appId, step.container.serviceName, 'Starting', () => engine.start(step.container.id));
           progressed = true;
           break;

@@ -69,13 +69,15 @@ export async function deployLocal(o: DeployOptions & { api: DeviceApi; project: 
 }
 
 /** Waits until the release is applied with every service Running; a timeout names each service's status. */
+/** Whether the status shows `release` applied with every one of its services Running. */
+export function releaseRuns(s: StateStatus, release: Pick<DeployedRelease, 'releaseId' | 'services'>): boolean {
+  const running = (name: string) => s.containers.some((c) => c.serviceName === name && c.status === 'Running');
+  return s.appState === 'applied' && s.release === String(release.releaseId) && release.services.every(running);
+}
+
 export async function waitForLocalRelease(api: DeviceApi, release: Pick<DeployedRelease, 'releaseId' | 'services'>, timeoutMs = DEPLOY_TIMEOUT_MS): Promise<void> {
   const { releaseId, services } = release;
-  const runs = (s: StateStatus) => {
-    const running = (name: string) => s.containers.some((c) => c.serviceName === name && c.status === 'Running');
-    return s.appState === 'applied' && s.release === String(releaseId) && services.every(running);
-  };
-  await until(`release ${releaseId} running`, async () => (await api.stateStatus()).body, runs, {
+  await until(`release ${releaseId} running`, async () => (await api.stateStatus()).body, (s) => releaseRuns(s, release), {
     timeoutMs: scaled(timeoutMs),
     intervalMs: 250,
     // A deploy's timeout names each service's status: the harness's code and wording.

@@ -7,6 +7,7 @@ import { errorText } from '../../src/errors.js';
 import { sleep, until } from '../../src/wait.js';
 import type { StateStatus } from '../lib/device-api.js';
 import type { SweepDevice } from './device.js';
+import { scaled } from '../lib/wait.js';
 import { dockerOnDevice } from './engine-shell.js';
 import type { DeployedRelease } from '../release/local-deploy.js';
 
@@ -62,12 +63,12 @@ const ofRelease = (s: StateStatus, to: DeployedRelease) => s.containers.filter((
 async function becomesHealthy(device: SweepDevice, to: DeployedRelease, timeoutMs: number): Promise<Broken | undefined> {
   const unhealthy = (s: StateStatus) => ofRelease(s, to).filter((c) => c.health !== undefined && c.health !== 'healthy');
   try {
-    await until('every service with a healthcheck healthy', () => device.status(), (s) => unhealthy(s).length === 0, { timeoutMs, intervalMs: SAMPLE_MS });
+    await until('every service with a healthcheck healthy', () => device.status(), (s) => unhealthy(s).length === 0, { timeoutMs: scaled(timeoutMs), intervalMs: SAMPLE_MS });
     return undefined;
   } catch {
     const last = await device.status().catch(() => undefined);
     const names = last ? unhealthy(last).map((c) => `${c.serviceName} ${c.health}`).join(', ') : '(no status)';
-    return { invariant: 'healthy', detail: `not healthy within ${timeoutMs} ms: ${names}` };
+    return { invariant: 'healthy', detail: `not healthy within ${scaled(timeoutMs)} ms: ${names}` };
   }
 }
 

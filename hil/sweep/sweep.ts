@@ -7,8 +7,8 @@
 import { FleetlabError, errorText } from '../../src/errors.js';
 import { sleep, until } from '../../src/wait.js';
 import type { Capability } from '../../device-access/protocols.js';
-import type { StateStatus } from '../lib/device-api.js';
-import type { DeployedRelease } from '../release/local-deploy.js';
+import { releaseRuns, type DeployedRelease } from '../release/local-deploy.js';
+import { scaled } from '../lib/wait.js';
 import type { DeviceSource, SweepDevice } from './device.js';
 import { checkInvariants, type Broken, type InvariantBounds, type SweepCheck } from './invariants.js';
 import { planPoints, pointOf, type Fault, type Phase, type SweepPoint, type UpdateWindow } from './points.js';
@@ -93,10 +93,11 @@ async function measureWindow(device: SweepDevice, o: SweepOptions, bounds: Invar
     if (!starts.has('start-new') && mine.some((c) => !fromIds.has(c.containerId))) starts.set('start-new', at());
     return status;
   };
-  await until('release --to running', observe, (s) => runs(s, to), {
-    timeoutMs: bounds.convergeMs,
+  await until('release --to running', observe, (s) => releaseRuns(s, to), {
+    // As every wait of the harness's: stretched to the target's speed (lib/wait.ts).
+    timeoutMs: scaled(bounds.convergeMs),
     intervalMs: MEASURE_POLL_MS,
-    fail: (f) => sweepError(`release --to did not run within ${bounds.convergeMs} ms of an update with no fault; last seen ${f.lastSeen}`),
+    fail: (f) => sweepError(`release --to did not run within ${f.timeoutMs} ms of an update with no fault; last seen ${f.lastSeen}`),
   });
   const appliedMs = at();
   starts.set('first-seconds', appliedMs);
@@ -107,10 +108,6 @@ async function measureWindow(device: SweepDevice, o: SweepOptions, bounds: Invar
   }
   const phases = [...starts.entries()].map(([phase, startMs]) => ({ phase, startMs })).sort((a, b) => a.startMs - b.startMs);
   return { phases, totalMs: appliedMs + (o.firstSecondsMs ?? FIRST_SECONDS_MS) };
-}
-
-function runs(s: StateStatus, release: DeployedRelease): boolean {
-  return s.appState === 'applied' && s.release === String(release.releaseId) && release.services.every((n) => s.containers.some((c) => c.serviceName === n && c.status === 'Running'));
 }
 
 async function deploy(device: SweepDevice, path: string, flag: string, wait: boolean): Promise<DeployedRelease> {

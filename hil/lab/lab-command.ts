@@ -16,6 +16,7 @@ import { BOARD_CONFIG_VARIABLE } from './board-config.js';
 import { labError, parseLabFile, type Lab, type LabBoard } from './lab-file.js';
 import { leaseBoard } from './lease-board.js';
 import { LeaseStore, type Lease } from './lease-store.js';
+import { alignColumns } from '../lib/text-table.js';
 
 export interface OpenLab {
   lab: Lab;
@@ -101,8 +102,7 @@ export async function labStatus(open: OpenLab, probeMs = 2000): Promise<string[]
       return [b.name, `[${b.tags.join(', ')}]`, `${b.config.host}:${b.config.sshPort}`, ssh, `supervisor ${sup}`, held];
     }),
   );
-  const widths = rows[0]!.map((_, i) => Math.max(...rows.map((r) => r[i]!.length)));
-  return [`lab ${open.lab.source}: ${open.lab.boards.length} board(s), leases in ${open.lab.store.replace(/\/\/[^@]*@/, '//***@')} (time to live ${open.lab.ttlSeconds} s)`, ...rows.map((r) => r.map((c, i) => (i < r.length - 1 ? c.padEnd(widths[i]!) : c)).join('  '))];
+  return [`lab ${open.lab.source}: ${open.lab.boards.length} board(s), leases in ${open.lab.store.replace(/\/\/[^@]*@/, '//***@')} (time to live ${open.lab.ttlSeconds} s)`, ...alignColumns(rows)];
 }
 
 /** The lease log, one line per event. */

@@ -1,18 +1,16 @@
 /** A sweep's result as people read it: one row per point, and how to run a broken one again. */
 import type { SweepResult } from './sweep.js';
+import { alignColumns } from '../lib/text-table.js';
 
-const HEADER = ['point', 'phase', 'offset ms', 'fault', 'outcome', 'invariant broken', 'settle ms'];
+const HEADER = ['point', 'phase', 'offset ms', 'fault', 'outcome', 'settle ms', 'invariant broken'];
 
 export function sweepRows(result: SweepResult): string[][] {
-  return result.points.map((p) => [p.id, p.phase, String(p.offsetMs), p.fault, p.outcome, p.broken.map((b) => `${b.invariant}: ${b.detail}`).join('; ') || '-', p.settleMs === null ? '-' : String(p.settleMs)]);
+  return result.points.map((p) => [p.id, p.phase, String(p.offsetMs), p.fault, p.outcome, p.settleMs === null ? '-' : String(p.settleMs), p.broken.map((b) => `${b.invariant}: ${b.detail}`).join('; ') || '-']);
 }
 
-/** The table in plain text, columns padded; a long invariant text ends its row. */
+/** The table in plain text; the invariants broken, often long, end each row. */
 export function sweepTable(result: SweepResult): string {
-  const rows = [HEADER, ...sweepRows(result)];
-  const widths = HEADER.map((_, i) => (i === 5 ? 0 : Math.max(...rows.map((r) => r[i]!.length))));
-  const line = (r: string[]) => r.map((cell, i) => (i === 5 || i === r.length - 1 ? cell : cell.padEnd(widths[i]!))).join('  ');
-  return rows.map((r) => line([...r.slice(0, 5), r[6]!, r[5]!])).join('\n');
+  return alignColumns([HEADER, ...sweepRows(result)]).join('\n');
 }
 
 export function sweepSummary(result: SweepResult, rerun: (pointId: string) => string): string {

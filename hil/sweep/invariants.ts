@@ -2,6 +2,7 @@
  * What must hold after every point of a sweep, each checked and named in the result: the
  * device ends on the new release, its services become healthy and stay up, the team's own
  * check passes, and the supervisor's store is whole with no update lock of its own left.
+ * The app's own update locks are watched while the point runs (lock-watch.ts).
  */
 import { errorText } from '../../src/errors.js';
 import { sleep, until } from '../../src/wait.js';
@@ -11,7 +12,7 @@ import { scaled } from '../lib/wait.js';
 import { dockerOnDevice } from './engine-shell.js';
 import type { DeployedRelease } from '../release/local-deploy.js';
 
-export const INVARIANTS = ['reaches-release', 'healthy', 'stays-up', 'check', 'supervisor-store'] as const;
+export const INVARIANTS = ['reaches-release', 'healthy', 'stays-up', 'check', 'supervisor-store', 'update-lock'] as const;
 export type Invariant = (typeof INVARIANTS)[number];
 
 export interface Broken {

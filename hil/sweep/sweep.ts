@@ -11,6 +11,7 @@ import { releaseRuns, type DeployedRelease } from '../release/local-deploy.js';
 import { scaled } from '../lib/wait.js';
 import type { DeviceSource, SweepDevice } from './device.js';
 import { checkInvariants, type Broken, type InvariantBounds, type SweepCheck } from './invariants.js';
+import { ignoredLock, watchLocks } from './lock-watch.js';
 import { planPoints, pointOf, type Fault, type Phase, type SweepPoint, type UpdateWindow } from './points.js';
 
 export interface SweepOptions {
@@ -47,6 +48,10 @@ export interface SweepResult {
 const DEFAULT_BOUNDS: InvariantBounds = { convergeMs: 120_000, settleMs: 10_000, healthyMs: 60_000 };
 const FIRST_SECONDS_MS = 5_000;
 const MEASURE_POLL_MS = 100;
+/** How often a point samples the app's update locks beside its containers. */
+const LOCK_SAMPLE_MS = 250;
+/** The longest a fault itself lasts (a power cycle, a drop held and healed). */
+const FAULT_MAX_MS = 60_000;
 const FAULT_NEEDS: Record<Fault, Capability> = { 'power-cut': 'power.cycle', 'supervisor-kill': 'supervisor.kill' };
 
 const sweepError = (message: string, cause?: unknown) => new FleetlabError('SUP_ERR_BAD_REQUEST', `sweep: ${message}`, cause === undefined ? undefined : { cause });
@@ -120,12 +125,21 @@ async function deploy(device: SweepDevice, path: string, flag: string, wait: boo
 }
 
 async function runPoint(device: SweepDevice, point: SweepPoint, o: SweepOptions, bounds: InvariantBounds): Promise<PointResult> {
-  await device.deploy(o.from);
+  const from = await device.deploy(o.from);
   const to = await device.deploy(o.to, { wait: false });
   const handedOver = Date.now();
+  const interval = scaled(LOCK_SAMPLE_MS);
+  const locks = watchLocks(device, {
+    appId: to.appId,
+    services: [...new Set([...from.services, ...to.services])],
+    intervalMs: interval,
+    maxSamples: Math.ceil((point.offsetMs + scaled(bounds.convergeMs + bounds.healthyMs + bounds.settleMs) + FAULT_MAX_MS) / interval),
+  });
   await sleep(Math.max(0, point.offsetMs - (Date.now() - handedOver)));
   await inject(device, point.fault);
   const { broken, settleMs } = await checkInvariants(device, to, bounds, o.check);
+  const ignored = ignoredLock(await locks.stop());
+  if (ignored) broken.push(ignored);
   return { ...point, outcome: broken.length ? 'broken' : 'passed', broken, settleMs };
 }
 

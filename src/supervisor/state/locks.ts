@@ -65,6 +65,9 @@ function requireRealDirectory(path: string, leaf: boolean): void {
 /** What the supervisor writes into a lock file it takes: its mark, recognisable at the next start. */
 const markOf = (owner: LockOwner) => JSON.stringify({ lockedBy: 'fleetlab-supervisor', ...owner });
 
+/** Whether a lock file's content is a supervisor's mark (any supervisor's): the lock is not the app's. */
+export const isSupervisorMark = (content: string): boolean => content.startsWith('{"lockedBy":"fleetlab-supervisor"');
+
 export class UpdateLocks {
   /** Lock files the supervisor holds now (taken by acquire, not yet released). */
   readonly #ours = new Set<string>();

@@ -10,6 +10,7 @@ import { randomUUID } from 'node:crypto';
 import { appendFileSync, createWriteStream, mkdirSync, readFileSync, rmSync, writeFileSync, type WriteStream } from 'node:fs';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
+import { userTmpDir } from '../src/user-tmp.js';
 import { join, resolve } from 'node:path';
 import { EventEmitter } from 'node:events';
 import Docker from 'dockerode';
@@ -157,7 +158,11 @@ const ENGINE_FILE = 'engine.json';
  */
 export async function reapAbandonedDevices(): Promise<string[]> {
   const reaped: string[] = [];
-  for (const prefix of OWNED_DIR_PREFIXES) reaped.push(...(await reapStale(tmpdir(), prefix, removeEngineLeftovers)));
+  // The harness's runs (a sweep, a spec) keep their devices in this user's own temporary
+  // directory (src/user-tmp.ts), a command run by hand in the plain one: each start looks in both.
+  for (const base of new Set([tmpdir(), userTmpDir()])) {
+    for (const prefix of OWNED_DIR_PREFIXES) reaped.push(...(await reapStale(base, prefix, removeEngineLeftovers)));
+  }
   return reaped;
 }
 

@@ -286,7 +286,7 @@ export class RunLeftovers {
         if (name === OWNER_FILE || FOREIGN.test(name)) continue;
         // A user's own directory (src/user-tmp.ts) stays, as it does in /tmp; what is in it is the run's.
         if (USER_TMP_NAME.test(name)) {
-          for (const inner of await readdir(join(dir, name)).catch(() => [])) found.push({ kind: 'directory', name: join(dir, name, inner), owner: record.owner });
+          for (const inner of await readdir(join(dir, name)).catch(() => [])) if (!FOREIGN.test(inner)) found.push({ kind: 'directory', name: join(dir, name, inner), owner: record.owner });
           continue;
         }
         found.push({ kind: 'directory', name: join(dir, name), owner: record.owner });

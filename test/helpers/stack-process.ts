@@ -81,7 +81,7 @@ const readProc = (pid: number, file: string) => {
 
 export const commandLine = (pid: number) => readProc(pid, 'cmdline').split('\0').join(' ').trim();
 
-function descendantsOf(pid: number): ProcessRef[] {
+export function descendantsOf(pid: number): ProcessRef[] {
   const all = liveProcesses();
   const found: ProcessRef[] = [];
   const parents = new Set([pid]);
@@ -196,8 +196,11 @@ export interface Traces {
   runDir: boolean;
 }
 
+/** What `tracesOf` needs to know of a run: its process, its session label and its device's directory and uuid. */
+export type TracedRun = Pick<StackProcess, 'pid' | 'session' | 'descendants'> & { readonly ready: { readonly stateDir: string; readonly device: { readonly uuid: string } } };
+
 /** Everything of the run of `stack` still on this machine, looked up from outside it. */
-export async function tracesOf(stack: StackProcess, docker: Docker): Promise<Traces> {
+export async function tracesOf(stack: TracedRun, docker: Docker): Promise<Traces> {
   const filters = { label: [`io.fleetlab.device=${stack.ready.device.uuid}`] };
   const containers = (await docker.listContainers({ all: true, filters })).map((c) => c.Names.join(','));
   const networks = (await docker.listNetworks({ filters })).map((n) => n.Name);

@@ -14,6 +14,9 @@ export const CAPABILITIES = [
   'power.cycle', // hard power cycle: no shutdown, state on disk kept
   'power.cut', // power off until power.on()
   'network', // partition the device from the cloud, heal it
+  'network.registry', // NetworkProtocol.partition cuts the registry a deployed release is pulled from too
+  'engine.restart', // EngineProtocol.restart: the device's own container engine stopped and started by its OS
+  'disk.fill', // DiskProtocol: the filesystems of the engine and the supervisor's store left with no free block
   'journal', // the device's journal
   'files', // read and write files on the device
   'files.volumes', // FilesProtocol.volumePath: where an app's named volume lives on the device
@@ -152,9 +155,30 @@ export interface SupervisorProtocol {
 }
 
 export interface NetworkProtocol {
-  /** Cut the device off from the cloud (the device API stays reachable from the harness). */
+  /**
+   * Cut the device off from the cloud, and with `network.registry` from the registry its
+   * releases are pulled from (the device API stays reachable from the harness).
+   */
   partition(): Promise<void>;
   heal(): Promise<void>;
+}
+
+export interface EngineProtocol {
+  /**
+   * The device's container engine restarted by its service manager, as an engine crash or
+   * upgrade does mid-update: its containers stop and those with a restart policy start again.
+   * Resolves once the engine answers. Only where the device has an engine of its own.
+   */
+  restart(): Promise<void>;
+}
+
+export interface DiskProtocol {
+  /**
+   * Takes every free block (root's reserve too) of the filesystems holding the engine's data
+   * and the supervisor's store, as a full SD card does; `free()` gives them back.
+   */
+  fill(): Promise<void>;
+  free(): Promise<void>;
 }
 
 export interface JournalEntryText {
@@ -237,6 +261,8 @@ export interface DeviceUnderTest extends AsyncDisposable {
   readonly images?: ImagesProtocol;
   readonly ports?: PortsProtocol;
   readonly supervisor?: SupervisorProtocol;
+  readonly engine?: EngineProtocol;
+  readonly disk?: DiskProtocol;
   /** Where a capture finds the supervisor's files and engine (with `exec`). */
   readonly paths?: DevicePaths;
   /** The supervisor's own log so far (attached to failed tests). */

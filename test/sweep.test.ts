@@ -5,14 +5,23 @@
  * cut interrupted), with the broken point breaking again when run alone by its id.
  */
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import { planPoints, parseFaults, parsePointId, phaseAt, type Fault, type UpdateWindow } from '../hil/sweep/points.js';
+import { FAULTS, planPoints, parseFaults, parsePointId, phaseAt, type Fault, type UpdateWindow } from '../hil/sweep/points.js';
 import { checkSweepInput, targetDevices, type SweepCommandOptions } from '../hil/harness/sweep-command.js';
 import { checkTargetHost, harnessEnv } from '../hil/harness/run.js';
 import { prepareTargetsNamed } from '../hil/suite-setup.js';
 import { loadTarget } from '../hil/targets/index.js';
 import type { TargetDriver } from '../hil/targets/target-driver.js';
-import { runSweep } from '../hil/sweep/sweep.js';
+import { requireFaults, runSweep } from '../hil/sweep/sweep.js';
+import { QEMU_CAPABILITIES } from '../hil/targets/qemu/under-test.js';
 import { sweepSummary, sweepTable } from '../hil/sweep/report.js';
+import { readBundle } from '../hil/capture/bundle.js';
+import { replayOnSim } from '../hil/capture/replay.js';
+import { until } from '../src/wait.js';
+import { LABEL } from '../src/protocol/engine-labels.js';
+import { execFileSync } from 'node:child_process';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 
 const FROM = 'fixtures/apps/fragile/compose.yaml';
 const TO = 'fixtures/apps/fragile/compose.v2.yaml';
@@ -40,7 +49,8 @@ describe('sweep points', () => {
     expect(parsePointId('power-cut@1830')).toEqual({ fault: 'power-cut', offsetMs: 1830 });
     expect(() => parsePointId('power-cut:1830')).toThrow(/<fault>@<ms>/);
     expect(() => parsePointId('meteor@10')).toThrow(/<fault>@<ms>/);
-    expect(() => parseFaults(['power-cut', 'meteor'])).toThrow(/unknown fault "meteor"; this version injects power-cut, supervisor-kill/);
+    expect(() => parseFaults(['power-cut', 'meteor'])).toThrow(/unknown fault "meteor"; this version injects power-cut, supervisor-kill, engine-restart, network-drop, disk-full/);
+    expect(parsePointId('network-drop@250')).toEqual({ fault: 'network-drop', offsetMs: 250 });
     expect(() => planPoints({ window, faults: ['power-cut'], count: 0, seed: 1 })).toThrow(/at least 1/);
   });
 });
@@ -56,6 +66,15 @@ describe('sweep input, checked before a device starts', () => {
     [{ check: 'no command' }, /--check takes '<service>: <command>'/],
   ])('%j', (change, message) => {
     expect(() => checkSweepInput({ ...base, ...change })).toThrow(message);
+  });
+});
+
+describe('faults a target cannot inject', () => {
+  it('are refused with the capability each needs, from what the target declares', () => {
+    expect(() => requireFaults('sim', ['power.cycle', 'supervisor.kill', 'network'], ['power-cut', 'engine-restart', 'network-drop', 'disk-full'])).toThrow(
+      'sweep: target sim cannot inject engine-restart (needs engine.restart), network-drop (needs network.registry), disk-full (needs disk.fill); run the sweep on a target that can (qemu or board inject every fault)',
+    );
+    expect(() => requireFaults('qemu', QEMU_CAPABILITIES, [...FAULTS])).not.toThrow();
   });
 });
 
@@ -76,10 +95,10 @@ describe('a sweep on the sim target', () => {
 
   beforeEach(() => void (lines.length = 0));
 
-  const sweep = async (o: { points?: number; faults?: Fault[]; only?: { fault: Fault; offsetMs: number } }) => {
+  const sweep = async (o: { points?: number; faults?: Fault[]; only?: { fault: Fault; offsetMs: number }; captureDir?: string }) => {
     const devices = targetDevices(driver, (l) => lines.push(l));
     try {
-      return await runSweep(devices, { from: FROM, to: TO, faults: o.faults ?? ['power-cut'], points: o.points ?? 3, seed: 11, ...(o.only ? { only: o.only } : {}), progress: (l) => lines.push(l) });
+      return await runSweep(devices, { from: FROM, to: TO, faults: o.faults ?? ['power-cut'], points: o.points ?? 3, seed: 11, ...(o.only ? { only: o.only } : {}), ...(o.captureDir ? { captureDir: o.captureDir } : {}), progress: (l) => lines.push(l) });
     } finally {
       await devices.close();
     }
@@ -95,8 +114,29 @@ describe('a sweep on the sim target', () => {
     expect(broken.every((p) => p.broken.some((b) => b.invariant === 'stays-up' || b.invariant === 'reaches-release')), table).toBe(true);
     expect(sweepSummary(result, (id) => `--only ${id}`)).toContain(`broken ${broken[0]!.id}: --only ${broken[0]!.id}`);
 
-    const again = await sweep({ only: { fault: broken[0]!.fault, offsetMs: broken[0]!.offsetMs } });
-    expect(again.points.map((p) => [p.id, p.outcome]), sweepTable(again)).toEqual([[broken[0]!.id, 'broken']]);
+    const captureDir = mkdtempSync(join(tmpdir(), 'fleetlab-sweep-capture-'));
+    try {
+      const again = await sweep({ only: { fault: broken[0]!.fault, offsetMs: broken[0]!.offsetMs }, captureDir });
+      expect(again.points.map((p) => [p.id, p.outcome]), sweepTable(again)).toEqual([[broken[0]!.id, 'broken']]);
+      // The broken device, captured: its volume still holds the migration's marker, and a replay of it is broken the same way.
+      const bundlePath = join(captureDir, `${broken[0]!.id}.tar.gz`);
+      expect(again.points[0]!.capture).toEqual({ path: bundlePath });
+      expect(sweepSummary(again, (id) => id)).toContain(`its device: ${bundlePath} (fleetlab replay ${bundlePath})`);
+      const bundle = await readBundle(bundlePath);
+      const volume = bundle.names().find((n) => /^volumes\/.*_data\.tar\.gz$/.test(n));
+      expect(execFileSync('tar', ['-tz'], { input: bundle.read(volume!) }).toString().split('\n')).toContain('./migrating');
+      const { device } = await replayOnSim({ bundle: bundlePath, engine: 'docker', dockerSocket: '/var/run/docker.sock' });
+      try {
+        const mine = ['--filter', `label=${LABEL.device}=${device.info().uuid}`, '--filter', `label=${LABEL.serviceName}=store`];
+        const restarts = () => execFileSync('docker', ['ps', '-a', ...mine, '--format', '{{.ID}}']).toString().trim().split('\n').filter(Boolean)
+          .map((id) => Number(execFileSync('docker', ['inspect', '-f', '{{.RestartCount}}', id]).toString().trim()));
+        await until('the replayed store restarting', async () => restarts(), (r) => r.some((n) => n > 0), { timeoutMs: 60_000, intervalMs: 500 });
+      } finally {
+        await device.stop();
+      }
+    } finally {
+      rmSync(captureDir, { recursive: true, force: true });
+    }
   }, 300_000);
 
   it('the same app survives the supervisor killed at any point: its containers run on, the supervisor is started again', async () => {

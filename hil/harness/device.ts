@@ -58,6 +58,11 @@ export interface Faults {
   /** Cut power, no clean shutdown; the device stays off until powerRestore(). Needs `power.cut`. */
   powerCut(): Promise<void>;
   powerRestore(): Promise<void>;
+  /** The device's own container engine restarted by its OS; resolves once it answers. Needs `engine.restart`. */
+  restartEngine(): Promise<void>;
+  /** Every free block of the engine's and the store's filesystems taken, until freeDisk(). Needs `disk.fill`. */
+  fillDisk(): Promise<void>;
+  freeDisk(): Promise<void>;
 }
 
 export interface DeviceContext {
@@ -96,6 +101,10 @@ export interface DeviceSweepOptions {
   check?: (device: Device) => Promise<void>;
   /** How long every service must stay up with the same container after each point (default 10 s). */
   settleMs?: number;
+  /** How long a `network-drop` or `disk-full` lasts before it is undone (default 10 s). */
+  holdMs?: number;
+  /** A directory: each broken point's device captured there (`<point>.tar.gz`) for `fleetlab replay`. */
+  capture?: string;
 }
 
 const DEFAULT_APP_ID = 1;
@@ -141,6 +150,9 @@ export class Device {
       heal: () => this.#need(dut.network, 'faults.heal()', 'network').heal(),
       powerCut: () => this.#need(dut.power, 'faults.powerCut()', 'power.cut').off(),
       powerRestore: () => this.#need(dut.power, 'faults.powerRestore()', 'power.cut').on(),
+      restartEngine: () => this.#need(dut.engine, 'faults.restartEngine()', 'engine.restart').restart(),
+      fillDisk: () => this.#need(dut.disk, 'faults.fillDisk()', 'disk.fill').fill(),
+      freeDisk: () => this.#need(dut.disk, 'faults.freeDisk()', 'disk.fill').free(),
     };
   }
 
@@ -260,6 +272,8 @@ export class Device {
       ...(options.only !== undefined ? { only: parsePointId(options.only) } : {}),
       ...(check ? { check: (device: SweepDevice) => check(device as Device) } : {}),
       ...(options.settleMs !== undefined ? { bounds: { settleMs: options.settleMs } } : {}),
+      ...(options.holdMs !== undefined ? { holdMs: options.holdMs } : {}),
+      ...(options.capture !== undefined ? { captureDir: resolve(options.capture) } : {}),
       ...(this.#context.log ? { progress: this.#context.log } : {}),
     });
     const rerun = (id: string) => `device.sweep({ ...the same options, seed: ${seed}, only: '${id}' })`;

@@ -3,7 +3,7 @@
  * the command starts itself (a fresh one per point, as a spec file gets), with the table and
  * a rerun line for each broken point at the end. Input is checked before any device starts.
  */
-import { existsSync } from 'node:fs';
+import { existsSync, statSync } from 'node:fs';
 import { resolve } from 'node:path';
 import { FleetlabError, errorText } from '../../src/errors.js';
 import { loadTarget, targetNames } from '../targets/index.js';
@@ -13,7 +13,7 @@ import { TIME_SCALE_VARIABLE } from '../lib/wait.js';
 import { loadCompose } from '../release/compose.js';
 import { prepareTargetsNamed } from '../suite-setup.js';
 import { parseFaults, parsePointId } from '../sweep/points.js';
-import { runSweep, type SweepResult } from '../sweep/sweep.js';
+import { requireFaults, runSweep, type SweepResult } from '../sweep/sweep.js';
 import { sweepSummary, sweepTable } from '../sweep/report.js';
 import type { SweepCheck } from '../sweep/invariants.js';
 import type { DeviceSource, SweepDevice } from '../sweep/device.js';
@@ -32,6 +32,9 @@ export interface SweepCommandOptions {
   /** `<service>: <command>`, run in the service's container after every point; exit 0 passes. */
   readonly check?: string;
   readonly settleMs?: number;
+  readonly holdMs?: number;
+  /** Where broken points' devices are captured (`<point>.tar.gz`). */
+  readonly captureDir?: string;
   readonly json: boolean;
 }
 
@@ -63,6 +66,7 @@ export function checkSweepInput(o: SweepCommandOptions): void {
   if (o.only !== undefined) parsePointId(o.only);
   if (!Number.isInteger(o.points) || o.points < 1) throw bad(`--points must be a whole number of at least 1, not ${o.points}`);
   if (o.check !== undefined) commandCheck(o.check);
+  if (o.captureDir !== undefined && existsSync(o.captureDir) && !statSync(o.captureDir).isDirectory()) throw bad(`--capture ${o.captureDir} is a file: name a directory (made if missing)`);
 }
 
 /** Runs the sweep and prints its table; resolves with the exit code (1 when a point broke). */
@@ -74,8 +78,10 @@ export async function runSweepCommand(o: SweepCommandOptions): Promise<number> {
   const dockerSocket = process.env.FLEETLAB_DOCKER_SOCKET ?? '/var/run/docker.sock';
   await checkTargetHost(o.target, dockerSocket, 'fleetlab sweep');
   Object.assign(process.env, harnessEnv(dockerSocket));
-  await prepareTargetsNamed([o.target], { testImages: true });
   const driver = await loadTarget(o.target);
+  // Before any device starts: a fault the target cannot inject is bad input.
+  requireFaults(driver.name, driver.provides, parseFaults(o.faults));
+  await prepareTargetsNamed([o.target], { testImages: true });
   const abort = new AbortController();
   const onSignal = () => {
     log('interrupted: stopping after this step and removing the device');
@@ -96,6 +102,8 @@ export async function runSweepCommand(o: SweepCommandOptions): Promise<number> {
       ...(o.only !== undefined ? { only: parsePointId(o.only) } : {}),
       ...(o.check !== undefined ? { check: commandCheck(o.check) } : {}),
       ...(o.settleMs !== undefined ? { bounds: { settleMs: o.settleMs } } : {}),
+      ...(o.holdMs !== undefined ? { holdMs: o.holdMs } : {}),
+      ...(o.captureDir !== undefined ? { captureDir: resolve(o.captureDir) } : {}),
       progress: log,
       signal: abort.signal,
     });

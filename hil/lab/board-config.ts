@@ -258,7 +258,7 @@ function parsePower(raw: unknown, fail: (m: string) => never): BoardConfig['powe
  * without its own command is off, then on.
  */
 export function boardCapabilities(config: BoardConfig): Capability[] {
-  const caps: Capability[] = ['api', 'exec', 'files', 'files.volumes', 'journal', 'power.reboot', 'supervisor.kill', 'images'];
+  const caps: Capability[] = ['api', 'exec', 'files', 'files.volumes', 'journal', 'power.reboot', 'supervisor.kill', 'engine.restart', 'disk.fill', 'images'];
   if (config.led) caps.push('led');
   const cut = config.power.off !== undefined && config.power.on !== undefined;
   if (config.power.cycle !== undefined || cut) caps.push('power.cycle');

@@ -2,13 +2,23 @@
  * What a sweep needs of a device: the part of `fleetlab/test`'s `Device` it uses, so the
  * harness can hand a sweep its devices without this folder importing the harness.
  */
-import type { Capability, CommandProtocol, DevicePaths, FilesProtocol } from '../../device-access/protocols.js';
+import type { ApiProtocol, Capability, CommandProtocol, DevicePaths, FilesProtocol } from '../../device-access/protocols.js';
 import type { StateStatus } from '../lib/device-api.js';
 import type { DeployedRelease, DeployOptions } from '../release/local-deploy.js';
+
+/** The faults a sweep injects, as `fleetlab/test`'s `device.faults` gives them. */
+export interface SweepFaults {
+  partition(): Promise<void>;
+  heal(): Promise<void>;
+  restartEngine(): Promise<void>;
+  fillDisk(): Promise<void>;
+  freeDisk(): Promise<void>;
+}
 
 export interface SweepDevice {
   readonly target: string;
   readonly capabilities: ReadonlySet<Capability>;
+  readonly api: ApiProtocol;
   readonly exec: CommandProtocol | undefined;
   readonly files: FilesProtocol | undefined;
   readonly paths: DevicePaths | undefined;
@@ -16,6 +26,7 @@ export interface SweepDevice {
   status(): Promise<StateStatus>;
   powerCycle(): Promise<void>;
   killSupervisor(): Promise<void>;
+  readonly faults: SweepFaults;
   waitForRelease(release: Pick<DeployedRelease, 'releaseId' | 'services'>, options?: { timeoutMs?: number }): Promise<void>;
 }
 

@@ -8,10 +8,12 @@ import { seededRandom } from '../../src/seeded-random.js';
 
 /**
  * What a point does to the device mid-update: cut its power (a hard power cycle: every
- * process dies at once, the disk stays), or kill the supervisor alone with SIGKILL (the OS
- * starts it again; the app's containers run on).
+ * process dies at once, the disk stays); kill the supervisor alone with SIGKILL (the OS
+ * starts it again; the app's containers run on); restart the container engine (its
+ * containers stop, those with a restart policy start again); drop the network (the cloud and
+ * the registry the release downloads from) or fill the disk, each for a hold time, then undo it.
  */
-export const FAULTS = ['power-cut', 'supervisor-kill'] as const;
+export const FAULTS = ['power-cut', 'supervisor-kill', 'engine-restart', 'network-drop', 'disk-full'] as const;
 export type Fault = (typeof FAULTS)[number];
 
 /**

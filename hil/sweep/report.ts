@@ -17,7 +17,10 @@ export function sweepSummary(result: SweepResult, rerun: (pointId: string) => st
   const broken = result.points.filter((p) => p.outcome === 'broken');
   const lines = [
     `${result.points.length} points: ${result.points.length - broken.length} passed, ${broken.length} broken (seed ${result.seed}, update window ${result.window.totalMs} ms, ${Math.round(result.wallMs / 1000)} s in all)`,
-    ...broken.map((p) => `  broken ${p.id}: ${rerun(p.id)}`),
+    ...broken.flatMap((p) => [
+      `  broken ${p.id}: ${rerun(p.id)}`,
+      ...(p.capture ? ['path' in p.capture ? `    its device: ${p.capture.path} (fleetlab replay ${p.capture.path})` : `    its device could not be captured: ${p.capture.error}`] : []),
+    ]),
   ];
   return lines.join('\n');
 }

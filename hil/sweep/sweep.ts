@@ -12,6 +12,7 @@ import { scaled } from '../lib/wait.js';
 import type { DeviceSource, SweepDevice } from './device.js';
 import { checkInvariants, type Broken, type InvariantBounds, type SweepCheck } from './invariants.js';
 import { ignoredLock, watchLocks } from './lock-watch.js';
+import { capturePoint } from './capture-point.js';
 import { planPoints, pointOf, type Fault, type Phase, type SweepPoint, type UpdateWindow } from './points.js';
 
 export interface SweepOptions {
@@ -25,8 +26,12 @@ export interface SweepOptions {
   readonly only?: { readonly fault: Fault; readonly offsetMs: number };
   readonly check?: SweepCheck;
   readonly bounds?: Partial<InvariantBounds>;
+  /** How long a held fault (network-drop, disk-full) lasts before it is undone. */
+  readonly holdMs?: number;
   /** How long after the release runs the app's own first seconds last (points land there too). */
   readonly firstSecondsMs?: number;
+  /** A directory: each broken point's device captured there as `<point id>.tar.gz` for `fleetlab replay`. */
+  readonly captureDir?: string;
   readonly progress?: (line: string) => void;
   readonly signal?: AbortSignal;
 }
@@ -36,6 +41,8 @@ export interface PointResult extends SweepPoint {
   readonly broken: readonly Broken[];
   /** From power back to the release running; null when it never ran. */
   readonly settleMs: number | null;
+  /** The broken device's bundle (`captureDir`), or why it could not be taken. */
+  readonly capture?: { readonly path: string } | { readonly error: string };
 }
 
 export interface SweepResult {
@@ -50,11 +57,30 @@ const FIRST_SECONDS_MS = 5_000;
 const MEASURE_POLL_MS = 100;
 /** How often a point samples the app's update locks beside its containers. */
 const LOCK_SAMPLE_MS = 250;
-/** The longest a fault itself lasts (a power cycle, a drop held and healed). */
+/** The longest a fault itself takes beside its hold (a power cycle, an engine restart). */
 const FAULT_MAX_MS = 60_000;
-const FAULT_NEEDS: Record<Fault, Capability> = { 'power-cut': 'power.cycle', 'supervisor-kill': 'supervisor.kill' };
+const HOLD_MS = 10_000;
+/**
+ * What each fault needs of the target. The sim and container targets share this machine's
+ * dockerd and disk, so neither restarts its engine, fills its disk or downloads a release
+ * over a network it could lose: those faults run on qemu and board.
+ */
+const FAULT_NEEDS: Record<Fault, Capability> = {
+  'power-cut': 'power.cycle',
+  'supervisor-kill': 'supervisor.kill',
+  'engine-restart': 'engine.restart',
+  'network-drop': 'network.registry',
+  'disk-full': 'disk.fill',
+};
 
 const sweepError = (message: string, cause?: unknown) => new FleetlabError('SUP_ERR_BAD_REQUEST', `sweep: ${message}`, cause === undefined ? undefined : { cause });
+
+/** Refuses faults the target cannot inject, naming the capability each needs. */
+export function requireFaults(target: string, capabilities: Iterable<Capability>, faults: readonly Fault[]): void {
+  const has = new Set(capabilities);
+  const missing = faults.filter((f) => !has.has(FAULT_NEEDS[f]));
+  if (missing.length) throw sweepError(`target ${target} cannot inject ${missing.map((f) => `${f} (needs ${FAULT_NEEDS[f]})`).join(', ')}; run the sweep on a target that can (qemu or board inject every fault)`);
+}
 
 export async function runSweep(source: DeviceSource, o: SweepOptions): Promise<SweepResult> {
   const started = Date.now();
@@ -62,8 +88,7 @@ export async function runSweep(source: DeviceSource, o: SweepOptions): Promise<S
   const bounds = { ...DEFAULT_BOUNDS, ...o.bounds };
   log(`measuring the update from ${o.from} to ${o.to} without a fault`);
   const device = await source.fresh();
-  const missing = o.faults.filter((f) => !device.capabilities.has(FAULT_NEEDS[f]));
-  if (missing.length) throw sweepError(`target ${device.target} cannot inject ${missing.map((f) => `${f} (needs ${FAULT_NEEDS[f]})`).join(', ')}; run the sweep on a target that can`);
+  requireFaults(device.target, device.capabilities, o.faults);
   const window = await measureWindow(device, o, bounds);
   log(`update window ${window.totalMs} ms: ${window.phases.map((p) => `${p.phase} from ${p.startMs} ms`).join(', ')}`);
   const points = o.only ? [pointOf(window, o.only.fault, o.only.offsetMs)] : planPoints({ window, faults: o.faults, count: o.points, seed: o.seed });
@@ -133,21 +158,35 @@ async function runPoint(device: SweepDevice, point: SweepPoint, o: SweepOptions,
     appId: to.appId,
     services: [...new Set([...from.services, ...to.services])],
     intervalMs: interval,
-    maxSamples: Math.ceil((point.offsetMs + scaled(bounds.convergeMs + bounds.healthyMs + bounds.settleMs) + FAULT_MAX_MS) / interval),
+    maxSamples: Math.ceil((point.offsetMs + scaled(bounds.convergeMs + bounds.healthyMs + bounds.settleMs) + (o.holdMs ?? HOLD_MS) + FAULT_MAX_MS) / interval),
   });
   await sleep(Math.max(0, point.offsetMs - (Date.now() - handedOver)));
-  await inject(device, point.fault);
+  await inject(device, point.fault, o.holdMs ?? HOLD_MS);
   const { broken, settleMs } = await checkInvariants(device, to, bounds, o.check);
   const ignored = ignoredLock(await locks.stop());
   if (ignored) broken.push(ignored);
-  return { ...point, outcome: broken.length ? 'broken' : 'passed', broken, settleMs };
+  const capture = broken.length && o.captureDir !== undefined ? await capturePoint(device, o.captureDir, point.id).then((path) => ({ path }), (err: unknown) => ({ error: errorText(err) })) : undefined;
+  return { ...point, outcome: broken.length ? 'broken' : 'passed', broken, settleMs, ...(capture ? { capture } : {}) };
 }
 
-async function inject(device: SweepDevice, fault: Fault): Promise<void> {
+async function inject(device: SweepDevice, fault: Fault, holdMs: number): Promise<void> {
   switch (fault) {
     case 'power-cut':
       return device.powerCycle();
     case 'supervisor-kill':
       return device.killSupervisor();
+    case 'engine-restart':
+      return device.faults.restartEngine();
+    case 'network-drop':
+      return held(() => device.faults.partition(), () => device.faults.heal(), holdMs);
+    case 'disk-full':
+      return held(() => device.faults.fillDisk(), () => device.faults.freeDisk(), holdMs);
   }
+}
+
+/** A fault held for `holdMs`, then undone. */
+async function held(start: () => Promise<void>, undo: () => Promise<void>, holdMs: number): Promise<void> {
+  await start();
+  await sleep(holdMs);
+  await undo();
 }

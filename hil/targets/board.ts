@@ -20,11 +20,13 @@ import { SerialConsole } from '../../device-access/serial-console.js';
 import { ensureBoardTestImages } from './board-test-images.js';
 import { PulledImages } from './pulled-images.js';
 import { SshDevice } from '../../device-access/ssh-device.js';
-import type { ApiProtocol, Capability, CommandProtocol, ImagesProtocol, DeviceUnderTest, FilesProtocol, JournalProtocol, DevicePaths, LedProtocol, PowerProtocol, SupervisorProtocol, TargetFacts } from '../../device-access/protocols.js';
+import type { ApiProtocol, Capability, CommandProtocol, DiskProtocol, EngineProtocol, ImagesProtocol, DeviceUnderTest, FilesProtocol, JournalProtocol, DevicePaths, LedProtocol, PowerProtocol, SupervisorProtocol, TargetFacts } from '../../device-access/protocols.js';
 import type { TargetDriver } from './target-driver.js';
 import { BOARD_TIMEOUTS, deadlines } from './timeouts.js';
 import { waitApiDown } from './drivers/api-down.js';
 import { supervisorKill, systemctlKill } from './drivers/supervisor-kill.js';
+import { systemdEngine } from './drivers/engine-systemd.js';
+import { diskFill } from './drivers/disk-fill.js';
 import { dockerVolumePath, storedIdentity, unitLog, waitStoredIdentity } from './drivers/device-facts.js';
 import { observeLedByCommand } from './drivers/led-command.js';
 import { observeSysfsLed } from './drivers/led-sysfs.js';
@@ -74,6 +76,8 @@ class BoardUnderTest implements DeviceUnderTest {
   readonly journal: JournalProtocol;
   readonly power: PowerProtocol;
   readonly supervisor: SupervisorProtocol;
+  readonly engine: EngineProtocol;
+  readonly disk: DiskProtocol;
   readonly led?: LedProtocol;
   readonly images?: ImagesProtocol;
   readonly paths: DevicePaths;
@@ -132,6 +136,8 @@ class BoardUnderTest implements DeviceUnderTest {
         ...(markOffline ? { markOffline } : {}),
       }),
     };
+    this.engine = systemdEngine(ssh.exec, { unit: 'docker', readyMs: timeouts.ready });
+    this.disk = diskFill(ssh.exec, ['/var/lib/docker', config.dataDir]);
     this.supervisor = supervisorKill({
       kill: () => systemctlKill(ssh, config.supervisorUnit),
       url,

@@ -8,6 +8,9 @@
  * The engine and registry start on the first deploy and are kept for the worker's life (the
  * board's), stopped with it; the forward lives on each SSH session that deploys (`over`). The
  * registry half is worker-registry.ts, which the sim target on the simulated engine shares.
+ *
+ * The forward ends at a partitionable link in front of the registry, not at the registry
+ * itself: a device whose network drops (`network.partition()`) loses its downloads too.
  */
 import { existsSync } from 'node:fs';
 import { reapStaleBuildEngines, startBuildEngine, type BuildEngine } from '../release/build-engine.js';
@@ -15,6 +18,7 @@ import type { Registry } from '../release/registry.js';
 import type { ImagesProtocol, ReleaseEngine } from '../../device-access/protocols.js';
 import type { SshDevice } from '../../device-access/ssh-device.js';
 import { reapAbandonedRegistries, WorkerRegistry } from './worker-registry.js';
+import { startPartitionableLink, type PartitionableLink } from '../../sim/network/partitionable-link.js';
 
 /** This machine's dockerd as the source of `image:` services' images, when it runs. */
 function hostImageSource(architecture: string): Pick<ReleaseEngine, 'imageSource'> {
@@ -28,7 +32,8 @@ export async function reapAbandonedPulls(): Promise<string[]> {
 }
 
 export class PulledImages {
-  #started: Promise<{ engine: BuildEngine; registry: Registry }> | undefined;
+  #started: Promise<{ engine: BuildEngine; registry: Registry; link: PartitionableLink }> | undefined;
+  #link: PartitionableLink | undefined;
   readonly #registry: WorkerRegistry;
   #engine: BuildEngine | undefined;
 
@@ -40,19 +45,25 @@ export class PulledImages {
   over(ssh: SshDevice): ImagesProtocol {
     return {
       prepare: async (): Promise<ReleaseEngine> => {
-        const { engine, registry } = await this.#start();
-        await ssh.forwardRemote(registry.port, { host: '127.0.0.1', port: registry.port });
+        const { engine, registry, link } = await this.#start();
+        await ssh.forwardRemote(registry.port, { host: '127.0.0.1', port: Number(new URL(link.url).port) });
         return { engineSocket: engine.socketPath, registry: registry.host, ...hostImageSource(engine.architecture) };
       },
     };
   }
 
-  #start(): Promise<{ engine: BuildEngine; registry: Registry }> {
+  /** The device's path to the registry, once a release was deployed; undefined before. */
+  get link(): PartitionableLink | undefined {
+    return this.#link;
+  }
+
+  #start(): Promise<{ engine: BuildEngine; registry: Registry; link: PartitionableLink }> {
     this.#started ??= (async () => {
       const registry = await this.#registry.start();
+      this.#link = await startPartitionableLink({ host: '127.0.0.1', port: registry.port });
       this.#engine = await startBuildEngine({ progress: this.log });
       this.log(`registry for the device: ${registry.host}, reached on the device's loopback through SSH (log: ${registry.logPath})`);
-      return { engine: this.#engine, registry };
+      return { engine: this.#engine, registry, link: this.#link };
     })().catch(async (err: unknown) => {
       await this.close();
       throw err;
@@ -68,7 +79,9 @@ export class PulledImages {
   async close(): Promise<void> {
     this.#started = undefined;
     await this.#engine?.close().catch(() => undefined);
+    await this.#link?.close().catch(() => undefined);
     await this.#registry.close();
     this.#engine = undefined;
+    this.#link = undefined;
   }
 }

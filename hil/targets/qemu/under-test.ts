@@ -6,17 +6,19 @@ import { GUEST } from '../../../device-image/recipe.js';
 import type { PartitionableLink } from '../../../sim/network/partitionable-link.js';
 import { httpApi } from '../../lib/http.js';
 import type { SshDevice } from '../../../device-access/ssh-device.js';
-import type { ApiProtocol, Capability, DevicePaths, DeviceUnderTest, ImagesProtocol, LedProtocol, NetworkProtocol, PowerProtocol, SupervisorProtocol, TargetFacts } from '../../../device-access/protocols.js';
+import type { ApiProtocol, Capability, DevicePaths, DeviceUnderTest, DiskProtocol, EngineProtocol, ImagesProtocol, LedProtocol, NetworkProtocol, PowerProtocol, SupervisorProtocol, TargetFacts } from '../../../device-access/protocols.js';
 import { QemuPorts } from '../qemu-ports.js';
 import { waitApiDown } from '../drivers/api-down.js';
 import { supervisorKill, systemctlKill } from '../drivers/supervisor-kill.js';
+import { systemdEngine } from '../drivers/engine-systemd.js';
+import { diskFill } from '../drivers/disk-fill.js';
 import { dockerVolumePath, unitLog } from '../drivers/device-facts.js';
 import { LOGIN1_BUSCTL, LOGIN1_CALL_MS, login1Reboot } from '../drivers/reboot-login1.js';
 import { deadlines, QEMU_TIMEOUTS } from '../timeouts.js';
 import type { QemuLab } from './lab.js';
 
 export const QEMU_TARGET = 'qemu';
-export const QEMU_CAPABILITIES: readonly Capability[] = ['api', 'exec', 'led', 'power.reboot', 'power.cycle', 'power.cut', 'supervisor.kill', 'network', 'journal', 'files', 'files.volumes', 'images', 'ports'];
+export const QEMU_CAPABILITIES: readonly Capability[] = ['api', 'exec', 'led', 'power.reboot', 'power.cycle', 'power.cut', 'supervisor.kill', 'network', 'network.registry', 'engine.restart', 'disk.fill', 'journal', 'files', 'files.volumes', 'images', 'ports'];
 /** Serial console lines attached to a failed test: enough for a whole boot's tail. */
 const CONSOLE_LINES = 150;
 const TIMEOUTS = deadlines(QEMU_TIMEOUTS);
@@ -33,6 +35,8 @@ export class QemuUnderTest implements DeviceUnderTest {
   readonly power: PowerProtocol;
   readonly supervisor: SupervisorProtocol;
   readonly network: NetworkProtocol;
+  readonly engine: EngineProtocol;
+  readonly disk: DiskProtocol;
   readonly images: ImagesProtocol;
   readonly ports: QemuPorts;
   readonly paths: DevicePaths = { dataDir: GUEST.dataDir, lockRoot: GUEST.lockRoot };
@@ -86,14 +90,18 @@ export class QemuUnderTest implements DeviceUnderTest {
       downMs: TIMEOUTS.down,
       waitReady: () => this.api.waitReady(TIMEOUTS.ready),
     });
-    const requireLink = () => {
-      if (!link) throw new FleetlabError('SUP_ERR_BAD_REQUEST', 'network: this device was started without a cloud (test.use({ withCloud: true }))');
-      return link;
+    // The board's network: its link to the cloud, and its path to the registry once a release came that way.
+    const links = () => {
+      const all = [link, lab.images?.link].filter((l): l is PartitionableLink => l !== undefined);
+      if (!all.length) throw new FleetlabError('SUP_ERR_BAD_REQUEST', 'network: this device has no network path yet: start it with a cloud (test.use({ withCloud: true })) or deploy a release first');
+      return all;
     };
     this.network = {
-      partition: async () => requireLink().partition(),
-      heal: async () => requireLink().heal(),
+      partition: async () => links().forEach((l) => l.partition()),
+      heal: async () => links().forEach((l) => l.heal()),
     };
+    this.engine = systemdEngine(ssh.exec, { unit: 'docker', readyMs: TIMEOUTS.ready });
+    this.disk = diskFill(ssh.exec, ['/var/lib/docker', GUEST.dataDir]);
   }
 
   async #engineSocket(ssh: SshDevice): Promise<string> {

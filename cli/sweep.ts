@@ -18,6 +18,7 @@ export function addSweepCommands(program: Command): void {
     .addOption(new Option('--target <name>', 'where the device runs').choices(['sim', 'container', 'qemu', 'board']).default('sim'))
     .option('--fault <name>', 'the fault injected at each point (repeat for several; they take turns): power-cut (default), supervisor-kill; on qemu and board also engine-restart, network-drop, disk-full', (v: string, all: string[]) => [...all, v], [] as string[])
     .option('--points <n>', 'how many points, spread over the update', wholeNumber('--points'), 10)
+    .option('--workers <n>', 'devices at once, each running its own points (a board each on qemu)', wholeNumber('--workers'), 1)
     .option('--seed <n>', 'where in each slice of the update a point lands (default: random, printed)', wholeNumber('--seed'))
     .option('--only <point>', 'run one point again, as the table names it (power-cut@1830)')
     .option('--check <service: command>', "run after every point in the service's container; a non-zero exit breaks the point (e.g. 'db: test -s /data/db.sqlite')")
@@ -26,7 +27,7 @@ export function addSweepCommands(program: Command): void {
     .option('--capture <dir>', "write each broken point's device there as a capture bundle, <point>.tar.gz, that 'fleetlab replay' starts from")
     .option('--json', 'print the result as JSON instead of the table', false)
     .action(
-      action(async (opts: { from: string; to: string; target: string; fault: string[]; points: number; seed?: number; only?: string; check?: string; settle?: number; hold?: number; capture?: string; json: boolean }) => {
+      action(async (opts: { from: string; to: string; target: string; fault: string[]; points: number; workers: number; seed?: number; only?: string; check?: string; settle?: number; hold?: number; capture?: string; json: boolean }) => {
         const { runSweepCommand } = await import('../hil/harness/sweep-command.js');
         process.exitCode = await runSweepCommand({
           from: opts.from,
@@ -34,6 +35,7 @@ export function addSweepCommands(program: Command): void {
           target: opts.target,
           faults: opts.fault.length ? opts.fault : ['power-cut'],
           points: opts.points,
+          workers: opts.workers,
           ...(opts.seed !== undefined ? { seed: opts.seed } : {}),
           ...(opts.only !== undefined ? { only: opts.only } : {}),
           ...(opts.check !== undefined ? { check: opts.check } : {}),

@@ -64,6 +64,7 @@ describe('sweep input, checked before a device starts', () => {
     [{ points: 0 }, /--points must be a whole number of at least 1/],
     [{ only: '12' }, /--only takes a point/],
     [{ check: 'no command' }, /--check takes '<service>: <command>'/],
+    [{ workers: 0 }, /--workers must be a whole number from 1 to 16, not 0/],
   ])('%j', (change, message) => {
     expect(() => checkSweepInput({ ...base, ...change })).toThrow(message);
   });
@@ -95,12 +96,12 @@ describe('a sweep on the sim target', () => {
 
   beforeEach(() => void (lines.length = 0));
 
-  const sweep = async (o: { points?: number; faults?: Fault[]; only?: { fault: Fault; offsetMs: number }; captureDir?: string }) => {
-    const devices = targetDevices(driver, (l) => lines.push(l));
+  const sweep = async (o: { points?: number; faults?: Fault[]; only?: { fault: Fault; offsetMs: number }; captureDir?: string; workers?: number }) => {
+    const devices = Array.from({ length: o.workers ?? 1 }, () => targetDevices(driver, (l) => lines.push(l)));
     try {
       return await runSweep(devices, { from: FROM, to: TO, faults: o.faults ?? ['power-cut'], points: o.points ?? 3, seed: 11, ...(o.only ? { only: o.only } : {}), ...(o.captureDir ? { captureDir: o.captureDir } : {}), progress: (l) => lines.push(l) });
     } finally {
-      await devices.close();
+      await Promise.all(devices.map((d) => d.close()));
     }
   };
 
@@ -139,8 +140,9 @@ describe('a sweep on the sim target', () => {
     }
   }, 300_000);
 
-  it('the same app survives the supervisor killed at any point: its containers run on, the supervisor is started again', async () => {
-    const result = await sweep({ points: 2, faults: ['supervisor-kill'] });
+  it('the same app survives the supervisor killed at any point, on two devices at once: its containers run on, the supervisor is started again', async () => {
+    const result = await sweep({ points: 2, faults: ['supervisor-kill'], workers: 2 });
+    expect(lines.filter((l) => /^point \d\/2 .*\[worker [12]\]/.test(l)), lines.join('\n')).toHaveLength(2);
     expect(result.points.map((p) => [p.fault, p.outcome]), sweepTable(result)).toEqual([['supervisor-kill', 'passed'], ['supervisor-kill', 'passed']]);
   }, 300_000);
 

@@ -12,6 +12,7 @@ import type { DeviceUnderTest } from '../../device-access/protocols.js';
 import { TIME_SCALE_VARIABLE } from '../lib/wait.js';
 import { loadCompose } from '../release/compose.js';
 import { prepareTargetsNamed } from '../suite-setup.js';
+import { LAB_VARIABLE, labSelection } from '../lab/worker-lease.js';
 import { parseFaults, parsePointId } from '../sweep/points.js';
 import { requireFaults, runSweep, type SweepResult } from '../sweep/sweep.js';
 import { sweepSummary, sweepTable } from '../sweep/report.js';
@@ -27,6 +28,8 @@ export interface SweepCommandOptions {
   readonly target: string;
   readonly faults: readonly string[];
   readonly points: number;
+  /** Devices at once, each with its own points (default 1). */
+  readonly workers?: number;
   readonly seed?: number;
   readonly only?: string;
   /** `<service>: <command>`, run in the service's container after every point; exit 0 passes. */
@@ -37,6 +40,9 @@ export interface SweepCommandOptions {
   readonly captureDir?: string;
   readonly json: boolean;
 }
+
+/** More devices at once than this is more than a machine of this kind runs well, and a typo more often than a wish. */
+const MAX_WORKERS = 16;
 
 const bad = (message: string) => new FleetlabError('SUP_ERR_BAD_REQUEST', `sweep: ${message}`);
 
@@ -65,6 +71,7 @@ export function checkSweepInput(o: SweepCommandOptions): void {
   parseFaults(o.faults);
   if (o.only !== undefined) parsePointId(o.only);
   if (!Number.isInteger(o.points) || o.points < 1) throw bad(`--points must be a whole number of at least 1, not ${o.points}`);
+  if (o.workers !== undefined && (!Number.isInteger(o.workers) || o.workers < 1 || o.workers > MAX_WORKERS)) throw bad(`--workers must be a whole number from 1 to ${MAX_WORKERS}, not ${o.workers}`);
   if (o.check !== undefined) commandCheck(o.check);
   if (o.captureDir !== undefined && existsSync(o.captureDir) && !statSync(o.captureDir).isDirectory()) throw bad(`--capture ${o.captureDir} is a file: name a directory (made if missing)`);
 }
@@ -89,10 +96,14 @@ export async function runSweepCommand(o: SweepCommandOptions): Promise<number> {
   };
   process.once('SIGINT', onSignal);
   process.once('SIGTERM', onSignal);
-  const devices = targetDevices(driver, log, abort.signal);
+  // One board config is one board: two workers on it would undo each other's points.
+  if (o.target === 'board' && (o.workers ?? 1) > 1 && !labSelection()) throw bad(`--workers ${o.workers} on the board target needs a lab to lease a board per worker (${LAB_VARIABLE}); one board runs one worker`);
+  // A driver per worker: the qemu target's driver is one board, whose spec files take turns.
+  const drivers = [driver, ...(await Promise.all(Array.from({ length: (o.workers ?? 1) - 1 }, () => loadTarget(o.target))))];
+  const devices = drivers.map((d) => targetDevices(d, log, abort.signal));
   let result: SweepResult;
   try {
-    await driver.prepare?.();
+    for (const d of new Set(drivers)) await d.prepare?.();
     result = await runSweep(devices, {
       from: o.from,
       to: o.to,
@@ -110,8 +121,8 @@ export async function runSweepCommand(o: SweepCommandOptions): Promise<number> {
   } finally {
     process.off('SIGINT', onSignal);
     process.off('SIGTERM', onSignal);
-    await devices.close();
-    await dispose(driver);
+    await Promise.all(devices.map((d) => d.close()));
+    for (const d of new Set(drivers)) await dispose(d);
   }
   if (o.json) process.stdout.write(`${JSON.stringify(result)}\n`);
   else process.stdout.write(`${sweepTable(result)}\n\n${sweepSummary(result, (id) => rerunLine(o, seed, id))}\n`);

@@ -82,23 +82,46 @@ export function requireFaults(target: string, capabilities: Iterable<Capability>
   if (missing.length) throw sweepError(`target ${target} cannot inject ${missing.map((f) => `${f} (needs ${FAULT_NEEDS[f]})`).join(', ')}; run the sweep on a target that can (qemu or board inject every fault)`);
 }
 
-export async function runSweep(source: DeviceSource, o: SweepOptions): Promise<SweepResult> {
+/**
+ * `sources`: one per worker, each giving its own fresh devices; the update is measured on the
+ * first, and the points are then handed out in order to whichever worker is free. Results
+ * come back in the points' order.
+ */
+export async function runSweep(sources: DeviceSource | readonly DeviceSource[], o: SweepOptions): Promise<SweepResult> {
+  const workers = Array.isArray(sources) ? (sources as readonly DeviceSource[]) : [sources as DeviceSource];
+  if (workers.length === 0) throw sweepError('no device source to run the sweep on');
   const started = Date.now();
   const log = o.progress ?? (() => undefined);
   const bounds = { ...DEFAULT_BOUNDS, ...o.bounds };
   log(`measuring the update from ${o.from} to ${o.to} without a fault`);
-  const device = await source.fresh();
+  const device = await workers[0]!.fresh();
   requireFaults(device.target, device.capabilities, o.faults);
   const window = await measureWindow(device, o, bounds);
   log(`update window ${window.totalMs} ms: ${window.phases.map((p) => `${p.phase} from ${p.startMs} ms`).join(', ')}`);
   const points = o.only ? [pointOf(window, o.only.fault, o.only.offsetMs)] : planPoints({ window, faults: o.faults, count: o.points, seed: o.seed });
-  const results: PointResult[] = [];
-  for (const [i, point] of points.entries()) {
-    if (o.signal?.aborted) throw o.signal.reason;
-    const result = await runPoint(await source.fresh(), point, o, bounds);
-    results.push(result);
-    log(`point ${i + 1}/${points.length} ${point.id} (${point.phase}): ${result.outcome}${result.broken.map((b) => `; ${b.invariant}: ${b.detail}`).join('')}`);
-  }
+  const results: PointResult[] = new Array<PointResult>(points.length);
+  let next = 0;
+  let done = 0;
+  const work = async (source: DeviceSource, worker: number) => {
+    // Bounded by the points: each turn takes the next one, none is taken twice.
+    while (next < points.length) {
+      if (o.signal?.aborted) throw o.signal.reason;
+      const i = next++;
+      const point = points[i]!;
+      const result = await runPoint(await source.fresh(), point, o, bounds).catch((err: unknown) => {
+        next = points.length; // the other workers stop after the point they are on
+        throw err;
+      });
+      results[i] = result;
+      done++;
+      const by = workers.length > 1 ? ` [worker ${worker + 1}]` : '';
+      log(`point ${done}/${points.length} ${point.id} (${point.phase})${by}: ${result.outcome}${result.broken.map((b) => `; ${b.invariant}: ${b.detail}`).join('')}`);
+    }
+  };
+  // Every worker finishes its point under way before the sweep ends, even when one fails.
+  const outcomes = await Promise.allSettled(workers.slice(0, points.length).map((source, w) => work(source, w)));
+  const failed = outcomes.find((r): r is PromiseRejectedResult => r.status === 'rejected');
+  if (failed) throw failed.reason;
   return { seed: o.seed, window, points: results, wallMs: Date.now() - started };
 }
 

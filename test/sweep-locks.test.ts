@@ -7,10 +7,8 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ignoredLock, watchLocks, type LockSample } from '../hil/sweep/lock-watch.js';
-import { checkTargetHost, harnessEnv } from '../hil/harness/run.js';
-import { prepareTargetsNamed } from '../hil/suite-setup.js';
-import { loadTarget } from '../hil/targets/index.js';
 import type { TargetDriver } from '../hil/targets/target-driver.js';
+import { sweepSimTarget } from './helpers/sweep-target.js';
 import { targetDevices } from '../hil/harness/sweep-command.js';
 import type { Device } from '../hil/harness/device.js';
 import { dockerOnDevice } from '../hil/sweep/engine-shell.js';
@@ -37,11 +35,7 @@ describe('update-lock judgement', () => {
 describe('the update-lock watch on a simulated device', () => {
   let driver: TargetDriver;
   beforeAll(async () => {
-    await checkTargetHost('sim', '/var/run/docker.sock', 'sweep-locks test');
-    const { TMPDIR: _, ...env } = harnessEnv('/var/run/docker.sock');
-    Object.assign(process.env, env);
-    await prepareTargetsNamed(['sim'], { testImages: true });
-    driver = await loadTarget('sim');
+    driver = await sweepSimTarget('sweep-locks test');
   }, 300_000);
   afterAll(async () => {
     await driver?.dispose?.();
@@ -62,7 +56,8 @@ describe('the update-lock watch on a simulated device', () => {
       const v2 = await device.deploy('examples/device-app/compose.v2.yaml', { wait: false });
       await sleep(3_000);
       const held = await waiting.stop();
-      expect(held.filter((s) => s.appHolds?.get('recorder')).length).toBeGreaterThan(10);
+      // Two samples in a row at least, so the judgement below had something to judge (a loaded machine samples slower).
+      expect(held.filter((s) => s.appHolds?.get('recorder')).length).toBeGreaterThanOrEqual(2);
       expect(new Set(held.map((s) => s.running?.get('recorder')).filter(Boolean)).size).toBe(1);
       expect(ignoredLock(held)).toBeUndefined();
 

@@ -7,10 +7,8 @@
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { FAULTS, planPoints, parseFaults, parsePointId, phaseAt, type Fault, type UpdateWindow } from '../hil/sweep/points.js';
 import { checkSweepInput, targetDevices, type SweepCommandOptions } from '../hil/harness/sweep-command.js';
-import { checkTargetHost, harnessEnv } from '../hil/harness/run.js';
-import { prepareTargetsNamed } from '../hil/suite-setup.js';
-import { loadTarget } from '../hil/targets/index.js';
 import type { TargetDriver } from '../hil/targets/target-driver.js';
+import { sweepSimTarget } from './helpers/sweep-target.js';
 import { requireFaults, runSweep } from '../hil/sweep/sweep.js';
 import { QEMU_CAPABILITIES } from '../hil/targets/qemu/under-test.js';
 import { sweepSummary, sweepTable } from '../hil/sweep/report.js';
@@ -83,12 +81,7 @@ describe('a sweep on the sim target', () => {
   let driver: TargetDriver;
   const lines: string[] = [];
   beforeAll(async () => {
-    await checkTargetHost('sim', '/var/run/docker.sock', 'sweep test');
-    // The command's environment but its TMPDIR: this run's own temporary directory is checked for leftovers.
-    const { TMPDIR: _, ...env } = harnessEnv('/var/run/docker.sock');
-    Object.assign(process.env, env);
-    await prepareTargetsNamed(['sim'], { testImages: true });
-    driver = await loadTarget('sim');
+    driver = await sweepSimTarget('sweep test');
   }, 300_000);
   afterAll(async () => {
     await driver?.dispose?.();

@@ -30,9 +30,8 @@ import { startFleetCloud, type FleetCloud } from '../../sim/stack.js';
 import { Device, type DeviceContext } from './device.js';
 import { FleetUnderTest, type ConvergeOptions, type FleetOptions } from './fleet.js';
 import { readBundle } from '../capture/bundle.js';
-import { captureDevice } from '../capture/capture.js';
+import { captureTestDevice } from '../capture/test-device.js';
 import { showBundle } from '../capture/show.js';
-import { fleetlabVersion } from '../../src/package-root.js';
 import { errorText, FleetlabError } from '../../src/errors.js';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
@@ -285,22 +284,9 @@ async function attachEvidence(device: DeviceUnderTest, testInfo: TestInfo, since
  */
 async function attachCapture(device: DeviceUnderTest, testInfo: TestInfo): Promise<void> {
   const out = testInfo.outputPath('device-capture.tar.gz');
-  const { identity } = device.api;
   try {
-    await captureDevice({
-      out,
-      source: { kind: 'api', address: identity.url, ...(identity.uuid ? { uuid: identity.uuid } : {}) },
-      api: device.api,
-      key: identity.apiKey,
-      ...(device.exec ? { exec: device.exec } : {}),
-      ...(device.paths ? { paths: device.paths } : {}),
-      redaction: 'default',
-      journalEntries: CAPTURE_JOURNAL_ENTRIES,
-      // A test device's volumes hold test data: the bundle restores them in a replay.
-      volumeBytes: CAPTURE_VOLUME_BYTES,
-      fleetlab: fleetlabVersion(import.meta.url),
-      force: true,
-    });
+    // A test device's volumes hold test data: the bundle restores them in a replay.
+    await captureTestDevice(device, out, { journalEntries: CAPTURE_JOURNAL_ENTRIES, volumeBytes: CAPTURE_VOLUME_BYTES });
   } catch (err) {
     await testInfo.attach('device capture', { body: `(could not capture the device: ${errorText(err)})`, contentType: 'text/plain' });
     return;

@@ -5,32 +5,18 @@
  */
 import { join } from 'node:path';
 import { mkdirSync } from 'node:fs';
-import { fleetlabVersion } from '../../src/package-root.js';
-import { captureDevice } from '../capture/capture.js';
+import { captureTestDevice } from '../capture/test-device.js';
 import type { SweepDevice } from './device.js';
 
 /** Journal entries kept: the point's own update, with room for a restart loop's lines. */
 const JOURNAL_ENTRIES = 5_000;
-/** A test app's volume data, restored by a replay: what a point's fault may have left half done. */
+/** What a point's fault may have left half done in a volume, restored by a replay. */
 const VOLUME_BYTES = 16 * 1024 * 1024;
 
 /** The bundle's path; `pointId` names it (`power-cut@1830.tar.gz`). */
 export async function capturePoint(device: SweepDevice, dir: string, pointId: string): Promise<string> {
   mkdirSync(dir, { recursive: true });
   const out = join(dir, `${pointId}.tar.gz`);
-  const { identity } = device.api;
-  await captureDevice({
-    out,
-    source: { kind: 'api', address: identity.url, uuid: identity.uuid },
-    api: device.api,
-    key: identity.apiKey,
-    ...(device.exec ? { exec: device.exec } : {}),
-    ...(device.paths ? { paths: device.paths } : {}),
-    redaction: 'default',
-    journalEntries: JOURNAL_ENTRIES,
-    volumeBytes: VOLUME_BYTES,
-    fleetlab: fleetlabVersion(import.meta.url),
-    force: true,
-  });
+  await captureTestDevice(device, out, { journalEntries: JOURNAL_ENTRIES, volumeBytes: VOLUME_BYTES });
   return out;
 }

@@ -18,7 +18,7 @@
  * Each inner run's JUnit report is copied to test-results/package-<name>-junit.xml, so .ci/run
  * counts its tests too. `npm run test:package` runs this file (about 8 minutes: four installs).
  */
-import { execFile, spawn } from 'node:child_process';
+import { execFile, execFileSync, spawn } from 'node:child_process';
 import { chmodSync, chownSync, cpSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { basename, join, relative, resolve } from 'node:path';
@@ -53,6 +53,23 @@ function keepReport(dir: string, name: string): void {
   const junit = join(dir, 'fleetlab-report', 'junit.xml');
   mkdirSync(RESULTS, { recursive: true });
   if (existsSync(junit)) cpSync(junit, join(RESULTS, `package-${name}-junit.xml`));
+}
+
+/**
+ * The data of a Playwright HTML report (the zip index.html carries in base64), its files'
+ * text run together: what the report shows, read without a browser.
+ */
+function htmlReportData(htmlDir: string): string {
+  const page = readFileSync(join(htmlDir, 'index.html'), 'utf8');
+  const m = /data:application\/zip;base64,([A-Za-z0-9+/=]+)/.exec(page);
+  if (!m) throw new Error(`${htmlDir}/index.html carries no report data`);
+  const zip = join(htmlDir, '..', 'report-data.zip');
+  writeFileSync(zip, Buffer.from(m[1]!, 'base64'));
+  try {
+    return execFileSync('unzip', ['-p', zip], { encoding: 'utf8', maxBuffer: 64 * 1024 * 1024 });
+  } finally {
+    rmSync(zip, { force: true });
+  }
 }
 
 /** FLEETLAB_CI_FULL=1: each check at its full size (.ci/run). */
@@ -122,13 +139,19 @@ describe('a team app, installed with npm 12', () => {
     expect(existsSync(join(dir, 'fleetlab.config.ts'))).toBe(true);
   }, 900_000);
 
-  it('runs the generated spec and the team\'s own (a volume across an update, an update waiting for a lock) on sim', async () => {
+  it('runs the generated spec and the team\'s own (a volume across an update, an update waiting for a lock, a power-cut sweep of the update) on sim', async () => {
     cpSync(join(REPO, 'test/package/team-app/fleetlab'), join(dir, 'fleetlab'), { recursive: true });
     const tested = await teamRun('npx', ['fleetlab', 'test', '--grep-invert', '@expected-failure'], dir);
     keepReport(dir, 'team-sim');
     expect(tested.code, tested.out).toBe(0);
-    expect(tested.out).toMatch(/3 passed/);
-    expect(existsSync(join(dir, 'fleetlab-report', 'html', 'index.html'))).toBe(true);
+    expect(tested.out).toMatch(/4 passed/);
+    const html = join(dir, 'fleetlab-report', 'html');
+    expect(existsSync(join(html, 'index.html'))).toBe(true);
+    // The sweep's table, attached to its test: a text attachment is kept inline in the report's data.
+    const data = htmlReportData(html);
+    expect(data).toContain('"name":"sweep"');
+    expect(data).toMatch(/point +phase +offset ms +fault +outcome +settle ms +invariant broken/);
+    expect(data).toContain('1 points: 1 passed, 0 broken');
   }, 600_000);
 
   it('a spec that expects a wrong value fails with a readable message and the journal attached', async () => {

@@ -26,17 +26,30 @@ const TO = 'fixtures/apps/fragile/compose.v2.yaml';
 const window: UpdateWindow = { phases: [{ phase: 'download', startMs: 0 }, { phase: 'stop-old', startMs: 100 }, { phase: 'start-new', startMs: 300 }, { phase: 'first-seconds', startMs: 600 }], totalMs: 5600 };
 
 describe('sweep points', () => {
-  it('one point in each equal slice of the window, the faults taking turns, the same for the same seed', () => {
-    const points = planPoints({ window, faults: ['power-cut'], count: 8, seed: 42 });
-    expect(points).toHaveLength(8);
-    points.forEach((p, i) => {
-      expect(p.offsetMs).toBeGreaterThanOrEqual(Math.floor((i * 5600) / 8));
-      expect(p.offsetMs).toBeLessThanOrEqual(Math.ceil(((i + 1) * 5600) / 8));
-      expect(p.id).toBe(`power-cut@${p.offsetMs}`);
-      expect(p.phase).toBe(phaseAt(window, p.offsetMs));
+  it('gives every phase its share, the rest by length, one point per equal slice of a phase, the same for the same seed', () => {
+    const points = planPoints({ window, faults: ['power-cut', 'supervisor-kill'], count: 8, seed: 42 });
+    // 8 points, 4 phases: a floor of 1 each, the other 4 by length (100, 200, 300 and 5000 ms): 1, 1, 1, 5.
+    expect(points.map((p) => p.phase)).toEqual(['download', 'stop-old', 'start-new', ...Array<string>(5).fill('first-seconds')]);
+    const late = points.slice(3);
+    late.forEach((p, j) => {
+      expect(p.offsetMs).toBeGreaterThanOrEqual(600 + j * 1000);
+      expect(p.offsetMs).toBeLessThanOrEqual(600 + (j + 1) * 1000);
     });
-    expect(planPoints({ window, faults: ['power-cut'], count: 8, seed: 42 })).toEqual(points);
-    expect(planPoints({ window, faults: ['power-cut'], count: 8, seed: 43 })).not.toEqual(points);
+    points.forEach((p, i) => {
+      expect(p.fault).toBe(i % 2 === 0 ? 'power-cut' : 'supervisor-kill');
+      expect(p.id).toBe(`${p.fault}@${p.offsetMs}`);
+      expect(p.phase).toBe(phaseAt(window, p.offsetMs));
+      if (i > 0) expect(p.offsetMs).toBeGreaterThanOrEqual(points[i - 1]!.offsetMs);
+    });
+    expect(planPoints({ window, faults: ['power-cut', 'supervisor-kill'], count: 8, seed: 42 })).toEqual(points);
+    expect(planPoints({ window, faults: ['power-cut', 'supervisor-kill'], count: 8, seed: 43 })).not.toEqual(points);
+  });
+
+  it('at 50 points, a sub-second stop of the old release still gets 8 where even spreading gave it 4', () => {
+    const sim: UpdateWindow = { phases: [{ phase: 'download', startMs: 0 }, { phase: 'stop-old', startMs: 88 }, { phase: 'start-new', startMs: 509 }, { phase: 'first-seconds', startMs: 912 }], totalMs: 5912 };
+    const count = (phase: string) => planPoints({ window: sim, faults: ['power-cut'], count: 50, seed: 1 }).filter((p) => p.phase === phase).length;
+    expect(['download', 'stop-old', 'start-new', 'first-seconds'].map(count)).toEqual([6, 8, 8, 28]);
+    expect(planPoints({ window: sim, faults: ['power-cut'], count: 1, seed: 1 }).map((p) => p.phase)).toEqual(['first-seconds']);
   });
 
   it('names the phase a moment falls in', () => {

@@ -54,15 +54,46 @@ export function pointOf(window: UpdateWindow, fault: Fault, offsetMs: number): S
 }
 
 /**
- * `count` points over the window: point i in slice i of `count` equal slices, at a seeded
- * place inside it; the faults take turns.
+ * `count` points over the window, each phase getting its share: a phase of a fraction of a
+ * second (the old release stopping) is where an update is most fragile, and points spread
+ * evenly over time would leave it almost none beside the app's long first seconds. So every
+ * phase first gets `floor(count / (2 × phases))`, and the rest go by length (largest
+ * remainder). Inside a phase, point j lands in slice j of equal slices, at a seeded place; in
+ * offset order, the faults take turns. The same window and seed draw the same points.
  */
 export function planPoints(o: { window: UpdateWindow; faults: readonly Fault[]; count: number; seed: number }): SweepPoint[] {
   if (!Number.isInteger(o.count) || o.count < 1) throw new FleetlabError('SUP_ERR_BAD_REQUEST', `sweep: --points must be a whole number of at least 1, not ${o.count}`);
   if (o.faults.length === 0) throw new FleetlabError('SUP_ERR_BAD_REQUEST', `sweep: name at least one fault (${FAULTS.join(', ')})`);
   const random = seededRandom(o.seed);
-  const slice = o.window.totalMs / o.count;
-  return Array.from({ length: o.count }, (_, i) => pointOf(o.window, o.faults[i % o.faults.length]!, Math.round((i + random()) * slice)));
+  const spans = phaseSpans(o.window);
+  const shares = shareOut(o.count, spans.map((s) => s.endMs - s.startMs));
+  const offsets = spans.flatMap((span, i) => {
+    const slice = (span.endMs - span.startMs) / shares[i]!;
+    return Array.from({ length: shares[i]! }, (_, j) => Math.min(span.endMs - 1, Math.round(span.startMs + (j + random()) * slice)));
+  });
+  return offsets.sort((a, b) => a - b).map((offset, i) => pointOf(o.window, o.faults[i % o.faults.length]!, offset));
+}
+
+/** Each phase from its start to the next one's (the last to the window's end); empty ones left out. */
+function phaseSpans(window: UpdateWindow): Array<{ startMs: number; endMs: number }> {
+  return window.phases
+    .map((p, i) => ({ startMs: p.startMs, endMs: window.phases[i + 1]?.startMs ?? window.totalMs }))
+    .filter((s) => s.endMs > s.startMs);
+}
+
+/** `count` shared out over `lengths`: a floor for each, the rest by length, largest remainder first. */
+function shareOut(count: number, lengths: readonly number[]): number[] {
+  const floor = Math.floor(count / (2 * lengths.length));
+  const rest = count - floor * lengths.length;
+  const total = lengths.reduce((a, b) => a + b, 0);
+  const exact = lengths.map((l) => (rest * l) / total);
+  const shares = exact.map((e) => floor + Math.floor(e));
+  let left = count - shares.reduce((a, b) => a + b, 0);
+  for (const i of exact.map((e, i) => ({ i, r: e - Math.floor(e) })).sort((a, b) => b.r - a.r).map((x) => x.i)) {
+    if (left-- <= 0) break;
+    shares[i]!++;
+  }
+  return shares;
 }
 
 /** `--only <fault>@<ms>`: one point, as a sweep's table names it. */

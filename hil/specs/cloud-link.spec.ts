@@ -67,7 +67,7 @@ test('tags set in the cloud are what the app reads from /v2/device/tags', { anno
   expect(tags.body.tags).toEqual([{ id: expect.any(Number), name: 'bench', value: 'b-7' }]);
 });
 
-test('the cloud proxy reaches the device: blink through it shows on the LED line', async ({ device, cloud, needs }) => {
+test('the cloud proxy reaches the device: blink through it shows on the LED line', { annotation: since('1.6.0', 'GET /v1/device') }, async ({ device, cloud, needs }) => {
   needs('led');
   await onlineRow(cloud!, device.api.identity.uuid);
   const since = Date.now();

@@ -3,6 +3,7 @@ import { Option, type Command } from 'commander';
 import { action } from '../src/command/action.js';
 import { UsageError } from '../src/command/usage-hint.js';
 import { acceptedRange } from '../src/supervisor/versions.js';
+import { checkSupervisorVersion } from './options.js';
 
 export function addHarnessCommands(program: Command): void {
   program
@@ -30,6 +31,7 @@ export function addHarnessCommands(program: Command): void {
     .allowUnknownOption()
     .action(
       action(async (playwrightArgs: string[], opts: { target: string; repeat?: string; shard?: string; lab?: string; tag: string[]; flashImage?: string; supervisorVersion?: string }) => {
+        checkSupervisorVersion('--supervisor-version', opts.supervisorVersion);
         const { runTests } = await import('../hil/harness/run.js');
         if (opts.tag.length && !opts.lab) throw new UsageError('--tag picks lab boards: give --lab <file> with it');
         const code = await runTests({

@@ -6,8 +6,8 @@ import { isIP } from 'node:net';
 import { Option, type Command } from 'commander';
 import { action } from '../src/command/action.js';
 import { UsageError } from '../src/command/usage-hint.js';
-import { parsePort } from './options.js';
-import { acceptedRange, parseSupervisorVersion } from '../src/supervisor/versions.js';
+import { checkSupervisorVersion, parsePort } from './options.js';
+import { acceptedRange } from '../src/supervisor/versions.js';
 
 export function addSimCommands(program: Command): void {
   const sim = program.command('sim').description('Simulated devices and peers');
@@ -35,7 +35,7 @@ export function addSimCommands(program: Command): void {
     .action(
       action(async (opts: { port: string; dataDir?: string; engine?: 'docker' | 'sim'; dockerSocket: string; localMode: boolean; apiKey?: string; vendor: string; deviceType?: string; supervisorVersion?: string; listenAddress: string; publishAddress?: string; bandwidth?: string; scenario?: string; cloudUrl?: string; provisioningKey?: string; pollIntervalMs?: string; clockOffsetMs?: string; deviceContainer?: string }) => {
         const port = parsePort('--port', opts.port);
-        if (opts.supervisorVersion !== undefined) parseSupervisorVersion(opts.supervisorVersion, '--supervisor-version');
+        checkSupervisorVersion('--supervisor-version', opts.supervisorVersion);
         const { existsSync } = await import('node:fs');
         const engine = opts.engine ?? (existsSync(opts.dockerSocket) ? 'docker' : 'sim');
         const bandwidth = parseBandwidth(opts.bandwidth);
@@ -64,7 +64,7 @@ export function addSimCommands(program: Command): void {
     .option('--supervisor-version <X.Y.Z>', `the device answers as this upstream supervisor version, ${acceptedRange()}; default: fleetlab's own`)
     .action(
       action(async (opts: { port: string; cloudPort: string; engine?: 'docker' | 'sim'; dockerSocket: string; pollIntervalMs: string; stateDir?: string; supervisorVersion?: string }) => {
-        if (opts.supervisorVersion !== undefined) parseSupervisorVersion(opts.supervisorVersion, '--supervisor-version');
+        checkSupervisorVersion('--supervisor-version', opts.supervisorVersion);
         const poll = Number(opts.pollIntervalMs);
         if (!Number.isInteger(poll) || poll < 1000) throw new UsageError(`--poll-interval-ms must be an integer of at least 1000, got ${opts.pollIntervalMs}`);
         const { existsSync } = await import('node:fs');

@@ -16,7 +16,7 @@
  *   says so with a `wait` step, as nothing else would make the applier look again;
  * - an outdated container is removed (under its update lock) before its successor is created;
  * - networks of removed apps go once their containers are gone; volumes stay until
- *   `cleanup-volumes` (as the spec says since 10.0; docs/device-api.md, versioning facts),
+ *   `cleanup-volumes` (as the spec says since 10.0; docs/device-api.md, "Supervisor versions"),
  *   unless `removeUnreferencedVolumes` (an emulated supervisor before 10.0): then a volume no
  *   target declares goes once every container of its app is of the target (none can mount it).
  */

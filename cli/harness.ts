@@ -2,6 +2,8 @@
 import { Option, type Command } from 'commander';
 import { action } from '../src/command/action.js';
 import { UsageError } from '../src/command/usage-hint.js';
+import { acceptedRange } from '../src/supervisor/versions.js';
+import { checkSupervisorVersion } from './options.js';
 
 export function addHarnessCommands(program: Command): void {
   program
@@ -24,10 +26,12 @@ export function addHarnessCommands(program: Command): void {
     .option('--lab <file>', 'with --target board: each worker leases a board of its own from this lab file (fleetlab.lab.yaml), waiting in its queue when all are busy')
     .option('--tag <tag>', 'with --lab: only boards with this tag (repeat for several)', (v: string, all: string[]) => [...all, v], [] as string[])
     .option('--flash-image <file>', 'with --target qemu: boot this card image (fleetlab card build --board rpi4) on QEMU virt, provisioned through its fleetlab.txt')
+    .option('--supervisor-version <X.Y.Z>', `the devices answer as this upstream supervisor version (${acceptedRange()}), over fleetlab.config's supervisorVersion; tests marked since() a newer one skip`)
     .argument('[playwright-args...]', 'passed to Playwright Test (a spec file, --grep, --reporter, ...)')
     .allowUnknownOption()
     .action(
-      action(async (playwrightArgs: string[], opts: { target: string; repeat?: string; shard?: string; lab?: string; tag: string[]; flashImage?: string }) => {
+      action(async (playwrightArgs: string[], opts: { target: string; repeat?: string; shard?: string; lab?: string; tag: string[]; flashImage?: string; supervisorVersion?: string }) => {
+        checkSupervisorVersion('--supervisor-version', opts.supervisorVersion);
         const { runTests } = await import('../hil/harness/run.js');
         if (opts.tag.length && !opts.lab) throw new UsageError('--tag picks lab boards: give --lab <file> with it');
         const code = await runTests({
@@ -35,6 +39,7 @@ export function addHarnessCommands(program: Command): void {
           target: opts.target,
           ...(opts.lab ? { lab: { file: opts.lab, tags: opts.tag } } : {}),
           ...(opts.flashImage ? { flashImage: opts.flashImage } : {}),
+          ...(opts.supervisorVersion !== undefined ? { supervisorVersion: opts.supervisorVersion } : {}),
           ...(opts.repeat !== undefined ? { repeat: Number(opts.repeat) } : {}),
           ...(opts.shard !== undefined ? { shard: opts.shard } : {}),
           playwrightArgs,

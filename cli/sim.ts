@@ -6,7 +6,8 @@ import { isIP } from 'node:net';
 import { Option, type Command } from 'commander';
 import { action } from '../src/command/action.js';
 import { UsageError } from '../src/command/usage-hint.js';
-import { parsePort } from './options.js';
+import { checkSupervisorVersion, parsePort } from './options.js';
+import { acceptedRange } from '../src/supervisor/versions.js';
 
 export function addSimCommands(program: Command): void {
   const sim = program.command('sim').description('Simulated devices and peers');
@@ -23,6 +24,7 @@ export function addSimCommands(program: Command): void {
     .option('--api-key <key>', 'device API key on first start')
     .option('--vendor <word>', 'vendor word for PLATFORM_* variables', 'platform')
     .option('--device-type <slug>', 'the device type the supervisor reports (default: its own, raspberrypi3)')
+    .option('--supervisor-version <X.Y.Z>', `answer as this upstream supervisor version, ${acceptedRange()}: only the endpoints and behaviours it had (the spec's Versioning table); default: fleetlab's own, every endpoint`)
     .option('--listen-address <addr>', 'address the device API listens on (0.0.0.0 inside a container)', '127.0.0.1')
     .option('--publish-address <addr>', 'host address the apps\' published ports bind to (default: one of the device\'s own in 127.64.0.0/10, so devices on one engine never collide; "": as the compose file says)')
     .option('--cloud-url <url>', 'register with this fleetlab cloud and follow its target state')
@@ -31,8 +33,9 @@ export function addSimCommands(program: Command): void {
     .option('--clock-offset-ms <ms>', "the supervisor's wall clock this far off this host's, ahead (negative: behind); what a replay of a device with a wrong clock uses")
     .option('--device-container <name>', "engine docker: the container of that engine this device runs in (the HIL container target); the supervisor joins its supervisor network from it, and it is the device's host network (default: a host-network container of the device's own)")
     .action(
-      action(async (opts: { port: string; dataDir?: string; engine?: 'docker' | 'sim'; dockerSocket: string; localMode: boolean; apiKey?: string; vendor: string; deviceType?: string; listenAddress: string; publishAddress?: string; bandwidth?: string; scenario?: string; cloudUrl?: string; provisioningKey?: string; pollIntervalMs?: string; clockOffsetMs?: string; deviceContainer?: string }) => {
+      action(async (opts: { port: string; dataDir?: string; engine?: 'docker' | 'sim'; dockerSocket: string; localMode: boolean; apiKey?: string; vendor: string; deviceType?: string; supervisorVersion?: string; listenAddress: string; publishAddress?: string; bandwidth?: string; scenario?: string; cloudUrl?: string; provisioningKey?: string; pollIntervalMs?: string; clockOffsetMs?: string; deviceContainer?: string }) => {
         const port = parsePort('--port', opts.port);
+        checkSupervisorVersion('--supervisor-version', opts.supervisorVersion);
         const { existsSync } = await import('node:fs');
         const engine = opts.engine ?? (existsSync(opts.dockerSocket) ? 'docker' : 'sim');
         const bandwidth = parseBandwidth(opts.bandwidth);
@@ -58,8 +61,10 @@ export function addSimCommands(program: Command): void {
     .option('--docker-socket <path>', 'engine API socket', '/var/run/docker.sock')
     .option('--poll-interval-ms <ms>', 'how often the device polls its target state', '10000')
     .option('--state-dir <dir>', 'where runs keep their state, one directory each, removed at stop; the next start reaps what a run killed with -9 left there (default: $XDG_STATE_HOME/fleetlab/stack or ~/.local/state/fleetlab/stack)')
+    .option('--supervisor-version <X.Y.Z>', `the device answers as this upstream supervisor version, ${acceptedRange()}; default: fleetlab's own`)
     .action(
-      action(async (opts: { port: string; cloudPort: string; engine?: 'docker' | 'sim'; dockerSocket: string; pollIntervalMs: string; stateDir?: string }) => {
+      action(async (opts: { port: string; cloudPort: string; engine?: 'docker' | 'sim'; dockerSocket: string; pollIntervalMs: string; stateDir?: string; supervisorVersion?: string }) => {
+        checkSupervisorVersion('--supervisor-version', opts.supervisorVersion);
         const poll = Number(opts.pollIntervalMs);
         if (!Number.isInteger(poll) || poll < 1000) throw new UsageError(`--poll-interval-ms must be an integer of at least 1000, got ${opts.pollIntervalMs}`);
         const { existsSync } = await import('node:fs');
@@ -68,7 +73,7 @@ export function addSimCommands(program: Command): void {
         const { defaultStackStateDir } = await import('../sim/stack-runs.js');
         const { resolve } = await import('node:path');
         const stateDir = resolve(opts.stateDir ?? defaultStackStateDir());
-        await runStack({ devicePort: parsePort('--port', opts.port), cloudPort: parsePort('--cloud-port', opts.cloudPort), engine, dockerSocket: opts.dockerSocket, pollIntervalMs: poll, stateDir });
+        await runStack({ devicePort: parsePort('--port', opts.port), cloudPort: parsePort('--cloud-port', opts.cloudPort), engine, dockerSocket: opts.dockerSocket, pollIntervalMs: poll, stateDir, ...(opts.supervisorVersion ? { supervisorVersion: opts.supervisorVersion } : {}) });
       }),
     );
 

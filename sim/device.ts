@@ -16,6 +16,7 @@ import { EventEmitter } from 'node:events';
 import Docker from 'dockerode';
 import { SUPERVISOR_RESTART_SEC } from '../src/supervisor/restart-policy.js';
 import { FleetlabError, errorText } from '../src/errors.js';
+import { parseSupervisorVersion } from '../src/supervisor/versions.js';
 import { LABEL } from '../src/protocol/engine-labels.js';
 import { until } from '../src/wait.js';
 import { startHostPeer, type HostPeer } from './dbus/host-peer.js';
@@ -61,6 +62,8 @@ export interface SimDeviceOptions {
   ledOffset?: number;
   /** The device type the supervisor reports; default its own. */
   deviceType?: string;
+  /** The upstream supervisor version X.Y.Z to answer as (src/supervisor/versions.ts); default fleetlab's own, every endpoint. */
+  supervisorVersion?: string;
   /**
    * Runs once the peers and the engine are up and before the supervisor first starts: puts
    * the device into a state (a replay writes its store, engine objects and lock files).
@@ -233,7 +236,7 @@ export class SimDevice extends EventEmitter<{ reboot: []; poweroff: []; exit: [c
   private firstUuid: string | undefined;
 
   private constructor(
-    readonly options: Required<Omit<SimDeviceOptions, 'apiKey' | 'dataDir' | 'bandwidth' | 'scenario' | 'cloud' | 'session' | 'deviceType' | 'prepare' | 'inspectBrk' | 'clockOffsetMs' | 'supervisorEntry' | 'deviceContainer' | 'sharedHostNetwork'>> & { apiKey?: string; dataDir: string; cloud?: SimCloudOptions; deviceType?: string; inspectBrk?: number; clockOffsetMs?: number; supervisorEntry?: SupervisorEntry; deviceContainer?: string; sharedHostNetwork?: boolean },
+    readonly options: Required<Omit<SimDeviceOptions, 'apiKey' | 'dataDir' | 'bandwidth' | 'scenario' | 'cloud' | 'session' | 'deviceType' | 'supervisorVersion' | 'prepare' | 'inspectBrk' | 'clockOffsetMs' | 'supervisorEntry' | 'deviceContainer' | 'sharedHostNetwork'>> & { apiKey?: string; dataDir: string; cloud?: SimCloudOptions; deviceType?: string; supervisorVersion?: string; inspectBrk?: number; clockOffsetMs?: number; supervisorEntry?: SupervisorEntry; deviceContainer?: string; sharedHostNetwork?: boolean },
     /** The label its processes carry. */
     readonly session: string,
     private readonly teardown: Teardown,
@@ -273,6 +276,8 @@ export class SimDevice extends EventEmitter<{ reboot: []; poweroff: []; exit: [c
   }
 
   static async start(opts: SimDeviceOptions): Promise<SimDevice> {
+    // Refused here, with the range accepted, rather than by a supervisor that never answers.
+    if (opts.supervisorVersion) parseSupervisorVersion(opts.supervisorVersion, 'supervisorVersion (--supervisor-version)');
     requireUserNamespace();
     const ownsDataDir = opts.ownsDataDir ?? opts.dataDir === undefined;
     for (const dir of await reapAbandonedDevices()) process.stderr.write(`fleetlab: removed the simulated device in ${dir}, left by a run that was killed\n`);
@@ -281,7 +286,7 @@ export class SimDevice extends EventEmitter<{ reboot: []; poweroff: []; exit: [c
     for (const d of ['dbus', 'host', 'gpio', 'journal', 'boot', 'locks', 'supervisor']) mkdirSync(join(dataDir, d), { recursive: true });
     const dockerSocket = opts.engine === 'sim' ? simDeviceFiles(dataDir).engineSocket : opts.dockerSocket;
     if (opts.deviceContainer && opts.engine !== 'docker') throw new FleetlabError('SUP_ERR_BAD_REQUEST', 'deviceContainer (--device-container) names a container of dockerd: use it with engine docker');
-    const options = { port, dataDir, ownsDataDir, engine: opts.engine, dockerSocket, localMode: opts.localMode, apiKey: opts.apiKey, vendor: opts.vendor ?? 'platform', ledOffset: opts.ledOffset ?? 17, listenAddress: opts.listenAddress ?? '127.0.0.1', publishAddress: opts.publishAddress ?? keptPublishAddress(dataDir), cloud: opts.cloud, deviceType: opts.deviceType, inspectBrk: opts.inspectBrk, supervisorEntry: opts.supervisorEntry, ...(opts.clockOffsetMs ? { clockOffsetMs: opts.clockOffsetMs } : {}), ...(opts.deviceContainer ? { deviceContainer: opts.deviceContainer } : {}), ...(opts.sharedHostNetwork ? { sharedHostNetwork: true } : {}) };
+    const options = { port, dataDir, ownsDataDir, engine: opts.engine, dockerSocket, localMode: opts.localMode, apiKey: opts.apiKey, vendor: opts.vendor ?? 'platform', ledOffset: opts.ledOffset ?? 17, listenAddress: opts.listenAddress ?? '127.0.0.1', publishAddress: opts.publishAddress ?? keptPublishAddress(dataDir), cloud: opts.cloud, deviceType: opts.deviceType, supervisorVersion: opts.supervisorVersion, inspectBrk: opts.inspectBrk, supervisorEntry: opts.supervisorEntry, ...(opts.clockOffsetMs ? { clockOffsetMs: opts.clockOffsetMs } : {}), ...(opts.deviceContainer ? { deviceContainer: opts.deviceContainer } : {}), ...(opts.sharedHostNetwork ? { sharedHostNetwork: true } : {}) };
     const session = opts.session ?? `sim-${randomUUID()}`;
     const env = sessionEnv(session);
     // A device in a directory it owns, killed with its owner (kill -9 of a sweep, a replay, a
@@ -405,6 +410,7 @@ export class SimDevice extends EventEmitter<{ reboot: []; poweroff: []; exit: [c
       '--local-mode', String(o.localMode),
       ...(o.apiKey ? ['--api-key', o.apiKey] : []),
       ...(o.deviceType ? ['--device-type', o.deviceType] : []),
+      ...(o.supervisorVersion ? ['--supervisor-version', o.supervisorVersion] : []),
       ...(this.supervisorNetwork ? sharedEngineNetworkArgs(this.supervisorNetwork) : []),
       '--docker-socket', o.dockerSocket,
       '--dbus-address', this.bus.address,

@@ -34,6 +34,8 @@ export interface StackOptions {
   pollIntervalMs: number;
   /** Where runs keep their state (see ./stack-runs.ts); each run's directory goes with its stop. */
   stateDir: string;
+  /** The upstream supervisor version X.Y.Z the device answers as; default fleetlab's own. */
+  supervisorVersion?: string;
 }
 
 export interface StackInfo {
@@ -176,6 +178,7 @@ export async function startStack(opts: StackOptions, teardown = new Teardown(), 
       dockerSocket: opts.dockerSocket,
       localMode: false,
       session: run.session,
+      ...(opts.supervisorVersion ? { supervisorVersion: opts.supervisorVersion } : {}),
       cloud: { url: cloud.url, provisioningKey: cloud.provisioningKey, pollIntervalMs: opts.pollIntervalMs, reportIntervalMs: 1000 },
     });
     teardown.defer({ name: 'the simulated device', stop: () => device.stop(), kill: () => device.kill() });

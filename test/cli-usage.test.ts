@@ -36,6 +36,9 @@ describe('fleetlab usage errors', () => {
       ['cli/main.ts', ['sim', 'fleet', '--devices', '10', '--cloud', 'http://127.0.0.1:1', '--provisioning-key', 'k', '--fault', 'partition:10'], 'error: --fault "partition:10": write it as <kind>:<percent>%', "Run 'fleetlab sim fleet --help' for usage."],
       ['cli/main.ts', ['sim', 'fleet', '--devices', '10', '--cloud', 'http://127.0.0.1:1', '--provisioning-key', 'k', '--shard', '3/2'], 'error: --shard "3/2": write it as i/n', "Run 'fleetlab sim fleet --help' for usage."],
       ['cli/main.ts', ['sim', 'fleet', '--devices', '10', '--cloud', 'http://127.0.0.1:1', '--provisioning-key', 'k', '--workers', '1.5'], 'error: --workers must be a whole number, got 1.5', "Run 'fleetlab sim fleet --help' for usage."],
+      ['cli/main.ts', ['sim', 'device', '--supervisor-version', '9.7'], 'error: --supervisor-version: "9.7" is not a version X.Y.Z; accepted: a supervisor version from 1.1.0 to 14.7.0', "Run 'fleetlab sim device --help' for usage."],
+      ['cli/main.ts', ['sim', 'stack', '--supervisor-version', '15.0.0'], 'error: --supervisor-version: "15.0.0" is newer than 14.7.0', "Run 'fleetlab sim stack --help' for usage."],
+      ['cli/main.ts', ['test', '--supervisor-version', '1.0.9'], 'error: --supervisor-version: "1.0.9" is older than 1.1.0', "Run 'fleetlab test --help' for usage."],
       ['device-image/fleetlab-device.ts', ['supervisor', '--bogus'], "error: unknown option '--bogus'", "Run 'fleetlab supervisor --help' for usage."],
     ];
     const results = await Promise.all(cases.map(([entry, args]) => run(entry, args)));

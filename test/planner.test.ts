@@ -122,6 +122,8 @@ function brief(steps: Step[]): string[] {
         return `stop ${s.appId}/${s.container.serviceName}`;
       case 'removeNetwork':
         return `removeNetwork ${s.appId}/${s.network.network}`;
+      case 'removeVolume':
+        return `removeVolume ${s.appId}/${s.volume.volume}`;
       case 'wait':
         return `wait ${s.appId}/${s.serviceName}: ${s.reason}`;
     }
@@ -504,6 +506,36 @@ describe('plan: removing an app', () => {
     const empty = target(wire({}));
     const steps = plan({ target: empty.target, desired: empty.desired, current: snapshot({ networks, volumes, images: allImages, containers: [...app2, ...app1] }), startStopped: false });
     expect(steps.map((s) => `${s.action} ${'appId' in s ? s.appId : ''}`)).toEqual(['removeContainer 1', 'removeContainer 1', 'removeContainer 2', 'removeContainer 2']);
+  });
+});
+
+describe('plan: unreferenced volumes, as supervisors before 10.0 removed them', () => {
+  const old = target(wire({ '1': demoApp() }));
+  // Release 2 of app 1 drops the worker's volume from its target.
+  const next = demoApp({ releaseId: 2 });
+  next.services['12']!.volumes = [];
+  next.volumes = {};
+  const updated = target(wire({ '1': next }));
+  const infra = { images: allImages, networks: [net(1, 'default'), net(1, 'backend')], volumes: [vol(1, 'data'), vol(1, 'extra')] };
+  const running = (t: typeof old) => [containerOf(t.want(1, 'web')), containerOf(t.want(1, 'worker'))];
+
+  it('a normal update removes a volume no target declares once every container is of the target', () => {
+    // The old release's containers still run and may mount it: no volume goes yet.
+    const round1 = plan({ target: updated.target, desired: updated.desired, current: snapshot({ ...infra, containers: running(old) }), startStopped: false, removeUnreferencedVolumes: true });
+    expect(brief(round1).filter((s) => s.startsWith('removeVolume'))).toEqual([]);
+    const round2 = plan({ target: updated.target, desired: updated.desired, current: snapshot({ ...infra, containers: running(updated) }), startStopped: false, removeUnreferencedVolumes: true });
+    expect(brief(round2)).toEqual(['removeVolume 1/data', 'removeVolume 1/extra']);
+  });
+
+  it('from 10.0 (the default) the same update keeps them', () => {
+    const steps = plan({ target: updated.target, desired: updated.desired, current: snapshot({ ...infra, containers: running(updated) }), startStopped: false });
+    expect(steps).toEqual([]);
+  });
+
+  it("a removed app's volumes go with its networks, once its containers are gone", () => {
+    const empty = target(wire({}));
+    const steps = plan({ target: empty.target, desired: empty.desired, current: snapshot({ ...infra }), startStopped: false, removeUnreferencedVolumes: true });
+    expect(brief(steps)).toEqual(['removeVolume 1/data', 'removeVolume 1/extra', 'removeNetwork 1/default', 'removeNetwork 1/backend']);
   });
 });
 

@@ -12,7 +12,7 @@ import type { ReadyInfo } from '../qemu/boot.js';
 import { absentPackageSource, bundleSupervisor, DEVICE_ABSENT_PACKAGES, nodeModulesOf, payloadSource, runtimePackages, writePrebuiltPayload } from '../device-image/payload.js';
 import { BOARD_OS_UNITS, boardOsFiles, GUEST, INITRAMFS_MODULES, LED_LINES, NODE_PACKAGE, importTestImagesScript, overlayFiles, packagesFor, rootfsKey, supervisorConfig } from '../device-image/recipe.js';
 import { mmdebstrapArgs } from '../device-image/rootfs.js';
-import { cloudEnv } from '../hil/targets/qemu.js';
+import { cloudEnv, versionEnv } from '../hil/targets/qemu.js';
 import { resetScript } from '../hil/targets/qemu/reset-ssh.js';
 import { parseBoardConfig } from '../hil/lab/board-config.js';
 import { loadConfig } from '../src/supervisor/config.js';
@@ -170,6 +170,13 @@ describe('what the harness writes to the board', () => {
         .map((l) => l.split('=') as [string, string]),
     );
     expect(loadConfig({ env })).toMatchObject({ localMode: false, cloudUrl: 'http://10.0.2.2:40001', provisioningKey: 'pk', pollIntervalMs: 2000 });
+  });
+
+  it('gives the supervisor a version to answer as through the env file its unit reads, after the cloud link', () => {
+    const text = `${cloudEnv({ url: 'http://10.0.2.2:40001', provisioningKey: 'pk' })}${versionEnv('9.7.0')}`;
+    const env = Object.fromEntries(text.trim().split('\n').map((l) => l.split('=') as [string, string]));
+    expect(loadConfig({ env })).toMatchObject({ cloudUrl: 'http://10.0.2.2:40001', supervisorVersion: '9.7.0' });
+    expect(() => loadConfig({ env: { FLEETLAB_SUPERVISOR_VERSION: '9.7' } })).toThrow('accepted: a supervisor version from 1.1.0 to 14.7.0');
   });
 
   it('describes a running QEMU board as a board config the board target accepts', () => {

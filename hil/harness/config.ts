@@ -8,6 +8,7 @@ import { fileURLToPath } from 'node:url';
 import { defineConfig as playwrightConfig, type PlaywrightTestConfig } from '@playwright/test';
 import type { HilTestFixtures, HilWorkerFixtures } from './fixtures.js';
 import { SLOW_TARGETS, targetNames } from '../targets/index.js';
+import { checkedVersion, SUPERVISOR_VERSION_VARIABLE } from './supervisor-version.js';
 
 export interface FleetlabConfig {
   /** Your compose file or the directory holding it, relative to where you run fleetlab; `device.deploy()` builds it. */
@@ -34,6 +35,12 @@ export interface FleetlabConfig {
    * tens of seconds); a failed test still gets the next one a fresh device.
    */
   deviceScope?: 'test' | 'file';
+  /**
+   * The upstream supervisor version X.Y.Z every project's device answers as (default: fleetlab's
+   * own, every endpoint); `fleetlab test --supervisor-version` overrides it, and a spec file's
+   * `test.use({ supervisorVersion })` overrides both. Tests marked `since()` a newer one skip.
+   */
+  supervisorVersion?: string;
 }
 
 /** A module of the harness by its path from here, as the running tree has it (sources or dist/). */
@@ -45,6 +52,9 @@ export function defineConfig(options: FleetlabConfig = {}): PlaywrightTestConfig
   // config is what every worker loads.
   process.env.FLEETLAB_HIL_ENGINE ??= 'docker';
   const reportDir = resolve(options.reportDir ?? 'fleetlab-report');
+  const supervisorVersion = process.env[SUPERVISOR_VERSION_VARIABLE] || options.supervisorVersion;
+  // Refused here, once, rather than by every test.
+  checkedVersion(supervisorVersion);
   const app = options.app === undefined ? undefined : resolve(options.app);
   return playwrightConfig<HilTestFixtures, HilWorkerFixtures>({
     testDir: resolve(options.testDir ?? 'fleetlab'),
@@ -64,7 +74,7 @@ export function defineConfig(options: FleetlabConfig = {}): PlaywrightTestConfig
     ],
     projects: targetNames.map((name) => ({
       name,
-      use: { target: name, app, ignoreComposeKeys: options.ignoreComposeKeys ?? [], deviceScope: options.deviceScope ?? 'test' },
+      use: { target: name, app, ignoreComposeKeys: options.ignoreComposeKeys ?? [], deviceScope: options.deviceScope ?? 'test', ...(supervisorVersion ? { supervisorVersion } : {}) },
       ...(SLOW_TARGETS.has(name) ? { timeout: Math.max(options.timeout ?? 0, 900_000) } : {}),
     })),
   });

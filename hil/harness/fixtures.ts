@@ -28,6 +28,7 @@ import type { Capability, DeviceUnderTest } from '../../device-access/protocols.
 import type { TargetDriver, TargetStartOptions } from '../targets/target-driver.js';
 import { startFleetCloud, type FleetCloud } from '../../sim/stack.js';
 import { Device, type DeviceContext } from './device.js';
+import { applySupervisorVersion } from './supervisor-version.js';
 import { FleetUnderTest, type ConvergeOptions, type FleetOptions } from './fleet.js';
 import { readBundle } from '../capture/bundle.js';
 import { captureTestDevice } from '../capture/test-device.js';
@@ -67,15 +68,17 @@ class DevicePool {
 
   constructor(private readonly driver: TargetDriver) {}
 
-  async forFile(file: string, withCloud: boolean, bundle?: string): Promise<Held> {
-    if (this.#held?.file === file) return this.#held;
+  async forFile(file: string, withCloud: boolean, bundle?: string, supervisorVersion?: string): Promise<Held> {
+    // A describe block of the file with another version gets a device of its own.
+    const key = `${file}@${supervisorVersion ?? ''}`;
+    if (this.#held?.file === key) return this.#held;
     await this.retire();
     if (bundle && !this.driver.startsFromBundle) {
       throw new FleetlabError('HIL_ERR_CAPABILITY', `target ${this.driver.name} cannot start a device from a bundle yet (fromBundle ${bundle}): run this spec on the sim, container or qemu target`);
     }
     // A target that cannot partition the device from a cloud gets none; its cloud specs skip.
     const cloud = withCloud && this.driver.provides.includes('network') ? await startLabCloud() : undefined;
-    const options: TargetStartOptions = { ...(cloud ? { cloud: { url: cloud.url, provisioningKey: cloud.provisioningKey } } : {}), ...(bundle ? { bundle } : {}) };
+    const options: TargetStartOptions = { ...(cloud ? { cloud: { url: cloud.url, provisioningKey: cloud.provisioningKey } } : {}), ...(bundle ? { bundle } : {}), ...(supervisorVersion ? { supervisorVersion } : {}) };
     let raw: DeviceUnderTest | undefined;
     try {
       raw = await this.steps.run('target', 'start', { target: this.driver.name, cloud: Boolean(cloud) }, () => this.driver.start(options), (d) => ({ capabilities: [...d.capabilities] }));
@@ -87,7 +90,7 @@ class DevicePool {
     }
     // The worker runs one target: its deadlines follow that target's speed (lib/wait.ts).
     process.env[TIME_SCALE_VARIABLE] = String(raw.facts?.timeScale ?? 1);
-    this.#held = { file, raw, device: instrumentDevice(raw, this.steps), ...(cloud ? { cloud } : {}) };
+    this.#held = { file: key, raw, device: instrumentDevice(raw, this.steps), ...(cloud ? { cloud } : {}) };
     return this.#held;
   }
 
@@ -129,6 +132,13 @@ export interface HilTestFixtures {
    */
   fromBundle: string | undefined;
   device: Device;
+  /**
+   * The upstream supervisor version X.Y.Z the device answers as (`test.use`, a project's `use`,
+   * defineConfig); undefined: fleetlab's own, every endpoint. Tests marked `since()` a newer one skip.
+   */
+  supervisorVersion: string | undefined;
+  /** Annotates each test with its device's version and skips it when too old (automatic). */
+  supervisorVersionCheck: void;
   /** The lab cloud of a `withCloud` file; undefined when the target cannot take part. */
   cloud: FleetCloud | undefined;
   api: DeviceApi;
@@ -166,8 +176,16 @@ export const test = base.extend<HilTestFixtures, HilWorkerFixtures>({
   app: [undefined, { option: true }],
   ignoreComposeKeys: [[], { option: true }],
   fromBundle: [undefined, { option: true }],
+  supervisorVersion: [undefined, { option: true }],
+  supervisorVersionCheck: [
+    async ({ supervisorVersion }, use, testInfo) => {
+      applySupervisorVersion(testInfo, supervisorVersion);
+      await use();
+    },
+    { auto: true },
+  ],
 
-  device: async ({ devicePool, deviceScope, withCloud, app, ignoreComposeKeys, fromBundle }, use, testInfo) => {
+  device: async ({ devicePool, deviceScope, withCloud, app, ignoreComposeKeys, fromBundle, supervisorVersion }, use, testInfo) => {
     const recorder = new StepRecorder(devicePool.steps);
     const origin = Date.now();
     let held: Awaited<ReturnType<DevicePool['forFile']>> | undefined;
@@ -187,10 +205,10 @@ export const test = base.extend<HilTestFixtures, HilWorkerFixtures>({
       // the evidence of a failure comes from the last of them.
       let sweeps = 0;
       context.freshDevice = async () => {
-        held = await devicePool.forFile(`${file}#sweep-${++sweeps}`, withCloud, bundle);
+        held = await devicePool.forFile(`${file}#sweep-${++sweeps}`, withCloud, bundle, supervisorVersion);
         return new Device(held.device, context);
       };
-      held = await devicePool.forFile(file, withCloud, bundle);
+      held = await devicePool.forFile(file, withCloud, bundle, supervisorVersion);
       await use(new Device(held.device, context));
     } finally {
       const failed = !held || testInfo.status !== testInfo.expectedStatus;

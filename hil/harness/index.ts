@@ -5,6 +5,7 @@
 export { test, expect } from './fixtures.js';
 export type { HilTestFixtures as Fixtures, HilWorkerFixtures as WorkerFixtures } from './fixtures.js';
 export { defineConfig, type FleetlabConfig } from './config.js';
+export { since } from './supervisor-version.js';
 export { Device, type DeployOptions, type DeployedRelease, type DeviceSweepOptions, type Faults, type JournalOptions, type LedView, type PointResult, type SweepResult } from './device.js';
 export type { DeviceApi, ProxyConfig, StateStatus, StatusContainer } from '../lib/device-api.js';
 export type { ApiProtocol, Capability, CommandProtocol, FilesProtocol, HttpResponse, HttpStream, JournalEntryText, LedTransition, NetworkProtocol, PowerProtocol, RequestOptions } from '../../device-access/protocols.js';

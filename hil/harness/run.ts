@@ -21,6 +21,8 @@ import { readLab } from '../lab/lab-command.js';
 import { matchingBoards } from '../lab/lab-file.js';
 import { LAB_TAGS_VARIABLE, LAB_VARIABLE } from '../lab/worker-lease.js';
 import { SLOW_TARGETS, targetNames } from '../targets/index.js';
+import { SUPERVISOR_VERSION_VARIABLE } from './supervisor-version.js';
+import { formatVersion, parseSupervisorVersion } from '../../src/supervisor/versions.js';
 
 export const CONFIG_NAMES = ['fleetlab.config.ts', 'fleetlab.config.mts', 'fleetlab.config.js', 'fleetlab.config.mjs'] as const;
 
@@ -41,6 +43,8 @@ export interface RunOptions {
   lab?: { file: string; tags: readonly string[] };
   /** `--flash-image FILE` with --target qemu: boot this card image (fleetlab card build) on virt instead of the emulated Pi's own image. */
   flashImage?: string;
+  /** `--supervisor-version X.Y.Z`: the devices answer as that upstream supervisor, over fleetlab.config's `supervisorVersion`. */
+  supervisorVersion?: string;
 }
 
 /** Workers (each with a board of its own) of a qemu run on a machine with `cores` cores, unless told. */
@@ -91,6 +95,7 @@ function requirePayloadFor(target: string): void {
 
 /** Runs the specs; resolves with Playwright's exit code. */
 export async function runTests(options: RunOptions): Promise<number> {
+  const versionEnv = options.supervisorVersion === undefined ? {} : { [SUPERVISOR_VERSION_VARIABLE]: formatVersion(parseSupervisorVersion(options.supervisorVersion, '--supervisor-version')) };
   let labEnv: Record<string, string> = {};
   if (options.flashImage) {
     if (options.target !== 'qemu') throw new FleetlabError('SUP_ERR_BAD_REQUEST', `--flash-image boots a card image under QEMU: add --target qemu (got --target ${options.target})`);
@@ -120,7 +125,7 @@ export async function runTests(options: RunOptions): Promise<number> {
   const child = spawn(...stoppedWithParent(process.execPath, [cli, ...argv], 'SIGINT'), {
     cwd: options.cwd,
     stdio: 'inherit',
-    env: { ...process.env, ...harnessEnv(dockerSocket), ...labEnv },
+    env: { ...process.env, ...harnessEnv(dockerSocket), ...labEnv, ...versionEnv },
   });
   // Ctrl-C reaches Playwright from the terminal itself (same process group), and a second
   // one would force it: this process only stays alive for it. SIGTERM is passed on.

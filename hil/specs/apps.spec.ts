@@ -3,9 +3,9 @@
  * endpoints (single-service only), 400s and 404s.
  */
 import { APP_ID, containerOf, singleServiceRelease, twoServiceRelease, waitRunning } from '../lib/apps.js';
-import { expect, test } from 'fleetlab/test';
+import { expect, since, test } from 'fleetlab/test';
 
-test.describe('a two-service app', () => {
+test.describe('a two-service app', { annotation: since('9.7.0', 'GET /v2/state/status') }, () => {
   test.beforeEach(async ({ api, device }) => {
     expect((await api.setLocalTargetState(twoServiceRelease(device.api.identity.vendor))).status).toBe(200);
     await waitRunning(api, '1', ['main', 'worker']);
@@ -82,7 +82,7 @@ test.describe('a two-service app', () => {
   });
 });
 
-test('the v1 app endpoints on a single-service app: GET, stop, start', async ({ api, device }) => {
+test('the v1 app endpoints on a single-service app: GET, stop, start', { annotation: since('9.7.0', 'GET /v2/state/status') }, async ({ api, device }) => {
   const vendor = device.api.identity.vendor;
   expect((await api.setLocalTargetState(singleServiceRelease(vendor))).status).toBe(200);
   await waitRunning(api, '1', ['solo']);

@@ -4,7 +4,7 @@
  * through the cloud's proxy, and catches up after a network partition. Needs `network`: the
  * harness must be able to cut the device's path to the cloud.
  */
-import { expect, pollUntil, test, type FleetCloud } from 'fleetlab/test';
+import { expect, pollUntil, since, test, type FleetCloud } from 'fleetlab/test';
 
 test.use({ withCloud: true });
 
@@ -43,14 +43,14 @@ function onlineRow(cloud: FleetCloud, uuid: string) {
 
 test.beforeEach(({ needs }) => needs('network'));
 
-test('the device registers to the fleet with its provisioning key and its tunnel comes up', { tag: '@smoke' }, async ({ api, device, cloud }) => {
+test('the device registers to the fleet with its provisioning key and its tunnel comes up', { tag: '@smoke', annotation: since('11.4.0', 'GET /v2/device/vpn') }, async ({ api, device, cloud }) => {
   const row = await onlineRow(cloud!, device.api.identity.uuid);
   expect(row!.status).toBeTruthy();
   const vpn = await api.vpn();
   expect(vpn.body).toEqual({ status: 'success', vpn: { enabled: true, connected: true } });
 });
 
-test('a release set on the fleet runs on the device and the cloud records it', async ({ api, device, cloud }) => {
+test('a release set on the fleet runs on the device and the cloud records it', { annotation: since('9.7.0', 'GET /v2/state/status') }, async ({ api, device, cloud }) => {
   const releaseId = await setRelease(cloud!, 'r1', 'fleetlab/test-app:1', device.api.identity.vendor);
   const row = await pollUntil('release running per the cloud', () => deviceRow(cloud!, device.api.identity.uuid), (r) => r?.is_running__release?.__id === releaseId, { timeoutMs: 90_000 });
   expect(row!.status).toBe('Idle');
@@ -59,7 +59,7 @@ test('a release set on the fleet runs on the device and the cloud records it', a
   expect(status.body.containers.map((c) => c.serviceName)).toEqual(['main']);
 });
 
-test('tags set in the cloud are what the app reads from /v2/device/tags', async ({ api, device, cloud }) => {
+test('tags set in the cloud are what the app reads from /v2/device/tags', { annotation: since('9.11.0', 'GET /v2/device/tags') }, async ({ api, device, cloud }) => {
   const row = await onlineRow(cloud!, device.api.identity.uuid);
   await cloud!.call('POST', '/v6/device_tag', { device: row!.id, tag_key: 'bench', value: 'b-7' });
   const tags = await api.tags();
@@ -67,7 +67,7 @@ test('tags set in the cloud are what the app reads from /v2/device/tags', async 
   expect(tags.body.tags).toEqual([{ id: expect.any(Number), name: 'bench', value: 'b-7' }]);
 });
 
-test('the cloud proxy reaches the device: blink through it shows on the LED line', async ({ device, cloud, needs }) => {
+test('the cloud proxy reaches the device: blink through it shows on the LED line', { annotation: since('1.6.0', 'GET /v1/device') }, async ({ device, cloud, needs }) => {
   needs('led');
   await onlineRow(cloud!, device.api.identity.uuid);
   const since = Date.now();
@@ -79,7 +79,7 @@ test('the cloud proxy reaches the device: blink through it shows on the LED line
   expect(fleetWide).toEqual([expect.objectContaining({ uuid: device.api.identity.uuid, statusCode: 200 })]);
 });
 
-test('a partitioned device goes offline, and after the heal runs the release set meanwhile', async ({ api, device, cloud }) => {
+test('a partitioned device goes offline, and after the heal runs the release set meanwhile', { annotation: since('11.4.0', 'GET /v2/device/vpn') }, async ({ api, device, cloud }) => {
   await device.network!.partition();
   let releaseId = 0;
   try {

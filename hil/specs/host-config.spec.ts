@@ -3,18 +3,18 @@
  * through hostname1, proxy as redsocks configuration plus a unit restart through systemd1,
  * both read back over the API and from the host's files, and both surviving a reboot.
  */
-import { expect, test, type ProxyConfig } from 'fleetlab/test';
+import { expect, since, test, type ProxyConfig } from 'fleetlab/test';
 
 const PROXY: ProxyConfig = { type: 'socks5', ip: 'proxy.example', port: 1080, login: 'user', password: 'hunter2', noProxy: ['10.0.0.0/8', '192.168.7.7'] };
 
-test('GET host-config before any change: a hostname, no proxy', async ({ api }) => {
+test('GET host-config before any change: a hostname, no proxy', { annotation: since('6.6.0', 'GET and PATCH /v1/device/host-config') }, async ({ api }) => {
   const res = await api.hostConfig();
   expect(res.status).toBe(200);
   expect(res.body.network.hostname).toEqual(expect.any(String));
   expect(res.body.network).not.toHaveProperty('proxy');
 });
 
-test('PATCH hostname and proxy: applied on the host, read back without the password, kept across a reboot', { tag: '@smoke' }, async ({ api, device, needs }) => {
+test('PATCH hostname and proxy: applied on the host, read back without the password, kept across a reboot', { tag: '@smoke', annotation: since('6.6.0', 'GET and PATCH /v1/device/host-config') }, async ({ api, device, needs }) => {
   needs('files', 'power.reboot');
   const paths = device.api.identity.hostPaths;
   test.skip(!paths, `target ${device.target} cannot tell where the host keeps its hostname`);
@@ -37,7 +37,7 @@ test('PATCH hostname and proxy: applied on the host, read back without the passw
   expect((await files.read(paths!.hostname)).toString().trim()).toBe('hil-bench-7');
 });
 
-test('absent fields are left alone; null, "" and {} reset to the defaults', async ({ api, device }) => {
+test('absent fields are left alone; null, "" and {} reset to the defaults', { annotation: since('6.6.0', 'GET and PATCH /v1/device/host-config') }, async ({ api, device }) => {
   expect((await api.patchHostConfig({ network: { hostname: 'first-name', proxy: PROXY } })).status).toBe(200);
   expect((await api.patchHostConfig({ network: { hostname: 'second-name' } })).status).toBe(200);
   expect((await api.hostConfig()).body.network.proxy?.ip).toBe('proxy.example');
@@ -54,7 +54,7 @@ test('absent fields are left alone; null, "" and {} reset to the defaults', asyn
   expect((await api.hostConfig()).body.network.hostname).toBe(device.api.identity.uuid.slice(0, 7));
 });
 
-test('bad input is a 400 naming the field, and changes nothing', async ({ api }) => {
+test('bad input is a 400 naming the field, and changes nothing', { annotation: since('6.6.0', 'GET and PATCH /v1/device/host-config') }, async ({ api }) => {
   expect((await api.patchHostConfig({ network: { hostname: 'stable-name' } })).status).toBe(200);
   const cases: Array<[unknown, RegExp]> = [
     [{ network: { proxy: { type: 'ftp', ip: 'a', port: 1 } } }, /type/],

@@ -4,7 +4,7 @@
  * and 400s for bad fields.
  */
 import { singleServiceRelease, waitRunning, containerOf } from '../lib/apps.js';
-import { expect, pollUntil, scaled, test, type DeviceApi, type HttpStream } from 'fleetlab/test';
+import { expect, pollUntil, scaled, since, test, type DeviceApi, type HttpStream } from 'fleetlab/test';
 
 type Entry = Record<string, unknown> & { MESSAGE?: unknown; _SYSTEMD_UNIT?: string; __REALTIME_TIMESTAMP: string };
 
@@ -45,7 +45,7 @@ async function readUntil(stream: HttpStream, done: (text: string) => boolean, ti
   return text;
 }
 
-test('count, unit and format: the last N entries of one unit, as JSON or plain messages', { tag: '@smoke' }, async ({ api }) => {
+test('count, unit and format: the last N entries of one unit, as JSON or plain messages', { tag: '@smoke', annotation: since('10.3.0', 'format in journal logs') }, async ({ api }) => {
   const unit = await supervisorUnit(api);
   const names = await supervisorLines(api, 4);
   const res = await api.journalLogs({ unit, count: 3, format: 'json' });
@@ -63,7 +63,7 @@ test('count, unit and format: the last N entries of one unit, as JSON or plain m
   expect(short.text.trimEnd().split('\n').at(-1)).toContain(String(entries.at(-1)!.MESSAGE));
 });
 
-test('since and until select by time, in journalctl formats', async ({ api }) => {
+test('since and until select by time, in journalctl formats', { annotation: since('14.7.0', 'since and until in journal logs') }, async ({ api }) => {
   const unit = await supervisorUnit(api);
   await supervisorLines(api, 2);
   const all = jsonLines((await api.journalLogs({ unit, format: 'json' })).text);
@@ -86,7 +86,7 @@ test('since and until select by time, in journalctl formats', async ({ api }) =>
   expect(reversed.status).toBe(400);
 });
 
-test('follow streams new entries as they are written; the client can go away', async ({ api }) => {
+test('follow streams new entries as they are written; the client can go away', { annotation: since('10.3.0', 'format in journal logs') }, async ({ api }) => {
   const unit = await supervisorUnit(api);
   const stream = await api.journalLogsStream({ unit, follow: true, count: 1, format: 'cat' });
   expect(stream.status).toBe(200);
@@ -104,7 +104,7 @@ test('follow streams new entries as they are written; the client can go away', a
   expect((await api.journalLogs({ unit, count: 1, format: 'cat' })).status).toBe(200);
 });
 
-test('containerId selects one container\'s output', async ({ api, device }) => {
+test('containerId selects one container\'s output', { annotation: since('10.3.0', 'format in journal logs') }, async ({ api, device }) => {
   expect((await api.setLocalTargetState(singleServiceRelease(device.api.identity.vendor))).status).toBe(200);
   await waitRunning(api, '1', ['solo']);
   const solo = await containerOf(api, 'solo');
@@ -115,7 +115,7 @@ test('containerId selects one container\'s output', async ({ api, device }) => {
   expect((await api.journalLogs({ containerId: solo!.id, unit, format: 'cat' })).text).not.toMatch(/listening on/);
 });
 
-test('bad fields are a 400 naming them', async ({ api }) => {
+test('bad fields are a 400 naming them', { annotation: since('14.7.0', 'since and until in journal logs') }, async ({ api }) => {
   const cases: Array<[unknown, RegExp]> = [
     [{ count: 0 }, /count/],
     [{ count: 'ten' }, /count/],
@@ -134,7 +134,7 @@ test('bad fields are a 400 naming them', async ({ api }) => {
   }
 });
 
-test('the journal protocol and the API read the same journal', { tag: '@smoke' }, async ({ api, device, needs }) => {
+test('the journal protocol and the API read the same journal', { tag: '@smoke', annotation: since('10.3.0', 'format in journal logs') }, async ({ api, device, needs }) => {
   needs('journal');
   const unit = await supervisorUnit(api);
   const viaApi = jsonLines((await api.journalLogs({ unit, format: 'json', count: 5 })).text).map((e) => String(e.MESSAGE));
@@ -142,7 +142,7 @@ test('the journal protocol and the API read the same journal', { tag: '@smoke' }
   expect(viaProtocol).toEqual(viaApi);
 });
 
-test('GET /v2/local/logs streams NDJSON lines from the services and the supervisor', async ({ api, device }) => {
+test('GET /v2/local/logs streams NDJSON lines from the services and the supervisor', { annotation: since('9.7.0', 'GET /v2/state/status') }, async ({ api, device }) => {
   expect((await api.setLocalTargetState(singleServiceRelease(device.api.identity.vendor))).status).toBe(200);
   await waitRunning(api, '1', ['solo']);
   const stream = await api.localLogsStream();

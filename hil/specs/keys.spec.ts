@@ -2,9 +2,9 @@
  * Device key regeneration (docs/decisions.md item 4): the old key is refused from the next request
  * on, the new one works, and it survives a reboot through the OS.
  */
-import { expect, test } from 'fleetlab/test';
+import { expect, since, test } from 'fleetlab/test';
 
-test('regenerate-api-key: old key refused at once, new key works and survives a reboot', async ({ api, device, needs }) => {
+test('regenerate-api-key: old key refused at once, new key works and survives a reboot', { annotation: since('1.6.0', 'GET /v1/device') }, async ({ api, device, needs }) => {
   needs('power.reboot');
   const old = api.key;
   const res = await api.regenerateApiKey();

@@ -4,14 +4,14 @@
  * and purge remove and recreate containers, purge clears the app's volumes.
  */
 import { APP_ID, containerOf, twoServiceRelease, waitRebooted, waitRunning } from '../lib/apps.js';
-import { expect, pollUntil, test } from 'fleetlab/test';
+import { expect, pollUntil, since, test } from 'fleetlab/test';
 
 test.beforeEach(async ({ api, device }) => {
   expect((await api.setLocalTargetState(twoServiceRelease(device.api.identity.vendor))).status).toBe(200);
   await waitRunning(api, '1', ['main', 'worker']);
 });
 
-test('stop-service keeps the container; an update does not undo it; start-service starts it', async ({ api }) => {
+test('stop-service keeps the container; an update does not undo it; start-service starts it', { annotation: since('9.7.0', 'GET /v2/state/status') }, async ({ api }) => {
   const before = await containerOf(api, 'worker');
   const res = await api.stopService(APP_ID, { imageId: 102 });
   expect(res.status).toBe(200);
@@ -28,7 +28,7 @@ test('stop-service keeps the container; an update does not undo it; start-servic
   expect(started?.id).toBe(before?.id);
 });
 
-test('stop is temporary: a reboot through the OS starts the service again', async ({ api, device, needs }) => {
+test('stop is temporary: a reboot through the OS starts the service again', { annotation: since('9.7.0', 'GET /v2/state/status') }, async ({ api, device, needs }) => {
   needs('power.reboot');
   expect((await api.stopService(APP_ID, { serviceName: 'worker' })).status).toBe(200);
   await pollUntil('worker stopped', () => containerOf(api, 'worker'), (c) => c?.status !== 'Running');
@@ -36,7 +36,7 @@ test('stop is temporary: a reboot through the OS starts the service again', asyn
   await waitRunning(api, '1', ['main', 'worker']);
 });
 
-test('v1 reboot (no lock) answers 202 {Data: OK} and a stopped service runs again after it', async ({ api }) => {
+test('v1 reboot (no lock) answers 202 {Data: OK} and a stopped service runs again after it', { annotation: since('9.7.0', 'GET /v2/state/status') }, async ({ api }) => {
   expect((await api.stopService(APP_ID, { serviceName: 'worker' })).status).toBe(200);
   const res = await api.reboot();
   expect(res.status).toBe(202);
@@ -45,7 +45,7 @@ test('v1 reboot (no lock) answers 202 {Data: OK} and a stopped service runs agai
   await waitRunning(api, '1', ['main', 'worker']);
 });
 
-test('restart-service recreates one container; restart (v2, v1) recreates all', async ({ api }) => {
+test('restart-service recreates one container; restart (v2, v1) recreates all', { annotation: since('9.7.0', 'GET /v2/state/status') }, async ({ api }) => {
   const worker = await containerOf(api, 'worker');
   const main = await containerOf(api, 'main');
   expect((await api.restartService(APP_ID, { serviceName: 'worker' })).status).toBe(200);
@@ -69,7 +69,7 @@ test('restart-service recreates one container; restart (v2, v1) recreates all', 
   expect(after.some((id) => mid.includes(id))).toBe(false);
 });
 
-test('purge (v1 and v2) clears the app volume and recreates the containers', async ({ api, device, needs }) => {
+test('purge (v1 and v2) clears the app volume and recreates the containers', { annotation: since('9.7.0', 'GET /v2/state/status') }, async ({ api, device, needs }) => {
   needs('files', 'files.volumes');
   const files = device.files!;
   const volume = await files.volumePath!(APP_ID, 'data');
@@ -94,7 +94,7 @@ test('purge (v1 and v2) clears the app volume and recreates the containers', asy
   expect(last ? await files.list(last) : []).toEqual([]);
 });
 
-test('cleanup-volumes answers success and keeps volumes in use', async ({ api, device }) => {
+test('cleanup-volumes answers success and keeps volumes in use', { annotation: since('10.0.0', 'GET /v2/cleanup-volumes') }, async ({ api, device }) => {
   const res = await api.cleanupVolumes();
   expect(res.status).toBe(200);
   expect(res.body).toEqual({ status: 'success' });

@@ -4,15 +4,15 @@
  * sees it: `appState` going applying -> applied, recorded by polling.
  */
 import { twoServiceRelease, waitRunning } from '../lib/apps.js';
-import { expect, pollUntil, test, type StateStatus } from 'fleetlab/test';
+import { expect, pollUntil, since, test, type StateStatus } from 'fleetlab/test';
 
-test('GET /v2/local/target-state before any set: apps empty', async ({ api }) => {
+test('GET /v2/local/target-state before any set: apps empty', { annotation: since('7.21.0', 'local mode endpoints') }, async ({ api }) => {
   const res = await api.localTargetState();
   expect(res.status).toBe(200);
   expect(res.body).toMatchObject({ status: 'success', state: { local: { apps: {} } } });
 });
 
-test('bad target states are a 400 naming the field; malformed JSON is a 400', async ({ api, device }) => {
+test('bad target states are a 400 naming the field; malformed JSON is a 400', { annotation: since('7.21.0', 'local mode endpoints') }, async ({ api, device }) => {
   const vendor = device.api.identity.vendor;
   const good = twoServiceRelease(vendor);
   const withService = (patch: Record<string, unknown>) => ({ ...good, apps: { '1': { ...good.apps['1']!, services: { '11': { ...good.apps['1']!.services['11']!, ...patch } } } } });
@@ -35,7 +35,7 @@ test('bad target states are a 400 naming the field; malformed JSON is a 400', as
   expect((await api.localTargetState()).body.state.local.apps).toEqual({});
 });
 
-test('applying a release: appState applying -> applied, every service Running, the state reads back', { tag: '@smoke' }, async ({ api, device }) => {
+test('applying a release: appState applying -> applied, every service Running, the state reads back', { tag: '@smoke', annotation: since('9.11.0', 'GET /v2/device/name') }, async ({ api, device }) => {
   const release = twoServiceRelease(device.api.identity.vendor);
   const observed: StateStatus[] = [];
   const res = await api.setLocalTargetState(release);
@@ -84,7 +84,7 @@ test('applying a release: appState applying -> applied, every service Running, t
   expect((await api.deviceName()).body.deviceName).toBe('hil-device');
 });
 
-test('a new release replaces the containers and reports the new commit', async ({ api, device }) => {
+test('a new release replaces the containers and reports the new commit', { annotation: since('9.7.0', 'GET /v2/state/status') }, async ({ api, device }) => {
   const vendor = device.api.identity.vendor;
   expect((await api.setLocalTargetState(twoServiceRelease(vendor))).status).toBe(200);
   const first = await waitRunning(api, '1', ['main', 'worker']);
@@ -95,7 +95,7 @@ test('a new release replaces the containers and reports the new commit', async (
   expect((await api.applicationsState()).body.hilapp).toMatchObject({ appId: 1, commit: 'commit2', services: { main: { status: 'Running', releaseId: 2, downloadProgress: null } } });
 });
 
-test('HOST_CONFIG_* values are written to the boot config.txt, other lines kept, removed when unset', async ({ api, device, needs }) => {
+test('HOST_CONFIG_* values are written to the boot config.txt, other lines kept, removed when unset', { annotation: since('9.7.0', 'GET /v2/state/status') }, async ({ api, device, needs }) => {
   needs('files');
   const paths = device.api.identity.hostPaths;
   test.skip(!paths, `target ${device.target} cannot tell where the boot config lives`);
@@ -112,7 +112,7 @@ test('HOST_CONFIG_* values are written to the boot config.txt, other lines kept,
   expect(after.split('\n')).toContain('kernel=own.img');
 });
 
-test('leaving local mode: local endpoints then need a key and refuse a new target state', async ({ api, device }) => {
+test('leaving local mode: local endpoints then need a key and refuse a new target state', { annotation: since('7.21.0', 'local mode endpoints') }, async ({ api, device }) => {
   const vendor = device.api.identity.vendor;
   expect((await api.setLocalTargetState(twoServiceRelease(vendor, { config: { SUPERVISOR_LOCAL_MODE: '0' } }))).status).toBe(200);
   await pollUntil('local endpoints closed', () => api.localTargetState({ key: null }).then((r) => r.status), (s) => s === 401, { timeoutMs: 10_000 });

@@ -5,7 +5,7 @@
  * lock, and a released lock lets the action through. `start` ignores locks.
  */
 import { APP_ID, containerOf, twoServiceRelease, waitRebooted, waitRunning } from '../lib/apps.js';
-import { expect, pollUntil, test, type Device, type DeviceApi } from 'fleetlab/test';
+import { expect, pollUntil, since, test, type Device, type DeviceApi } from 'fleetlab/test';
 
 const lockPath = (device: Device, service: string) => `${device.api.identity.lockRoot}/${APP_ID}/${service}/updates.lock`;
 
@@ -14,7 +14,7 @@ async function deploy(api: DeviceApi, device: Device) {
   await waitRunning(api, '1', ['main', 'worker']);
 }
 
-test('a lock refuses restart, stop, purge with 423; nothing changes; start still works', async ({ api, device, needs }) => {
+test('a lock refuses restart, stop, purge with 423; nothing changes; start still works', { annotation: since('12.11.34', 'host config PATCH respects update locks') }, async ({ api, device, needs }) => {
   needs('files');
   await deploy(api, device);
   const files = device.files!;
@@ -47,7 +47,7 @@ test('a lock refuses restart, stop, purge with 423; nothing changes; start still
   expect((await api.startService(APP_ID, { serviceName: 'main' })).status).toBe(200);
 });
 
-test('force overrides a lock and removes it; a released lock lets the action through', async ({ api, device, needs }) => {
+test('force overrides a lock and removes it; a released lock lets the action through', { annotation: since('9.7.0', 'GET /v2/state/status') }, async ({ api, device, needs }) => {
   needs('files');
   await deploy(api, device);
   const files = device.files!;
@@ -77,7 +77,7 @@ test('force overrides a lock and removes it; a released lock lets the action thr
   await files.remove(lockPath(device, 'worker'));
 });
 
-test('reboot under a lock: 423, then with force: 202 {Data: OK} and the device comes back', async ({ api, device, needs }) => {
+test('reboot under a lock: 423, then with force: 202 {Data: OK} and the device comes back', { annotation: since('9.7.0', 'GET /v2/state/status') }, async ({ api, device, needs }) => {
   needs('files');
   await deploy(api, device);
   await device.files!.write(lockPath(device, 'main'), '');
@@ -92,7 +92,7 @@ test('reboot under a lock: 423, then with force: 202 {Data: OK} and the device c
   expect(await device.files!.exists(lockPath(device, 'main'))).toBe(false);
 });
 
-test('an update under a lock downloads but waits; the old release keeps running until the lock goes', async ({ api, device, needs }) => {
+test('an update under a lock downloads but waits; the old release keeps running until the lock goes', { annotation: since('9.7.0', 'GET /v2/state/status') }, async ({ api, device, needs }) => {
   needs('files');
   await deploy(api, device);
   await device.files!.write(lockPath(device, 'main'), '');

@@ -10,14 +10,14 @@
  * qemu the board is a new QEMU process then, which the forward follows).
  */
 import { fileURLToPath } from 'node:url';
-import { expect, scaled, test } from 'fleetlab/test';
+import { expect, scaled, since, test } from 'fleetlab/test';
 
 const APP = fileURLToPath(new URL('../../fixtures/apps/greeter', import.meta.url));
 
 test.describe.configure({ mode: 'parallel' });
 
 for (const name of ['first', 'second']) {
-  test(`the ${name} of two devices publishing 8080 with a host-network service on 8081 at once runs the app and answers at its own addresses`, async ({ device, needs }, testInfo) => {
+  test(`the ${name} of two devices publishing 8080 with a host-network service on 8081 at once runs the app and answers at its own addresses`, { annotation: since('9.7.0', 'GET /v2/state/status') }, async ({ device, needs }, testInfo) => {
     needs('images', 'ports');
     const greeting = `${name} device, worker ${testInfo.workerIndex}`;
     await device.deploy(APP, { env: { GREETING: greeting } });
@@ -34,7 +34,7 @@ for (const name of ['first', 'second']) {
   });
 }
 
-test('an address a spec holds answers again after a power cycle, without asking again', async ({ device, needs }) => {
+test('an address a spec holds answers again after a power cycle, without asking again', { annotation: since('9.7.0', 'GET /v2/state/status') }, async ({ device, needs }) => {
   needs('images', 'ports', 'power.cycle');
   const greeting = 'the same device after a power cycle';
   await device.deploy(APP, { env: { GREETING: greeting } });

@@ -3,9 +3,9 @@
  * and a power cut. The device comes back with its key, its release and its host config.
  */
 import { twoServiceRelease, waitRunning } from '../lib/apps.js';
-import { expect, pollUntil, scaled, sleep, test } from 'fleetlab/test';
+import { expect, pollUntil, scaled, since, sleep, test } from 'fleetlab/test';
 
-test('a hard power cycle: the device boots with its key, host config and release', { tag: '@smoke' }, async ({ api, device, needs }) => {
+test('a hard power cycle: the device boots with its key, host config and release', { tag: '@smoke', annotation: since('9.7.0', 'GET /v2/state/status') }, async ({ api, device, needs }) => {
   needs('power.cycle');
   expect((await api.setLocalTargetState(twoServiceRelease(device.api.identity.vendor))).status).toBe(200);
   await waitRunning(api, '1', ['main', 'worker']);
@@ -16,7 +16,7 @@ test('a hard power cycle: the device boots with its key, host config and release
   await waitRunning(api, '1', ['main', 'worker']);
 });
 
-test('a power cut: the API is gone until power returns, then the release runs again', async ({ api, device, needs }) => {
+test('a power cut: the API is gone until power returns, then the release runs again', { annotation: since('9.7.0', 'GET /v2/state/status') }, async ({ api, device, needs }) => {
   needs('power.cut');
   expect((await api.setLocalTargetState(twoServiceRelease(device.api.identity.vendor))).status).toBe(200);
   await waitRunning(api, '1', ['main', 'worker']);

@@ -6,12 +6,12 @@
  * its code, so nothing writes the volume's file: it lacks `images` and this spec skips there.
  */
 import { fileURLToPath } from 'node:url';
-import { expect, test } from 'fleetlab/test';
+import { expect, since, test } from 'fleetlab/test';
 
 const APP = fileURLToPath(new URL('../../fixtures/apps/counter', import.meta.url));
 const PULLING_TARGETS = new Set(['qemu', 'board']);
 
-test('a compose project is built, delivered and run; an update keeps its volume', async ({ device, needs }) => {
+test('a compose project is built, delivered and run; an update keeps its volume', { annotation: since('9.7.0', 'GET /v2/state/status') }, async ({ device, needs }) => {
   needs('images', 'files.volumes');
   const first = await device.deploy(APP);
   expect(first.services).toEqual(['counter', 'idle']);

@@ -8,7 +8,7 @@
  * Each test compares the replay's `/v2/state/status` with the captured one (without what
  * differs between two devices: ids, times, progress), then shows the stuck point is live.
  */
-import { expect, pollUntil, test, type Device } from 'fleetlab/test';
+import { expect, pollUntil, since, test, type Device } from 'fleetlab/test';
 
 interface Status {
   appState: string;
@@ -25,7 +25,7 @@ const status = async (device: Device) => (await device.status()) as unknown as S
 // A device per test: each starts from its own bundle.
 test.use({ deviceScope: 'test' });
 
-test.describe('an update waiting on a lock the app holds', () => {
+test.describe('an update waiting on a lock the app holds', { annotation: since('9.7.0', 'GET /v2/state/status') }, () => {
   test.use({ fromBundle: './bundles/locked.bundle.tar.gz' });
 
   test('waits on it again, and goes on once the app lets go; the host named and proxied as it was', async ({ device, api }) => {
@@ -39,7 +39,7 @@ test.describe('an update waiting on a lock the app holds', () => {
   });
 });
 
-test.describe('a service in a crash loop after a power cut', () => {
+test.describe('a service in a crash loop after a power cut', { annotation: since('9.7.0', 'GET /v2/state/status') }, () => {
   test.use({ fromBundle: './bundles/crash-loop.bundle.tar.gz' });
 
   test('crash-loops again, and its container is kept, not recreated; its clock two days ahead, as it was', async ({ device }) => {
@@ -61,7 +61,7 @@ test.describe('a service in a crash loop after a power cut', () => {
   });
 });
 
-test.describe('an image pull that keeps failing', () => {
+test.describe('an image pull that keeps failing', { annotation: since('9.7.0', 'GET /v2/state/status') }, () => {
   test.use({ fromBundle: './bundles/pull-failing.bundle.tar.gz' });
 
   test('fails again, and the old release keeps running', async ({ device }) => {

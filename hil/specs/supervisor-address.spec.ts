@@ -9,11 +9,11 @@
  * and the worker reaches the container's address on the supervisor network.
  */
 import { fileURLToPath } from 'node:url';
-import { expect, pollUntil, test } from 'fleetlab/test';
+import { expect, pollUntil, since, test } from 'fleetlab/test';
 
 const APP = fileURLToPath(new URL('../../fixtures/apps/callers', import.meta.url));
 
-test('a worker on a user-defined network, one on the default bridge and one in the host network call /v1/blink and /v2/applications/state at PLATFORM_SUPERVISOR_ADDRESS', async ({ device, needs }) => {
+test('a worker on a user-defined network, one on the default bridge and one in the host network call /v1/blink and /v2/applications/state at PLATFORM_SUPERVISOR_ADDRESS', { annotation: since('9.7.0', 'GET /v2/state/status') }, async ({ device, needs }) => {
   needs('images', 'ports');
   const since = Date.now();
   await device.deploy(APP);

@@ -5,11 +5,11 @@
  * report. A slow target (an emulated board boots again after every cut) gets one point.
  */
 import { fileURLToPath } from 'node:url';
-import { expect, test } from 'fleetlab/test';
+import { expect, since, test } from 'fleetlab/test';
 
 const APP = fileURLToPath(new URL('../../examples/device-app/', import.meta.url));
 
-test('a power-cut sweep of the example app\'s update: every point ends on release 2 with its data', async ({ device, needs }, testInfo) => {
+test('a power-cut sweep of the example app\'s update: every point ends on release 2 with its data', { annotation: since('9.7.0', 'GET /v2/state/status') }, async ({ device, needs }, testInfo) => {
   needs('power.cycle', 'images', 'files.volumes');
   const slow = (device.facts?.timeScale ?? 1) > 1;
   testInfo.setTimeout(slow ? 20 * 60_000 : 5 * 60_000);

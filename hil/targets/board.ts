@@ -39,6 +39,8 @@ export const BOARD_TARGET = 'board';
 export interface BoardTargetOptions {
   /** The config to use instead of reading FLEETLAB_BOARD_CONFIG. */
   readonly config?: BoardConfig;
+  /** Not taken: a lab board runs the supervisor settings its owner installed (refused, saying so). */
+  readonly supervisorVersion?: string;
 }
 
 /** What a worker keeps between spec files: the host config as it first found the board. */
@@ -239,6 +241,7 @@ export function createBoardTarget(): TargetDriver<BoardTargetOptions> {
       await lease?.config();
     },
     async start(options: BoardTargetOptions = {}) {
+      if (options.supervisorVersion) throw new FleetlabError('HIL_ERR_CAPABILITY', `the board target runs the supervisor with the settings its board was given: it cannot answer as supervisor ${options.supervisorVersion} for one spec; run version specs on the sim, container or qemu target (or set FLEETLAB_SUPERVISOR_VERSION in the board's /etc/fleetlab/supervisor.env)`);
       return startBoard(options.config ?? (lease ? await lease.config() : loadBoardConfig()), memory);
     },
     async dispose() {

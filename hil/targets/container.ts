@@ -44,6 +44,8 @@ import { offlineTestcontainers, requireTestcontainersLock, usesAppArmor } from '
 import { CONTAINER_CAPABILITIES, ContainerUnderTest } from './container/under-test.js';
 
 export interface ContainerTargetOptions {
+  /** The upstream supervisor version the device answers as (`fleetlab sim device --supervisor-version` inside). */
+  supervisorVersion?: string;
   /** Image to run; default `FLEETLAB_DEVICE_IMAGE`, else built (cached) from this checkout. */
   image?: string;
   dockerSocket?: string;
@@ -133,6 +135,7 @@ export const containerTarget: TargetDriver<ContainerTargetOptions> = {
           '--vendor', vendor,
           ...deviceType,
           ...clock,
+          ...(options.supervisorVersion ? ['--supervisor-version', options.supervisorVersion] : []),
           '--data-dir', dataDir,
           '--device-container', name,
         ])

@@ -61,6 +61,11 @@ export function cloudEnv(cloud: { url: string; provisioningKey: string }): strin
   return `${Object.entries(vars).map(([k, v]) => `${k}=${v}`).join('\n')}\n`;
 }
 
+/** The env file's line for the upstream supervisor version the board's supervisor answers as. */
+export function versionEnv(version: string): string {
+  return `FLEETLAB_SUPERVISOR_VERSION=${version}\n`;
+}
+
 /** The image: the one the global setup built, else built (or found cached) now. */
 async function resolveImage(): Promise<QemuImage> {
   const card = process.env[FLASH_IMAGE_VARIABLE];
@@ -87,8 +92,8 @@ export function createQemuTarget(): TargetDriver<TargetStartOptions> {
       if (!lab.running) await lab.boot();
       const supervisor = await lab.reset();
       const ssh = lab.ssh!;
-      // A cloud link or a captured bundle is this file's own device: one that starts from them.
-      const ownStart = Boolean(options.cloud || options.bundle);
+      // A cloud link, a captured bundle or another supervisor version is this file's own device: one that starts from them.
+      const ownStart = Boolean(options.cloud || options.bundle || options.supervisorVersion);
       let link: PartitionableLink | undefined;
       try {
         if (ownStart && supervisor === 'running') await resetOverSsh(ssh, lab.bootDir);
@@ -100,6 +105,8 @@ export function createQemuTarget(): TargetDriver<TargetStartOptions> {
           await ssh.files.write(GUEST.envFile, cloudEnv({ url: guestUrl.origin, provisioningKey: options.cloud.provisioningKey }));
         }
         if (options.bundle) await replayOnto(ssh, options.bundle, lab.bootDir);
+        // The env file the unit reads at every start (reset writes it anew): the image stays as built.
+        if (options.supervisorVersion) await ssh.files.write(GUEST.envFile, `${(await ssh.files.read(GUEST.envFile)).toString('utf8')}${versionEnv(options.supervisorVersion)}`);
         if (ownStart || supervisor === 'stopped') await startSupervisor(ssh, lab.board!);
         const stored = await storedIdentity(ssh, GUEST.dataDir);
         return new QemuUnderTest(lab, { uuid: stored.uuid, apiKey: stored.deviceKey }, link);

@@ -272,9 +272,10 @@ async function startSim(options: SimTargetOptions, registry: WorkerRegistry | un
   const dockerSocket = options.dockerSocket ?? DOCKER_SOCKET;
   const cloud = options.cloud ? { ...options.cloud, pollIntervalMs: 2_000, reportIntervalMs: 500, tunnelHeartbeatMs: 1_000 } : undefined;
   if (options.bundle && cloud) throw new FleetlabError('HIL_ERR_CAPTURE', 'a device started from a bundle runs without a lab cloud: drop withCloud from the spec');
+  const version = options.supervisorVersion ? { supervisorVersion: options.supervisorVersion } : {};
   const sim = options.bundle
-    ? await SimDevice.start((await replaySimOptions({ bundle: options.bundle, engine, dockerSocket })).sim)
-    : await SimDevice.start({ port: 0, engine, dockerSocket, localMode: !cloud, ...(cloud ? { cloud } : {}) });
+    ? await SimDevice.start({ ...(await replaySimOptions({ bundle: options.bundle, engine, dockerSocket })).sim, ...version })
+    : await SimDevice.start({ port: 0, engine, dockerSocket, localMode: !cloud, ...(cloud ? { cloud } : {}), ...version });
   try {
     const dut = new SimUnderTest(sim, new Set(simCapabilities(engine)), engine, { hostDockerSocket: dockerSocket, ...(registry ? { registry } : {}) });
     await dut.api.waitReady(TIMEOUTS.ready);

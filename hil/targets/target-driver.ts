@@ -13,6 +13,8 @@ export interface TargetStartOptions {
   readonly cloud?: { readonly url: string; readonly provisioningKey: string };
   /** Start the device in the state this bundle captured (`fleetlab replay`); only a driver that `startsFromBundle`. */
   readonly bundle?: string;
+  /** The upstream supervisor version X.Y.Z its supervisor answers as (checked by the fixtures); absent: fleetlab's own. */
+  readonly supervisorVersion?: string;
 }
 
 /** A way to reach a device. `provides` is checked against the protocols it returns at start. */

@@ -7,6 +7,7 @@ import { readFileSync } from 'node:fs';
 import { isIP } from 'node:net';
 import { FleetlabError, errorText } from '../errors.js';
 import { supervisorNetworkDefaults, supervisorNetworkProblems } from './supervisor-network.js';
+import { acceptedRange, parseSupervisorVersion } from './versions.js';
 
 export interface SupervisorConfig {
   port: number;
@@ -39,6 +40,8 @@ export interface SupervisorConfig {
   pollIntervalMs: number;
   reportIntervalMs: number;
   tunnelHeartbeatMs: number;
+  supervisorVersion: string;
+  legacyVendor: string;
 }
 
 type Kind = 'string' | 'number' | 'boolean';
@@ -80,6 +83,8 @@ export const settings: readonly Setting[] = [
   { key: 'pollIntervalMs', kind: 'number', defaultValue: 900000, description: 'target state poll interval, ms (the target config SUPERVISOR_POLL_INTERVAL overrides it)' },
   { key: 'reportIntervalMs', kind: 'number', defaultValue: 2000, description: 'least time between two state reports to the cloud, ms' },
   { key: 'tunnelHeartbeatMs', kind: 'number', defaultValue: 15000, description: 'cloud tunnel ping interval, ms; two missed pongs count the link as down' },
+  { key: 'supervisorVersion', kind: 'string', defaultValue: '', description: `answer as this upstream supervisor version X.Y.Z (${acceptedRange()}): its endpoints, request forms and behaviours only, from the spec's Versioning table (src/supervisor/versions.ts); empty: fleetlab's own, every endpoint` },
+  { key: 'legacyVendor', kind: 'string', defaultValue: 'resin', description: 'with a supervisorVersion before 7.22.0: the legacy word in the variables of services with the supervisor-api label (RESIN_SUPERVISOR_ADDRESS, ...), as balena\'s supervisors had it' },
   { key: 'logLevel', kind: 'string', defaultValue: 'info', description: 'log level: fatal, error, warn, info, debug, trace, silent' },
 ];
 
@@ -141,6 +146,8 @@ export function loadConfig(sources: ConfigSources = {}): SupervisorConfig {
   const config = out as unknown as SupervisorConfig;
   if (config.port < 1 || config.port > 65535) throw new FleetlabError('SUP_ERR_BAD_REQUEST', `port must be 1..65535, got ${config.port}`);
   if (!/^[a-z][a-z0-9]*$/.test(config.vendor)) throw new FleetlabError('SUP_ERR_BAD_REQUEST', `vendor must be a lowercase word, got "${config.vendor}"`);
+  if (!/^[a-z][a-z0-9]*$/.test(config.legacyVendor)) throw new FleetlabError('SUP_ERR_BAD_REQUEST', `legacyVendor must be a lowercase word, got "${config.legacyVendor}"`);
+  if (config.supervisorVersion) parseSupervisorVersion(config.supervisorVersion, `supervisorVersion (${flagName('supervisorVersion')}, ${envName('supervisorVersion')})`);
   if (config.publishAddress && !isIP(config.publishAddress)) throw new FleetlabError('SUP_ERR_BAD_REQUEST', `publishAddress must be an IPv4 or IPv6 address, got "${config.publishAddress}"`);
   const networkProblems = supervisorNetworkProblems({ name: config.supervisorNetwork, subnet: config.supervisorSubnet, supervisorContainer: config.supervisorContainer, hostNetworkContainer: config.hostNetworkContainer });
   if (networkProblems.length) throw new FleetlabError('SUP_ERR_BAD_REQUEST', networkProblems.join('; '));

@@ -29,6 +29,7 @@ import { UpdateLocks } from './state/locks.js';
 import { processStart } from '../processes.js';
 import { StateEngine, type Logger } from './state/state-engine.js';
 import { DeviceStore, type DeviceRecord } from './state/store.js';
+import { apiAt, formatVersion, parseSupervisorVersion, type SupervisorApi } from './versions.js';
 
 /** Set by the device bundle's build (device-image/payload.ts), which has no package.json beside it. */
 declare const __FLEETLAB_VERSION__: string | undefined;
@@ -101,7 +102,10 @@ export class Supervisor implements SupervisorContext {
   private readonly readAddresses: () => { ip: string; mac: string };
   readonly logs = new LogBus();
   readonly log: Logger;
-  readonly version = supervisorVersion;
+  /** The version reported (/v1/device, /v2/version, the cloud): the emulated one, else fleetlab's own. */
+  readonly version: string;
+  /** What the API and the state engine are at that version (versions.ts). */
+  readonly supervisorApi: SupervisorApi;
   readonly osVersion: string;
   /** Built on first use: a device reached only through its cloud link (fleet simulation) may never need it. */
   private builtApi: FastifyInstance | null = null;
@@ -120,6 +124,8 @@ export class Supervisor implements SupervisorContext {
     this.host = deps.host;
     this.journal = deps.journal;
     this.osVersion = config.osVersion || readOsVersion();
+    this.supervisorApi = apiAt(config.supervisorVersion ? parseSupervisorVersion(config.supervisorVersion, 'supervisorVersion') : undefined);
+    this.version = this.supervisorApi.emulated ? formatVersion(this.supervisorApi.emulated) : supervisorVersion;
     this.store = DeviceStore.open(config.dataDir, () => ({
       uuid: config.uuid || randomUUID().replace(/-/g, ''),
       deviceKey: config.apiKey || newKey(),
@@ -163,8 +169,12 @@ export class Supervisor implements SupervisorContext {
           this.supervisorNetwork = { apiHost, subnet };
           await this.gateway?.open(this.supervisorNetwork);
         },
+        // Before 10.0 a normal update removed the volumes no target declares (the spec's Versioning table).
+        removeUnreferencedVolumes: !this.supervisorApi.has('keepsUnreferencedVolumes'),
         specContext: () => ({
           vendor: config.vendor,
+          // Before 7.22.0 a labelled service's variables had the legacy word (docs/decisions.md item 21).
+          ...(this.supervisorApi.has('vendorPrefix') ? {} : { apiVendor: config.legacyVendor }),
           uuid: this.uuid,
           deviceName: this.deviceName,
           deviceType: config.deviceType,

@@ -8,7 +8,7 @@ import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import Docker from 'dockerode';
-import { loadConfig } from '../../src/supervisor/config.js';
+import { loadConfig, type SupervisorConfig } from '../../src/supervisor/config.js';
 import { createHostAdapter } from '../../src/supervisor/adapters/host.js';
 import { createJournalAdapter } from '../../src/supervisor/adapters/journal.js';
 import { removeDeviceLeftovers } from '../../sim/device-leftovers.js';
@@ -36,8 +36,8 @@ export interface SupervisorFixture {
 
 const quietLog = { info: () => undefined, warn: () => undefined, error: () => undefined };
 
-/** `dockerSocket`: another engine than this machine's dockerd, such as a simulated one. */
-export async function startSupervisorFixture(options: { localMode?: boolean; dir?: string; dockerSocket?: string } = {}): Promise<SupervisorFixture> {
+/** `dockerSocket`: another engine than this machine's dockerd, such as a simulated one; `settings`: more of the supervisor's flags. */
+export async function startSupervisorFixture(options: { localMode?: boolean; dir?: string; dockerSocket?: string; settings?: Partial<Record<keyof SupervisorConfig, unknown>> } = {}): Promise<SupervisorFixture> {
   const engineSocket = options.dockerSocket ?? dockerSocket;
   const dir = options.dir ?? (await mkdtemp(join(tmpdir(), 'fleetlab-test-')));
   const bus = await startPrivateBus({ dir: join(dir, 'dbus') });
@@ -55,6 +55,7 @@ export async function startSupervisorFixture(options: { localMode?: boolean; dir
       journalDirectory: journal.directory,
       dbusAddress: bus.address,
       ...sharedEngineNetwork(),
+      ...options.settings,
     },
   });
   const sup = new Supervisor({

@@ -14,6 +14,7 @@ import type { ApiKeys } from '../state/keys.js';
 import type { Logger, StateEngine } from '../state/state-engine.js';
 import type { DeviceStore } from '../state/store.js';
 import type { CheckedTarget } from '../../protocol/checked-target.js';
+import type { SupervisorApi } from '../versions.js';
 
 export interface SupervisorContext {
   readonly config: SupervisorConfig;
@@ -28,6 +29,8 @@ export interface SupervisorContext {
   readonly logs: LogBus;
   readonly log: Logger;
   readonly version: string;
+  /** The upstream version's endpoints and behaviours (the `supervisorVersion` setting). */
+  readonly supervisorApi: SupervisorApi;
   readonly osVersion: string;
   readonly cloud: CloudLink | null;
   readonly uuid: string;

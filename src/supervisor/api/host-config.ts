@@ -75,7 +75,8 @@ export function hostConfigRoutes(sup: SupervisorContext): FastifyPluginAsync {
         if (!isValidHostname(hostname)) throw badRequest(`body/network/hostname "${hostname}" is not a valid host name (letters, digits and -, at most 64 characters)`);
       }
       const proxy = network.proxy === undefined ? undefined : { value: network.proxy === null ? undefined : proxyFrom(network.proxy) };
-      sup.actions.checkLocks(force);
+      // From 12.11.34 (the spec's Versioning table); an older supervisor changed the host under a lock.
+      if (sup.supervisorApi.has('hostConfigLocks')) sup.actions.checkLocks(force);
       if (hostname !== undefined) {
         await sup.host.setHostname(hostname);
         sup.log.info(`Hostname set to ${hostname}`);

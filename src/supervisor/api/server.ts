@@ -12,6 +12,7 @@ import { hostConfigRoutes } from './host-config.js';
 import { localRoutes } from './local.js';
 import { v1Routes } from './v1.js';
 import { v2Routes } from './v2.js';
+import { installVersionGate } from './version-gate.js';
 
 /** `schemas` load and compile on each route's first request; a test passes its own to compile them all. */
 export function buildApi(sup: SupervisorContext, schemas: LazySchemaCompilers = lazySchemaCompilers()): FastifyInstance {
@@ -35,6 +36,8 @@ export function buildApi(sup: SupervisorContext, schemas: LazySchemaCompilers = 
     if (request.body == null && request.method !== 'GET') request.body = {};
   });
   installErrorHandling(app);
+  // Before any route: it decides, as each is registered, whether the emulated version has it.
+  installVersionGate(app, sup.supervisorApi);
   installAuth(app, { keys: sup.keys, localMode: () => sup.localMode() });
   app.get('/ping', { config: { auth: 'open' } }, async (_req, reply) => reply.type('text/plain').send('OK'));
   void app.register(v1Routes(sup));

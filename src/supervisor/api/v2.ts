@@ -32,7 +32,22 @@ const JournalBody = Type.Object({
 
 const appIdOf = (req: FastifyRequest) => Number((req.params as { appId: string }).appId);
 
+/**
+ * A route's body fields that the emulated supervisor version did not read yet: dropped before
+ * validation, so they are ignored as any field a route does not know is.
+ */
+function dropUntaken(fields: readonly string[]): (req: FastifyRequest) => Promise<void> {
+  return async (req) => {
+    const body = req.body;
+    if (body && typeof body === 'object' && !Array.isArray(body)) for (const f of fields) delete (body as Record<string, unknown>)[f];
+  };
+}
+
 export function v2Routes(sup: SupervisorContext): FastifyPluginAsync {
+  const api = sup.supervisorApi;
+  // Before 8.2.2 a service is named by imageId only; journal options as they arrived (10.3, 14.7.0).
+  const serviceFields = dropUntaken(api.has('serviceName') ? [] : ['serviceName']);
+  const journalFields = dropUntaken([...(api.has('journalFormat') ? [] : ['format']), ...(api.has('journalSinceUntil') ? [] : ['since', 'until'])]);
   return async (app: FastifyInstance) => {
     app.get('/v2/applications/state', async (req): Promise<ApplicationsState> => {
       const reads = readsFor(sup, callerOf(req));
@@ -74,19 +89,19 @@ export function v2Routes(sup: SupervisorContext): FastifyPluginAsync {
       };
     });
 
-    app.post('/v2/applications/:appId/restart-service', { schema: { params: AppIdParams, body: ServiceBody } }, async (req, reply) => {
+    app.post('/v2/applications/:appId/restart-service', { schema: { params: AppIdParams, body: ServiceBody }, preValidation: serviceFields }, async (req, reply) => {
       const body = req.body as ServiceBody;
       await sup.actions.restartService(callerOf(req), appIdOf(req), body, body.force ?? false);
       return reply.type('text/plain').send('OK');
     });
 
-    app.post('/v2/applications/:appId/stop-service', { schema: { params: AppIdParams, body: ServiceBody } }, async (req, reply) => {
+    app.post('/v2/applications/:appId/stop-service', { schema: { params: AppIdParams, body: ServiceBody }, preValidation: serviceFields }, async (req, reply) => {
       const body = req.body as ServiceBody;
       await sup.actions.stopService(callerOf(req), appIdOf(req), body, body.force ?? false);
       return reply.type('text/plain').send('OK');
     });
 
-    app.post('/v2/applications/:appId/start-service', { schema: { params: AppIdParams, body: ServiceBody } }, async (req, reply) => {
+    app.post('/v2/applications/:appId/start-service', { schema: { params: AppIdParams, body: ServiceBody }, preValidation: serviceFields }, async (req, reply) => {
       await sup.actions.startService(callerOf(req), appIdOf(req), req.body as ServiceBody);
       return reply.type('text/plain').send('OK');
     });
@@ -141,7 +156,7 @@ export function v2Routes(sup: SupervisorContext): FastifyPluginAsync {
       return { status: 'success' };
     });
 
-    app.post('/v2/journal-logs', { schema: { body: JournalBody } }, async (req, reply) => {
+    app.post('/v2/journal-logs', { schema: { body: JournalBody }, preValidation: journalFields }, async (req, reply) => {
       const query = (req.body ?? {}) as JournalQuery;
       await sup.journal.check(query);
       const abort = new AbortController();

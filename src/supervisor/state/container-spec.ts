@@ -10,6 +10,11 @@ import { normaliseImageRef, type ContainerSpec } from '../adapters/engine.js';
 
 export interface SpecContext {
   vendor: string;
+  /**
+   * The word of the variables only a labelled service gets (`<WORD>_SUPERVISOR_ADDRESS`, ...),
+   * when not the vendor's: an emulated supervisor before 7.22.0 (the `legacyVendor` setting).
+   */
+  apiVendor?: string;
   uuid: string;
   deviceName: string;
   deviceType: string;
@@ -56,8 +61,11 @@ function hasApiLabel(service: TargetService, vendor: string): boolean {
   return value === '1' || value === 'true';
 }
 
+/** The word of a labelled service's API variables. */
+const apiWord = (ctx: Pick<SpecContext, 'vendor' | 'apiVendor'>) => (ctx.apiVendor ?? ctx.vendor).toUpperCase();
+
 /** Variables that identify the device to the service but must not force a recreate. */
-const nameAtInit = (vendor: string) => `${vendor.toUpperCase()}_DEVICE_NAME_AT_INIT`;
+const nameAtInit = (ctx: Pick<SpecContext, 'vendor' | 'apiVendor'>) => `${apiWord(ctx)}_DEVICE_NAME_AT_INIT`;
 
 /**
  * A labelled service joins the supervisor network unless it has the host's network (where the
@@ -92,7 +100,7 @@ export function platformEnvironment(app: TargetApp, service: TargetService, ctx:
     [`${V}_APP_NAME`]: app.name,
     [`${V}_SERVICE_NAME`]: service.serviceName,
     ...deviceEnvironment(app.appId, ctx, withApi ? supervisorAddressFor(service, ctx) : undefined),
-    ...(withApi ? { [nameAtInit(ctx.vendor)]: ctx.deviceName } : {}),
+    ...(withApi ? { [nameAtInit(ctx)]: ctx.deviceName } : {}),
   };
 }
 
@@ -104,6 +112,7 @@ export function platformEnvironment(app: TargetApp, service: TargetService, ctx:
  */
 export function deviceEnvironment(appId: number, ctx: SpecContext, apiAddress: string | undefined): Record<string, string> {
   const V = ctx.vendor.toUpperCase();
+  const A = apiWord(ctx);
   return {
     [`${V}_DEVICE_UUID`]: ctx.uuid,
     [`${V}_DEVICE_TYPE`]: ctx.deviceType,
@@ -111,11 +120,11 @@ export function deviceEnvironment(appId: number, ctx: SpecContext, apiAddress: s
     [`${V}_APP_LOCK_PATH`]: `/tmp/${ctx.vendor}/updates.lock`,
     ...(apiAddress !== undefined
       ? {
-          [`${V}_SUPERVISOR_ADDRESS`]: apiAddress,
-          [`${V}_SUPERVISOR_HOST`]: apiAddress && new URL(apiAddress).hostname,
-          [`${V}_SUPERVISOR_PORT`]: String(ctx.supervisorPort),
-          [`${V}_SUPERVISOR_API_KEY`]: ctx.appKey(appId),
-          [`${V}_APP_ID`]: String(appId),
+          [`${A}_SUPERVISOR_ADDRESS`]: apiAddress,
+          [`${A}_SUPERVISOR_HOST`]: apiAddress && new URL(apiAddress).hostname,
+          [`${A}_SUPERVISOR_PORT`]: String(ctx.supervisorPort),
+          [`${A}_SUPERVISOR_API_KEY`]: ctx.appKey(appId),
+          [`${A}_APP_ID`]: String(appId),
         }
       : {}),
   };
@@ -137,7 +146,7 @@ export function appNetworksFor(app: TargetApp, service: TargetService): string[]
 export function specInputs(ctx: SpecContext, target: { apps: readonly TargetApp[] }): string {
   const net = ctx.supervisorNetwork;
   const host = ctx.hostNetwork;
-  const scalars = [ctx.vendor, ctx.uuid, ctx.deviceName, ctx.deviceType, ctx.arch, ctx.supervisorAddress, String(ctx.supervisorPort), net ? `${net.name} ${net.subnet} ${net.gateway} ${net.apiHost}` : '', ctx.publishAddress ?? '', host ? `${host.container} ${host.supervisorInside}` : ''];
+  const scalars = [ctx.vendor, ctx.apiVendor ?? '', ctx.uuid, ctx.deviceName, ctx.deviceType, ctx.arch, ctx.supervisorAddress, String(ctx.supervisorPort), net ? `${net.name} ${net.subnet} ${net.gateway} ${net.apiHost}` : '', ctx.publishAddress ?? '', host ? `${host.container} ${host.supervisorInside}` : ''];
   return [...scalars, ...target.apps.map((a) => `${a.appId}=${ctx.appKey(a.appId)}`)].join('\u0000');
 }
 
@@ -165,7 +174,7 @@ export function desiredContainer(app: TargetApp, service: TargetService, ctx: Sp
     imageId: service.imageId,
     releaseId: app.releaseId,
     command: service.command ?? null,
-    env: Object.entries(environment).filter(([k]) => k !== nameAtInit(ctx.vendor)).sort(),
+    env: Object.entries(environment).filter(([k]) => k !== nameAtInit(ctx)).sort(),
     labels: Object.entries(service.labels).sort(),
     binds,
     networkMode,

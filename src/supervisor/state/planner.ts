@@ -16,10 +16,12 @@
  *   says so with a `wait` step, as nothing else would make the applier look again;
  * - an outdated container is removed (under its update lock) before its successor is created;
  * - networks of removed apps go once their containers are gone; volumes stay until
- *   `cleanup-volumes` (as the spec says since 10.0; docs/device-api.md, versioning facts).
+ *   `cleanup-volumes` (as the spec says since 10.0; docs/device-api.md, "Supervisor versions"),
+ *   unless `removeUnreferencedVolumes` (an emulated supervisor before 10.0): then a volume no
+ *   target declares goes once every container of its app is of the target (none can mount it).
  */
 import type { TargetApp, TargetState } from '../../protocol/target-state.js';
-import { normaliseImageRef, type EngineSnapshot, type ManagedContainer, type ManagedNetwork } from '../adapters/engine.js';
+import { normaliseImageRef, type EngineSnapshot, type ManagedContainer, type ManagedNetwork, type ManagedVolume } from '../adapters/engine.js';
 import type { DesiredContainer } from './container-spec.js';
 
 export type Step =
@@ -32,6 +34,7 @@ export type Step =
   | { action: 'start'; appId: number; container: ManagedContainer }
   | { action: 'stop'; appId: number; container: ManagedContainer }
   | { action: 'removeNetwork'; appId: number; network: ManagedNetwork }
+  | { action: 'removeVolume'; appId: number; volume: ManagedVolume }
   /** Nothing to do but look again: `serviceName` waits for the health of services it depends on. */
   | { action: 'wait'; appId: number; serviceName: string; reason: string };
 
@@ -46,6 +49,8 @@ export interface PlanInput {
    * false otherwise (a service the user stopped, or that exited, stays so).
    */
   startStopped: boolean;
+  /** Remove volumes no target declares in a normal update, as supervisors before 10.0 did. */
+  removeUnreferencedVolumes?: boolean;
 }
 
 export const serviceKey = (appId: number, serviceName: string) => `${appId}/${serviceName}`;
@@ -141,7 +146,14 @@ function planApp(app: TargetApp, input: PlanInput): Step[] {
     if (netReady && volReady && depsReady(service.serviceName)) ordered.push({ action: 'createContainer', appId, desired: want });
     else if (netReady && volReady) ordered.push(...healthWait(service.serviceName));
   }
+  // Every container of the app of the target: only declared volumes are mounted.
+  const allCurrent = containers.every((c) => c.configHash === desired.get(serviceKey(appId, c.serviceName))?.configHash);
+  if (input.removeUnreferencedVolumes && allCurrent) ordered.push(...unreferencedVolumes(appId, new Set(app.volumes), input));
   return ordered;
+}
+
+function unreferencedVolumes(appId: number, declared: ReadonlySet<string>, input: PlanInput): Step[] {
+  return input.current.volumes.filter((v) => v.appId === appId && !declared.has(v.volume)).map((volume) => ({ action: 'removeVolume', appId, volume }));
 }
 
 function planRemovedApp(appId: number, input: PlanInput): Step[] {
@@ -149,12 +161,17 @@ function planRemovedApp(appId: number, input: PlanInput): Step[] {
   if (containers.length > 0) {
     return containers.map((container) => ({ action: 'removeContainer', appId, container, reason: 'app is not in the target state' }));
   }
-  return input.current.networks.filter((n) => n.appId === appId).map((network) => ({ action: 'removeNetwork', appId, network }));
+  const volumes = input.removeUnreferencedVolumes ? unreferencedVolumes(appId, new Set(), input) : [];
+  return [...volumes, ...input.current.networks.filter((n) => n.appId === appId).map((network): Step => ({ action: 'removeNetwork', appId, network }))];
 }
 
 export function plan(input: PlanInput): Step[] {
   const targetIds = new Set(input.target.apps.map((a) => a.appId));
-  const currentIds = new Set([...input.current.containers.map((c) => c.appId), ...input.current.networks.map((n) => n.appId)]);
+  const currentIds = new Set([
+    ...input.current.containers.map((c) => c.appId),
+    ...input.current.networks.map((n) => n.appId),
+    ...(input.removeUnreferencedVolumes ? input.current.volumes.map((v) => v.appId) : []),
+  ]);
   const steps: Step[] = [];
   const wantsSupervisorNetwork = [...input.desired.values()].some((d) => d.needsSupervisorNetwork);
   if (wantsSupervisorNetwork && !input.current.supervisorNetwork?.usable) steps.push({ action: 'createSupervisorNetwork' });

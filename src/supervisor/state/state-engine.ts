@@ -32,6 +32,8 @@ export interface StateEngineDeps {
   retryDelayMs?: (attempt: number) => number;
   /** Pause before planning again while services wait for a dependency's health (default 1 s). */
   healthWaitMs?: number;
+  /** A normal update removes volumes no target declares, as supervisors before 10.0 did (default: kept until cleanup-volumes). */
+  removeUnreferencedVolumes?: boolean;
 }
 
 const MAX_ROUNDS = 30;
@@ -224,7 +226,7 @@ export class StateEngine {
       try {
         const current = await this.deps.engine.snapshot();
         await this.observe(current);
-        steps = plan({ target: this.target, current, desired: this.desired(), startStopped: this.firstRound });
+        steps = plan({ target: this.target, current, desired: this.desired(), startStopped: this.firstRound, removeUnreferencedVolumes: this.deps.removeUnreferencedVolumes ?? false });
         this.pulls.keepOnly(steps.filter((s) => s.action === 'fetch'));
       } catch (err) {
         return this.fail(err, force);
@@ -306,6 +308,13 @@ export class StateEngine {
           // take its lock.
           locks.ensureDir(step.appId, step.container.serviceName);
           await this.withStatus(step.appId, step.container.serviceName, 'Starting', () => engine.start(step.container.id));
+          progressed = true;
+          break;
+        case 'removeVolume':
+          // Planned only once no container of the app can hold it: one in use is held by a
+          // container fleetlab does not manage, which the failed round names.
+          if (!(await engine.removeVolume(step.volume.name))) throw new FleetlabError('SUP_ERR_ENGINE', `volume ${step.volume.name} is declared by no target but is still in use by a container`);
+          log.info(`Removed unreferenced volume ${step.volume.name}`);
           progressed = true;
           break;
         case 'removeNetwork':

@@ -42,7 +42,7 @@ export function renderTimelineHtml(timeline: Timeline): string {
 <header>
 <h1>${esc(timeline.title)}</h1>
 <p class="subject">${esc(timeline.subject)} · ${(timeline.end / 1000).toFixed(1)} s · started ${esc(new Date(timeline.origin).toISOString())}</p>
-${f ? `<p class="failure-text">failed at +${(f.at / 1000).toFixed(3)} s: ${esc(f.error)}</p>` : ''}
+${f ? failureText(f) : ''}
 <div class="toggles">${toggles}</div>
 ${notes}
 <p class="help">wheel: zoom at the pointer · drag: pan · double-click: whole test · hover a mark for its text</p>
@@ -57,6 +57,13 @@ ${failure}
 <script>${PAGE_SCRIPT}</script>
 </body></html>
 `;
+}
+
+/** The error's first lines in view, the rest (a diff, a call log) one click away. */
+function failureText(f: NonNullable<Timeline['failure']>): string {
+  const lines = f.error.split('\n');
+  const head = `<p class="failure-text">failed at +${(f.at / 1000).toFixed(3)} s: ${esc(lines.slice(0, 2).join('\n').trim())}</p>`;
+  return lines.length > 2 ? `${head}<details class="failure-more"><summary>the whole error</summary><pre>${esc(f.error)}</pre></details>` : head;
 }
 
 function renderLane(lane: Lane): { svg: string; height: number } {
@@ -128,6 +135,7 @@ header{padding:10px 14px 4px}
 h1{font-size:16px;margin:0 0 2px}
 .subject,.help{color:#5b6475;margin:2px 0}
 .failure-text{color:#b3121f;font-weight:600;margin:6px 0;white-space:pre-wrap}
+.failure-more pre{color:#b3121f;margin:4px 0;font-size:12px}
 .toggles label{margin-right:12px;white-space:nowrap}
 .notes{color:#7a5800;margin:4px 0;padding-left:18px}
 #plot{display:block;width:100%;cursor:grab;user-select:none}

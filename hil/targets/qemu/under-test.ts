@@ -6,11 +6,12 @@ import { GUEST } from '../../../device-image/recipe.js';
 import type { PartitionableLink } from '../../../sim/network/partitionable-link.js';
 import { httpApi } from '../../lib/http.js';
 import type { SshDevice } from '../../../device-access/ssh-device.js';
-import type { ApiProtocol, Capability, DevicePaths, DeviceUnderTest, ImagesProtocol, LedProtocol, NetworkProtocol, PowerProtocol, SupervisorProtocol, TargetFacts } from '../../../device-access/protocols.js';
+import type { ApiProtocol, Capability, DevicePaths, DeviceUnderTest, ImagesProtocol, LedProtocol, NetworkProtocol, ObserveProtocol, PowerProtocol, SupervisorProtocol, TargetFacts } from '../../../device-access/protocols.js';
 import { QemuPorts } from '../qemu-ports.js';
 import { waitApiDown } from '../drivers/api-down.js';
 import { supervisorKill, systemctlKill } from '../drivers/supervisor-kill.js';
 import { dockerVolumePath, unitLog } from '../drivers/device-facts.js';
+import { sshObserve } from '../drivers/observe-ssh.js';
 import { LOGIN1_BUSCTL, LOGIN1_CALL_MS, login1Reboot } from '../drivers/reboot-login1.js';
 import { deadlines, QEMU_TIMEOUTS } from '../timeouts.js';
 import type { QemuLab } from './lab.js';
@@ -36,6 +37,7 @@ export class QemuUnderTest implements DeviceUnderTest {
   readonly images: ImagesProtocol;
   readonly ports: QemuPorts;
   readonly paths: DevicePaths = { dataDir: GUEST.dataDir, lockRoot: GUEST.lockRoot };
+  readonly observe: ObserveProtocol;
   /** This file's API connections, ended with it: the next file may start from a restored snapshot. */
   readonly #connections = new Agent();
   /** The board's engine socket on this machine, forwarded over SSH the first time `ports` asks; ended with the file. */
@@ -86,6 +88,7 @@ export class QemuUnderTest implements DeviceUnderTest {
       downMs: TIMEOUTS.down,
       waitReady: () => this.api.waitReady(TIMEOUTS.ready),
     });
+    this.observe = sshObserve({ ssh, unit: GUEST.unit, engineSocket: () => this.#engineSocket(ssh), console: () => lab.console });
     const requireLink = () => {
       if (!link) throw new FleetlabError('SUP_ERR_BAD_REQUEST', 'network: this device was started without a cloud (test.use({ withCloud: true }))');
       return link;
@@ -123,6 +126,7 @@ export class QemuUnderTest implements DeviceUnderTest {
     if (this.#closed) return;
     this.#closed = true;
     this.#unwatchRelaunches();
+    await this.observe.close?.();
     await this.ports.close();
     await this.#engine?.then((e) => e.close()).catch(() => undefined);
     await this.#connections.destroy().catch(() => undefined);

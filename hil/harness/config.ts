@@ -6,7 +6,7 @@
 import { resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { defineConfig as playwrightConfig, type PlaywrightTestConfig } from '@playwright/test';
-import type { HilTestFixtures, HilWorkerFixtures } from './fixtures.js';
+import type { HilTestFixtures, HilWorkerFixtures, TimelineMode } from './fixtures.js';
 import { SLOW_TARGETS, targetNames } from '../targets/index.js';
 
 export interface FleetlabConfig {
@@ -34,6 +34,11 @@ export interface FleetlabConfig {
    * tens of seconds); a failed test still gets the next one a fresh device.
    */
   deviceScope?: 'test' | 'file';
+  /**
+   * The device timeline page in the report: `on-failure` (default) for failed and flaky tests,
+   * `on` for every test, `off` to record nothing.
+   */
+  timeline?: TimelineMode;
 }
 
 /** A module of the harness by its path from here, as the running tree has it (sources or dist/). */
@@ -64,7 +69,7 @@ export function defineConfig(options: FleetlabConfig = {}): PlaywrightTestConfig
     ],
     projects: targetNames.map((name) => ({
       name,
-      use: { target: name, app, ignoreComposeKeys: options.ignoreComposeKeys ?? [], deviceScope: options.deviceScope ?? 'test' },
+      use: { target: name, app, ignoreComposeKeys: options.ignoreComposeKeys ?? [], deviceScope: options.deviceScope ?? 'test', timeline: options.timeline ?? 'on-failure' },
       ...(SLOW_TARGETS.has(name) ? { timeout: Math.max(options.timeout ?? 0, 900_000) } : {}),
     })),
   });

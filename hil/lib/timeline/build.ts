@@ -47,7 +47,8 @@ export interface Recorded {
   readonly origin: number;
   readonly end: number;
   readonly failure?: { readonly at: number; readonly error: string };
-  readonly steps: readonly StepEvent[];
+  /** The harness's steps; without them (a bundle) there are no power, network or step lanes. */
+  readonly steps?: readonly StepEvent[];
   readonly stepsDropped?: number;
   /** The LED line's changes (epoch ms) and its level when the test started. */
   readonly led?: { readonly line: string; readonly initial: number; readonly transitions: ReadonlyArray<{ readonly at: number; readonly value: number }> };
@@ -63,11 +64,11 @@ export function buildTimeline(r: Recorded): Timeline {
   const rel = (at: number) => at - r.origin;
   const lanes: Lane[] = [];
   if (r.led) lanes.push(ledLane(r.led, rel));
-  const steps = pairSteps(r.steps);
-  lanes.push(powerLane(steps, rel), networkLane(steps, rel));
+  const steps = r.steps ? pairSteps(r.steps) : undefined;
+  if (steps) lanes.push(powerLane(steps, rel), networkLane(steps, rel));
   if (r.containers) lanes.push(containerLane(r.containers.events, r.containers.dropped, rel));
   if (r.states) lanes.push(...stateLane(r.states.samples, r.states.dropped, rel));
-  lanes.push(stepLane(steps, r.stepsDropped ?? 0, rel));
+  if (steps) lanes.push(stepLane(steps, r.stepsDropped ?? 0, rel));
   if (r.journal) lanes.push(lineLane('journal', 'journal', r.journal, rel));
   if (r.serial) lanes.push(lineLane('serial', 'serial console', r.serial, rel));
   if (r.usage) lanes.push(...usageLanes(r.usage.samples, r.usage.dropped, rel));
@@ -169,17 +170,20 @@ function containerLane(events: readonly ContainerEvent[], dropped: number, rel: 
   const spans: Span[] = [];
   const marks: Mark[] = [];
   const running = new Map<string, number>();
+  const created = new Map<string, number>();
   for (const e of events) {
     const at = rel(e.at);
+    if (e.action === 'create') created.set(e.name, at);
     const exit = e.exitCode !== undefined ? ` (exit ${e.exitCode})` : '';
-    const tone: Tone | undefined = e.action === 'die' ? (e.exitCode !== undefined && EXIT_OK.has(e.exitCode) ? 'info' : 'bad') : e.action === 'oom' || e.action.includes('unhealthy') ? 'bad' : e.action === 'start' ? 'ok' : undefined;
+    const tone: Tone | undefined = e.action === 'die' ? (e.exitCode !== undefined && EXIT_OK.has(e.exitCode) ? 'info' : 'bad') : e.action === 'oom' || e.action.includes('unhealthy') ? 'bad' : e.action.startsWith('start') ? 'ok' : undefined;
     marks.push({ at, text: `${e.name}: ${e.action}${exit}`, row: e.name, ...(tone ? { tone } : {}) });
-    if (e.action === 'start' || e.action === 'restart') {
+    if (e.action.startsWith('start') || e.action === 'restart') {
       if (!running.has(e.name)) running.set(e.name, at);
     } else if (e.action === 'die') {
-      const from = running.get(e.name);
+      // A start before the recording began: running since its creation if that was seen, else since the start of the axis.
+      const from = running.get(e.name) ?? created.get(e.name) ?? 0;
       running.delete(e.name);
-      spans.push({ from: from ?? 0, to: at, label: `running${exit}`, row: e.name, tone: 'ok' });
+      spans.push({ from, to: at, label: `running${exit}`, row: e.name, tone: 'ok' });
     }
   }
   for (const [name, from] of running) spans.push({ from, label: 'running', row: name, tone: 'ok' });

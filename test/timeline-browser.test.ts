@@ -52,7 +52,7 @@ describe('the device timeline of a failing spec, in Chromium', () => {
   it('draws every lane, the blink, the update and the failure mark; hover shows a journal line', async () => {
     const file = join(reportDir, 'html', 'data', reportPages()[0]!);
     browser = await chromium.launch({ executablePath: CHROMIUM, args: ['--no-sandbox'] });
-    const page = await browser.newPage({ viewport: { width: 1300, height: 900 } });
+    const page = await browser.newPage({ viewport: { width: 1300, height: 600 } });
     const errors: string[] = [];
     page.on('pageerror', (e) => errors.push(String(e)));
     // From disk, as a person opens it; nothing may be fetched.

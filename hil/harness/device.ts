@@ -5,7 +5,7 @@
  * their own names (`api`, `exec`, `led`, `power`, `network`, `files`), so a spec written for
  * one target runs on every target that has the capabilities it uses.
  */
-import { resolve } from 'node:path';
+import { relative, resolve } from 'node:path';
 import Docker from 'dockerode';
 import { FleetlabError } from '../../src/errors.js';
 import { DeviceApi, type StateStatus } from '../lib/device-api.js';
@@ -225,7 +225,7 @@ export class Device {
     if (!path) throw new FleetlabError('HIL_ERR_COMPOSE', 'device.deploy(): name a compose file or directory, or set `app` in fleetlab.config');
     const project = loadCompose(resolve(path), { ignore: this.#context.ignoreComposeKeys ?? [] });
     const images = this.#need(this.#dut.images, 'deploy()', 'images');
-    return this.#step(`deploy ${path}`, 'deploy', async () => {
+    return this.#step(`deploy ${relative(process.cwd(), resolve(path)) || path}`, 'deploy', async () => {
       const engine = await images.prepare();
       return deployLocal({
         api: this.client,

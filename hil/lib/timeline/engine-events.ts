@@ -10,6 +10,8 @@ import { LABEL } from '../../../src/protocol/engine-labels.js';
 import type { ContainerEvent } from './build.js';
 
 const REOPEN_MS = 1000;
+/** How long stop() waits for a reopen in flight (an SSH forward to a board that is off may hang): a test's end is not held up by it. */
+const STOP_WAIT_MS = 2000;
 /** Actions a reader of the timeline cares about; exec_* and attach are the supervisor's own probes. */
 const KEPT = /^(create|start|die|restart|destroy|kill|stop|oom|pause|unpause|health_status.*)$/;
 
@@ -56,7 +58,11 @@ export function followEngineEvents(options: { socket: () => Promise<string>; uui
           filters: JSON.stringify({ type: ['container'], label: [`${LABEL.device}=${options.uuid}`] }),
         })) as NodeJS.ReadableStream;
         current = stream;
-        if (stopped) break;
+        // stop() came while the stream was opening: end it here, nobody else will.
+        if (stopped) {
+          (stream as { destroy?: () => void }).destroy?.();
+          break;
+        }
         await new Promise<void>((resolve) => {
           let partial = '';
           stream.on('data', (chunk: Buffer) => {
@@ -96,7 +102,9 @@ export function followEngineEvents(options: { socket: () => Promise<string>; uui
       stopped = true;
       wake();
       (current as { destroy?: () => void } | undefined)?.destroy?.();
-      await running;
+      let timer: NodeJS.Timeout | undefined;
+      await Promise.race([running, new Promise<void>((r) => (timer = setTimeout(r, STOP_WAIT_MS)))]);
+      clearTimeout(timer);
     },
   };
 }

@@ -72,10 +72,11 @@ export function addCaptureCommands(program: Command): void {
     .description('Read capture bundles')
     .command('show <bundle>')
     .description('What the captured device was running, what it wanted, what it waited for, the last errors in its log, and what the capture could not read')
+    .option('--html [file]', 'instead: draw the bundle on a device timeline page (journal, container events, state at capture), written to file (default <bundle>.timeline.html)')
     .action(
-      action(async (bundle: string) => {
+      action(async (bundle: string, opts: { html?: string | true }) => {
         const { runBundleShow } = await import('../hil/harness/capture-command.js');
-        await runBundleShow(bundle);
+        await runBundleShow(bundle, opts.html === undefined ? {} : { html: opts.html });
       }),
     );
 }

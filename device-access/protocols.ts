@@ -245,6 +245,33 @@ export interface DevicePaths {
   engineShell?: CommandProtocol;
 }
 
+/** The supervisor process's use of the machine, read from its /proc. */
+export interface ProcessUsage {
+  /** User plus system CPU time since it started, seconds. */
+  readonly cpuSeconds: number;
+  readonly rssBytes: number;
+}
+
+/**
+ * What the harness watches while a test runs, for the test's device timeline
+ * (hil/harness/timeline-recorder.ts). Each part is optional where the target cannot read it
+ * cheaply; `missing` says which and why, and the page says it too.
+ */
+export interface ObserveProtocol {
+  /** A unix socket on this machine reaching the device's container engine (its /events stream). */
+  engineSocket?(): Promise<string>;
+  /** The supervisor process's CPU time and RSS now; undefined while it does not run (the device is off). */
+  supervisorUsage?(): Promise<ProcessUsage | undefined>;
+  /** Update locks held now, `<appId>/<service>` of each lock file. */
+  heldLocks?(): Promise<readonly string[]>;
+  /** The serial console's lines since `sinceMs` (epoch ms), stamped as they arrived. */
+  consoleLines?(sinceMs: number): Promise<ReadonlyArray<{ readonly at: number; readonly text: string }>>;
+  /** What this target cannot observe, and why. */
+  readonly missing?: readonly string[];
+  /** Ends what observing started (an SSH follower); the device's close() calls it. */
+  close?(): Promise<void>;
+}
+
 /** One device reached through one target. Protocols a target lacks are `undefined`. */
 export interface DeviceUnderTest extends AsyncDisposable {
   readonly target: string;
@@ -265,6 +292,8 @@ export interface DeviceUnderTest extends AsyncDisposable {
   readonly disk?: DiskProtocol;
   /** Where a capture finds the supervisor's files and engine (with `exec`). */
   readonly paths?: DevicePaths;
+  /** What the harness watches for the test's device timeline. */
+  readonly observe?: ObserveProtocol;
   /** The supervisor's own log so far (attached to failed tests). */
   supervisorLog(): Promise<string>;
   /**

@@ -4,10 +4,14 @@
  * Reports go under hil-results/: html/, junit.xml, and artifacts/ per test.
  */
 import { defineConfig } from '@playwright/test';
-import type { HilTestFixtures, HilWorkerFixtures } from './harness/fixtures.js';
+import type { HilTestFixtures, HilWorkerFixtures, TimelineMode } from './harness/fixtures.js';
 import { SLOW_TARGETS, targetNames } from './targets/index.js';
 
 const env = process.env;
+// The device timeline (harness/timeline-recorder.ts): bench/timeline.bench.ts runs the suite with it on and off.
+const TIMELINE_MODES: readonly TimelineMode[] = ['on', 'on-failure', 'off'];
+const timeline = (env.FLEETLAB_HIL_TIMELINE ?? 'on-failure') as TimelineMode;
+if (!TIMELINE_MODES.includes(timeline)) throw new Error(`FLEETLAB_HIL_TIMELINE must be one of ${TIMELINE_MODES.join(', ')}, not ${JSON.stringify(timeline)}`);
 
 /**
  * The suite again on the sim target at older supervisor versions (`sim@<version>` projects;
@@ -43,7 +47,7 @@ export default defineConfig<HilTestFixtures, HilWorkerFixtures>({
   ],
   // An emulated or real board boots in minutes, and the first test of a worker waits for it.
   projects: [
-    ...targetNames.map((name) => ({ name, use: { target: name }, ...(SLOW_TARGETS.has(name) ? { timeout: 900_000 } : {}) })),
-    ...versionMatrix.versions.map((supervisorVersion) => ({ name: `sim@${supervisorVersion}`, use: { target: 'sim', supervisorVersion }, ...versionMatrix.files })),
+    ...targetNames.map((name) => ({ name, use: { target: name, timeline }, ...(SLOW_TARGETS.has(name) ? { timeout: 900_000 } : {}) })),
+    ...versionMatrix.versions.map((supervisorVersion) => ({ name: `sim@${supervisorVersion}`, use: { target: 'sim', supervisorVersion, timeline }, ...versionMatrix.files })),
   ],
 });

@@ -2,12 +2,14 @@
  * `fleetlab bundle show` on bundles of stuck devices (issue 14): what the device waited for
  * and the supervisor's last errors come first, read from the captured files alone.
  */
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { BundleWriter, readBundle } from '../hil/capture/bundle.js';
 import { showBundle } from '../hil/capture/show.js';
+import { bundleTimeline } from '../hil/capture/timeline.js';
+import { runBundleShow } from '../hil/harness/capture-command.js';
 
 const dir = mkdtempSync(join(tmpdir(), 'fleetlab-bundle-show-'));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
@@ -79,5 +81,26 @@ describe('bundle show', () => {
     });
     expect(shown).not.toContain('waiting for');
     expect(shown).toContain('complete: the capture ran every step');
+  });
+});
+
+describe('bundle show --html', () => {
+  it("draws a crash-looping device's journal, its containers as the engine dates them and the state at capture", async () => {
+    const path = new URL('../hil/specs/bundles/crash-loop.bundle.tar.gz', import.meta.url).pathname;
+    const bundle = await readBundle(path);
+    const t = bundleTimeline(bundle);
+    expect(t.lanes.map((l) => l.id)).toEqual(['containers', 'supervisor', 'journal']);
+    const containers = t.lanes[0]!;
+    const journal = t.lanes[2]!;
+    // Two containers: the crasher restarted twice (counted: the engine dates only its last start) and the host network's.
+    expect(containers.kind === 'events' && containers.marks.map((m) => m.text)).toEqual(expect.arrayContaining(['2f7d254_crasher_1: create', '2f7d254_crasher_1: start (restart 2)']));
+    expect(journal.kind === 'events' && journal.marks.length).toBe(bundle.text('journal/journal.jsonl').trim().split('\n').length);
+    expect(t.end).toBe(Date.parse(bundle.manifest.createdAt) - t.origin + 1);
+
+    const out = join(dir, 'crash-loop.html');
+    await runBundleShow(path, { html: out });
+    const html = readFileSync(out, 'utf8');
+    expect(html.match(/<g class="lane"/g)).toHaveLength(3);
+    expect(html).toContain('crasher_1: start (restart 2)');
   });
 });

@@ -4,7 +4,7 @@
  * with the bundle marked incomplete; a second Ctrl-C stops at once (no bundle at `--out`).
  */
 import { errorText, FleetlabError } from '../../src/errors.js';
-import { readFile } from 'node:fs/promises';
+import { readFile, writeFile } from 'node:fs/promises';
 import { BOARD_CONFIG_VARIABLE, loadBoardConfig } from '../lab/board-config.js';
 import { storedIdentity } from '../targets/drivers/device-facts.js';
 import { SshDevice } from '../../device-access/ssh-device.js';
@@ -21,6 +21,8 @@ import { storedUuid } from '../../sim/device-leftovers.js';
 import { copyFileSync, existsSync, mkdirSync, writeFileSync } from 'node:fs';
 import { basename, dirname, join, relative, resolve } from 'node:path';
 import { showBundle } from '../capture/show.js';
+import { bundleTimeline } from '../capture/timeline.js';
+import { renderTimelineHtml } from '../lib/timeline/render.js';
 
 export interface CaptureCommandOptions {
   /** The device API (with `apiKey`), or... */
@@ -214,8 +216,13 @@ export function simDevicePaths(simDir: string): DevicePaths {
   return { ...files, ...(existsSync(engineSocket) ? { dockerHost: `unix://${engineSocket}` } : {}) };
 }
 
-export async function runBundleShow(path: string): Promise<void> {
-  process.stdout.write(showBundle(await readBundle(path)));
+/** `fleetlab bundle show`, and with `--html [out]` the bundle's device timeline page written next to it (or to `out`). */
+export async function runBundleShow(path: string, options: { html?: string | true } = {}): Promise<void> {
+  const bundle = await readBundle(path);
+  if (options.html === undefined) return void process.stdout.write(showBundle(bundle));
+  const out = options.html === true ? `${path}.timeline.html` : options.html;
+  await writeFile(out, renderTimelineHtml(bundleTimeline(bundle)));
+  process.stdout.write(`${out}: the device timeline of ${path} (open it in a browser)\n`);
 }
 
 /** `--volumes [bytes]`: the limit per volume; bare, 16 MiB. */

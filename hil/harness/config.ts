@@ -6,7 +6,7 @@
 import { resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { defineConfig as playwrightConfig, type PlaywrightTestConfig } from '@playwright/test';
-import type { HilTestFixtures, HilWorkerFixtures } from './fixtures.js';
+import type { HilTestFixtures, HilWorkerFixtures, TimelineMode } from './fixtures.js';
 import { SLOW_TARGETS, targetNames } from '../targets/index.js';
 import { checkedVersion, SUPERVISOR_VERSION_VARIABLE } from './supervisor-version.js';
 
@@ -41,6 +41,11 @@ export interface FleetlabConfig {
    * `test.use({ supervisorVersion })` overrides both. Tests marked `since()` a newer one skip.
    */
   supervisorVersion?: string;
+  /**
+   * The device timeline page in the report: `on-failure` (default) for failed and flaky tests,
+   * `on` for every test, `off` to record nothing.
+   */
+  timeline?: TimelineMode;
 }
 
 /** A module of the harness by its path from here, as the running tree has it (sources or dist/). */
@@ -74,7 +79,7 @@ export function defineConfig(options: FleetlabConfig = {}): PlaywrightTestConfig
     ],
     projects: targetNames.map((name) => ({
       name,
-      use: { target: name, app, ignoreComposeKeys: options.ignoreComposeKeys ?? [], deviceScope: options.deviceScope ?? 'test', ...(supervisorVersion ? { supervisorVersion } : {}) },
+      use: { target: name, app, ignoreComposeKeys: options.ignoreComposeKeys ?? [], deviceScope: options.deviceScope ?? 'test', timeline: options.timeline ?? 'on-failure', ...(supervisorVersion ? { supervisorVersion } : {}) },
       ...(SLOW_TARGETS.has(name) ? { timeout: Math.max(options.timeout ?? 0, 900_000) } : {}),
     })),
   });

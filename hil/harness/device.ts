@@ -5,7 +5,7 @@
  * their own names (`api`, `exec`, `led`, `power`, `network`, `files`), so a spec written for
  * one target runs on every target that has the capabilities it uses.
  */
-import { resolve } from 'node:path';
+import { relative, resolve } from 'node:path';
 import Docker from 'dockerode';
 import { FleetlabError } from '../../src/errors.js';
 import { DeviceApi, type StateStatus } from '../lib/device-api.js';
@@ -83,6 +83,11 @@ export interface DeviceContext {
   freshDevice?: () => Promise<Device>;
   /** Adds an attachment to the test's report. */
   attach?: (name: string, body: string, contentType: string) => Promise<void>;
+  /**
+   * Runs a harness action as a step of the report and the trace (Playwright's `test.step`);
+   * `harness` also puts it on the timeline's steps lane (protocol calls are there already).
+   */
+  step?: <T>(title: string, fn: () => Promise<T>, harness?: { action: string }) => Promise<T>;
 }
 
 export interface DeviceSweepOptions {
@@ -133,10 +138,10 @@ export class Device {
     this.capabilities = dut.capabilities;
     this.facts = dut.facts;
     this.api = dut.api;
-    this.exec = dut.exec;
-    this.power = dut.power;
-    this.network = dut.network;
-    this.files = dut.files;
+    this.exec = stepped('exec', dut.exec, context);
+    this.power = stepped('power', dut.power, context);
+    this.network = stepped('network', dut.network, context);
+    this.files = stepped('files', dut.files, context);
     this.paths = dut.paths;
     const led = dut.led;
     this.led = led && {
@@ -146,14 +151,19 @@ export class Device {
       timeline: async () => (await led.transitions(context.startedAt)).map((t) => ({ at: t.at - context.startedAt, value: t.value })),
     };
     this.faults = {
-      partition: () => this.#need(dut.network, 'faults.partition()', 'network').partition(),
-      heal: () => this.#need(dut.network, 'faults.heal()', 'network').heal(),
-      powerCut: () => this.#need(dut.power, 'faults.powerCut()', 'power.cut').off(),
-      powerRestore: () => this.#need(dut.power, 'faults.powerRestore()', 'power.cut').on(),
-      restartEngine: () => this.#need(dut.engine, 'faults.restartEngine()', 'engine.restart').restart(),
-      fillDisk: () => this.#need(dut.disk, 'faults.fillDisk()', 'disk.fill').fill(),
-      freeDisk: () => this.#need(dut.disk, 'faults.freeDisk()', 'disk.fill').free(),
+      partition: () => this.#step('fault partition', 'partition', () => this.#need(dut.network, 'faults.partition()', 'network').partition()),
+      heal: () => this.#step('fault heal', 'heal', () => this.#need(dut.network, 'faults.heal()', 'network').heal()),
+      powerCut: () => this.#step('fault powerCut', 'powerCut', () => this.#need(dut.power, 'faults.powerCut()', 'power.cut').off()),
+      powerRestore: () => this.#step('fault powerRestore', 'powerRestore', () => this.#need(dut.power, 'faults.powerRestore()', 'power.cut').on()),
+      restartEngine: () => this.#step('fault restartEngine', 'restartEngine', () => this.#need(dut.engine, 'faults.restartEngine()', 'engine.restart').restart()),
+      fillDisk: () => this.#step('fault fillDisk', 'fillDisk', () => this.#need(dut.disk, 'faults.fillDisk()', 'disk.fill').fill()),
+      freeDisk: () => this.#step('fault freeDisk', 'freeDisk', () => this.#need(dut.disk, 'faults.freeDisk()', 'disk.fill').free()),
     };
+  }
+
+  /** A harness action as a report step and a timeline step, where the fixture gave a way to. */
+  #step<T>(title: string, action: string, fn: () => Promise<T>): Promise<T> {
+    return this.#context.step ? this.#context.step(title, fn, { action }) : fn();
   }
 
   /** The protocol behind `capability`, or the error that says the target lacks it. */
@@ -188,7 +198,8 @@ export class Device {
 
   /** Journal entries, newest last. */
   async journal(options: JournalOptions = {}): Promise<readonly JournalEntryText[]> {
-    const entries = await this.#need(this.#dut.journal, 'journal()', 'journal').entries({ lines: options.lines ?? 500, ...(options.unit ? { unit: options.unit } : {}) });
+    const journal = this.#need(this.#dut.journal, 'journal()', 'journal');
+    const entries = await this.#step(`journal${options.unit ? ` ${options.unit}` : ''}`, 'journal', () => journal.entries({ lines: options.lines ?? 500, ...(options.unit ? { unit: options.unit } : {}) }));
     const { grep } = options;
     if (grep === undefined) return entries;
     return entries.filter((e) => (typeof grep === 'string' ? e.message.includes(grep) : grep.test(e.message)));
@@ -196,7 +207,8 @@ export class Device {
 
   /** Hard power cycle (no clean shutdown, disk kept); resolves when the API answers again. */
   async powerCycle(): Promise<void> {
-    await this.#need(this.#dut.power, 'powerCycle()', 'power.cycle').cycle();
+    const power = this.#need(this.#dut.power, 'powerCycle()', 'power.cycle');
+    await this.#step('powerCycle', 'powerCycle', () => power.cycle());
   }
 
   /**
@@ -204,12 +216,14 @@ export class Device {
    * run on); resolves once the OS has started it again and it answers.
    */
   async killSupervisor(): Promise<void> {
-    await this.#need(this.#dut.supervisor, 'killSupervisor()', 'supervisor.kill').kill();
+    const supervisor = this.#need(this.#dut.supervisor, 'killSupervisor()', 'supervisor.kill');
+    await this.#step('killSupervisor', 'killSupervisor', () => supervisor.kill());
   }
 
   /** Reboot through the OS; resolves when the API answers again. */
   async reboot(): Promise<void> {
-    await this.#need(this.#dut.power, 'reboot()', 'power.reboot').reboot();
+    const power = this.#need(this.#dut.power, 'reboot()', 'power.reboot');
+    await this.#step('reboot', 'reboot', () => power.reboot());
   }
 
   /**
@@ -222,15 +236,18 @@ export class Device {
     const path = composeFileOrDir ?? this.#context.app;
     if (!path) throw new FleetlabError('HIL_ERR_COMPOSE', 'device.deploy(): name a compose file or directory, or set `app` in fleetlab.config');
     const project = loadCompose(resolve(path), { ignore: this.#context.ignoreComposeKeys ?? [] });
-    const engine = await this.#need(this.#dut.images, 'deploy()', 'images').prepare();
-    return deployLocal({
-      api: this.client,
-      project,
-      docker: new Docker({ socketPath: engine.engineSocket }),
-      ...(engine.registry ? { registry: engine.registry } : {}),
-      ...(engine.imageSource ? { imageSource: { docker: new Docker({ socketPath: engine.imageSource.engineSocket }), architecture: engine.imageSource.architecture } } : {}),
-      log: this.#context.log ?? (() => undefined),
-      ...options,
+    const images = this.#need(this.#dut.images, 'deploy()', 'images');
+    return this.#step(`deploy ${relative(process.cwd(), resolve(path)) || path}`, 'deploy', async () => {
+      const engine = await images.prepare();
+      return deployLocal({
+        api: this.client,
+        project,
+        docker: new Docker({ socketPath: engine.engineSocket }),
+        ...(engine.registry ? { registry: engine.registry } : {}),
+        ...(engine.imageSource ? { imageSource: { docker: new Docker({ socketPath: engine.imageSource.engineSocket }), architecture: engine.imageSource.architecture } } : {}),
+        log: this.#context.log ?? (() => undefined),
+        ...options,
+      });
     });
   }
 
@@ -286,6 +303,31 @@ export class Device {
    * Running; a timeout names each service's status.
    */
   async waitForRelease(release: Pick<DeployedRelease, 'releaseId' | 'services'>, options: { timeoutMs?: number } = {}): Promise<void> {
-    await waitForLocalRelease(this.client, release, options.timeoutMs);
+    await this.#step(`waitForRelease ${release.releaseId}`, 'waitForRelease', () => waitForLocalRelease(this.client, release, options.timeoutMs));
   }
+}
+
+type Stepped = Record<string, unknown>;
+
+/**
+ * A protocol whose calls are report steps (`exec.run ls`, `files.read /x`): what a spec did to
+ * the device shows in the report and the trace, not only in the step timeline.
+ */
+function stepped<P extends object>(name: string, protocol: P | undefined, context: DeviceContext): P | undefined {
+  const step = context.step;
+  if (!protocol || !step) return protocol;
+  return new Proxy(protocol, {
+    get(obj, prop, receiver) {
+      const value = Reflect.get(obj, prop, receiver) as Stepped[string];
+      if (typeof value !== 'function' || typeof prop !== 'string') return value;
+      return (...args: unknown[]) => step(`${name}.${prop}${stepArgs(args)}`, () => (value as (...a: unknown[]) => Promise<unknown>).apply(obj, args));
+    },
+  });
+}
+
+/** A call's arguments as a step title shows them: argv joined, paths as they are, data left out. */
+function stepArgs(args: readonly unknown[]): string {
+  const first = args[0];
+  const text = Array.isArray(first) ? first.join(' ') : typeof first === 'string' ? first : typeof first === 'number' ? String(first) : '';
+  return text ? ` ${text.length > 80 ? `${text.slice(0, 80)}…` : text}` : '';
 }

@@ -33,8 +33,10 @@ import { FleetUnderTest, type ConvergeOptions, type FleetOptions } from './fleet
 import { readBundle } from '../capture/bundle.js';
 import { captureTestDevice } from '../capture/test-device.js';
 import { showBundle } from '../capture/show.js';
+import { renderTimelineHtml } from '../lib/timeline/render.js';
+import { TimelineRecorder } from './timeline-recorder.js';
 import { errorText, FleetlabError } from '../../src/errors.js';
-import { mkdtemp, rm } from 'node:fs/promises';
+import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 
@@ -117,6 +119,8 @@ export interface HilWorkerFixtures {
   devicePool: DevicePool;
 }
 
+export type TimelineMode = 'on' | 'on-failure' | 'off';
+
 export interface HilTestFixtures {
   /** `file` (default): one device per spec file; `test`: a fresh device for every test. */
   deviceScope: 'file' | 'test';
@@ -143,6 +147,12 @@ export interface HilTestFixtures {
   cloud: FleetCloud | undefined;
   api: DeviceApi;
   needs: (...capabilities: Capability[]) => void;
+  /**
+   * The device timeline page (LED, power, network, containers, supervisor state, steps, journal,
+   * serial, CPU and RSS on one axis): `on-failure` (default) attaches it to failed and flaky
+   * tests, `on` to every test, `off` records nothing. The recording runs unless `off`.
+   */
+  timeline: TimelineMode;
   /** The `fleet` fixture's devices and faults; a spec that uses `fleet` sets it. */
   fleetOptions: FleetOptions | undefined;
   fleet: FleetUnderTest;
@@ -184,11 +194,14 @@ export const test = base.extend<HilTestFixtures, HilWorkerFixtures>({
     },
     { auto: true },
   ],
+  timeline: ['on-failure', { option: true }],
 
-  device: async ({ devicePool, deviceScope, withCloud, app, ignoreComposeKeys, fromBundle, supervisorVersion }, use, testInfo) => {
+  device: async ({ devicePool, deviceScope, withCloud, app, ignoreComposeKeys, fromBundle, supervisorVersion, timeline }, use, testInfo) => {
     const recorder = new StepRecorder(devicePool.steps);
     const origin = Date.now();
     let held: Awaited<ReturnType<DevicePool['forFile']>> | undefined;
+    let recording: TimelineRecorder | undefined;
+    let endedAt: number | undefined;
     try {
       // A repeat (--repeat-each) of a file is a new run of it: it gets its own device.
       const bundle = fromBundle ? resolve(dirname(testInfo.file), fromBundle) : undefined;
@@ -200,6 +213,8 @@ export const test = base.extend<HilTestFixtures, HilWorkerFixtures>({
         startedAt: origin,
         log: (line) => console.log(`fleetlab: ${line}`),
         attach: async (name, body, contentType) => void (await testInfo.attach(name, { body, contentType })),
+        // Boxed: a failure inside points at the spec's line, not at the harness.
+        step: (title, fn, harness) => (harness ? devicePool.steps.run('harness', harness.action, title, () => base.step(title, fn, { box: true })) : base.step(title, fn, { box: true })),
       };
       // A sweep's devices: each a new one from the pool, the file's own device retired first;
       // the evidence of a failure comes from the last of them.
@@ -209,9 +224,15 @@ export const test = base.extend<HilTestFixtures, HilWorkerFixtures>({
         return new Device(held.device, context);
       };
       held = await devicePool.forFile(file, withCloud, bundle, supervisorVersion);
+      if (timeline !== 'off') recording = new TimelineRecorder(held.raw, devicePool.steps, origin, held.raw.facts?.timeScale).start();
       await use(new Device(held.device, context));
+      endedAt = Date.now();
     } finally {
+      endedAt ??= Date.now();
       const failed = !held || testInfo.status !== testInfo.expectedStatus;
+      await recording?.stop();
+      // Flaky: a retry that passes after a failed attempt.
+      if (recording && held && (timeline === 'on' || failed || testInfo.retry > 0)) await attachTimeline(recording, testInfo, endedAt, failed);
       if (failed && held?.raw.infrastructureFailure) {
         // The lab failed, not the device: said in the report, and apart in the run's summary.
         testInfo.annotations.push({ type: 'infrastructure failure', description: held.raw.infrastructureFailure });
@@ -264,6 +285,20 @@ export const expect = baseExpect.extend({
     return { pass: result.pass, message: () => result.message, name: 'toConverge' };
   },
 });
+
+/** The device timeline page; read from the device before it retires, so what it kept itself is there. */
+async function attachTimeline(recording: TimelineRecorder, testInfo: TestInfo, end: number, failed: boolean): Promise<void> {
+  try {
+    const error = testInfo.errors.map((e) => e.message ?? e.value ?? '').join('\n').replace(/\x1b\[[0-9;]*m/g, '') || `test ${testInfo.status}`;
+    const timeline = await recording.timeline({ title: testInfo.titlePath.slice(1).join(' › '), end, ...(failed ? { failure: { at: end, error } } : {}) });
+    // A file, not a body: the report links it as a page of its own, and it opens from disk.
+    const path = testInfo.outputPath('device-timeline.html');
+    await writeFile(path, renderTimelineHtml(timeline));
+    await testInfo.attach('device timeline', { path, contentType: 'text/html' });
+  } catch (err) {
+    await testInfo.attach('device timeline', { body: `(could not draw the device timeline: ${errorText(err)})`, contentType: 'text/plain' });
+  }
+}
 
 /** The journal, the supervisor log and the LED transitions, attached to a failed test. */
 async function attachEvidence(device: DeviceUnderTest, testInfo: TestInfo, since: number): Promise<void> {

@@ -121,6 +121,7 @@ export function instrumentDevice(device: DeviceUnderTest, steps: StepEmitter): D
   if (device.led) wrapped.led = instrumentProtocol('led', device.led, steps, { transitions: (r: readonly unknown[]) => ({ transitions: r.length }) });
   if (device.power) wrapped.power = instrumentProtocol('power', device.power, steps);
   if (device.network) wrapped.network = instrumentProtocol('network', device.network, steps);
+  if (device.supervisor) wrapped.supervisor = instrumentProtocol('supervisor', device.supervisor, steps);
   if (device.journal) wrapped.journal = instrumentProtocol('journal', device.journal, steps, { entries: (r: readonly unknown[]) => ({ entries: r.length }) });
   if (device.files) wrapped.files = instrumentProtocol('files', device.files, steps, { read: (r: Buffer) => ({ bytes: r.length }) });
   return new Proxy(device, {

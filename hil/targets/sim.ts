@@ -23,16 +23,16 @@ import { removeDeviceLeftovers } from '../../sim/device-leftovers.js';
 import { Teardown } from '../../src/teardown.js';
 import { FleetlabError } from '../../src/errors.js';
 import { replaySimOptions } from '../capture/replay.js';
-import { engineAt } from '../../src/engine-client/engine-at.js';
 import { httpApi } from '../lib/http.js';
 import { filesBesideEngine, hostFiles, removeTree } from './engine-files.js';
 import { hostShell } from './host-shell.js';
 import { enginePorts } from './engine-ports.js';
-import type { ApiProtocol, Capability, CommandProtocol, DevicePaths, DeviceUnderTest, FilesProtocol, ImagesProtocol, JournalProtocol, LedProtocol, NetworkProtocol, PortsProtocol, PowerProtocol, ReleaseEngine, SupervisorProtocol, TargetFacts } from '../../device-access/protocols.js';
+import type { ApiProtocol, Capability, CommandProtocol, DevicePaths, DeviceUnderTest, FilesProtocol, ImagesProtocol, JournalProtocol, LedProtocol, NetworkProtocol, ObserveProtocol, PortsProtocol, PowerProtocol, SupervisorProtocol, TargetFacts } from '../../device-access/protocols.js';
 import type { TargetDriver, TargetStartOptions } from './target-driver.js';
-import { WorkerRegistry } from './worker-registry.js';
+import { pulledFromRegistry, WorkerRegistry } from './worker-registry.js';
 import { engineVolumePath } from './drivers/device-facts.js';
 import { journalInDirectory } from './drivers/journal-directory.js';
+import { hostObserve } from './drivers/observe-host.js';
 import { login1DbusSend, login1Reboot } from './drivers/reboot-login1.js';
 import { supervisorKill } from './drivers/supervisor-kill.js';
 import { deadlines, SIM_TIMEOUTS } from './timeouts.js';
@@ -62,26 +62,6 @@ export function defaultEngine(): SimEngine {
   return DEFAULT_ENGINE;
 }
 
-/**
- * `images` on the simulated engine: the release is built in the host's dockerd and pushed to the
- * worker's registry, which the device's engine pulls from at the same `127.0.0.1:<port>` (no
- * forward: the simulated device's loopback is the host's).
- */
-function pulledFromRegistry(registry: WorkerRegistry, hostDockerSocket: string): ImagesProtocol {
-  return {
-    prepare: async (): Promise<ReleaseEngine> => {
-      // The simulated engine builds nothing, so a release needs the host's dockerd all the same.
-      await engineAt(
-        hostDockerSocket,
-        'install and start dockerd (apt-get install docker.io; systemctl start docker; scripts/provision does both), or set FLEETLAB_DOCKER_SOCKET',
-        'deploy() on the simulated engine builds the release in dockerd and pushes it to a registry the device pulls from, but ',
-      );
-      const { host } = await registry.start();
-      return { engineSocket: hostDockerSocket, registry: host };
-    },
-  };
-}
-
 class SimUnderTest implements DeviceUnderTest {
   readonly target = 'sim';
   readonly api: ApiProtocol;
@@ -96,6 +76,7 @@ class SimUnderTest implements DeviceUnderTest {
   readonly ports?: PortsProtocol;
   readonly paths: DevicePaths;
   readonly facts: TargetFacts;
+  readonly observe: ObserveProtocol;
   #closed = false;
   /** A registry this device started for itself (the driver did not lend it one); closed with it. */
   readonly #ownRegistry: WorkerRegistry | undefined;
@@ -125,6 +106,7 @@ class SimUnderTest implements DeviceUnderTest {
     }
     this.exec = hostShell;
     this.paths = sim.paths;
+    this.observe = hostObserve({ engineSocket: sim.options.dockerSocket, supervisorPid: async () => sim.supervisorPid, lockRoot: sim.lockRoot });
     const gpio = sim.ledGpio;
     this.led = {
       line: `gpio ${gpio} (${SIM_LED_CHIP} pin ${sim.options.ledOffset}, simulated sysfs)`,

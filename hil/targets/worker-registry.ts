@@ -10,6 +10,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { reapStale } from '../../src/owned-dirs.js';
 import { startRegistry, type Registry } from '../release/registry.js';
+import { engineAt } from '../../src/engine-client/engine-at.js';
+import type { ImagesProtocol, ReleaseEngine } from '../../device-access/protocols.js';
 
 /** A worker's registry directory; one a killed worker left is reaped by the next. */
 export const REGISTRY_DIR_PREFIX = 'fleetlab-registry-';
@@ -54,4 +56,24 @@ export class WorkerRegistry {
     this.#registry = undefined;
     this.#dir = undefined;
   }
+}
+
+/**
+ * `images` on the simulated engine: the release is built in the host's dockerd and pushed to the
+ * worker's registry, which the device's engine pulls from at the same `127.0.0.1:<port>` (no
+ * forward: the simulated device's loopback is the host's).
+ */
+export function pulledFromRegistry(registry: WorkerRegistry, hostDockerSocket: string): ImagesProtocol {
+  return {
+    prepare: async (): Promise<ReleaseEngine> => {
+      // The simulated engine builds nothing, so a release needs the host's dockerd all the same.
+      await engineAt(
+        hostDockerSocket,
+        'install and start dockerd (apt-get install docker.io; systemctl start docker; scripts/provision does both), or set FLEETLAB_DOCKER_SOCKET',
+        'deploy() on the simulated engine builds the release in dockerd and pushes it to a registry the device pulls from, but ',
+      );
+      const { host } = await registry.start();
+      return { engineSocket: hostDockerSocket, registry: host };
+    },
+  };
 }

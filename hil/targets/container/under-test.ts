@@ -7,7 +7,7 @@ import { LED_TRANSITIONS_FILE, simDeviceFiles } from '../../../sim/device.js';
 import { removeDeviceLeftovers } from '../../../sim/device-leftovers.js';
 import { filesOverCommands } from '../../../device-access/files-over-commands.js';
 import { FleetlabError } from '../../../src/errors.js';
-import type { ApiProtocol, Capability, CommandProtocol, DeviceUnderTest, FilesProtocol, ImagesProtocol, JournalProtocol, DevicePaths, LedProtocol, PortsProtocol, PowerProtocol, SupervisorProtocol, TargetFacts } from '../../../device-access/protocols.js';
+import type { ApiProtocol, Capability, CommandProtocol, DeviceUnderTest, FilesProtocol, ImagesProtocol, JournalProtocol, DevicePaths, LedProtocol, ObserveProtocol, PortsProtocol, PowerProtocol, SupervisorProtocol, TargetFacts } from '../../../device-access/protocols.js';
 import { httpApi } from '../../lib/http.js';
 import { TARGET_NAME } from '../../lib/target-labels.js';
 import { dockerExec, type ReadyLine } from '../container-docker.js';
@@ -18,6 +18,8 @@ import { waitApiDown } from '../drivers/api-down.js';
 import { supervisorKill } from '../drivers/supervisor-kill.js';
 import { engineVolumePath } from '../drivers/device-facts.js';
 import { journalInDirectory } from '../drivers/journal-directory.js';
+import { hostObserve } from '../drivers/observe-host.js';
+import { hostDescendant } from '../drivers/supervisor-usage.js';
 import { ledFromFiles } from '../drivers/led-file.js';
 import { containerPower } from '../drivers/power-container.js';
 import { login1DbusSend, login1Reboot } from '../drivers/reboot-login1.js';
@@ -48,6 +50,7 @@ export class ContainerUnderTest implements DeviceUnderTest {
   readonly images: ImagesProtocol;
   readonly ports: PortsProtocol;
   readonly paths: DevicePaths;
+  readonly observe: ObserveProtocol;
   readonly #supervisorLogPath: string;
   readonly #uuid: string;
   #closed = false;
@@ -121,6 +124,12 @@ export class ContainerUnderTest implements DeviceUnderTest {
       // dockerd's volume directory is bind-mounted at its own path, so Mountpoint is a device path too.
       volumePath: (appId, volume) => engineVolumePath(docker, uuid, appId, volume),
     };
+    // The container's processes are this host's: the supervisor is found under the container's init.
+    const supervisorPid = async () => {
+      const init = (await docker.getContainer(id).inspect()).State.Pid;
+      return init ? hostDescendant(init, /main\.js supervisor/) : undefined;
+    };
+    this.observe = hostObserve({ engineSocket: dockerSocket, supervisorPid, lockRoot: join(dataDir, 'locks') });
     this.#supervisorLogPath = join(dataDir, 'supervisor.log');
     this.#uuid = uuid;
   }

@@ -62,7 +62,9 @@ export class StateEngine {
   private attempts = 0;
   private waiters: Array<() => void> = [];
   private closed = false;
-  private viewRead: Promise<EngineSnapshot> | null = null;
+  /** Writes (app actions, apply rounds) finished so far: readers share an engine read only within one count. */
+  private writes = 0;
+  private viewRead: { writes: number; read: Promise<EngineSnapshot> } | null = null;
   lastError: string | null = null;
   private roundFailed = false;
   updateLocked = false;
@@ -123,7 +125,14 @@ export class StateEngine {
 
   /** Runs an app action with no apply interleaving. */
   exclusive<T>(fn: () => Promise<T>): Promise<T> {
-    return this.serial.run(fn);
+    return this.write(fn);
+  }
+
+  /** One at a time, counted when it ends, before its caller goes on. */
+  private write<T>(fn: () => Promise<T>): Promise<T> {
+    return this.serial.run(fn).finally(() => {
+      this.writes++;
+    });
   }
 
   markUserStopped(containerId: string, stopped: boolean): void {
@@ -157,13 +166,21 @@ export class StateEngine {
   /**
    * The device as the API reports it. Concurrent readers share one engine read: a view may
    * be a few ms older than the request, which is fine for reporting; the applier never uses
-   * a shared read, as planning on stale state would repeat steps.
+   * a shared read, as planning on stale state would repeat steps. A read that began before a
+   * write ended is not shared after it: a client that started a service and then asks must see
+   * it started, whoever else was reading (a dashboard's poll, the HIL timeline's once a second
+   * made the v1 start spec read "Exited" one run in two).
    */
   async view(): Promise<DeviceView> {
-    this.viewRead ??= this.deps.engine.snapshot().finally(() => {
-      this.viewRead = null;
-    });
-    return this.viewOf(await this.viewRead);
+    if (this.viewRead?.writes !== this.writes) {
+      const entry = { writes: this.writes, read: this.deps.engine.snapshot() };
+      this.viewRead = entry;
+      entry.read.then(
+        () => this.viewRead === entry && (this.viewRead = null),
+        () => this.viewRead === entry && (this.viewRead = null),
+      );
+    }
+    return this.viewOf(await this.viewRead!.read);
   }
 
   viewOf(current: EngineSnapshot): DeviceView {
@@ -200,7 +217,7 @@ export class StateEngine {
       while (this.pending && !this.closed) {
         const { force } = this.pending;
         this.pending = null;
-        await this.serial.run(() => this.applyOnce(force));
+        await this.write(() => this.applyOnce(force));
       }
     } finally {
       this.applying = false;

@@ -422,7 +422,7 @@ describe('SshDevice against a real sshd', () => {
     const device = await startBoard(config);
     try {
       checkBindings({ name: 'board', provides: boardCapabilities(config), start: async () => device }, device);
-      expect([...device.capabilities].sort()).toEqual(['api', 'exec', 'files', 'files.volumes', 'images', 'journal', 'led', 'power.reboot', 'supervisor.kill']);
+      expect([...device.capabilities].sort()).toEqual(['api', 'disk.fill', 'engine.restart', 'exec', 'files', 'files.volumes', 'images', 'journal', 'led', 'power.reboot', 'supervisor.kill']);
       expect(device.api.identity).toMatchObject({ uuid: 'u-1234', apiKey: 'k-secret', vendor: 'platform', lockRoot: '/tmp/fleetlab/locks', hostPaths: { hostname: '/etc/hostname', proxyConfigDir: '/mnt/boot/system-proxy', bootConfig: '/mnt/boot/config.txt' } });
       expect((await device.exec!.run(['echo', 'on the board'])).stdout).toBe('on the board\n');
       expect(typeof (await device.supervisorLog())).toBe('string');
@@ -619,7 +619,7 @@ describe('board config', () => {
       hostPaths: { hostname: '/etc/hostname', proxyConfigDir: '/mnt/boot/system-proxy', bootConfig: '/mnt/boot/config.txt' },
       power: {},
     } satisfies BoardConfig);
-    expect(boardCapabilities(c)).toEqual(['api', 'exec', 'files', 'files.volumes', 'journal', 'power.reboot', 'supervisor.kill', 'images']);
+    expect(boardCapabilities(c)).toEqual(['api', 'exec', 'files', 'files.volumes', 'journal', 'power.reboot', 'supervisor.kill', 'engine.restart', 'disk.fill', 'images']);
     expect(parse({ ...minimal, privateKey: '~/.ssh/k' }).privateKey).toBe('/root/.ssh/k');
     expect(parse({ ...minimal, host: 'fe80::1' }).apiUrl).toBe('http://[fe80::1]:48484');
   });
@@ -641,7 +641,7 @@ describe('board config', () => {
     });
     expect(c).toMatchObject({ sshPort: 2222, user: 'pi', apiUrl: 'http://bench:9000', apiKey: 'k', vendor: 'balena', reset: false, led: { gpio: { chip: 'pinctrl-bcm2711', offset: 17 }, observe: { kind: 'sysfs', pollMs: 5 } } });
     expect(c.hostPaths).toEqual({ hostname: '/etc/hostname', proxyConfigDir: '/mnt/boot/system-proxy', bootConfig: '/boot/firmware/config.txt' });
-    expect(boardCapabilities(c)).toEqual(['api', 'exec', 'files', 'files.volumes', 'journal', 'power.reboot', 'supervisor.kill', 'images', 'led', 'power.cycle', 'power.cut']);
+    expect(boardCapabilities(c)).toEqual(['api', 'exec', 'files', 'files.volumes', 'journal', 'power.reboot', 'supervisor.kill', 'engine.restart', 'disk.fill', 'images', 'led', 'power.cycle', 'power.cut']);
     expect(boardCapabilities(parse({ ...minimal, power: { cycle: 'pdu cycle 3' } }))).toContain('power.cycle');
     expect(boardCapabilities(parse({ ...minimal, power: { cycle: 'pdu cycle 3' } }))).not.toContain('power.cut');
     expect(parse({ ...minimal, led: { gpio: 529, observe: { command: 'lab-gpio watch 4' } } }).led).toEqual({ gpio: 529, observe: { kind: 'command', command: 'lab-gpio watch 4' } });

@@ -183,9 +183,16 @@ async function runPoint(device: SweepDevice, point: SweepPoint, o: SweepOptions,
     intervalMs: interval,
     maxSamples: Math.ceil((point.offsetMs + scaled(bounds.convergeMs + bounds.healthyMs + bounds.settleMs) + (o.holdMs ?? HOLD_MS) + FAULT_MAX_MS) / interval),
   });
-  await sleep(Math.max(0, point.offsetMs - (Date.now() - handedOver)));
-  await inject(device, point.fault, o.holdMs ?? HOLD_MS);
-  const { broken, settleMs } = await checkInvariants(device, to, bounds, o.check);
+  let judged: Awaited<ReturnType<typeof checkInvariants>>;
+  try {
+    await sleep(Math.max(0, point.offsetMs - (Date.now() - handedOver)));
+    await inject(device, point.fault, o.holdMs ?? HOLD_MS);
+    judged = await checkInvariants(device, to, bounds, o.check);
+  } catch (err) {
+    await locks.stop(); // no sampling of a device the next point retires
+    throw err;
+  }
+  const { broken, settleMs } = judged;
   const ignored = ignoredLock(await locks.stop());
   if (ignored) broken.push(ignored);
   const capture = broken.length && o.captureDir !== undefined ? await capturePoint(device, o.captureDir, point.id).then((path) => ({ path }), (err: unknown) => ({ error: errorText(err) })) : undefined;

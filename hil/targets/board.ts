@@ -20,8 +20,7 @@ import { SerialConsole } from '../../device-access/serial-console.js';
 import { ensureBoardTestImages } from './board-test-images.js';
 import { PulledImages } from './pulled-images.js';
 import { SshDevice } from '../../device-access/ssh-device.js';
-import { sshObserve } from './drivers/observe-ssh.js';
-import type { ApiProtocol, Capability, CommandProtocol, DevicePaths, DeviceUnderTest, DiskProtocol, EngineProtocol, FilesProtocol, ImagesProtocol, JournalProtocol, LedProtocol, ObserveProtocol, PowerProtocol, SupervisorProtocol, TargetFacts } from '../../device-access/protocols.js';
+import type { ApiProtocol, Capability, CommandProtocol, DevicePaths, DeviceUnderTest, DiskProtocol, EngineProtocol, FilesProtocol, ImagesProtocol, JournalProtocol, LedProtocol, PowerProtocol, SupervisorProtocol, TargetFacts } from '../../device-access/protocols.js';
 import type { TargetDriver } from './target-driver.js';
 import { BOARD_TIMEOUTS, deadlines } from './timeouts.js';
 import { waitApiDown } from './drivers/api-down.js';
@@ -85,9 +84,6 @@ class BoardUnderTest implements DeviceUnderTest {
   readonly images?: ImagesProtocol;
   readonly paths: DevicePaths;
   readonly consoleLog?: (sinceMs?: number) => Promise<string>;
-  readonly observe: ObserveProtocol;
-  /** The board's engine socket here, forwarded over SSH on the timeline's first ask; ended with the device. */
-  #engine: Promise<{ path: string; close(): Promise<void> }> | undefined;
   infrastructureFailure?: string;
   #closed = false;
 
@@ -114,8 +110,6 @@ class BoardUnderTest implements DeviceUnderTest {
       volumePath: (appId, volume) => dockerVolumePath(ssh, identity.uuid, appId, volume),
     };
     if (ledObserver) this.led = ledObserver;
-    const engineSocket = async () => (await (this.#engine ??= ssh.forwardUnixSocket('/var/run/docker.sock').catch((err) => ((this.#engine = undefined), Promise.reject(err))))).path;
-    this.observe = sshObserve({ ssh, unit: config.supervisorUnit, engineSocket, console: () => serial });
     const timeouts = deadlines(BOARD_TIMEOUTS, config.timeScale);
     const url = this.api.identity.url;
     const waitDown = () => waitApiDown(url, { timeoutMs: timeouts.down, intervalMs: 200, after: 'it was told to go down' });
@@ -163,8 +157,6 @@ class BoardUnderTest implements DeviceUnderTest {
     if (this.#closed) return;
     this.#closed = true;
     await this.ledObserver?.stop().catch(() => undefined);
-    await this.observe.close?.().catch(() => undefined);
-    await this.#engine?.then((e) => e.close()).catch(() => undefined);
     await this.ssh.close();
   }
 

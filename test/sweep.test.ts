@@ -157,7 +157,7 @@ describe('a sweep on the sim target', () => {
 
   it('refuses two identical releases before any point runs', async () => {
     const devices = targetDevices(driver, (l) => lines.push(l));
-    const run = runSweep(devices, { from: TO, to: TO, faults: ['power-cut'], points: 5, seed: 1, progress: (l) => lines.push(l) }).finally(() => devices.close());
+    const run = runSweep([devices], { from: TO, to: TO, faults: ['power-cut'], points: 5, seed: 1, progress: (l) => lines.push(l) }).finally(() => devices.close());
     await expect(run).rejects.toThrow(/--from and --to are the same release \(commit [0-9a-f]+\): there is no update to sweep/);
     expect(lines.filter((l) => l.startsWith('point '))).toEqual([]);
   }, 300_000);

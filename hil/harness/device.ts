@@ -280,7 +280,7 @@ export class Device {
     if (!fresh) throw new FleetlabError('HIL_ERR_CAPABILITY', 'device.sweep(): this device was not made by the device fixture of fleetlab/test, which gives a sweep its fresh devices');
     const seed = options.seed ?? Math.floor(Math.random() * 2 ** 31);
     const check = options.check;
-    const result = await runSweep({ fresh }, {
+    const result = await runSweep([{ fresh }], {
       from: resolve(options.from),
       to: resolve(options.to),
       faults: parseFaults(options.faults ?? ['power-cut']),

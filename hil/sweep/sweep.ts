@@ -83,12 +83,11 @@ export function requireFaults(target: string, capabilities: Iterable<Capability>
 }
 
 /**
- * `sources`: one per worker, each giving its own fresh devices; the update is measured on the
- * first, and the points are then handed out in order to whichever worker is free. Results
+ * `workers`: one device source each, giving its own fresh devices; the update is measured on
+ * the first, and the points are then handed out in order to whichever worker is free. Results
  * come back in the points' order.
  */
-export async function runSweep(sources: DeviceSource | readonly DeviceSource[], o: SweepOptions): Promise<SweepResult> {
-  const workers = Array.isArray(sources) ? (sources as readonly DeviceSource[]) : [sources as DeviceSource];
+export async function runSweep(workers: readonly DeviceSource[], o: SweepOptions): Promise<SweepResult> {
   if (workers.length === 0) throw sweepError('no device source to run the sweep on');
   const started = Date.now();
   const log = o.progress ?? (() => undefined);

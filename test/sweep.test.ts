@@ -76,6 +76,7 @@ describe('sweep input, checked before a device starts', () => {
     [{ only: '12' }, /--only takes a point/],
     [{ check: 'no command' }, /--check takes '<service>: <command>'/],
     [{ workers: 0 }, /--workers must be a whole number from 1 to 16, not 0/],
+    [{ target: 'board', workers: 2 }, /--workers 2 on the board target needs a lab to lease a board per worker \(FLEETLAB_LAB\)/],
   ])('%j', (change, message) => {
     expect(() => checkSweepInput({ ...base, ...change })).toThrow(message);
   });

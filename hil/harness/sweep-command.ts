@@ -73,6 +73,8 @@ export function checkSweepInput(o: SweepCommandOptions): void {
   if (!Number.isInteger(o.points) || o.points < 1) throw bad(`--points must be a whole number of at least 1, not ${o.points}`);
   if (o.workers !== undefined && (!Number.isInteger(o.workers) || o.workers < 1 || o.workers > MAX_WORKERS)) throw bad(`--workers must be a whole number from 1 to ${MAX_WORKERS}, not ${o.workers}`);
   if (o.check !== undefined) commandCheck(o.check);
+  // One board config is one board: two workers on it would undo each other's points.
+  if (o.target === 'board' && (o.workers ?? 1) > 1 && !labSelection()) throw bad(`--workers ${o.workers} on the board target needs a lab to lease a board per worker (${LAB_VARIABLE}); one board runs one worker`);
   if (o.captureDir !== undefined && existsSync(o.captureDir) && !statSync(o.captureDir).isDirectory()) throw bad(`--capture ${o.captureDir} is a file: name a directory (made if missing)`);
 }
 
@@ -96,8 +98,6 @@ export async function runSweepCommand(o: SweepCommandOptions): Promise<number> {
   };
   process.once('SIGINT', onSignal);
   process.once('SIGTERM', onSignal);
-  // One board config is one board: two workers on it would undo each other's points.
-  if (o.target === 'board' && (o.workers ?? 1) > 1 && !labSelection()) throw bad(`--workers ${o.workers} on the board target needs a lab to lease a board per worker (${LAB_VARIABLE}); one board runs one worker`);
   // A driver per worker: the qemu target's driver is one board, whose spec files take turns.
   const drivers = [driver, ...(await Promise.all(Array.from({ length: (o.workers ?? 1) - 1 }, () => loadTarget(o.target))))];
   const devices = drivers.map((d) => targetDevices(d, log, abort.signal));

@@ -16,7 +16,7 @@
  */
 import type { StatusContainer } from '../../src/protocol/device-api.js';
 import { sleep } from '../../src/wait.js';
-import { isSupervisorMark } from '../../src/supervisor/state/locks.js';
+import { isSupervisorMark, LOCK_FILE } from '../../src/supervisor/state/locks.js';
 import type { Broken } from './invariants.js';
 import type { SweepDevice } from './device.js';
 
@@ -53,7 +53,7 @@ export interface LockWatch {
 
 /**
  * Samples the device every `intervalMs` until stopped. Needs the device's shell and its lock
- * root; without them it takes no samples (and the invariant cannot be judged: `watchable`).
+ * root; without them it takes no samples, and the invariant has nothing to judge.
  */
 export function watchLocks(device: SweepDevice, o: { appId: number; services: readonly string[]; intervalMs: number; maxSamples: number }): LockWatch {
   const started = Date.now();
@@ -77,11 +77,11 @@ export function watchLocks(device: SweepDevice, o: { appId: number; services: re
   };
 }
 
-export const watchable = (device: SweepDevice): boolean => device.exec !== undefined && device.paths?.lockRoot !== undefined;
+const watchable = (device: SweepDevice): boolean => device.exec !== undefined && device.paths?.lockRoot !== undefined;
 
 async function sample(device: SweepDevice, appId: number, services: readonly string[]): Promise<Omit<LockSample, 'atMs'>> {
   const root = device.paths!.lockRoot!;
-  const files = services.map((s) => `${root}/${appId}/${s}/updates.lock`);
+  const files = services.map((s) => `${root}/${appId}/${s}/${LOCK_FILE}`);
   // One command for every lock: on an emulated board each command is a round trip over SSH.
   const script = 'for f in "$@"; do if [ -e "$f" ]; then printf "%s\\t" "$f"; head -c 200 "$f" | tr -d "\\n"; echo; fi; done';
   try {

@@ -206,6 +206,11 @@ export class SshDevice {
     };
   }
 
+  /** Opens the connection if none is open (a forward's first user then finds it ready); rejects as a call would. */
+  async connect(): Promise<void> {
+    await this.#connection();
+  }
+
   /** Resolves once a command runs on the device (boot and reboot waits); rejects after `timeoutMs`. */
   async waitReachable(timeoutMs: number): Promise<void> {
     await until(`SSH to ${this.#where}`, (left) => this.runRaw(['true'], { timeoutMs: Math.max(1000, left) }), (r) => r.exitCode === 0, {

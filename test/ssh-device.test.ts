@@ -8,7 +8,7 @@ import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { mkdirSync, readdirSync, readFileSync } from 'node:fs';
 import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
-import { createServer, type Server } from 'node:http';
+import { createServer, get as httpGet, type Server } from 'node:http';
 import { connect } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -21,6 +21,7 @@ import { boardCapabilities, loadBoardConfig, parseBoardConfig, type BoardConfig 
 import { startBoard } from '../hil/targets/board.js';
 import { observeLedByCommand } from '../hil/targets/drivers/led-command.js';
 import { gpioNumberOnBoard, observeSysfsLed } from '../hil/targets/drivers/led-sysfs.js';
+import { sshObserve } from '../hil/targets/drivers/observe-ssh.js';
 import { readHostBaseline, restoreHostFiles } from '../device-access/ssh-reset.js';
 import { SshDevice } from '../device-access/ssh-device.js';
 import { readBundle } from '../hil/capture/bundle.js';
@@ -71,13 +72,13 @@ function descendants(pid: number): number[] {
   return found;
 }
 
-/** Processes of this machine running the sysfs LED observer's loop (its $0 is fleetlab-led). */
-function observerProcesses(): number[] {
+/** Processes of this machine running an observer's loop over SSH (its $0 is fleetlab-led, or fleetlab-usage for the timeline's). */
+function observerProcesses(name = 'fleetlab-led'): number[] {
   return readdirSync('/proc')
-    .filter((name) => /^[0-9]+$/.test(name))
-    .filter((name) => {
+    .filter((pid) => /^[0-9]+$/.test(pid))
+    .filter((pid) => {
       try {
-        return readFileSync(`/proc/${name}/cmdline`, 'utf8').split('\0').includes('fleetlab-led');
+        return readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0').includes(name);
       } catch {
         return false;
       }
@@ -395,6 +396,69 @@ describe('SshDevice against a real sshd', () => {
     } finally {
       server.close();
     }
+  });
+
+  it("the timeline's observer has a session of its own: it rests while the board is down and comes back after, beside the test's connection", async () => {
+    const sleeper = spawn('sleep', ['600'], { stdio: 'ignore' });
+    const pidFile = join(dir, 'supervisor.pid');
+    await writeFile(pidFile, `${sleeper.pid}\n`);
+    const engineSocket = join(dir, 'engine.sock');
+    const engine: Server = createServer((_req, res) => res.end('the engine'));
+    await new Promise<void>((r) => engine.listen(engineSocket, r));
+    const observe = sshObserve({ reach: () => ({ host: '127.0.0.1', port: sshd.port, username: 'root', privateKey }), supervisorPid: `cat ${pidFile}`, engineSocketPath: engineSocket, console: () => undefined, restMs: 1000 });
+    const sampled = async (want: boolean) => {
+      for (let i = 0; i < 100; i++) {
+        const u = await observe.supervisorUsage!();
+        if (Boolean(u) === want) return u;
+        await sleep(100);
+      }
+      throw new Error(`no ${want ? '' : 'empty '}sample within 10 s`);
+    };
+    const viaEngine = async () => {
+      const path = await observe.engineSocket!();
+      return new Promise<string>((resolve, reject) => {
+        httpGet({ socketPath: path, path: '/' }, (res) => {
+          let body = '';
+          res.on('data', (c: Buffer) => (body += c.toString('utf8')));
+          res.on('end', () => resolve(body));
+        }).on('error', reject);
+      });
+    };
+    try {
+      const first = await sampled(true);
+      expect(first!.rssBytes).toBeGreaterThan(0);
+      expect(first!.cpuSeconds).toBeGreaterThanOrEqual(0);
+      expect(await viaEngine()).toBe('the engine');
+      // The observer's session is not the test's: the test ending its own leaves the samples going.
+      await ssh.disconnect();
+      expect((await ssh.run(['echo', 'test'])).stdout).toBe('test\n');
+      await sampled(true);
+
+      await sshd.stop();
+      await sampled(false);
+      // Down: its next ask fails, and then it rests, answering at once and saying why.
+      await expect(observe.engineSocket!()).rejects.toThrow(FleetlabError);
+      const resting = Date.now();
+      await expect(observe.engineSocket!()).rejects.toThrow(/rests after a failed attempt/);
+      expect(Date.now() - resting).toBeLessThan(500);
+
+      await sshd.start();
+      // The test's connection is not held up by the observer's attempts.
+      expect((await ssh.run(['echo', 'back'])).stdout).toBe('back\n');
+      // After its rest the observer is back: samples and the engine's socket.
+      expect((await sampled(true))!.rssBytes).toBeGreaterThan(0);
+      let engineBack: string | undefined;
+      for (let i = 0; i < 30 && engineBack === undefined; i++) engineBack = await viaEngine().catch(() => sleep(100).then(() => undefined));
+      expect(engineBack).toBe('the engine');
+      expect(observerProcesses('fleetlab-usage')).toHaveLength(1);
+    } finally {
+      await observe.close!();
+      sleeper.kill();
+      engine.close();
+    }
+    // Closing ends the loop on the device: it reads EOF where it paused.
+    for (let i = 0; i < 40 && observerProcesses('fleetlab-usage').length > 0; i++) await sleep(50);
+    expect(observerProcesses('fleetlab-usage')).toEqual([]);
   });
 
   it('waitReachable waits for a server that comes up later', async () => {

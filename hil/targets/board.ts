@@ -19,8 +19,9 @@ import { labCapabilities, labSelection, WorkerLease } from '../lab/worker-lease.
 import { SerialConsole } from '../../device-access/serial-console.js';
 import { ensureBoardTestImages } from './board-test-images.js';
 import { PulledImages } from './pulled-images.js';
-import { SshDevice } from '../../device-access/ssh-device.js';
-import type { ApiProtocol, Capability, CommandProtocol, DevicePaths, DeviceUnderTest, DiskProtocol, EngineProtocol, FilesProtocol, ImagesProtocol, JournalProtocol, LedProtocol, PowerProtocol, SupervisorProtocol, TargetFacts } from '../../device-access/protocols.js';
+import { SshDevice, type SshDeviceOptions } from '../../device-access/ssh-device.js';
+import { sshObserve, unitMainPid } from './drivers/observe-ssh.js';
+import type { ApiProtocol, Capability, CommandProtocol, DevicePaths, DeviceUnderTest, DiskProtocol, EngineProtocol, FilesProtocol, ImagesProtocol, JournalProtocol, LedProtocol, ObserveProtocol, PowerProtocol, SupervisorProtocol, TargetFacts } from '../../device-access/protocols.js';
 import type { TargetDriver } from './target-driver.js';
 import { BOARD_TIMEOUTS, deadlines } from './timeouts.js';
 import { waitApiDown } from './drivers/api-down.js';
@@ -84,12 +85,14 @@ class BoardUnderTest implements DeviceUnderTest {
   readonly images?: ImagesProtocol;
   readonly paths: DevicePaths;
   readonly consoleLog?: (sinceMs?: number) => Promise<string>;
+  readonly observe: ObserveProtocol;
   infrastructureFailure?: string;
   #closed = false;
 
   constructor(
     private readonly config: BoardConfig,
     private readonly ssh: SshDevice,
+    sshOptions: SshDeviceOptions,
     identity: { uuid: string; apiKey: string },
     private readonly ledObserver: LedObserver | undefined,
     images: PulledImages | undefined,
@@ -110,6 +113,8 @@ class BoardUnderTest implements DeviceUnderTest {
       volumePath: (appId, volume) => dockerVolumePath(ssh, identity.uuid, appId, volume),
     };
     if (ledObserver) this.led = ledObserver;
+    // Its own SSH session, so that its attempts while the board is down never reach the test's.
+    this.observe = sshObserve({ reach: () => sshOptions, supervisorPid: unitMainPid(config.supervisorUnit), engineSocketPath: '/var/run/docker.sock', ...(serial ? { console: () => serial } : {}) });
     const timeouts = deadlines(BOARD_TIMEOUTS, config.timeScale);
     const url = this.api.identity.url;
     const waitDown = () => waitApiDown(url, { timeoutMs: timeouts.down, intervalMs: 200, after: 'it was told to go down' });
@@ -157,6 +162,7 @@ class BoardUnderTest implements DeviceUnderTest {
     if (this.#closed) return;
     this.#closed = true;
     await this.ledObserver?.stop().catch(() => undefined);
+    await this.observe.close?.().catch(() => undefined);
     await this.ssh.close();
   }
 
@@ -191,7 +197,8 @@ export async function startBoard(config: BoardConfig, memory: BoardMemory = {}):
   } catch (err) {
     throw new FleetlabError('SUP_ERR_HOST', `board config "privateKey": cannot read ${config.privateKey} (${errorText(err)})`, { cause: err });
   }
-  const ssh = new SshDevice({ host: config.host, port: config.sshPort, username: config.user, privateKey });
+  const sshOptions: SshDeviceOptions = { host: config.host, port: config.sshPort, username: config.user, privateKey };
+  const ssh = new SshDevice(sshOptions);
   const timeouts = deadlines(BOARD_TIMEOUTS, config.timeScale);
   let observer: LedObserver | undefined;
   // Before anything can fail: a board that does not come up is where its console matters most.
@@ -210,7 +217,7 @@ export async function startBoard(config: BoardConfig, memory: BoardMemory = {}):
     const stored = config.reset ? await waitStoredIdentity(ssh, config.dataDir, timeouts.ready) : await storedIdentity(ssh, config.dataDir);
     observer = await startLedObserver(config, ssh);
     memory.images ??= new PulledImages();
-    const dut = new BoardUnderTest(config, ssh, { uuid: stored.uuid, apiKey: config.apiKey ?? stored.deviceKey }, observer, memory.images, serial, memory.markOffline);
+    const dut = new BoardUnderTest(config, ssh, sshOptions, { uuid: stored.uuid, apiKey: config.apiKey ?? stored.deviceKey }, observer, memory.images, serial, memory.markOffline);
     await dut.api.waitReady(timeouts.ready);
     return dut;
   } catch (err) {

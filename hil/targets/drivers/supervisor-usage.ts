@@ -89,14 +89,22 @@ export async function hostDescendant(under: number, command: RegExp): Promise<nu
 }
 
 /**
- * Prints `ticks rss-pages` once a second for the unit's main process, `-` while it has none;
- * the first line is the page size. `read -t 1` on the channel's silent stdin is the pause; the
- * loop ends when the harness closes the channel. systemctl runs only when the pid changed.
+ * Prints `ticks rss-pages` once a second for the process whose pid the command in $1 prints
+ * (the unit's main pid), `-` while there is none; the first line is the page size. `read -t 1`
+ * on the channel's silent stdin is the pause; the loop ends when the harness closes the channel.
+ * The pid command runs only when the pid it gave is gone.
  */
-export const USAGE_LOOP = `getconf PAGESIZE; pid=; while :; do if [ -z "$pid" ] || [ ! -r /proc/$pid/stat ]; then pid=$(systemctl show -p MainPID --value "$1" 2>/dev/null); [ "$pid" = 0 ] && pid=; fi; s=; m=; [ -n "$pid" ] && { read -r s < /proc/$pid/stat; read -r m < /proc/$pid/statm; } 2>/dev/null; if [ -n "$s" ] && [ -n "$m" ]; then r=\${s##*) }; set -- "$1" $r; t=$(( \${13} + \${14} )); set -- "$1" $m; echo "$t $3" || exit 0; else echo - || exit 0; fi; read -r -t 1 _; [ $? -gt 128 ] || exit 0; done`;
+export const USAGE_LOOP = `getconf PAGESIZE; pid=; while :; do if [ -z "$pid" ] || [ ! -r /proc/$pid/stat ]; then pid=$(sh -c "$1" 2>/dev/null); [ "$pid" = 0 ] && pid=; fi; s=; m=; [ -n "$pid" ] && { read -r s < /proc/$pid/stat; read -r m < /proc/$pid/statm; } 2>/dev/null; if [ -n "$s" ] && [ -n "$m" ]; then r=\${s##*) }; set -- "$1" $r; t=$(( \${13} + \${14} )); set -- "$1" $m; echo "$t $3" || exit 0; else echo - || exit 0; fi; read -r -t 1 _; [ $? -gt 128 ] || exit 0; done`;
 
-/** The supervisor unit's usage on a board over SSH: a follower started on the first ask, kept until close. */
-export function sshUnitUsage(ssh: SshDevice, unit: string): { usage(): Promise<ProcessUsage | undefined>; close(): Promise<void> } {
+/** Where the usage loop runs: the observer's own SSH session, told when a command over it failed. */
+export interface UsageSession {
+  /** Connected; rejects while the session rests after a failure (a failed connect starts a rest). */
+  device(): Promise<SshDevice>;
+  failed(err: unknown): void;
+}
+
+/** The supervisor's usage on a board over SSH: a follower started on the first ask, kept until close. */
+export function sshPidUsage(session: UsageSession, pidCommand: string): { usage(): Promise<ProcessUsage | undefined>; close(): Promise<void> } {
   let latest: ProcessUsage | undefined;
   let pageSize: number | undefined;
   let stopped = false;
@@ -107,19 +115,32 @@ export function sshUnitUsage(ssh: SshDevice, unit: string): { usage(): Promise<P
     const [ticks, pages] = line.split(' ').map(Number);
     latest = line === '-' || ticks === undefined || pages === undefined ? undefined : { cpuSeconds: ticks / TICKS_PER_SECOND, rssBytes: pages * pageSize };
   };
-  const start = () =>
-    ssh.follow(['bash', '-c', USAGE_LOOP, 'fleetlab-usage', unit], (chunk) => {
-      const lines = (partial + chunk.toString('utf8')).split('\n');
-      partial = lines.pop() ?? '';
-      lines.forEach(onLine);
-    });
+  const start = async () => {
+    const device = await session.device();
+    try {
+      return await device.follow(['bash', '-c', USAGE_LOOP, 'fleetlab-usage', pidCommand], (chunk) => {
+        const lines = (partial + chunk.toString('utf8')).split('\n');
+        partial = lines.pop() ?? '';
+        lines.forEach(onLine);
+      });
+    } catch (err) {
+      session.failed(err);
+      throw err;
+    }
+  };
+  const forget = () => {
+    follower = undefined;
+    pageSize = undefined;
+    latest = undefined;
+    partial = '';
+  };
   return {
     async usage() {
       if (stopped) return undefined;
       if (!follower) {
         follower = start();
         // A channel that ended (a reboot dropped the connection) is started again at the next ask.
-        follower.then((f) => f.done.finally(() => ((follower = undefined), (pageSize = undefined), (latest = undefined))), () => (follower = undefined));
+        follower.then((f) => f.done.finally(forget), forget);
       }
       return latest;
     },

@@ -10,7 +10,7 @@ import type { MachineKind } from '../../../qemu/qemu-argv.js';
 import { ensureBoardTestImages } from '../board-test-images.js';
 import { SerialConsole } from '../../../device-access/serial-console.js';
 import { PulledImages, reapAbandonedPulls } from '../pulled-images.js';
-import { SshDevice } from '../../../device-access/ssh-device.js';
+import { SshDevice, type SshDeviceOptions } from '../../../device-access/ssh-device.js';
 import { QemuGpioLed } from '../drivers/led-qemu-gpio.js';
 import { deadlines, QEMU_TIMEOUTS } from '../timeouts.js';
 import { QmpPower } from '../drivers/power-qmp.js';
@@ -49,6 +49,7 @@ export class QemuLab {
   readonly #snapshots: SnapshotReset;
   /** The loopback port `ssh` reaches the board on: the same across restores, new with a boot. */
   #sshPort: number | undefined;
+  #sshKey: Buffer | undefined;
 
   constructor(
     readonly image: QemuImage,
@@ -122,8 +123,18 @@ export class QemuLab {
     this.power.follow(board);
     if (this.ssh && this.#sshPort === board.info.sshPort) return;
     await this.ssh?.close().catch(() => undefined);
-    this.ssh = new SshDevice({ host: '127.0.0.1', port: board.info.sshPort, username: 'root', privateKey: await readFile(this.image.sshKey) });
+    this.#sshKey ??= await readFile(this.image.sshKey);
+    this.ssh = new SshDevice(this.#sshOptions(board, this.#sshKey));
     this.#sshPort = board.info.sshPort;
+  }
+
+  /** Where the board answers SSH now, for a second session of its own (the timeline's observer); undefined while it is off. */
+  sshOptions(): SshDeviceOptions | undefined {
+    return this.board && this.#sshKey && !this.cut && !this.board.exitReason ? this.#sshOptions(this.board, this.#sshKey) : undefined;
+  }
+
+  #sshOptions(board: QemuBoard, privateKey: Buffer): SshDeviceOptions {
+    return { host: '127.0.0.1', port: board.info.sshPort, username: 'root', privateKey };
   }
 
   /** Ends the current QEMU and removes its overlay; the lab's run dir, console and SSH stay. */

@@ -6,13 +6,14 @@ import { GUEST } from '../../../device-image/recipe.js';
 import type { PartitionableLink } from '../../../sim/network/partitionable-link.js';
 import { httpApi } from '../../lib/http.js';
 import type { SshDevice } from '../../../device-access/ssh-device.js';
-import type { ApiProtocol, Capability, DevicePaths, DeviceUnderTest, DiskProtocol, EngineProtocol, ImagesProtocol, LedProtocol, NetworkProtocol, PowerProtocol, SupervisorProtocol, TargetFacts } from '../../../device-access/protocols.js';
+import type { ApiProtocol, Capability, DevicePaths, DeviceUnderTest, DiskProtocol, EngineProtocol, ImagesProtocol, LedProtocol, NetworkProtocol, ObserveProtocol, PowerProtocol, SupervisorProtocol, TargetFacts } from '../../../device-access/protocols.js';
 import { QemuPorts } from '../qemu-ports.js';
 import { waitApiDown } from '../drivers/api-down.js';
 import { supervisorKill, systemctlKill } from '../drivers/supervisor-kill.js';
 import { systemdEngine } from '../drivers/engine-systemd.js';
 import { diskFill } from '../drivers/disk-fill.js';
 import { dockerVolumePath, unitLog } from '../drivers/device-facts.js';
+import { sshObserve, unitMainPid } from '../drivers/observe-ssh.js';
 import { LOGIN1_BUSCTL, LOGIN1_CALL_MS, login1Reboot } from '../drivers/reboot-login1.js';
 import { deadlines, QEMU_TIMEOUTS } from '../timeouts.js';
 import type { QemuLab } from './lab.js';
@@ -40,6 +41,7 @@ export class QemuUnderTest implements DeviceUnderTest {
   readonly images: ImagesProtocol;
   readonly ports: QemuPorts;
   readonly paths: DevicePaths = { dataDir: GUEST.dataDir, lockRoot: GUEST.lockRoot };
+  readonly observe: ObserveProtocol;
   /** This file's API connections, ended with it: the next file may start from a restored snapshot. */
   readonly #connections = new Agent();
   /** The board's engine socket on this machine, forwarded over SSH the first time `ports` asks; ended with the file. */
@@ -90,6 +92,8 @@ export class QemuUnderTest implements DeviceUnderTest {
       downMs: TIMEOUTS.down,
       waitReady: () => this.api.waitReady(TIMEOUTS.ready),
     });
+    // Its own SSH session, so that its attempts while the board is down never reach the test's.
+    this.observe = sshObserve({ reach: () => lab.sshOptions(), supervisorPid: unitMainPid(GUEST.unit), engineSocketPath: '/var/run/docker.sock', console: () => lab.console });
     // The board's network: its link to the cloud, and its path to the registry once a release came that way.
     const links = () => {
       const all = [link, lab.images?.link].filter((l): l is PartitionableLink => l !== undefined);
@@ -131,6 +135,7 @@ export class QemuUnderTest implements DeviceUnderTest {
     if (this.#closed) return;
     this.#closed = true;
     this.#unwatchRelaunches();
+    await this.observe.close?.().catch(() => undefined);
     await this.ports.close();
     await this.#engine?.then((e) => e.close()).catch(() => undefined);
     await this.#connections.destroy().catch(() => undefined);

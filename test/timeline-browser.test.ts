@@ -60,8 +60,10 @@ describe('the device timeline of a failing spec, in Chromium', () => {
     await page.goto(`file://${file}`);
 
     const lanes = await page.locator('g.lane').evaluateAll((gs) => gs.map((g) => g.getAttribute('data-lane')));
-    expect(lanes).toEqual(['led', 'power', 'network', 'containers', 'supervisor', 'steps', 'journal', 'cpu', 'rss']);
+    expect(lanes).toEqual(['led', 'power', 'network', 'containers', 'supervisor', 'steps', 'journal', 'serial', 'cpu', 'rss']);
     expect(await page.locator('[data-toggle]').count()).toBe(lanes.length);
+    // The simulated device has no serial console: its lane says so rather than showing nothing.
+    expect(await page.locator('[data-lane=serial] text.absent').textContent()).toBe('not provided: target sim has no serial console');
 
     // The LED lane's level changes: at least the six the spec waited for.
     const led = (await page.locator('[data-lane=led] path.level').getAttribute('data-p'))!.split(' ');

@@ -79,6 +79,22 @@ describe('device timeline', () => {
     expect(html).not.toMatch(/<(script|link|img)[^>]+(src|href)=/);
   });
 
+  it('draws a lane the target cannot record as not provided, with why, in its place', () => {
+    const t = buildTimeline({
+      title: 't',
+      subject: 'qemu',
+      origin: O,
+      end: O + 1_000,
+      journal: [{ at: O + 500, text: 'hello' }],
+      absent: { led: 'no LED observer', cpu: 'no /proc', rss: 'no /proc', journal: 'recorded anyway' },
+    });
+    // A lane that was recorded is kept whatever the absent list says.
+    expect(t.lanes.map((l) => [l.id, l.kind])).toEqual([['led', 'absent'], ['journal', 'events'], ['cpu', 'absent'], ['rss', 'absent']]);
+    const html = renderTimelineHtml(t);
+    expect(html.match(/<g class="lane"/g)).toHaveLength(4);
+    expect(html).toContain('<text class="absent" x="170" y="13">not provided: no LED observer</text>');
+  });
+
   it('keeps the newest entries at its caps, and says how many it left out', () => {
     const ring = new Ring<number>(3);
     for (let i = 0; i < 10; i++) ring.push(i);

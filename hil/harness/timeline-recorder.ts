@@ -134,7 +134,7 @@ export class TimelineRecorder {
           const before = all.filter((t) => t.at < this.origin).at(-1);
           return { line: device.led!.line, initial: before?.value ?? 0, transitions: all.filter((t) => t.at >= this.origin && t.at <= test.end) };
         })
-      : (notes.add(`LED: target ${device.target} has no LED observer`), undefined);
+      : undefined;
     const journal = device.journal
       ? await read('journal', async () =>
           (await device.journal!.entries({ lines: LIMITS.lines }))
@@ -144,8 +144,15 @@ export class TimelineRecorder {
       : undefined;
     const consoleLines = device.observe?.consoleLines;
     const serial = consoleLines ? await read('serial console', () => consoleLines.call(device.observe, this.origin)) : undefined;
-    if (!consoleLines) notes.add(`serial console: target ${device.target} has none${device.target === 'board' ? ' configured' : ''}`);
-    if (!device.observe?.supervisorUsage) notes.add(`supervisor CPU and RSS: target ${device.target} cannot read the supervisor's /proc`);
+    const target = `target ${device.target}`;
+    const cannotReadUsage = `${target} cannot read the supervisor's /proc`;
+    const absent = {
+      ...(device.led ? {} : { led: `${target} has no LED observer` }),
+      ...(device.observe?.engineSocket ? {} : { containers: `${target} gives no way to its engine's events` }),
+      ...(device.journal ? {} : { journal: `${target} has no journal` }),
+      ...(consoleLines ? {} : { serial: `${target} has no serial console${device.target === 'board' ? ' configured' : ''}` }),
+      ...(device.observe?.supervisorUsage ? {} : { cpu: cannotReadUsage, rss: cannotReadUsage }),
+    };
     const steps = this.#steps.toArray();
     return buildTimeline({
       title: test.title,
@@ -162,6 +169,7 @@ export class TimelineRecorder {
       ...(serial ? { serial: [...serial] } : {}),
       ...(device.observe?.supervisorUsage ? { usage: { samples: this.#usage.toArray(), dropped: this.#usage.dropped } } : {}),
       notes: [...notes],
+      absent,
     });
   }
 }

@@ -4,7 +4,7 @@
  * from the test's start.
  */
 import type { StepEvent, StepStart } from '../steps.js';
-import { clip, keepNewest, LIMITS, type EventLane, type Lane, type LevelLane, type Mark, type SeriesLane, type Span, type Timeline, type Tone } from './model.js';
+import { clip, keepNewest, LANES, LIMITS, type EventLane, type Lane, type LaneId, type LevelLane, type Mark, type SeriesLane, type Span, type Timeline, type Tone } from './model.js';
 
 /** One container event as the engine's /events stream gave it, reduced. */
 export interface ContainerEvent {
@@ -58,6 +58,8 @@ export interface Recorded {
   readonly serial?: readonly TextLine[];
   readonly usage?: { readonly samples: readonly UsageSample[]; readonly dropped: number };
   readonly notes?: readonly string[];
+  /** Lanes the target cannot record, each with why: drawn as such rather than left out. */
+  readonly absent?: Partial<Record<LaneId, string>>;
 }
 
 export function buildTimeline(r: Recorded): Timeline {
@@ -69,9 +71,14 @@ export function buildTimeline(r: Recorded): Timeline {
   if (r.containers) lanes.push(containerLane(r.containers.events, r.containers.dropped, rel));
   if (r.states) lanes.push(...stateLane(r.states.samples, r.states.dropped, rel));
   if (steps) lanes.push(stepLane(steps, r.stepsDropped ?? 0, rel));
-  if (r.journal) lanes.push(lineLane('journal', 'journal', r.journal, rel));
-  if (r.serial) lanes.push(lineLane('serial', 'serial console', r.serial, rel));
+  if (r.journal) lanes.push(lineLane('journal', r.journal, rel));
+  if (r.serial) lanes.push(lineLane('serial', r.serial, rel));
   if (r.usage) lanes.push(...usageLanes(r.usage.samples, r.usage.dropped, rel));
+  for (const [id, why] of Object.entries(r.absent ?? {}) as Array<[LaneId, string]>) {
+    if (!lanes.some((l) => l.id === id)) lanes.push({ kind: 'absent', id, name: LANES[id], why, dropped: 0 });
+  }
+  const order = Object.keys(LANES);
+  lanes.sort((a, b) => order.indexOf(a.id) - order.indexOf(b.id));
   return {
     version: 1,
     title: r.title,
@@ -109,7 +116,7 @@ function ledLane(led: NonNullable<Recorded['led']>, rel: (at: number) => number)
   const { items, dropped } = keepNewest(led.transitions, LIMITS.levelPoints);
   const points: Array<readonly [number, number]> = dropped === 0 ? [[0, led.initial]] : [];
   for (const t of items) points.push([Math.max(0, rel(t.at)), t.value]);
-  return { kind: 'level', id: 'led', name: 'LED', points, dropped };
+  return { kind: 'level', id: 'led', name: LANES.led, points, dropped };
 }
 
 const spanOf = (s: PairedStep, rel: (at: number) => number, label: string, tone?: Tone): Span => ({
@@ -139,7 +146,7 @@ function powerLane(steps: readonly PairedStep[], rel: (at: number) => number): E
     } else spans.push(spanOf(s, rel, action === 'cycle' ? 'cycled' : action, 'warn'));
   }
   if (cut) spans.push({ from: rel(cut.start.at), label: 'cut', detail: 'power off, never restored during the test', tone: 'bad' });
-  return { kind: 'events', id: 'power', name: 'power', spans, marks: [], dropped: 0 };
+  return { kind: 'events', id: 'power', name: LANES.power, spans, marks: [], dropped: 0 };
 }
 
 function networkLane(steps: readonly PairedStep[], rel: (at: number) => number): EventLane {
@@ -154,13 +161,13 @@ function networkLane(steps: readonly PairedStep[], rel: (at: number) => number):
     }
   }
   if (cut) spans.push({ from: rel(cut.start.at), label: 'partitioned', detail: 'never healed during the test', tone: 'warn' });
-  return { kind: 'events', id: 'network', name: 'network', spans, marks: [], dropped: 0 };
+  return { kind: 'events', id: 'network', name: LANES.network, spans, marks: [], dropped: 0 };
 }
 
 /** The harness's steps, a row per protocol (`harness` for deploy, wait and faults). */
 function stepLane(steps: readonly PairedStep[], dropped: number, rel: (at: number) => number): EventLane {
   const spans = steps.map((s) => ({ ...spanOf(s, rel, s.start.action, s.start.protocol === 'harness' ? 'info' : undefined), row: s.start.protocol }));
-  return { kind: 'events', id: 'steps', name: 'harness steps', spans, marks: [], dropped };
+  return { kind: 'events', id: 'steps', name: LANES.steps, spans, marks: [], dropped };
 }
 
 const EXIT_OK = new Set([0]);
@@ -187,7 +194,7 @@ function containerLane(events: readonly ContainerEvent[], dropped: number, rel: 
     }
   }
   for (const [name, from] of running) spans.push({ from, label: 'running', row: name, tone: 'ok' });
-  return { kind: 'events', id: 'containers', name: 'containers', spans, marks, dropped };
+  return { kind: 'events', id: 'containers', name: LANES.containers, spans, marks, dropped };
 }
 
 /** The supervisor's status, appState, download and locks, each a row of spans from change to change. */
@@ -217,20 +224,20 @@ function stateLane(samples: readonly StateSample[], dropped: number, rel: (at: n
     if (cur) rows[row]!.push({ from: cur.from, label: cur.label, row, ...(cur.tone ? { tone: cur.tone } : {}) });
     spans.push(...rows[row]!);
   }
-  return [{ kind: 'events', id: 'supervisor', name: 'supervisor state', spans, marks: [], dropped }];
+  return [{ kind: 'events', id: 'supervisor', name: LANES.supervisor, spans, marks: [], dropped }];
 }
 
-function lineLane(id: string, name: string, lines: readonly TextLine[], rel: (at: number) => number): EventLane {
+function lineLane(id: 'journal' | 'serial', lines: readonly TextLine[], rel: (at: number) => number): EventLane {
   const { items, dropped } = keepNewest(lines, LIMITS.lines);
   const marks = items.map((l) => ({ at: rel(l.at), text: clip(l.text), ...(/\b(error|fail(ed|ure)?|refused|cannot|panic)\b/i.test(l.text) ? { tone: 'bad' as const } : {}) }));
-  return { kind: 'events', id, name, spans: [], marks, dropped };
+  return { kind: 'events', id, name: LANES[id], spans: [], marks, dropped };
 }
 
 function usageLanes(samples: readonly UsageSample[], dropped: number, rel: (at: number) => number): SeriesLane[] {
   const cpu = samples.filter((s) => s.cpuPercent !== undefined).map((s) => [rel(s.at), Math.round(s.cpuPercent! * 10) / 10] as const);
   const rss = samples.map((s) => [rel(s.at), Math.round((s.rssBytes / 1048576) * 10) / 10] as const);
   return [
-    { kind: 'series', id: 'cpu', name: 'supervisor CPU', unit: '%', points: cpu, dropped },
-    { kind: 'series', id: 'rss', name: 'supervisor RSS', unit: 'MB', points: rss, dropped },
+    { kind: 'series', id: 'cpu', name: LANES.cpu, unit: '%', points: cpu, dropped },
+    { kind: 'series', id: 'rss', name: LANES.rss, unit: 'MB', points: rss, dropped },
   ];
 }

@@ -57,7 +57,35 @@ export interface SeriesLane {
   readonly dropped: number;
 }
 
-export type Lane = LevelLane | EventLane | SeriesLane;
+/**
+ * A lane this target could not record, drawn with the reason: an empty lane would read as a
+ * device that did nothing.
+ */
+export interface AbsentLane {
+  readonly kind: 'absent';
+  readonly id: string;
+  readonly name: string;
+  readonly why: string;
+  readonly dropped: 0;
+}
+
+export type Lane = LevelLane | EventLane | SeriesLane | AbsentLane;
+
+/** Every lane a recording can have, top to bottom, with its name on the page. */
+export const LANES = {
+  led: 'LED',
+  power: 'power',
+  network: 'network',
+  containers: 'containers',
+  supervisor: 'supervisor state',
+  steps: 'harness steps',
+  journal: 'journal',
+  serial: 'serial console',
+  cpu: 'supervisor CPU',
+  rss: 'supervisor RSS',
+} as const;
+
+export type LaneId = keyof typeof LANES;
 
 export interface Timeline {
   readonly version: 1;

@@ -7,7 +7,7 @@
  * Each drawn thing carries its times (`data-a`, `data-b`, in ms from the test's start) and the
  * script computes x from them, so zooming is arithmetic on attributes rather than a re-render.
  */
-import type { EventLane, Lane, LevelLane, SeriesLane, Timeline } from './model.js';
+import type { AbsentLane, EventLane, Lane, LevelLane, SeriesLane, Timeline } from './model.js';
 import { PAGE_SCRIPT } from './page-script.js';
 
 const ROW_H = 18;
@@ -69,6 +69,7 @@ function failureText(f: NonNullable<Timeline['failure']>): string {
 function renderLane(lane: Lane): { svg: string; height: number } {
   if (lane.kind === 'level') return levelLane(lane);
   if (lane.kind === 'series') return seriesLane(lane);
+  if (lane.kind === 'absent') return absentLane(lane);
   return eventLane(lane);
 }
 
@@ -92,6 +93,10 @@ function seriesLane(lane: SeriesLane): { svg: string; height: number } {
     svg: `${laneName(lane, 14)}<text class="row-name" x="6" y="30">max ${max} ${esc(lane.unit)}${last !== undefined ? `, last ${last}` : ''}</text><path class="series" data-kind="series" data-max="${max}" data-h="${SERIES_H - 6}" data-y="3" data-p="${pointData(lane.points)}"/>`,
     height: SERIES_H,
   };
+}
+
+function absentLane(lane: AbsentLane): { svg: string; height: number } {
+  return { svg: `${laneName(lane, 13)}<text class="absent" x="${LABEL_W}" y="13">not provided: ${esc(lane.why)}</text>`, height: ROW_H };
 }
 
 function eventLane(lane: EventLane): { svg: string; height: number } {
@@ -142,6 +147,7 @@ h1{font-size:16px;margin:0 0 2px}
 #plot.dragging{cursor:grabbing}
 .lane-name{font-weight:600;fill:#1d2330}
 .row-name{fill:#5b6475;font-size:11px}
+.absent{fill:#8a93a3;font-size:11px;font-style:italic}
 .axis-line{stroke:#e3e6ec}
 .axis-text{fill:#5b6475;font-size:11px}
 .level{fill:none;stroke:#d98c00;stroke-width:1.5}

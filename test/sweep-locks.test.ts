@@ -42,7 +42,7 @@ describe('the update-lock watch on a simulated device', () => {
   });
 
   it('sees the update wait for the app lock, and sees the service removed under it', async () => {
-    const devices = targetDevices(driver, () => undefined);
+    const devices = targetDevices(driver, { log: () => undefined });
     try {
       const device = (await devices.fresh()) as Device;
       const v1 = await device.deploy('examples/device-app/compose.yaml');

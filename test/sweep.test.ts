@@ -17,7 +17,7 @@ import { replayOnSim } from '../hil/capture/replay.js';
 import { until } from '../src/wait.js';
 import { LABEL } from '../src/protocol/engine-labels.js';
 import { execFileSync } from 'node:child_process';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 
@@ -104,7 +104,8 @@ describe('a sweep on the sim target', () => {
   beforeEach(() => void (lines.length = 0));
 
   const sweep = async (o: { points?: number; faults?: Fault[]; only?: { fault: Fault; offsetMs: number }; captureDir?: string; workers?: number }) => {
-    const devices = Array.from({ length: o.workers ?? 1 }, () => targetDevices(driver, (l) => lines.push(l)));
+    // As `fleetlab sweep` does: a broken point's timeline beside its capture.
+    const devices = Array.from({ length: o.workers ?? 1 }, () => targetDevices(driver, { log: (l) => lines.push(l), ...(o.captureDir ? { timelineDir: o.captureDir } : {}) }));
     try {
       return await runSweep(devices, { from: FROM, to: TO, faults: o.faults ?? ['power-cut'], points: o.points ?? 3, seed: 11, ...(o.only ? { only: o.only } : {}), ...(o.captureDir ? { captureDir: o.captureDir } : {}), progress: (l) => lines.push(l) });
     } finally {
@@ -133,6 +134,15 @@ describe('a sweep on the sim target', () => {
       const bundlePath = join(captureDir, `${rerun.id}.tar.gz`);
       expect(again.points[0]!.capture).toEqual({ path: bundlePath });
       expect(sweepSummary(again, (id) => id)).toContain(`its device: ${bundlePath} (fleetlab replay ${bundlePath})`);
+      // Its timeline: the point's cut on the power lane, the store's restarts, the failure with the invariant.
+      const pagePath = join(captureDir, `${rerun.id}.timeline.html`);
+      expect(again.points[0]!.timeline).toEqual({ path: pagePath });
+      expect(sweepSummary(again, (id) => id)).toContain(`its timeline: ${pagePath}`);
+      const page = readFileSync(pagePath, 'utf8');
+      expect(page).toContain(`<h1>sweep point ${rerun.id}</h1>`);
+      expect(page).toMatch(/<g class="lane" data-lane="power"[^>]*>.*data-text="cycle/);
+      expect(page).toMatch(/data-text="[^"]*store[^"]*: die \(exit [1-9]/);
+      expect(page).toMatch(/class="failure-text">failed at \+[\d.]+ s: (stays-up|reaches-release)/);
       const bundle = await readBundle(bundlePath);
       const volume = bundle.names().find((n) => /^volumes\/.*_data\.tar\.gz$/.test(n));
       expect(execFileSync('tar', ['-tz'], { input: bundle.read(volume!) }).toString().split('\n')).toContain('./migrating');
@@ -157,7 +167,7 @@ describe('a sweep on the sim target', () => {
   }, 300_000);
 
   it('refuses two identical releases before any point runs', async () => {
-    const devices = targetDevices(driver, (l) => lines.push(l));
+    const devices = targetDevices(driver, { log: (l) => lines.push(l) });
     const run = runSweep([devices], { from: TO, to: TO, faults: ['power-cut'], points: 5, seed: 1, progress: (l) => lines.push(l) }).finally(() => devices.close());
     await expect(run).rejects.toThrow(/--from and --to are the same release \(commit [0-9a-f]+\): there is no update to sweep/);
     expect(lines.filter((l) => l.startsWith('point '))).toEqual([]);

@@ -30,7 +30,7 @@ import type {
 import { parseFaults, parsePointId, type Fault } from '../sweep/points.js';
 import { runSweep, type SweepResult } from '../sweep/sweep.js';
 import { sweepSummary, sweepTable } from '../sweep/report.js';
-import type { SweepDevice } from '../sweep/device.js';
+import type { PointRecording, SweepDevice } from '../sweep/device.js';
 
 export type { DeployedRelease, DeployOptions } from '../release/local-deploy.js';
 export type { SweepResult, PointResult } from '../sweep/sweep.js';
@@ -81,6 +81,8 @@ export interface DeviceContext {
    * one before), for `sweep()`: a point starts from a device as a spec file gets it.
    */
   freshDevice?: () => Promise<Device>;
+  /** Records the device `freshDevice` gave last, for a sweep point's timeline (kept when the point broke). */
+  recordPoint?: () => PointRecording;
   /** Adds an attachment to the test's report. */
   attach?: (name: string, body: string, contentType: string) => Promise<void>;
   /**
@@ -280,7 +282,8 @@ export class Device {
     if (!fresh) throw new FleetlabError('HIL_ERR_CAPABILITY', 'device.sweep(): this device was not made by the device fixture of fleetlab/test, which gives a sweep its fresh devices');
     const seed = options.seed ?? Math.floor(Math.random() * 2 ** 31);
     const check = options.check;
-    const result = await runSweep([{ fresh }], {
+    const record = this.#context.recordPoint;
+    const result = await runSweep([{ fresh, ...(record ? { record } : {}) }], {
       from: resolve(options.from),
       to: resolve(options.to),
       faults: parseFaults(options.faults ?? ['power-cut']),

@@ -35,6 +35,7 @@ import { captureTestDevice } from '../capture/test-device.js';
 import { showBundle } from '../capture/show.js';
 import { renderTimelineHtml } from '../lib/timeline/render.js';
 import { TimelineRecorder } from './timeline-recorder.js';
+import { pointRecording } from './point-timeline.js';
 import { errorText, FleetlabError } from '../../src/errors.js';
 import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
@@ -223,6 +224,15 @@ export const test = base.extend<HilTestFixtures, HilWorkerFixtures>({
         held = await devicePool.forFile(`${file}#sweep-${++sweeps}`, withCloud, bundle, supervisorVersion);
         return new Device(held.device, context);
       };
+      if (timeline !== 'off') {
+        context.recordPoint = () =>
+          pointRecording(held!.raw, devicePool.steps, async (id, html) => {
+            const path = testInfo.outputPath(`sweep-${id}.timeline.html`);
+            await writeFile(path, html);
+            await testInfo.attach(`sweep point ${id}: device timeline`, { path, contentType: 'text/html' });
+            return path;
+          });
+      }
       held = await devicePool.forFile(file, withCloud, bundle, supervisorVersion);
       if (timeline !== 'off') recording = new TimelineRecorder(held.raw, devicePool.steps, origin, held.raw.facts?.timeScale).start();
       await use(new Device(held.device, context));

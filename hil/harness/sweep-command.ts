@@ -3,8 +3,9 @@
  * the command starts itself (a fresh one per point, as a spec file gets), with the table and
  * a rerun line for each broken point at the end. Input is checked before any device starts.
  */
-import { existsSync, statSync } from 'node:fs';
-import { resolve } from 'node:path';
+import { existsSync, mkdirSync, statSync } from 'node:fs';
+import { writeFile } from 'node:fs/promises';
+import { join, resolve } from 'node:path';
 import { FleetlabError, errorText } from '../../src/errors.js';
 import { loadTarget, targetNames } from '../targets/index.js';
 import type { TargetDriver } from '../targets/target-driver.js';
@@ -19,7 +20,9 @@ import { sweepSummary, sweepTable } from '../sweep/report.js';
 import type { SweepCheck } from '../sweep/invariants.js';
 import type { DeviceSource, SweepDevice } from '../sweep/device.js';
 import { dockerOnDevice } from '../sweep/engine-shell.js';
+import { instrumentDevice, StepEmitter } from '../lib/steps.js';
 import { Device } from './device.js';
+import { pointRecording } from './point-timeline.js';
 import { checkTargetHost, harnessEnv } from './run.js';
 
 export interface SweepCommandOptions {
@@ -36,10 +39,13 @@ export interface SweepCommandOptions {
   readonly check?: string;
   readonly settleMs?: number;
   readonly holdMs?: number;
-  /** Where broken points' devices are captured (`<point>.tar.gz`). */
+  /** Where broken points' devices are captured (`<point>.tar.gz`), and their timelines drawn (`<point>.timeline.html`). */
   readonly captureDir?: string;
   readonly json: boolean;
 }
+
+/** Where a broken point's timeline goes without --capture: beside Playwright's own test output. */
+export const SWEEP_TIMELINE_DIR = join('test-results', 'sweep');
 
 /** More devices at once than this is more than a machine of this kind runs well, and a typo more often than a wish. */
 const MAX_WORKERS = 16;
@@ -100,7 +106,8 @@ export async function runSweepCommand(o: SweepCommandOptions): Promise<number> {
   process.once('SIGTERM', onSignal);
   // A driver per worker: the qemu target's driver is one board, whose spec files take turns.
   const drivers = [driver, ...(await Promise.all(Array.from({ length: (o.workers ?? 1) - 1 }, () => loadTarget(o.target))))];
-  const devices = drivers.map((d) => targetDevices(d, log, abort.signal));
+  const timelineDir = resolve(o.captureDir ?? SWEEP_TIMELINE_DIR);
+  const devices = drivers.map((d) => targetDevices(d, { log, signal: abort.signal, timelineDir }));
   let result: SweepResult;
   try {
     for (const d of new Set(drivers)) await d.prepare?.();
@@ -129,8 +136,15 @@ export async function runSweepCommand(o: SweepCommandOptions): Promise<number> {
   return result.points.some((p) => p.outcome === 'broken') ? 1 : 0;
 }
 
-/** Fresh devices of the target, one at a time: each `fresh()` removes the one before; `close()` the last. */
-export function targetDevices(driver: TargetDriver, log: (line: string) => void, signal?: AbortSignal): DeviceSource & { close(): Promise<void> } {
+/**
+ * Fresh devices of the target, one at a time: each `fresh()` removes the one before; `close()`
+ * the last. With `timelineDir`, each point's device is recorded and a broken one's timeline
+ * drawn there as `<point>.timeline.html`.
+ */
+export function targetDevices(driver: TargetDriver, o: { log: (line: string) => void; signal?: AbortSignal; timelineDir?: string }): DeviceSource & { close(): Promise<void> } {
+  const { log, signal, timelineDir } = o;
+  // The harness's steps and the protocol calls of every device of this source, for the timeline's lanes.
+  const steps = new StepEmitter();
   let current: DeviceUnderTest | undefined;
   const retire = async () => {
     const device = current;
@@ -144,8 +158,21 @@ export function targetDevices(driver: TargetDriver, log: (line: string) => void,
       current = await driver.start({});
       // The device's deadlines follow the target's speed, as in a spec (lib/wait.ts).
       process.env[TIME_SCALE_VARIABLE] = String(current.facts?.timeScale ?? 1);
-      return new Device(current, { startedAt: Date.now(), log });
+      return new Device(instrumentDevice(current, steps), { startedAt: Date.now(), log, step: (title, fn, harness) => (harness ? steps.run('harness', harness.action, title, fn) : fn()) });
     },
+    ...(timelineDir !== undefined
+      ? {
+          record: () => {
+            if (!current) throw new FleetlabError('SUP_ERR_HOST', 'sweep: no device to record yet');
+            return pointRecording(current, steps, async (id, html) => {
+              mkdirSync(timelineDir, { recursive: true });
+              const path = join(timelineDir, `${id}.timeline.html`);
+              await writeFile(path, html);
+              return path;
+            });
+          },
+        }
+      : {}),
     close: retire,
   };
 }

@@ -33,4 +33,12 @@ export interface SweepDevice {
 /** A fresh device for each point (the target's own reset between spec files); the one before is retired by it. */
 export interface DeviceSource {
   fresh(): Promise<SweepDevice>;
+  /** Starts recording the device `fresh()` gave last, for its point's timeline; absent where nothing records. */
+  record?(): PointRecording;
+}
+
+/** One point's device timeline, recorded from its start; the harness draws and keeps it (this folder draws nothing). */
+export interface PointRecording {
+  /** Ends the recording; with a failure (a broken point), keeps the page and resolves with where it is. Calls after the first do nothing. */
+  finish(point: { readonly id: string; readonly failure?: { readonly at: number; readonly error: string } }): Promise<string | undefined>;
 }

@@ -19,6 +19,7 @@ export function sweepSummary(result: SweepResult, rerun: (pointId: string) => st
     `${result.points.length} points: ${result.points.length - broken.length} passed, ${broken.length} broken (seed ${result.seed}, update window ${result.window.totalMs} ms, ${Math.round(result.wallMs / 1000)} s in all)`,
     ...broken.flatMap((p) => [
       `  broken ${p.id}: ${rerun(p.id)}`,
+      ...(p.timeline ? ['path' in p.timeline ? `    its timeline: ${p.timeline.path}` : `    its timeline could not be drawn: ${p.timeline.error}`] : []),
       ...(p.capture ? ['path' in p.capture ? `    its device: ${p.capture.path} (fleetlab replay ${p.capture.path})` : `    its device could not be captured: ${p.capture.error}`] : []),
     ]),
   ];

@@ -9,7 +9,7 @@ import { sleep, until } from '../../src/wait.js';
 import type { Capability } from '../../device-access/protocols.js';
 import { releaseRuns, type DeployedRelease } from '../release/local-deploy.js';
 import { scaled } from '../lib/wait.js';
-import type { DeviceSource, SweepDevice } from './device.js';
+import type { DeviceSource, PointRecording, SweepDevice } from './device.js';
 import { checkInvariants, type Broken, type InvariantBounds, type SweepCheck } from './invariants.js';
 import { ignoredLock, watchLocks } from './lock-watch.js';
 import { capturePoint } from './capture-point.js';
@@ -43,6 +43,8 @@ export interface PointResult extends SweepPoint {
   readonly settleMs: number | null;
   /** The broken device's bundle (`captureDir`), or why it could not be taken. */
   readonly capture?: { readonly path: string } | { readonly error: string };
+  /** The broken point's device timeline (where the source records), or why it could not be drawn. */
+  readonly timeline?: { readonly path: string } | { readonly error: string };
 }
 
 export interface SweepResult {
@@ -107,7 +109,8 @@ export async function runSweep(workers: readonly DeviceSource[], o: SweepOptions
       if (o.signal?.aborted) throw o.signal.reason;
       const i = next++;
       const point = points[i]!;
-      const result = await runPoint(await source.fresh(), point, o, bounds).catch((err: unknown) => {
+      const device = await source.fresh();
+      const result = await runPoint(device, source.record?.(), point, o, bounds).catch((err: unknown) => {
         next = points.length; // the other workers stop after the point they are on
         throw err;
       });
@@ -171,7 +174,16 @@ async function deploy(device: SweepDevice, path: string, flag: string, wait: boo
   }
 }
 
-async function runPoint(device: SweepDevice, point: SweepPoint, o: SweepOptions, bounds: InvariantBounds): Promise<PointResult> {
+async function runPoint(device: SweepDevice, recording: PointRecording | undefined, point: SweepPoint, o: SweepOptions, bounds: InvariantBounds): Promise<PointResult> {
+  try {
+    return await judgePoint(device, recording, point, o, bounds);
+  } finally {
+    // Stopped however the point ended; a broken point's page was kept already.
+    await recording?.finish({ id: point.id }).catch(() => undefined);
+  }
+}
+
+async function judgePoint(device: SweepDevice, recording: PointRecording | undefined, point: SweepPoint, o: SweepOptions, bounds: InvariantBounds): Promise<PointResult> {
   const from = await device.deploy(o.from);
   const to = await device.deploy(o.to, { wait: false });
   const handedOver = Date.now();
@@ -194,8 +206,16 @@ async function runPoint(device: SweepDevice, point: SweepPoint, o: SweepOptions,
   const { broken, settleMs } = judged;
   const ignored = ignoredLock(await locks.stop());
   if (ignored) broken.push(ignored);
-  const capture = broken.length && o.captureDir !== undefined ? await capturePoint(device, o.captureDir, point.id).then((path) => ({ path }), (err: unknown) => ({ error: errorText(err) })) : undefined;
-  return { ...point, outcome: broken.length ? 'broken' : 'passed', broken, settleMs, ...(capture ? { capture } : {}) };
+  const failure = broken.length ? { at: Date.now(), error: broken.map((b) => `${b.invariant}: ${b.detail}`).join('\n') } : undefined;
+  // The page first: it reads what the device kept (journal, LED) before a capture adds its own steps.
+  const timeline = failure && recording ? await keptAt(recording.finish({ id: point.id, failure })) : undefined;
+  const capture = broken.length && o.captureDir !== undefined ? await keptAt(capturePoint(device, o.captureDir, point.id)) : undefined;
+  return { ...point, outcome: broken.length ? 'broken' : 'passed', broken, settleMs, ...(capture ? { capture } : {}), ...(timeline ? { timeline } : {}) };
+}
+
+/** Where evidence of a broken point was kept, or why it was not: the point's verdict stands either way. */
+async function keptAt(keeping: Promise<string | undefined>): Promise<{ path: string } | { error: string } | undefined> {
+  return keeping.then((path) => (path === undefined ? undefined : { path }), (err: unknown) => ({ error: errorText(err) }));
 }
 
 async function inject(device: SweepDevice, fault: Fault, holdMs: number): Promise<void> {

@@ -1,16 +1,18 @@
 /**
- * The state engine builds a target's desired containers once per change of the target or
- * of what the context lends them (src/supervisor/state/container-spec.ts `specInputs`):
- * every API read and apply round asks for them. A kept build must never outlive a change
- * that would build them differently: each such change here gives new containers, equal to
- * a build from scratch.
+ * What the state engine keeps and shares, and when it must not:
+ * - it builds a target's desired containers once per change of the target or of what the
+ *   context lends them (src/supervisor/state/container-spec.ts `specInputs`): every API read
+ *   and apply round asks for them. A kept build must never outlive a change that would build
+ *   them differently: each such change here gives new containers, equal to a build from scratch;
+ * - concurrent status reads share one engine read, but never one that began before a write
+ *   (an app action, an apply round) ended.
  */
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, beforeEach, expect, it } from 'vitest';
 import { checkTarget, type CheckedTarget } from '../src/protocol/checked-target.js';
-import { Engine } from '../src/supervisor/adapters/engine.js';
+import { Engine, type ContainerState, type EngineSnapshot } from '../src/supervisor/adapters/engine.js';
 import { desiredContainer, type SpecContext } from '../src/supervisor/state/container-spec.js';
 import { UpdateLocks } from '../src/supervisor/state/locks.js';
 import { StateEngine } from '../src/supervisor/state/state-engine.js';
@@ -75,5 +77,46 @@ it('keeps the build while nothing changes; a new target, device name or app key 
     check(envOf());
     expect(state.desired(), `${what}, asked again`).toBe(after);
   }
+  state.close();
+});
+
+it('shares a status read among concurrent readers, but not one begun before a write ended', async () => {
+  const store = DeviceStore.open(join(dir, 'data'), initialRecord);
+  const specContext = (): SpecContext => ({
+    vendor: 'balena', uuid: 'd'.repeat(32), deviceName: 'dev', deviceType: 'raspberrypi4-64', arch: 'aarch64', supervisorAddress: 'http://127.0.0.1:48484', supervisorPort: 48484,
+    appKey: () => 'key',
+    lockDir: (appId, service) => join(dir, 'locks', String(appId), service),
+    networkName: (appId, n) => `${appId}_${n}`,
+    volumeName: (appId, v) => `${appId}_${v}`,
+  });
+  const locks = new UpdateLocks({ lockRoot: join(dir, 'locks'), ledger: store.lockLedger(), owner: { instance: 'i', boot: 'b', pid: process.pid } });
+  // Each engine read waits until the test lets it answer: the race, made to happen every time.
+  const reads: Array<(s: EngineSnapshot) => void> = [];
+  engine.snapshot = () => new Promise<EngineSnapshot>((resolve) => reads.push(resolve));
+  const snapshot = (state: ContainerState): EngineSnapshot => ({
+    containers: [{ id: `c-${state}`, name: 'main_1_1_c1', appId: 1, serviceName: 'main', serviceId: 1, imageId: 1, releaseId: 1, commit: 'c1', configHash: 'h', state, createdAt: new Date(0).toISOString(), image: 'img:1', engineImageId: 'sha256:1' }],
+    volumes: [],
+    networks: [],
+    images: new Map(),
+  });
+  const state = new StateEngine({ engine, locks, log: { info: () => undefined, warn: () => undefined, error: () => undefined }, specContext }, target('img:1'));
+  const flush = () => new Promise((r) => setImmediate(r));
+
+  // A dashboard's poll reads; a second reader meanwhile shares its read.
+  const poll = state.view();
+  const alongside = state.view();
+  await flush();
+  expect(reads).toHaveLength(1);
+  // A client starts a service (a write that ends while the poll's read is out), then asks.
+  await state.exclusive(async () => undefined);
+  const afterStart = state.view();
+  await flush();
+  expect(reads, "the client's read shares the poll's, which began before its start").toHaveLength(2);
+  reads[0]!(snapshot('exited'));
+  reads[1]!(snapshot('running'));
+  const [p, a, c] = await Promise.all([poll, alongside, afterStart]);
+  expect(a).toEqual(p);
+  expect(JSON.stringify(c)).toContain('c-running');
+  expect(JSON.stringify(c)).not.toContain('c-exited');
   state.close();
 });

@@ -24,7 +24,7 @@ export function addSweepCommands(program: Command): void {
     .option('--check <service: command>', "run after every point in the service's container; a non-zero exit breaks the point (e.g. 'db: test -s /data/db.sqlite')")
     .option('--settle <ms>', 'how long every service must then stay up with the same container', wholeNumber('--settle'))
     .option('--hold <ms>', 'how long a network-drop or disk-full lasts before it is undone (default 10000)', wholeNumber('--hold'))
-    .option('--capture <dir>', "write each broken point's device there as a capture bundle, <point>.tar.gz, that 'fleetlab replay' starts from")
+    .option('--capture <dir>', "write each broken point's device there as a capture bundle, <point>.tar.gz, that 'fleetlab replay' starts from, beside its timeline, <point>.timeline.html (which goes to test-results/sweep/ without --capture)")
     .option('--json', 'print the result as JSON instead of the table', false)
     .action(
       action(async (opts: { from: string; to: string; target: string; fault: string[]; points: number; workers: number; seed?: number; only?: string; check?: string; settle?: number; hold?: number; capture?: string; json: boolean }) => {

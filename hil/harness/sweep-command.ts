@@ -45,7 +45,7 @@ export interface SweepCommandOptions {
 }
 
 /** Where a broken point's timeline goes without --capture: beside Playwright's own test output. */
-export const SWEEP_TIMELINE_DIR = join('test-results', 'sweep');
+const SWEEP_TIMELINE_DIR = join('test-results', 'sweep');
 
 /** More devices at once than this is more than a machine of this kind runs well, and a typo more often than a wish. */
 const MAX_WORKERS = 16;

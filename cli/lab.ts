@@ -85,6 +85,21 @@ export function addLabCommands(program: Command): void {
       }),
     );
   lab
+    .command('serve')
+    .description('Serve the lab page: every board, its state (free, leased by whom with the time left, offline or quarantined with the reason), its last checks, live; read-only unless FLEETLAB_LAB_ADMIN_KEY is set (then online and release, for requests bearing it)')
+    .addOption(labFileOption())
+    .option('--port <port>', 'the port to listen on', '48410')
+    .option('--host <address>', 'the address to listen on (another than loopback shows the lab to the network)', '127.0.0.1')
+    .action(
+      action(async (opts: { lab: string; port: string; host: string }) => {
+        const port = Number(opts.port);
+        if (!Number.isInteger(port) || port < 0 || port > 65535) throw new UsageError(`--port must be a port number 0-65535, got ${opts.port}`);
+        const { labServe } = await import('../hil/lab/lab-command.js');
+        const adminKey = process.env.FLEETLAB_LAB_ADMIN_KEY || undefined;
+        await withLab(opts.lab, (open) => labServe(open, { host: opts.host, port, ...(adminKey ? { adminKey } : {}), log: (line) => console.error(`fleetlab lab: ${line}`) }));
+      }),
+    );
+  lab
     .command('run')
     .description("Lease a board with the tags (waiting in line while all are busy), run the command with FLEETLAB_BOARD_CONFIG set to that board's config, give the board back: e.g. fleetlab lab run --tag rpi4 -- npx fleetlab test --target board")
     .addOption(labFileOption())

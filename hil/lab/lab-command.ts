@@ -154,6 +154,28 @@ export async function labCheck(open: OpenLab, boards: readonly string[]): Promis
   return { lines: lines.map((l) => l.text), ok: lines.every((l) => l.outcome === 'passed' || l.outcome === 'passed, back in the lab' || l.outcome === 'skipped' || l.outcome === 'busy') };
 }
 
+/**
+ * Serves the lab page on `host:port` until SIGINT or SIGTERM; `adminKey` opens online and
+ * release to requests bearing it. Says where once listening.
+ */
+export async function labServe(open: OpenLab, opts: { host: string; port: number; adminKey?: string; log: (line: string) => void }): Promise<void> {
+  const { buildLabServer } = await import('./lab-serve.js');
+  const app = buildLabServer(open.store, open.lab, opts.adminKey === undefined ? {} : { adminKey: opts.adminKey });
+  let stop: () => void = () => undefined;
+  const stopped = new Promise<void>((resolve) => (stop = resolve));
+  process.once('SIGINT', stop);
+  process.once('SIGTERM', stop);
+  try {
+    const url = await app.listen({ host: opts.host, port: opts.port });
+    opts.log(`lab page of ${open.lab.source} at ${url}/ (${opts.adminKey ? 'admin key set: online and release open to it' : 'read-only'}); stop with Ctrl-C`);
+    await stopped;
+  } finally {
+    process.off('SIGINT', stop);
+    process.off('SIGTERM', stop);
+    await app.close();
+  }
+}
+
 /** Checks every board on the lab file's schedule until SIGINT or SIGTERM (or `rounds` rounds). */
 export async function labWatch(open: OpenLab, opts: { log: (line: string) => void; rounds?: number }): Promise<void> {
   const stop = new AbortController();

@@ -314,6 +314,12 @@ export class LeaseStore {
     return rows.map((r) => ({ ...r, at: Number(r.at) }));
   }
 
+  /** The latest `limit` lease events, newest first. */
+  async latest(limit: number): Promise<LeaseLogEntry[]> {
+    const rows = await this.db.query<{ at: number; board: string; lease: string; holder: string; event: LeaseEvent; detail: string | null }>('SELECT at, board, lease, holder, event, detail FROM lab_lease_log ORDER BY id DESC LIMIT ?', [limit]);
+    return rows.map((r) => ({ ...r, at: Number(r.at) }));
+  }
+
   /** Joins the queue for any of `boards`; the waiter's id. */
   async enqueue(holder: string, boards: readonly string[]): Promise<string> {
     const id = newId();

@@ -316,6 +316,52 @@ describe.each(['sqlite', 'postgres'] as const)('the lease store on %s', (kind) =
   });
 });
 
+describe('the lease store failing under a check', () => {
+  let dir: string;
+  const dbs: Db[] = [];
+  beforeAll(async () => {
+    dir = await mkdtemp(join(tmpdir(), 'fleetlab-lab-flaky-'));
+  });
+  afterAll(async () => {
+    for (const db of dbs) await db.close();
+    await rm(dir, { recursive: true, force: true });
+  });
+
+  /** A store whose next `times` statements matching `what` fail as an unreachable PostgreSQL does. */
+  const flakyStore = async () => {
+    const rule = { what: '', times: 0 };
+    const db = openSqlite(join(dir, `flaky-${dbs.length}.db`));
+    dbs.push(db);
+    const wrap = (d: Db): Db => ({
+      dialect: d.dialect,
+      query: (sql, params) => (sql.includes(rule.what) && rule.times-- > 0 ? Promise.reject(new Error('connect ECONNREFUSED 127.0.0.1:5432')) : d.query(sql, params)),
+      exec: (sql) => d.exec(sql),
+      transaction: (fn) => d.transaction((tx) => fn(wrap(tx))),
+      close: () => d.close(),
+    });
+    return { store: await LeaseStore.open(wrap(db)), fail: (what: string, times = 1) => Object.assign(rule, { what, times }) };
+  };
+  const lab = parseLabFile(`leases: { ttlSeconds: 60 }\nhealth: { everySeconds: 5 }\nboards:\n${board('s1', 'flk', 22)}`, '/lab/fleetlab.lab.yaml', {});
+  const passing = async () => ({ ok: true, steps: [] });
+
+  it('a run whose check cannot be stored fails with the store\'s error and keeps no lease (its heartbeat stopped)', async () => {
+    const { store: s, fail } = await flakyStore();
+    fail('INSERT INTO lab_health_check');
+    await expect(leaseBoard(s, lab, { tags: ['flk'], holder: 'run-a', waitMs: 5000, pollMs: 50, check: passing })).rejects.toThrow(/ECONNREFUSED/);
+    expect((await s.current()).has('s1')).toBe(false);
+    expect((await s.history('s1')).map((e) => e.event)).toEqual(['acquired', 'released']);
+  });
+
+  it('lab watch says a round failed and checks again at the next', async () => {
+    const { store: s, fail } = await flakyStore();
+    fail('FROM lab_lease WHERE expires_at >=');
+    const lines: string[] = [];
+    await watchLab(s, lab, { check: passing, by: 'watch', log: (l) => lines.push(l), signal: new AbortController().signal, rounds: 2 });
+    expect(lines).toEqual(['watching 1 board(s) every 5 s as watch', 'round 1 failed: connect ECONNREFUSED 127.0.0.1:5432; the next in 5 s', 's1: passed []']);
+    expect((await s.current()).size).toBe(0);
+  }, 20_000);
+});
+
 describe('fleetlab lab, as a process', () => {
   let dir: string;
   let labFile: string;

@@ -5,11 +5,14 @@
  * a board another run holds is left alone. A failing check quarantines the board, a passing
  * one brings a quarantined board back (hil/lab/lease-store.ts).
  *
+ * A round that fails (the store out of reach) is said and the next round tries again; the
+ * watch ends only when stopped, or when it loses its own lease.
+ *
  * One `lab watch` per lab: it holds the lease of the pseudo-board WATCH_BOARD (no lab board can
  * be called that) for as long as it runs, so a second one is refused naming the first, and a
  * killed one's place is free again within the lease's time to live.
  */
-import { FleetlabError } from '../../src/errors.js';
+import { FleetlabError, errorText } from '../../src/errors.js';
 import { sleep } from '../../src/wait.js';
 import { labError, type Lab, type LabBoard } from './lab-file.js';
 import type { HealthResult } from './health-check.js';
@@ -120,7 +123,13 @@ export async function watchLab(store: LeaseStore, lab: Lab, opts: WatchOptions):
   opts.log(`watching ${lab.boards.length} board(s) every ${Math.round(lab.health.everyMs / 1000)} s as ${opts.by}`);
   try {
     for (let round = 1; !stop.aborted && (opts.rounds === undefined || round <= opts.rounds); round++) {
-      for (const line of await checkRound(store, lab, opts)) opts.log(line.text);
+      try {
+        for (const line of await checkRound(store, lab, opts)) opts.log(line.text);
+      } catch (err) {
+        // The store out of reach, or a check's edge failing: the next round tries again. A board
+        // this round leased keeps its lease no longer than its time to live (nobody renews it).
+        opts.log(`round ${round} failed: ${errorText(err).split('\n')[0]}; the next in ${Math.round(lab.health.everyMs / 1000)} s`);
+      }
       if (opts.rounds !== undefined && round >= opts.rounds) break;
       await sleep(lab.health.everyMs, stop).catch(() => undefined);
     }

@@ -119,7 +119,15 @@ async function healthy(store: LeaseStore, lab: Lab, held: HeldBoard, opts: Lease
     opts.onCheck?.(held.board.name, result, await held.failedCheck(result));
     return false;
   }
-  opts.onCheck?.(held.board.name, result, await store.recordCheck(held.board.name, result, opts.holder, held.lease));
+  let outcome: CheckOutcome;
+  try {
+    outcome = await store.recordCheck(held.board.name, result, opts.holder, held.lease);
+  } catch (err) {
+    // The store failed: stop the heartbeat (no lease is kept for a run that goes no further), give the board back if it can.
+    await held.release().catch(() => undefined);
+    throw err;
+  }
+  opts.onCheck?.(held.board.name, result, outcome);
   return true;
 }
 

@@ -19,6 +19,7 @@ import { openLab, readLab } from '../hil/lab/lab-command.js';
 import { watchLab } from '../hil/lab/lab-watch.js';
 import { labCapabilities, labSelection, WorkerLease } from '../hil/lab/worker-lease.js';
 import { startPostgres, type PostgresCluster } from '../support/postgres.js';
+import { until } from '../src/wait.js';
 
 const root = fileURLToPath(new URL('..', import.meta.url));
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
@@ -461,6 +462,36 @@ describe('fleetlab lab, as a process', () => {
     } finally {
       await open.close();
     }
+  });
+
+  it('checks boards with lab check (an unreachable one quarantined, exit 1), and serves the lab page until Ctrl-C', async () => {
+    const noHealth = await run(['check']);
+    expect(noHealth.code).toBe(1);
+    expect(noHealth.err).toMatch(/the lab file has no "health" section: add one \(health: \{\} takes every default\)/);
+    const healthLab = join(dir, 'health.lab.yaml');
+    await writeFile(healthLab, `leases:\n  store: sqlite:health-leases.db\n  ttlSeconds: 2\nhealth: { stepTimeoutSeconds: 2 }\nboards:\n${board('pi-h', 'rpi4', 1)}`);
+    const check = await new Promise<{ code: number | null; out: string }>((resolve) => {
+      const child = spawn(process.execPath, ['--import', 'tsx', join(root, 'cli/main.ts'), 'lab', 'check', '--lab', healthLab], { cwd: root, stdio: ['ignore', 'pipe', 'ignore'] });
+      let out = '';
+      child.stdout.on('data', (d: Buffer) => (out += d.toString()));
+      child.once('exit', (code) => resolve({ code, out }));
+    });
+    expect(check.code).toBe(1);
+    expect(check.out).toMatch(/^pi-h: quarantined at ssh: .*\[ssh fail \(.*\), supervisor fail \(.*\), clock skip \(not run: SSH did not answer\)/);
+
+    const serve = spawn(process.execPath, ['--import', 'tsx', join(root, 'cli/main.ts'), 'lab', 'serve', '--port', '0', '--lab', healthLab], { cwd: root, stdio: ['ignore', 'ignore', 'pipe'] });
+    let err = '';
+    serve.stderr.on('data', (d: Buffer) => (err += d.toString()));
+    const exited = new Promise<number | null>((resolve) => serve.once('exit', (code) => resolve(code)));
+    try {
+      const at = await until('lab serve says where it listens', async () => /at (http:\/\/127\.0\.0\.1:\d+)\//.exec(err)?.[1], (u) => u !== undefined, { timeoutMs: 30_000, intervalMs: 100 });
+      expect(err).toMatch(/\(read-only\); stop with Ctrl-C/);
+      const state = (await (await fetch(`${at!}/api/state`)).json()) as { boards: Array<{ name: string; state: string; out?: { reason: string } }> };
+      expect(state.boards).toEqual([expect.objectContaining({ name: 'pi-h', state: 'quarantined', out: expect.objectContaining({ reason: expect.stringMatching(/^health check failed at ssh: /) }) })]);
+    } finally {
+      serve.kill('SIGINT');
+    }
+    expect(await exited).toBe(0);
   });
 
   it('says what is wrong with a missing lab file or an unknown tag', async () => {

@@ -11,7 +11,9 @@
  * same boards. The log records every lease's life: acquired, renewed is not logged (it
  * would drown the rest), released, expired (noticed when the board is next taken) and
  * forced; and a board marked offline (it did not come back after its power control: nobody
- * is given it until someone marks it online again) or online.
+ * is given it until someone marks it online again), quarantined (it failed its health check,
+ * or failed infrastructure too often: a passing check brings it back) or online. Health check
+ * results are kept with their time, on the same clock, and their failed step.
  */
 import { randomBytes } from 'node:crypto';
 import type { Db, SqlValue } from '../../src/cloud/db/port.js';

@@ -266,6 +266,25 @@ describe.each(['sqlite', 'postgres'] as const)('the lease store on %s', (kind) =
     await s.markOnline('g2', 'ops');
   });
 
+  it('keeps the lease of a board under a check that outlasts the time to live: nobody else is given it meanwhile', async () => {
+    const s = await store();
+    const lab = parseLabFile(`leases: { ttlSeconds: 2 }\nhealth: {}\nboards:\n${board('t1', 'slow', 22)}`, '/lab/fleetlab.lab.yaml', {});
+    let during: unknown = 'not asked';
+    const check = async () => {
+      await sleep(2600);
+      during = await s.acquire(['t1'], 'sneaky', 60_000);
+      return { ok: true, steps: [] };
+    };
+    const held = await leaseBoard(s, lab, { tags: ['slow'], holder: 'run-a', waitMs: 10_000, pollMs: 50, check });
+    expect(during).toBeNull();
+    expect((await s.current()).get('t1')?.lease).toBe(held.lease);
+    await held.release();
+    expect((await s.history('t1')).map((e) => [e.event, e.holder])).toEqual([
+      ['acquired', 'run-a'],
+      ['released', 'run-a'],
+    ]);
+  });
+
   it('runs one lab watch at a time: a second is refused naming the first, a check round leaves held boards alone', async () => {
     const s = await store();
     const lab = parseLabFile(`leases: { ttlSeconds: 60 }\nhealth: { everySeconds: 5 }\nboards:\n${board('w1', 'wat', 22)}${board('w2', 'wat', 23)}`, '/lab/fleetlab.lab.yaml', {});

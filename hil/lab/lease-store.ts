@@ -120,10 +120,11 @@ export class LeaseStore {
 
   /** The store in `db`, its tables made if they are not there. */
   static async open(db: Db): Promise<LeaseStore> {
-    await db.exec('CREATE TABLE IF NOT EXISTS lab_migration (name TEXT PRIMARY KEY, applied_at BIGINT NOT NULL)');
     await db.transaction(async (tx) => {
-      // SQLite's transactions here begin IMMEDIATE, one writer at a time; PostgreSQL's need the lock.
+      // SQLite's transactions here begin IMMEDIATE, one writer at a time; PostgreSQL's need the
+      // lock, taken before anything is made (two hosts making one table at once collide).
       if (tx.dialect.name === 'postgres') await tx.query('SELECT pg_advisory_xact_lock(?) AS locked', [MIGRATION_LOCK]);
+      await tx.exec('CREATE TABLE IF NOT EXISTS lab_migration (name TEXT PRIMARY KEY, applied_at BIGINT NOT NULL)');
       const done = new Set((await tx.query<{ name: string }>('SELECT name FROM lab_migration', [])).map((r) => r.name));
       for (const m of MIGRATIONS.filter((x) => !done.has(x.name))) {
         for (const statement of m.statements) await tx.exec(tx.dialect.renderDdl(statement)!);

@@ -120,6 +120,13 @@ export class LeaseStore {
 
   /** The store in `db`, its tables made if they are not there. */
   static async open(db: Db): Promise<LeaseStore> {
+    // Most opens find every migration taken: a read says so without the write lock a migration
+    // takes, which every run, worker and page of a lab would otherwise queue on.
+    const taken = await db.query<{ name: string }>('SELECT name FROM lab_migration', []).then(
+      (rows) => new Set(rows.map((r) => r.name)),
+      () => new Set<string>(),
+    );
+    if (MIGRATIONS.every((m) => taken.has(m.name))) return new LeaseStore(db);
     await db.transaction(async (tx) => {
       // SQLite's transactions here begin IMMEDIATE, one writer at a time; PostgreSQL's need the
       // lock, taken before anything is made (two hosts making one table at once collide).

@@ -370,6 +370,10 @@ describe('the lease store failing under a check', () => {
     await expect(leaseBoard(s, lab, { tags: ['flk'], holder: 'run-a', waitMs: 5000, pollMs: 50, check: passing })).rejects.toThrow(/ECONNREFUSED/);
     expect((await s.current()).has('s1')).toBe(false);
     expect((await s.history('s1')).map((e) => e.event)).toEqual(['acquired', 'released']);
+    // Without an onCheck, a failing board is still quarantined and its lease ended.
+    const failing = async () => ({ ok: false, failedStep: 'disk' as const, reason: 'disk: 3 MiB free on / (at least 500 MiB)', steps: [] });
+    await expect(leaseBoard(s, lab, { tags: ['flk'], holder: 'run-b', waitMs: 5000, pollMs: 50, check: failing })).rejects.toThrow(/every board with tags \[flk\] is out of the lab: s1 \(quarantined: health check failed at disk: 3 MiB free/);
+    expect((await s.current()).has('s1')).toBe(false);
   });
 
   it('lab watch says a round failed and checks again at the next', async () => {

@@ -72,8 +72,16 @@ export async function leaseBoard(store: LeaseStore, lab: Lab, opts: LeaseBoardOp
         const lease = await store.acquire(names, opts.holder, ttlMs);
         if (lease) {
           const held = hold(store, candidates.find((b) => b.name === lease.board)!, lease.lease, ttlMs, opts.holder);
-          // A board that fails is quarantined with this lease; the next poll takes another (or says all are out).
-          if (await healthy(store, lab, held, opts)) return held;
+          let ok: boolean;
+          try {
+            ok = await healthy(store, lab, held, opts);
+          } catch (err) {
+            // The store or the check failed: stop the heartbeat (no lease is kept for a run that goes no further), give the board back if the store lets it.
+            await held.release().catch(() => undefined);
+            throw err;
+          }
+          // A board that failed is quarantined with this lease; the next poll takes another (or says all are out).
+          if (ok) return held;
         }
       }
       if (position !== last) {
@@ -108,27 +116,11 @@ async function healthy(store: LeaseStore, lab: Lab, held: HeldBoard, opts: Lease
   if (!lab.health || !held.board.health || !opts.check) return true;
   const [last, now] = await Promise.all([store.lastChecks(), store.clock()]);
   if (!checkDue(last.get(held.board.name)?.at, now, lab.health.maxAgeMs)) return true;
-  let result: HealthResult;
-  try {
-    result = await opts.check(held.board);
-  } catch (err) {
-    await held.release();
-    throw err;
-  }
-  if (!result.ok) {
-    opts.onCheck?.(held.board.name, result, await held.failedCheck(result));
-    return false;
-  }
-  let outcome: CheckOutcome;
-  try {
-    outcome = await store.recordCheck(held.board.name, result, opts.holder, held.lease);
-  } catch (err) {
-    // The store failed: stop the heartbeat (no lease is kept for a run that goes no further), give the board back if it can.
-    await held.release().catch(() => undefined);
-    throw err;
-  }
+  const result = await opts.check(held.board);
+  // Stored before the caller is told: `onCheck?.(..., await ...)` would skip the store without an onCheck.
+  const outcome = result.ok ? await store.recordCheck(held.board.name, result, opts.holder, held.lease) : await held.failedCheck(result);
   opts.onCheck?.(held.board.name, result, outcome);
-  return true;
+  return result.ok;
 }
 
 /** A taken lease, kept by its heartbeat until given back, quarantined or marked offline. */

@@ -35,7 +35,7 @@ export const errorCatalogue = {
   HIL_ERR_CAPTURE: { status: 400, summary: 'Capture and replay: the device cannot be reached or refuses the key, or a bundle file is not one, is cut short or damaged, is of a newer format, or cannot be written where asked.' },
   HIL_ERR_REGISTRY: { status: 500, summary: "Harness: the registry or build engine for a device that pulls could not start, or refused a release's images." },
   HIL_ERR_FLEET: { status: 400, summary: "Harness: the fleet fixture was not given its size, or a fleet was given a release with a service to build." },
-  HIL_ERR_LAB: { status: 400, summary: 'Lab: the lab file is malformed, its lease store cannot be opened, a board is held by another run, or a lease was lost.' },
+  HIL_ERR_LAB: { status: 400, summary: 'Lab: the lab file is malformed, its lease store cannot be opened, a board is held by another run, a lease was lost, every board a run may use is offline or quarantined, or another lab watch is running.' },
   HIL_ERR_BOARD_OFFLINE: { status: 503, summary: 'Lab: a board did not answer again within its timeout after its power control; it is marked offline in the lab and the test is an infrastructure failure, not a device failure.' },
   HIL_ERR_PERMISSION: { status: 500, summary: 'Harness: as a user other than root, something a target needs is not open to that user (a temporary directory or lock another user owns, unprivileged user namespaces, building the container target base, which needs root once); the message says what to do.' },
   HIL_ERR_BOARD_INSTALL: { status: 400, summary: 'Board install: the board cannot be reached, is not one the supervisor runs on, lacks packages it could not install, or a step failed.' },

@@ -16,8 +16,10 @@ import { parseLabFile } from '../hil/lab/lab-file.js';
 import { leaseBoard } from '../hil/lab/lease-board.js';
 import { LeaseLostError, LeaseStore } from '../hil/lab/lease-store.js';
 import { openLab, readLab } from '../hil/lab/lab-command.js';
+import { watchLab } from '../hil/lab/lab-watch.js';
 import { labCapabilities, labSelection, WorkerLease } from '../hil/lab/worker-lease.js';
 import { startPostgres, type PostgresCluster } from '../support/postgres.js';
+import { until } from '../src/wait.js';
 
 const root = fileURLToPath(new URL('..', import.meta.url));
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
@@ -47,7 +49,7 @@ describe('the lab file', () => {
 
   it.each([
     ['boards: [', /not valid YAML/],
-    ['boardz: []', /unknown field "boardz" \(known: leases, boards\)/],
+    ["boardz: []", /unknown field "boardz" \(known: leases, health, boards\)/],
     ['boards: []', /"boards" must be a list of at least one board/],
     [`leases: { store: "mysql://x" }\nboards:\n${board('a', 'x', 22)}`, /"leases.store" must be sqlite:FILE or postgres:/],
     [`leases: { ttlSeconds: 1 }\nboards:\n${board('a', 'x', 22)}`, /"leases.ttlSeconds" must be a whole number of seconds from 2/],
@@ -169,6 +171,145 @@ describe.each(['sqlite', 'postgres'] as const)('the lease store on %s', (kind) =
     await s.markOnline('o2', 'ops@lab');
   });
 
+  it('takes its migrations once, also on a store made before they existed, and keeps its leases and offline boards', async () => {
+    // A store as fleetlab made it before migrations: the four tables, a lease and an offline board in them.
+    const db = kind === 'sqlite' ? openSqlite(join(dir, 'old.db')) : openPostgres(await cluster!.createDatabase('old'), { max: 2 });
+    dbs.push(db);
+    for (const t of [
+      'CREATE TABLE lab_lease (board TEXT PRIMARY KEY, lease TEXT NOT NULL UNIQUE, holder TEXT NOT NULL, acquired_at BIGINT NOT NULL, expires_at BIGINT NOT NULL)',
+      'CREATE TABLE lab_lease_log (id {pk}, at BIGINT NOT NULL, board TEXT NOT NULL, lease TEXT NOT NULL, holder TEXT NOT NULL, event TEXT NOT NULL, detail TEXT)',
+      'CREATE TABLE lab_waiter (id TEXT PRIMARY KEY, holder TEXT NOT NULL, boards TEXT NOT NULL, since BIGINT NOT NULL, seen_at BIGINT NOT NULL)',
+      'CREATE TABLE lab_board_offline (board TEXT PRIMARY KEY, since BIGINT NOT NULL, reason TEXT NOT NULL, marked_by TEXT NOT NULL)',
+    ])
+      await db.exec(db.dialect.renderDdl(t)!);
+    await db.query(`INSERT INTO lab_lease (board, lease, holder, acquired_at, expires_at) VALUES ('m1', 'old-lease', 'old-run', 0, ${db.dialect.nowMs} + 60000)`, []);
+    await db.query("INSERT INTO lab_board_offline (board, since, reason, marked_by) VALUES ('m2', 0, 'relay stuck', 'ops')", []);
+    // Opened twice at once (on PostgreSQL on two connections): one migrates, the other finds it done.
+    const [s, again] = await Promise.all([LeaseStore.open(db), LeaseStore.open(db)]);
+    expect(await s.migrations()).toEqual(['001-leases', '002-health']);
+    expect(await again.migrations()).toEqual(['001-leases', '002-health']);
+    expect((await s.current()).get('m1')?.holder).toBe('old-run');
+    expect((await s.offline()).get('m2')).toMatchObject({ kind: 'offline', reason: 'relay stuck' });
+    expect(await s.renew('old-lease', 60_000)).toBeGreaterThan(0);
+  });
+
+  it('stores checks; a failing one quarantines the board and ends the checker\'s lease, a passing one brings it back (never an offline board)', async () => {
+    const s = await store();
+    const pass = { ok: true, steps: [{ step: 'ssh', status: 'pass', detail: 'answers', ms: 3 }] };
+    const fail = { ok: false, failedStep: 'supervisor', reason: 'supervisor: connect ECONNREFUSED', steps: [] };
+    const l = await s.acquire(['h1'], 'checker', 60_000);
+    expect(await s.recordCheck('h1', fail, 'checker', l!.lease)).toBe('quarantined');
+    expect((await s.current()).has('h1')).toBe(false);
+    expect((await s.offline()).get('h1')).toMatchObject({ kind: 'quarantined', reason: 'health check failed at supervisor: connect ECONNREFUSED', markedBy: 'checker' });
+    expect(await s.acquire(['h1'], 'run', 60_000)).toBeNull();
+    expect(await s.recordCheck('h1', fail, 'checker')).toBe('failed, already out');
+    expect(await s.recordCheck('h1', pass, 'checker')).toBe('passed, back in the lab');
+    expect(await s.recordCheck('h1', pass, 'checker')).toBe('passed');
+    const last = (await s.lastChecks()).get('h1')!;
+    expect(last).toMatchObject({ ok: true, failedStep: null, checkedBy: 'checker', steps: pass.steps });
+    expect(Math.abs(last.at - (await s.clock()))).toBeLessThan(5000);
+    expect((await s.checks('h1')).map((c) => c.ok)).toEqual([true, true, false, false]);
+    expect((await s.history('h1')).map((e) => [e.event, e.detail])).toEqual([
+      ['acquired', null],
+      ['quarantined', 'health check failed at supervisor: connect ECONNREFUSED'],
+      ['online', 'passed its health check'],
+    ]);
+    // Power failures stay until someone says the board is fixed.
+    await s.markOffline('h2', 'did not answer within 30 s after power cycle', 'run');
+    expect(await s.recordCheck('h2', fail, 'checker')).toBe('failed, already out');
+    expect(await s.recordCheck('h2', pass, 'checker')).toBe('passed');
+    expect((await s.offline()).get('h2')?.kind).toBe('offline');
+    expect(await s.markOnline('h2', 'ops')).toBe(true);
+  });
+
+  it('quarantines a board at its K-th infrastructure failure within the window, not before, not for old ones', async () => {
+    const s = await store();
+    const policy = { count: 3, windowMs: 400 };
+    expect(await s.recordInfraFailure('k1', 'power cycle 1', 'run', policy)).toBe(false);
+    await sleep(500);
+    expect(await s.recordInfraFailure('k1', 'power cycle 2', 'run', policy)).toBe(false);
+    expect(await s.recordInfraFailure('k1', 'power cycle 3', 'run', policy)).toBe(false);
+    const l = await s.acquire(['k1'], 'run', 60_000);
+    expect(await s.recordInfraFailure('k1', 'power cycle 4', 'run', policy, l!.lease)).toBe(true);
+    expect((await s.offline()).get('k1')).toMatchObject({ kind: 'quarantined', reason: '3 infrastructure failures within 0.4 s; the last: power cycle 4' });
+    expect((await s.current()).has('k1')).toBe(false);
+    await s.markOnline('k1', 'ops');
+  });
+
+  it('gives a board only after its check when the last is too old; a failing board is quarantined and the next one given, all failing is said at once', async () => {
+    const s = await store();
+    const lab = parseLabFile(`leases: { ttlSeconds: 60 }\nhealth: { maxAgeSeconds: 60 }\nboards:\n${board('g1', 'chk', 22)}${board('g2', 'chk', 23)}`, '/lab/fleetlab.lab.yaml', {});
+    const sick = new Set(['g1']);
+    const checked: string[] = [];
+    const told: string[] = [];
+    const check = async (b: { name: string }) => (checked.push(b.name), sick.has(b.name) ? { ok: false, failedStep: 'supervisor' as const, reason: 'supervisor: /ping answered 503', steps: [] } : { ok: true, steps: [] });
+    const opts = { tags: ['chk'], waitMs: 10_000, pollMs: 50, check, onCheck: (b: string, _r: unknown, o: string) => told.push(`${b} ${o}`) };
+    const a = await leaseBoard(s, lab, { ...opts, holder: 'run-a' });
+    expect(a.board.name).toBe('g2');
+    expect(checked).toEqual(['g1', 'g2']);
+    expect(told).toEqual(['g1 quarantined', 'g2 passed']);
+    await a.release();
+    // Checked a moment ago: given without another.
+    const b = await leaseBoard(s, lab, { ...opts, holder: 'run-b' });
+    expect(b.board.name).toBe('g2');
+    expect(checked).toHaveLength(2);
+    await b.release();
+    sick.add('g2');
+    const started = Date.now();
+    // g2's last check is recent: it is given unchecked; then with maxAge 0 it is checked and fails.
+    const lab0 = parseLabFile(`leases: { ttlSeconds: 60 }\nhealth: { maxAgeSeconds: 0 }\nboards:\n${board('g1', 'chk', 22)}${board('g2', 'chk', 23)}`, '/lab/fleetlab.lab.yaml', {});
+    await sleep(5);
+    await expect(leaseBoard(s, lab0, { ...opts, holder: 'run-c', waitMs: 60_000 })).rejects.toThrow(/every board with tags \[chk\] is out of the lab: g1 \(quarantined: health check failed at supervisor: \/ping answered 503\); g2 \(quarantined: .*\)\. A quarantined board comes back when it passes a check/);
+    expect(Date.now() - started).toBeLessThan(5000);
+    expect((await s.current()).has('g2')).toBe(false);
+    await s.markOnline('g1', 'ops');
+    await s.markOnline('g2', 'ops');
+  });
+
+  it('keeps the lease of a board under a check that outlasts the time to live: nobody else is given it meanwhile', async () => {
+    const s = await store();
+    const lab = parseLabFile(`leases: { ttlSeconds: 2 }\nhealth: {}\nboards:\n${board('t1', 'slow', 22)}`, '/lab/fleetlab.lab.yaml', {});
+    let during: unknown = 'not asked';
+    const check = async () => {
+      await sleep(2600);
+      during = await s.acquire(['t1'], 'sneaky', 60_000);
+      return { ok: true, steps: [] };
+    };
+    const held = await leaseBoard(s, lab, { tags: ['slow'], holder: 'run-a', waitMs: 10_000, pollMs: 50, check });
+    expect(during).toBeNull();
+    expect((await s.current()).get('t1')?.lease).toBe(held.lease);
+    await held.release();
+    expect((await s.history('t1')).map((e) => [e.event, e.holder])).toEqual([
+      ['acquired', 'run-a'],
+      ['released', 'run-a'],
+    ]);
+  });
+
+  it('runs one lab watch at a time: a second is refused naming the first, a check round leaves held boards alone', async () => {
+    const s = await store();
+    const lab = parseLabFile(`leases: { ttlSeconds: 60 }\nhealth: { everySeconds: 5 }\nboards:\n${board('w1', 'wat', 22)}${board('w2', 'wat', 23)}`, '/lab/fleetlab.lab.yaml', {});
+    const held = await s.acquire(['w2'], 'some-run', 60_000);
+    const lines: string[] = [];
+    const stop = new AbortController();
+    const check = async () => ({ ok: true, steps: [] });
+    const first = watchLab(s, lab, { check, by: 'watch-1', log: (l) => lines.push(l), signal: stop.signal });
+    for (let i = 0; i < 50 && !lines.some((l) => l.startsWith('w2')); i++) await sleep(50);
+    await expect(watchLab(s, lab, { check, by: 'watch-2', log: () => undefined, signal: stop.signal, rounds: 1 })).rejects.toThrow(/another fleetlab lab watch is running \(watch-1, its lease renewed until .*\); one watch per lab/);
+    stop.abort();
+    await first;
+    expect(lines).toEqual(['watching 2 board(s) every 5 s as watch-1', 'w1: passed []', 'w2: not checked, leased by some-run']);
+    // Its lease is given back: the next watch starts at once.
+    await watchLab(s, lab, { check, by: 'watch-3', log: () => undefined, signal: new AbortController().signal, rounds: 1 });
+    expect((await s.current()).get('w2')?.lease).toBe(held!.lease);
+    expect((await s.history('w1')).map((e) => [e.event, e.holder])).toEqual([
+      ['acquired', 'watch-1'],
+      ['released', 'watch-1'],
+      ['acquired', 'watch-3'],
+      ['released', 'watch-3'],
+    ]);
+    await s.release(held!.lease);
+  });
+
   it('never gives one board to two of many runs asking at once', async () => {
     const stores = await Promise.all(Array.from({ length: 6 }, () => store()));
     const results = await Promise.all(stores.flatMap((s, i) => [0, 1].map((j) => s.acquire(['c1', 'c2'], `run-${i}-${j}`, 60_000))));
@@ -193,6 +334,56 @@ describe.each(['sqlite', 'postgres'] as const)('the lease store on %s', (kind) =
     await s.dequeue(second);
     await s.dequeue(other);
   });
+});
+
+describe('the lease store failing under a check', () => {
+  let dir: string;
+  const dbs: Db[] = [];
+  beforeAll(async () => {
+    dir = await mkdtemp(join(tmpdir(), 'fleetlab-lab-flaky-'));
+  });
+  afterAll(async () => {
+    for (const db of dbs) await db.close();
+    await rm(dir, { recursive: true, force: true });
+  });
+
+  /** A store whose next `times` statements matching `what` fail as an unreachable PostgreSQL does. */
+  const flakyStore = async () => {
+    const rule = { what: '', times: 0 };
+    const db = openSqlite(join(dir, `flaky-${dbs.length}.db`));
+    dbs.push(db);
+    const wrap = (d: Db): Db => ({
+      dialect: d.dialect,
+      query: (sql, params) => (sql.includes(rule.what) && rule.times-- > 0 ? Promise.reject(new Error('connect ECONNREFUSED 127.0.0.1:5432')) : d.query(sql, params)),
+      exec: (sql) => d.exec(sql),
+      transaction: (fn) => d.transaction((tx) => fn(wrap(tx))),
+      close: () => d.close(),
+    });
+    return { store: await LeaseStore.open(wrap(db)), fail: (what: string, times = 1) => Object.assign(rule, { what, times }) };
+  };
+  const lab = parseLabFile(`leases: { ttlSeconds: 60 }\nhealth: { everySeconds: 5 }\nboards:\n${board('s1', 'flk', 22)}`, '/lab/fleetlab.lab.yaml', {});
+  const passing = async () => ({ ok: true, steps: [] });
+
+  it('a run whose check cannot be stored fails with the store\'s error and keeps no lease (its heartbeat stopped)', async () => {
+    const { store: s, fail } = await flakyStore();
+    fail('INSERT INTO lab_health_check');
+    await expect(leaseBoard(s, lab, { tags: ['flk'], holder: 'run-a', waitMs: 5000, pollMs: 50, check: passing })).rejects.toThrow(/ECONNREFUSED/);
+    expect((await s.current()).has('s1')).toBe(false);
+    expect((await s.history('s1')).map((e) => e.event)).toEqual(['acquired', 'released']);
+    // Without an onCheck, a failing board is still quarantined and its lease ended.
+    const failing = async () => ({ ok: false, failedStep: 'disk' as const, reason: 'disk: 3 MiB free on / (at least 500 MiB)', steps: [] });
+    await expect(leaseBoard(s, lab, { tags: ['flk'], holder: 'run-b', waitMs: 5000, pollMs: 50, check: failing })).rejects.toThrow(/every board with tags \[flk\] is out of the lab: s1 \(quarantined: health check failed at disk: 3 MiB free/);
+    expect((await s.current()).has('s1')).toBe(false);
+  });
+
+  it('lab watch says a round failed and checks again at the next', async () => {
+    const { store: s, fail } = await flakyStore();
+    fail('FROM lab_lease WHERE expires_at >=');
+    const lines: string[] = [];
+    await watchLab(s, lab, { check: passing, by: 'watch', log: (l) => lines.push(l), signal: new AbortController().signal, rounds: 2 });
+    expect(lines).toEqual(['watching 1 board(s) every 5 s as watch', 'round 1 failed: connect ECONNREFUSED 127.0.0.1:5432; the next in 5 s', 's1: passed []']);
+    expect((await s.current()).size).toBe(0);
+  }, 20_000);
 });
 
 describe('fleetlab lab, as a process', () => {
@@ -294,6 +485,36 @@ describe('fleetlab lab, as a process', () => {
     } finally {
       await open.close();
     }
+  });
+
+  it('checks boards with lab check (an unreachable one quarantined, exit 1), and serves the lab page until Ctrl-C', async () => {
+    const noHealth = await run(['check']);
+    expect(noHealth.code).toBe(1);
+    expect(noHealth.err).toMatch(/the lab file has no "health" section: add one \(health: \{\} takes every default\)/);
+    const healthLab = join(dir, 'health.lab.yaml');
+    await writeFile(healthLab, `leases:\n  store: sqlite:health-leases.db\n  ttlSeconds: 2\nhealth: { stepTimeoutSeconds: 2 }\nboards:\n${board('pi-h', 'rpi4', 1)}`);
+    const check = await new Promise<{ code: number | null; out: string }>((resolve) => {
+      const child = spawn(process.execPath, ['--import', 'tsx', join(root, 'cli/main.ts'), 'lab', 'check', '--lab', healthLab], { cwd: root, stdio: ['ignore', 'pipe', 'ignore'] });
+      let out = '';
+      child.stdout.on('data', (d: Buffer) => (out += d.toString()));
+      child.once('exit', (code) => resolve({ code, out }));
+    });
+    expect(check.code).toBe(1);
+    expect(check.out).toMatch(/^pi-h: quarantined at ssh: .*\[ssh fail \(.*\), supervisor fail \(.*\), clock skip \(not run: SSH did not answer\)/);
+
+    const serve = spawn(process.execPath, ['--import', 'tsx', join(root, 'cli/main.ts'), 'lab', 'serve', '--port', '0', '--lab', healthLab], { cwd: root, stdio: ['ignore', 'ignore', 'pipe'] });
+    let err = '';
+    serve.stderr.on('data', (d: Buffer) => (err += d.toString()));
+    const exited = new Promise<number | null>((resolve) => serve.once('exit', (code) => resolve(code)));
+    try {
+      const at = await until('lab serve says where it listens', async () => /at (http:\/\/127\.0\.0\.1:\d+)\//.exec(err)?.[1], (u) => u !== undefined, { timeoutMs: 30_000, intervalMs: 100 });
+      expect(err).toMatch(/\(read-only\); stop with Ctrl-C/);
+      const state = (await (await fetch(`${at!}/api/state`)).json()) as { boards: Array<{ name: string; state: string; out?: { reason: string } }> };
+      expect(state.boards).toEqual([expect.objectContaining({ name: 'pi-h', state: 'quarantined', out: expect.objectContaining({ reason: expect.stringMatching(/^health check failed at ssh: /) }) })]);
+    } finally {
+      serve.kill('SIGINT');
+    }
+    expect(await exited).toBe(0);
   });
 
   it('says what is wrong with a missing lab file or an unknown tag', async () => {

@@ -1,6 +1,7 @@
 /**
  * `fleetlab lab ...`: what a lab file's boards are doing (status, log), handing a board back
- * (release), and running a command on a leased board (run), the way a CI job shares the lab.
+ * (release), running a command on a leased board (run), the way a CI job shares the lab, and
+ * checking the boards' health (check, watch).
  */
 import { spawn } from 'node:child_process';
 import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
@@ -14,8 +15,10 @@ import { errorText } from '../../src/errors.js';
 import { ownerRecord, reapStale, writeOwner } from '../../src/owned-dirs.js';
 import { BOARD_CONFIG_VARIABLE } from './board-config.js';
 import { labError, parseLabFile, type Lab, type LabBoard } from './lab-file.js';
-import { leaseBoard } from './lease-board.js';
-import { LeaseStore, type Lease } from './lease-store.js';
+import { leaseBoard, type LeaseBoardOptions } from './lease-board.js';
+import { LeaseStore, type Lease, type StoredCheck } from './lease-store.js';
+import { checkBoard } from './health-probes.js';
+import { checkRound, watchLab } from './lab-watch.js';
 import { alignColumns } from '../lib/text-table.js';
 
 export interface OpenLab {
@@ -85,9 +88,28 @@ async function supervisorOf(board: LabBoard, ms: number): Promise<string> {
   }
 }
 
-/** One line per board: reachable over SSH, its supervisor, and who holds it until when. */
+/** A board's last check, as status shows it: when (on the store's clock) and how it went. */
+export function checkText(check: StoredCheck | undefined, now: number): string {
+  if (!check) return 'never checked';
+  const ago = Math.max(0, Math.round((now - check.at) / 1000));
+  const age = ago < 120 ? `${ago} s` : ago < 7200 ? `${Math.round(ago / 60)} min` : `${Math.round(ago / 3600)} h`;
+  return `checked ${age} ago: ${check.ok ? 'passed' : `failed at ${check.failedStep ?? '?'}`}`;
+}
+
+/**
+ * What a run passes leaseBoard to check a board before it is given (only with a `health`
+ * section in the lab file), and where it says what a check did.
+ */
+export function leaseChecks(log: (line: string) => void): Pick<LeaseBoardOptions, 'check' | 'onCheck'> {
+  return {
+    check: checkBoard,
+    onCheck: (board, result, outcome) => log(result.ok ? `${board}: health check passed (${outcome})` : `${board}: health check failed at ${result.reason}: ${outcome}; trying another board`),
+  };
+}
+
+/** One line per board: reachable over SSH, its supervisor, its last check, and who holds it until when. */
 export async function labStatus(open: OpenLab, probeMs = 2000): Promise<string[]> {
-  const [leases, offline, now] = await Promise.all([open.store.current(), open.store.offline(), open.store.clock()]);
+  const [leases, offline, now, checks] = await Promise.all([open.store.current(), open.store.offline(), open.store.clock(), open.store.lastChecks()]);
   const rows = await Promise.all(
     open.lab.boards.map(async (b) => {
       const ssh = (await reachable(b.config.host, b.config.sshPort, probeMs)) ? 'reachable' : 'unreachable';
@@ -95,11 +117,14 @@ export async function labStatus(open: OpenLab, probeMs = 2000): Promise<string[]
       const lease = leases.get(b.name);
       const out = offline.get(b.name);
       const held = out
-        ? `OFFLINE since ${when(out.since)} (${out.reason}; marked by ${out.markedBy}); fleetlab lab online ${b.name} once fixed`
+        ? out.kind === 'quarantined'
+          ? `QUARANTINED since ${when(out.since)} (${out.reason}; by ${out.markedBy}); back when it passes a check (fleetlab lab check ${b.name}) or by fleetlab lab online ${b.name}`
+          : `OFFLINE since ${when(out.since)} (${out.reason}; marked by ${out.markedBy}); fleetlab lab online ${b.name} once fixed`
         : lease
           ? `leased by ${lease.holder} until ${when(lease.expiresAt)} (${Math.max(0, Math.round((lease.expiresAt - now) / 1000))} s, renewed while it runs)`
           : 'free';
-      return [b.name, `[${b.tags.join(', ')}]`, `${b.config.host}:${b.config.sshPort}`, ssh, `supervisor ${sup}`, held];
+      // The check column only in a lab that checks its boards: status of a lab without one reads as before.
+      return [b.name, `[${b.tags.join(', ')}]`, `${b.config.host}:${b.config.sshPort}`, ssh, `supervisor ${sup}`, ...(open.lab.health ? [checkText(checks.get(b.name), now)] : []), held];
     }),
   );
   return [`lab ${open.lab.source}: ${open.lab.boards.length} board(s), leases in ${open.lab.store.replace(/\/\/[^@]*@/, '//***@')} (time to live ${open.lab.ttlSeconds} s)`, ...alignColumns(rows)];
@@ -117,10 +142,52 @@ function boardNamed(lab: Lab, name: string): LabBoard {
   return b;
 }
 
-/** Puts a board marked offline back in the lab (logged with who did it). */
+/** Puts a board marked offline or quarantined back in the lab (logged with who did it). */
 export async function labOnline(open: OpenLab, board: string): Promise<string> {
   boardNamed(open.lab, board);
   return (await open.store.markOnline(board, whoAmI())) ? `${board} is back in the lab (logged as online by ${whoAmI()})` : `${board} was not offline`;
+}
+
+/** Checks the named boards (all when none) now: one line per board, and whether every check passed. */
+export async function labCheck(open: OpenLab, boards: readonly string[]): Promise<{ lines: string[]; ok: boolean }> {
+  const lines = await checkRound(open.store, open.lab, { check: checkBoard, by: `${whoAmI()} pid ${process.pid} (lab check)`, names: boards });
+  return { lines: lines.map((l) => l.text), ok: lines.every((l) => l.outcome === 'passed' || l.outcome === 'passed, back in the lab' || l.outcome === 'skipped' || l.outcome === 'busy') };
+}
+
+/**
+ * Serves the lab page on `host:port` until SIGINT or SIGTERM; `adminKey` opens online and
+ * release to requests bearing it. Says where once listening.
+ */
+export async function labServe(open: OpenLab, opts: { host: string; port: number; adminKey?: string; log: (line: string) => void }): Promise<void> {
+  const { buildLabServer } = await import('./lab-serve.js');
+  const app = buildLabServer(open.store, open.lab, opts.adminKey === undefined ? {} : { adminKey: opts.adminKey });
+  let stop: () => void = () => undefined;
+  const stopped = new Promise<void>((resolve) => (stop = resolve));
+  process.once('SIGINT', stop);
+  process.once('SIGTERM', stop);
+  try {
+    const url = await app.listen({ host: opts.host, port: opts.port });
+    opts.log(`lab page of ${open.lab.source} at ${url}/ (${opts.adminKey ? 'admin key set: online and release open to it' : 'read-only'}); stop with Ctrl-C`);
+    await stopped;
+  } finally {
+    process.off('SIGINT', stop);
+    process.off('SIGTERM', stop);
+    await app.close();
+  }
+}
+
+/** Checks every board on the lab file's schedule until SIGINT or SIGTERM (or `rounds` rounds). */
+export async function labWatch(open: OpenLab, opts: { log: (line: string) => void; rounds?: number }): Promise<void> {
+  const stop = new AbortController();
+  const onSignal = () => stop.abort();
+  process.once('SIGINT', onSignal);
+  process.once('SIGTERM', onSignal);
+  try {
+    await watchLab(open.store, open.lab, { check: checkBoard, by: `${whoAmI()} pid ${process.pid} (lab watch)`, log: opts.log, signal: stop.signal, ...(opts.rounds === undefined ? {} : { rounds: opts.rounds }) });
+  } finally {
+    process.off('SIGINT', onSignal);
+    process.off('SIGTERM', onSignal);
+  }
 }
 
 /**
@@ -158,6 +225,7 @@ export async function labRun(open: OpenLab, opts: { tags: string[]; command: str
       waitMs: opts.waitMs,
       signal: abort.signal,
       onQueue: (position, busy) => opts.log(position === 0 ? `boards busy (${busy.join(', ')}); next in line` : `boards busy (${busy.join(', ')}); waiting, ${position} run(s) ahead in the queue`),
+      ...leaseChecks(opts.log),
     });
   } finally {
     process.off('SIGINT', stopWaiting);

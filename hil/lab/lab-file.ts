@@ -9,6 +9,7 @@ import { dirname, isAbsolute, resolve } from 'node:path';
 import { parse as parseYaml } from 'yaml';
 import { FleetlabError, errorText } from '../../src/errors.js';
 import { parseBoardConfig, type BoardConfig } from './board-config.js';
+import { parseBoardHealth, parseLabHealth, type BoardHealth, type LabHealth } from './health-config.js';
 
 export const LAB_FILE_DEFAULT = 'fleetlab.lab.yaml';
 
@@ -18,6 +19,7 @@ export const DEFAULT_LEASE_TTL_SECONDS = 60;
 export const LAB_FILE_EXAMPLE = `leases:
   store: sqlite:lab-leases.db       # or postgres://user@db-host/lab, shared by several CI hosts
   ttlSeconds: 60                    # a killed run's board is free again within this
+health: {}                          # check boards before they are leased (defaults fit a Pi)
 boards:
   - name: pi4-a
     tags: [rpi4, 4gb]
@@ -34,6 +36,8 @@ export interface LabBoard {
   readonly config: BoardConfig;
   /** The board config's fields as written (its key's path made absolute): the JSON the `board` target reads. */
   readonly raw: Readonly<Record<string, unknown>>;
+  /** Its health check's steps and bounds; undefined when the lab checks no board. */
+  readonly health?: BoardHealth;
 }
 
 export interface Lab {
@@ -42,6 +46,8 @@ export interface Lab {
   /** `sqlite:FILE` (relative to the lab file) or `postgres://...`. */
   readonly store: string;
   readonly ttlSeconds: number;
+  /** Health checks and quarantine; undefined without a `health` section (no checks). */
+  readonly health?: LabHealth;
   readonly boards: readonly LabBoard[];
 }
 
@@ -65,8 +71,9 @@ export function parseLabFile(text: string, source: string, env: { home?: string 
     fail(`not valid YAML: ${errorText(err)}`);
   }
   if (!isObject(raw)) return fail('must be a mapping with "boards" (and optionally "leases")');
-  const unknown = Object.keys(raw).filter((k) => k !== 'boards' && k !== 'leases');
-  if (unknown.length) fail(`unknown field "${unknown[0]}" (known: leases, boards)`);
+  const unknown = Object.keys(raw).filter((k) => k !== 'boards' && k !== 'leases' && k !== 'health');
+  if (unknown.length) fail(`unknown field "${unknown[0]}" (known: leases, health, boards)`);
+  const health = parseLabHealth(raw.health, fail);
 
   const baseDir = dirname(resolve(source));
   const leases = raw.leases ?? {};
@@ -93,10 +100,12 @@ export function parseLabFile(text: string, source: string, env: { home?: string 
   (raw.boards as unknown[]).forEach((b, i) => {
     const at = `boards[${i}]`;
     if (!isObject(b)) fail(`${at} must be a mapping with "name", "tags" and the board's config fields`);
-    const { name, tags, ...config } = b as Fields;
+    const { name, tags, health: boardHealth, ...config } = b as Fields;
     if (typeof name !== 'string' || !/^[A-Za-z0-9][A-Za-z0-9._-]*$/.test(name)) fail(`${at}.name must be a word of letters, digits, ".", "_" or "-", got ${JSON.stringify(name)}`);
     const label = `${at} (${name as string})`;
-    if (boards.some((o) => o.name === name)) fail(`${label}: another board is already called ${name as string}`);
+    const first = boards.findIndex((o) => o.name === name);
+    if (first >= 0) fail(`${label}: another board is already called ${name as string} (boards[${first}]); each board is named once`);
+    const checks = parseBoardHealth(boardHealth, label, health, fail);
     const tagList = tags ?? [];
     if (!Array.isArray(tagList) || tagList.some((t) => typeof t !== 'string' || !/^[A-Za-z0-9][A-Za-z0-9._:-]*$/.test(t))) {
       fail(`${label}.tags must be a list of words (e.g. [rpi4, 4gb]), got ${JSON.stringify(tags)}`);
@@ -107,9 +116,9 @@ export function parseLabFile(text: string, source: string, env: { home?: string 
     } catch (err) {
       throw new FleetlabError('HIL_ERR_LAB', errorText(err));
     }
-    boards.push({ name: name as string, tags: tagList as string[], ...(parsed.serial ? { serial: parsed.serial.device } : {}), config: parsed, raw: { ...config, privateKey: parsed.privateKey } });
+    boards.push({ name: name as string, tags: tagList as string[], ...(parsed.serial ? { serial: parsed.serial.device } : {}), config: parsed, raw: { ...config, privateKey: parsed.privateKey }, ...(checks ? { health: checks } : {}) });
   });
-  return { source, store, ttlSeconds: ttl as number, boards };
+  return { source, store, ttlSeconds: ttl as number, ...(health ? { health } : {}), boards };
 }
 
 /** The boards that carry every one of `tags`, in the file's order. */

@@ -1,10 +1,13 @@
 /**
- * Holding a lab board for a run: queue for a board with the wanted tags, take it, keep the
- * lease alive with a heartbeat, give it back. What a run does while waiting (print its place
- * in the queue) and when its lease is lost (stop) is the caller's.
+ * Holding a lab board for a run: queue for a board with the wanted tags, take it, check its
+ * health if its last check is too old (a board failing it is quarantined and the next one
+ * taken), keep the lease alive with a heartbeat, give it back. What a run does while waiting
+ * (print its place in the queue) and when its lease is lost (stop) is the caller's.
  */
 import { labError, matchingBoards, type Lab, type LabBoard } from './lab-file.js';
-import { LeaseLostError, type LeaseStore } from './lease-store.js';
+import { checkDue, type HealthResult } from './health-check.js';
+import { heartbeat } from './lease-heartbeat.js';
+import type { CheckOutcome, LeaseLostError, LeaseStore, OfflineBoard } from './lease-store.js';
 import { until } from '../../src/wait.js';
 
 export interface HeldBoard {
@@ -12,6 +15,8 @@ export interface HeldBoard {
   lease: string;
   /** Takes the board out of the lab, ending this lease: it did not come back after its power control. */
   markOffline(reason: string): Promise<void>;
+  /** Stores a failed health check: the board is quarantined and this lease ends with it. */
+  failedCheck(result: HealthResult): Promise<CheckOutcome>;
   /** Resolves if the lease is lost (expired or forced away) while held. */
   lost: Promise<LeaseLostError>;
   /** Stops the heartbeat and gives the board back. */
@@ -30,6 +35,23 @@ export interface LeaseBoardOptions {
   onQueue?: (position: number, busy: readonly string[]) => void;
   /** Aborts the wait. */
   signal?: AbortSignal;
+  /**
+   * Checks a board's health (hil/lab/health-probes.ts's checkBoard), run on a board just
+   * taken whose last check is older than the lab file's `health.maxAgeSeconds`. Without it,
+   * or without a `health` section, boards are given unchecked.
+   */
+  check?: (board: LabBoard) => Promise<HealthResult>;
+  /** Told each check run before a lease, and what it did to the board. */
+  onCheck?: (board: string, result: HealthResult, outcome: CheckOutcome) => void;
+}
+
+/** Why a run cannot be given any of `names`: every one is out of the lab (pure). */
+export function allOutMessage(tags: readonly string[], names: readonly string[], out: ReadonlyMap<string, OfflineBoard>): string | undefined {
+  if (!names.every((n) => out.has(n))) return undefined;
+  const boards = names.map((n) => out.get(n)!);
+  // The message a lab had before quarantine, kept where every board is offline.
+  if (boards.every((b) => b.kind === 'offline')) return `every board with tags [${tags.join(', ')}] is offline: ${boards.map((b) => `${b.board} (${b.reason})`).join('; ')}. Once a board is fixed: fleetlab lab online <board>`;
+  return `every board with tags [${tags.join(', ')}] is out of the lab: ${boards.map((b) => `${b.board} (${b.kind}: ${b.reason})`).join('; ')}. A quarantined board comes back when it passes a check (fleetlab lab check <board>, or fleetlab lab watch); any board with fleetlab lab online <board>`;
 }
 
 export async function leaseBoard(store: LeaseStore, lab: Lab, opts: LeaseBoardOptions): Promise<HeldBoard> {
@@ -43,15 +65,24 @@ export async function leaseBoard(store: LeaseStore, lab: Lab, opts: LeaseBoardOp
     let attempt = 0;
     const take = async (): Promise<HeldBoard | undefined> => {
       // Waiting on boards that are all out of the lab would never end: say so at once.
-      const offline = await store.offline();
-      if (names.every((n) => offline.has(n))) {
-        const why = names.map((n) => `${n} (${offline.get(n)!.reason})`).join('; ');
-        throw labError(lab.source, `every board with tags [${opts.tags.join(', ')}] is offline: ${why}. Once a board is fixed: fleetlab lab online <board>`, { example: false });
-      }
+      const allOut = allOutMessage(opts.tags, names, await store.offline());
+      if (allOut) throw labError(lab.source, allOut, { example: false });
       const position = await store.position(waiter, ttlMs);
       if (position === 0) {
         const lease = await store.acquire(names, opts.holder, ttlMs);
-        if (lease) return hold(store, candidates.find((b) => b.name === lease.board)!, lease.lease, ttlMs, opts.holder);
+        if (lease) {
+          const held = hold(store, candidates.find((b) => b.name === lease.board)!, lease.lease, ttlMs, opts.holder);
+          let ok: boolean;
+          try {
+            ok = await healthy(store, lab, held, opts);
+          } catch (err) {
+            // The store or the check failed: stop the heartbeat (no lease is kept for a run that goes no further), give the board back if the store lets it.
+            await held.release().catch(() => undefined);
+            throw err;
+          }
+          // A board that failed is quarantined with this lease; the next poll takes another (or says all are out).
+          if (ok) return held;
+        }
       }
       if (position !== last) {
         last = position;
@@ -80,40 +111,35 @@ export async function leaseBoard(store: LeaseStore, lab: Lab, opts: LeaseBoardOp
   }
 }
 
-/** A taken lease, renewed at a third of its time to live so two missed beats still keep it. */
+/** Whether a board just taken may be given: its last check is recent, or it passes one now. */
+async function healthy(store: LeaseStore, lab: Lab, held: HeldBoard, opts: LeaseBoardOptions): Promise<boolean> {
+  if (!lab.health || !held.board.health || !opts.check) return true;
+  const [last, now] = await Promise.all([store.lastChecks(), store.clock()]);
+  if (!checkDue(last.get(held.board.name)?.at, now, lab.health.maxAgeMs)) return true;
+  const result = await opts.check(held.board);
+  // Stored before the caller is told: `onCheck?.(..., await ...)` would skip the store without an onCheck.
+  const outcome = result.ok ? await store.recordCheck(held.board.name, result, opts.holder, held.lease) : await held.failedCheck(result);
+  opts.onCheck?.(held.board.name, result, outcome);
+  return result.ok;
+}
+
+/** A taken lease, kept by its heartbeat until given back, quarantined or marked offline. */
 function hold(store: LeaseStore, board: LabBoard, lease: string, ttlMs: number, holder: string): HeldBoard {
-  let markLost: (err: LeaseLostError) => void = () => undefined;
-  const lost = new Promise<LeaseLostError>((resolve) => (markLost = resolve));
-  let beating = true;
-  let beat: Promise<void> = Promise.resolve();
-  const timer = setInterval(() => {
-    beat = store.renew(lease, ttlMs).then(
-      () => undefined,
-      (err: unknown) => {
-        // A database hiccup is retried at the next beat; only a lost lease ends the hold.
-        if (err instanceof LeaseLostError && beating) {
-          beating = false;
-          clearInterval(timer);
-          markLost(err);
-        }
-      },
-    );
-  }, Math.max(200, Math.floor(ttlMs / 3)));
-  timer.unref();
+  const beat = heartbeat(store, lease, ttlMs);
   return {
     board,
     lease,
-    lost,
+    lost: beat.lost,
     async markOffline(reason: string) {
-      beating = false;
-      clearInterval(timer);
-      await beat;
+      await beat.stop();
       await store.markOffline(board.name, reason, holder, lease);
     },
+    async failedCheck(result: HealthResult) {
+      await beat.stop();
+      return store.recordCheck(board.name, result, holder, lease);
+    },
     async release() {
-      beating = false;
-      clearInterval(timer);
-      await beat;
+      await beat.stop();
       await store.release(lease);
     },
   };

@@ -11,28 +11,73 @@
  * same boards. The log records every lease's life: acquired, renewed is not logged (it
  * would drown the rest), released, expired (noticed when the board is next taken) and
  * forced; and a board marked offline (it did not come back after its power control: nobody
- * is given it until someone marks it online again) or online.
+ * is given it until someone marks it online again), quarantined (it failed its health check,
+ * or failed infrastructure too often: a passing check brings it back) or online. Health check
+ * results are kept with their time, on the same clock, and their failed step.
  */
 import { randomBytes } from 'node:crypto';
 import type { Db, SqlValue } from '../../src/cloud/db/port.js';
 import { FleetlabError } from '../../src/errors.js';
 
-const SCHEMA = [
-  `CREATE TABLE IF NOT EXISTS lab_lease (board TEXT PRIMARY KEY, lease TEXT NOT NULL UNIQUE, holder TEXT NOT NULL, acquired_at BIGINT NOT NULL, expires_at BIGINT NOT NULL)`,
-  `CREATE TABLE IF NOT EXISTS lab_lease_log (id {pk}, at BIGINT NOT NULL, board TEXT NOT NULL, lease TEXT NOT NULL, holder TEXT NOT NULL, event TEXT NOT NULL, detail TEXT)`,
-  `CREATE TABLE IF NOT EXISTS lab_waiter (id TEXT PRIMARY KEY, holder TEXT NOT NULL, boards TEXT NOT NULL, since BIGINT NOT NULL, seen_at BIGINT NOT NULL)`,
-  `CREATE TABLE IF NOT EXISTS lab_board_offline (board TEXT PRIMARY KEY, since BIGINT NOT NULL, reason TEXT NOT NULL, marked_by TEXT NOT NULL)`,
+/**
+ * The store's migrations, run in order, each once, recorded in lab_migration. Frozen once
+ * shipped: a change is a new entry. The first is the schema stores had before migrations
+ * (IF NOT EXISTS), so a store made then takes the later ones like a new one.
+ */
+const MIGRATIONS: ReadonlyArray<{ name: string; statements: readonly string[] }> = [
+  {
+    name: '001-leases',
+    statements: [
+      `CREATE TABLE IF NOT EXISTS lab_lease (board TEXT PRIMARY KEY, lease TEXT NOT NULL UNIQUE, holder TEXT NOT NULL, acquired_at BIGINT NOT NULL, expires_at BIGINT NOT NULL)`,
+      `CREATE TABLE IF NOT EXISTS lab_lease_log (id {pk}, at BIGINT NOT NULL, board TEXT NOT NULL, lease TEXT NOT NULL, holder TEXT NOT NULL, event TEXT NOT NULL, detail TEXT)`,
+      `CREATE TABLE IF NOT EXISTS lab_waiter (id TEXT PRIMARY KEY, holder TEXT NOT NULL, boards TEXT NOT NULL, since BIGINT NOT NULL, seen_at BIGINT NOT NULL)`,
+      `CREATE TABLE IF NOT EXISTS lab_board_offline (board TEXT PRIMARY KEY, since BIGINT NOT NULL, reason TEXT NOT NULL, marked_by TEXT NOT NULL)`,
+    ],
+  },
+  {
+    name: '002-health',
+    statements: [
+      // Out of the lab for a power failure (offline: back by `lab online`) or a failed check (quarantined: back by a passing one too).
+      `ALTER TABLE lab_board_offline ADD COLUMN kind TEXT NOT NULL DEFAULT 'offline'`,
+      `CREATE TABLE lab_health_check (id {pk}, board TEXT NOT NULL, at BIGINT NOT NULL, ok INTEGER NOT NULL, failed_step TEXT, reason TEXT, steps TEXT NOT NULL, checked_by TEXT NOT NULL)`,
+      `CREATE INDEX lab_health_check_board ON lab_health_check (board, at)`,
+      `CREATE TABLE lab_board_failure (id {pk}, board TEXT NOT NULL, at BIGINT NOT NULL, kind TEXT NOT NULL, detail TEXT)`,
+      `CREATE INDEX lab_board_failure_board ON lab_board_failure (board, at)`,
+    ],
+  },
 ];
 
-export type LeaseEvent = 'acquired' | 'released' | 'expired' | 'forced' | 'offline' | 'online';
+/** Any constant: the key of PostgreSQL's advisory lock that makes hosts opening one store migrate it one at a time. */
+const MIGRATION_LOCK = 4_301_043;
 
-/** A board taken out of the lab because it did not come back after its power control. */
+export type LeaseEvent = 'acquired' | 'released' | 'expired' | 'forced' | 'offline' | 'quarantined' | 'online';
+
+/**
+ * A board taken out of the lab: `offline`, it did not come back after its power control (back
+ * by `lab online`); `quarantined`, it failed its health check or failed infrastructure too
+ * often (back by a passing check, or `lab online`).
+ */
 export interface OfflineBoard {
   board: string;
+  kind: 'offline' | 'quarantined';
   since: number;
   reason: string;
   markedBy: string;
 }
+
+/** A stored health check result (hil/lab/health-check.ts), at the store's clock. */
+export interface StoredCheck {
+  board: string;
+  at: number;
+  ok: boolean;
+  failedStep: string | null;
+  reason: string | null;
+  steps: unknown[];
+  checkedBy: string;
+}
+
+/** What recording a check did to the board. */
+export type CheckOutcome = 'passed' | 'passed, back in the lab' | 'quarantined' | 'failed, already out';
 
 export interface Lease {
   board: string;
@@ -53,6 +98,17 @@ export interface LeaseLogEntry {
 
 const newId = () => randomBytes(12).toString('hex');
 
+type CheckRow = {
+  board: string;
+  at: number;
+  ok: number;
+  failed_step: string | null;
+  reason: string | null;
+  steps: string;
+  checked_by: string;
+};
+const checkOf = (r: CheckRow): StoredCheck => ({ board: r.board, at: Number(r.at), ok: Number(r.ok) === 1, failedStep: r.failed_step, reason: r.reason, steps: JSON.parse(r.steps) as unknown[], checkedBy: r.checked_by });
+
 export class LeaseLostError extends FleetlabError {
   constructor(lease: string) {
     super('HIL_ERR_LAB', `lease ${lease} is gone: it expired (no heartbeat within its time to live) or was released with --force`);
@@ -64,8 +120,30 @@ export class LeaseStore {
 
   /** The store in `db`, its tables made if they are not there. */
   static async open(db: Db): Promise<LeaseStore> {
-    for (const statement of SCHEMA) await db.exec(db.dialect.renderDdl(statement)!);
+    // Most opens find every migration taken: a read says so without the write lock a migration
+    // takes, which every run, worker and page of a lab would otherwise queue on.
+    const taken = await db.query<{ name: string }>('SELECT name FROM lab_migration', []).then(
+      (rows) => new Set(rows.map((r) => r.name)),
+      () => new Set<string>(),
+    );
+    if (MIGRATIONS.every((m) => taken.has(m.name))) return new LeaseStore(db);
+    await db.transaction(async (tx) => {
+      // SQLite's transactions here begin IMMEDIATE, one writer at a time; PostgreSQL's need the
+      // lock, taken before anything is made (two hosts making one table at once collide).
+      if (tx.dialect.name === 'postgres') await tx.query('SELECT pg_advisory_xact_lock(?) AS locked', [MIGRATION_LOCK]);
+      await tx.exec('CREATE TABLE IF NOT EXISTS lab_migration (name TEXT PRIMARY KEY, applied_at BIGINT NOT NULL)');
+      const done = new Set((await tx.query<{ name: string }>('SELECT name FROM lab_migration', [])).map((r) => r.name));
+      for (const m of MIGRATIONS.filter((x) => !done.has(x.name))) {
+        for (const statement of m.statements) await tx.exec(tx.dialect.renderDdl(statement)!);
+        await tx.query(`INSERT INTO lab_migration (name, applied_at) VALUES (?, ${tx.dialect.nowMs})`, [m.name]);
+      }
+    });
     return new LeaseStore(db);
+  }
+
+  /** The migrations this store has taken, in order. */
+  async migrations(): Promise<string[]> {
+    return (await this.db.query<{ name: string }>('SELECT name FROM lab_migration ORDER BY name', [])).map((r) => r.name);
   }
 
   private get now(): string {
@@ -152,13 +230,68 @@ export class LeaseStore {
    */
   async markOffline(board: string, reason: string, by: string, lease?: string): Promise<void> {
     await this.db.transaction(async (tx) => {
-      await tx.query(`INSERT INTO lab_board_offline (board, since, reason, marked_by) VALUES (?, ${this.now}, ?, ?) ON CONFLICT (board) DO UPDATE SET reason = excluded.reason, marked_by = excluded.marked_by`, [board, reason, by]);
+      await tx.query(`INSERT INTO lab_board_offline (board, kind, since, reason, marked_by) VALUES (?, 'offline', ${this.now}, ?, ?) ON CONFLICT (board) DO UPDATE SET kind = 'offline', reason = excluded.reason, marked_by = excluded.marked_by`, [board, reason, by]);
       if (lease) await tx.query('DELETE FROM lab_lease WHERE board = ? AND lease = ?', [board, lease]);
       await this.log(tx, { board, lease: lease ?? '-', holder: by, event: 'offline', detail: reason });
     });
   }
 
-  /** Puts `board` back in the lab; false if it was not offline. */
+  /**
+   * Takes `board` out of the lab for a failed check or too many infrastructure failures, in
+   * `tx`; a board already offline (power) stays offline, so a passing check cannot bring it
+   * back. Its lease, if `lease` names the one it has, ends. True if it was in the lab.
+   */
+  private async quarantine(tx: Db, board: string, reason: string, by: string, lease?: string): Promise<boolean> {
+    const out = await tx.query('SELECT 1 AS x FROM lab_board_offline WHERE board = ?', [board]);
+    if (lease) await tx.query('DELETE FROM lab_lease WHERE board = ? AND lease = ?', [board, lease]);
+    if (out.length) return false;
+    await tx.query(`INSERT INTO lab_board_offline (board, kind, since, reason, marked_by) VALUES (?, 'quarantined', ${this.now}, ?, ?)`, [board, reason, by]);
+    await this.log(tx, { board, lease: lease ?? '-', holder: by, event: 'quarantined', detail: reason });
+    return true;
+  }
+
+  /**
+   * Stores a health check's result for `board`. A failed one quarantines the board (ending
+   * `lease`, the checker's own, if given); a passing one brings a quarantined board back.
+   */
+  async recordCheck(board: string, result: { ok: boolean; failedStep?: string; reason?: string; steps: readonly unknown[] }, by: string, lease?: string): Promise<CheckOutcome> {
+    return this.db.transaction(async (tx) => {
+      await tx.query(`INSERT INTO lab_health_check (board, at, ok, failed_step, reason, steps, checked_by) VALUES (?, ${this.now}, ?, ?, ?, ?, ?)`, [board, result.ok ? 1 : 0, result.failedStep ?? null, result.reason ?? null, JSON.stringify(result.steps), by]);
+      if (!result.ok) return (await this.quarantine(tx, board, `health check failed at ${result.reason ?? result.failedStep ?? '?'}`, by, lease)) ? 'quarantined' : 'failed, already out';
+      const back = await tx.query("DELETE FROM lab_board_offline WHERE board = ? AND kind = 'quarantined' RETURNING board", [board]);
+      if (!back.length) return 'passed';
+      await this.log(tx, { board, lease: lease ?? '-', holder: by, event: 'online', detail: 'passed its health check' });
+      return 'passed, back in the lab';
+    });
+  }
+
+  /** Each board's latest check, by board. */
+  async lastChecks(): Promise<Map<string, StoredCheck>> {
+    const rows = await this.db.query<CheckRow>(`SELECT c.board, c.at, c.ok, c.failed_step, c.reason, c.steps, c.checked_by FROM lab_health_check c WHERE c.id = (SELECT MAX(id) FROM lab_health_check WHERE board = c.board)`, []);
+    return new Map(rows.map((r) => [r.board, checkOf(r)]));
+  }
+
+  /** `board`'s latest checks, newest first. */
+  async checks(board: string, limit = 10): Promise<StoredCheck[]> {
+    const rows = await this.db.query<CheckRow>('SELECT board, at, ok, failed_step, reason, steps, checked_by FROM lab_health_check WHERE board = ? ORDER BY id DESC LIMIT ?', [board, limit]);
+    return rows.map(checkOf);
+  }
+
+  /**
+   * Records an infrastructure failure of `board` (the lab failed the test, not the device);
+   * the `count`-th within `windowMs` quarantines it. Whether it did.
+   */
+  async recordInfraFailure(board: string, detail: string, by: string, policy: { count: number; windowMs: number }, lease?: string): Promise<boolean> {
+    return this.db.transaction(async (tx) => {
+      await tx.query(`INSERT INTO lab_board_failure (board, at, kind, detail) VALUES (?, ${this.now}, 'infrastructure', ?)`, [board, detail]);
+      const [row] = await tx.query<{ n: number | string }>(`SELECT COUNT(*) AS n FROM lab_board_failure WHERE board = ? AND kind = 'infrastructure' AND at >= ${this.now} - ?`, [board, policy.windowMs]);
+      const n = Number(row!.n);
+      if (n < policy.count) return false;
+      return this.quarantine(tx, board, `${n} infrastructure failures within ${policy.windowMs / 1000} s; the last: ${detail}`, by, lease);
+    });
+  }
+
+  /** Puts `board` back in the lab (offline or quarantined); false if it was not out. */
   async markOnline(board: string, by: string): Promise<boolean> {
     return this.db.transaction(async (tx) => {
       const rows = await tx.query('DELETE FROM lab_board_offline WHERE board = ? RETURNING board', [board]);
@@ -167,10 +300,10 @@ export class LeaseStore {
     });
   }
 
-  /** The boards out of the lab, by board. */
+  /** The boards out of the lab (offline or quarantined), by board. */
   async offline(): Promise<Map<string, OfflineBoard>> {
-    const rows = await this.db.query<{ board: string; since: number; reason: string; marked_by: string }>('SELECT board, since, reason, marked_by FROM lab_board_offline', []);
-    return new Map(rows.map((r) => [r.board, { board: r.board, since: Number(r.since), reason: r.reason, markedBy: r.marked_by }]));
+    const rows = await this.db.query<{ board: string; kind: OfflineBoard['kind']; since: number; reason: string; marked_by: string }>('SELECT board, kind, since, reason, marked_by FROM lab_board_offline', []);
+    return new Map(rows.map((r) => [r.board, { board: r.board, kind: r.kind, since: Number(r.since), reason: r.reason, markedBy: r.marked_by }]));
   }
 
   /** The leases that have not expired, by board. */
@@ -188,6 +321,12 @@ export class LeaseStore {
       `SELECT at, board, lease, holder, event, detail FROM lab_lease_log ${board ? 'WHERE board = ?' : ''} ORDER BY id`,
       board ? [board] : [],
     );
+    return rows.map((r) => ({ ...r, at: Number(r.at) }));
+  }
+
+  /** The latest `limit` lease events, newest first. */
+  async latest(limit: number): Promise<LeaseLogEntry[]> {
+    const rows = await this.db.query<{ at: number; board: string; lease: string; holder: string; event: LeaseEvent; detail: string | null }>('SELECT at, board, lease, holder, event, detail FROM lab_lease_log ORDER BY id DESC LIMIT ?', [limit]);
     return rows.map((r) => ({ ...r, at: Number(r.at) }));
   }
 

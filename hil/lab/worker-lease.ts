@@ -8,7 +8,7 @@
  */
 import { boardCapabilities, type BoardConfig } from './board-config.js';
 import type { Capability } from '../../device-access/protocols.js';
-import { openLab, whoAmI, type OpenLab } from './lab-command.js';
+import { leaseChecks, openLab, whoAmI, type OpenLab } from './lab-command.js';
 import { labError, matchingBoards, type Lab } from './lab-file.js';
 import { leaseBoard, type HeldBoard } from './lease-board.js';
 
@@ -72,6 +72,7 @@ export class WorkerLease {
       holder,
       waitMs: this.#selection.waitMs,
       onQueue: (position, busy) => this.#log(position === 0 ? `boards busy (${busy.join(', ')}); next in line` : `boards busy (${busy.join(', ')}); waiting, ${position} ahead in the queue`),
+      ...leaseChecks(this.#log),
     });
     this.#held = held;
     // As `lab run` tells its command: a spec (or its report) can say which board it ran on.

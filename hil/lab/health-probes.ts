@@ -4,7 +4,7 @@
  * every step of a check and is closed after it.
  */
 import { readFile } from 'node:fs/promises';
-import { errorText } from '../../src/errors.js';
+import { fetchFailure } from '../lib/http.js';
 import { SshDevice } from '../../device-access/ssh-device.js';
 import type { LabBoard } from './lab-file.js';
 import { runHealthCheck, type HealthProbes, type HealthResult } from './health-check.js';
@@ -28,9 +28,7 @@ export async function checkBoard(board: LabBoard): Promise<HealthResult> {
         const r = await fetch(url, { signal: AbortSignal.timeout(timeoutMs) });
         return { status: r.status, body: await r.text() };
       } catch (err) {
-        // fetch says only "fetch failed": the address and the socket's reason are in its cause.
-        const cause = err instanceof Error && err.cause instanceof Error ? err.cause.message : undefined;
-        throw new Error(`GET ${url}: ${cause ?? errorText(err)}`, { cause: err });
+        throw new Error(`GET ${url}: ${fetchFailure(err)}`, { cause: err });
       }
     },
     now: () => Date.now(),

@@ -48,10 +48,14 @@ async function send(method: string, path: string, request: [URL, RequestInit], t
     if (timeoutMs !== undefined && err instanceof Error && err.name === 'TimeoutError') {
       throw new Error(`${method} ${path}: no answer within ${timeoutMs} ms. A stop or restart waits for each service's stop_grace_period, an update for its lock: give the request { timeoutMs } to wait longer`, { cause: err });
     }
-    const cause = err instanceof Error && err.cause instanceof Error ? (err.cause as Error & { code?: string }) : undefined;
-    const why = cause ? `${(err as Error).message}: ${cause.message}${cause.code ? ` (${cause.code})` : ''}` : err instanceof Error ? err.message : String(err);
-    throw new Error(`${method} ${path}: ${why}`, { cause: err });
+    throw new Error(`${method} ${path}: ${fetchFailure(err)}`, { cause: err });
   }
+}
+
+/** Why a fetch failed, with the socket's reason its error keeps in `cause`. */
+export function fetchFailure(err: unknown): string {
+  const cause = err instanceof Error && err.cause instanceof Error ? (err.cause as Error & { code?: string }) : undefined;
+  return cause ? `${(err as Error).message}: ${cause.message}${cause.code ? ` (${cause.code})` : ''}` : err instanceof Error ? err.message : String(err);
 }
 
 export function httpApi(identity: Omit<DeviceIdentity, 'apiKey'> & { apiKey: string }, { dispatcher }: HttpApiOptions = {}): ApiProtocol {

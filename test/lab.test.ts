@@ -585,4 +585,37 @@ describe('a lab board per Playwright worker (hil/lab/worker-lease.ts)', () => {
       await open.close();
     }
   });
+  it("counts a board's infrastructure failures, and the lab file's count of them within its window quarantines it: the worker leases another", async () => {
+    // Every check step skipped: the boards pass the check before a lease, and only failures count.
+    const healthLab = join(dir, 'health.lab.yaml');
+    const skipAll = 'skip: [ssh, supervisor, clock, disk, rootfs, engine, throttling]';
+    await writeFile(healthLab, `leases:\n  store: sqlite:health-leases.db\n  ttlSeconds: 2\nhealth: { ${skipAll}, infraFailures: { count: 2, windowSeconds: 600 } }\nboards:\n${board('pi-a', 'rpi4', 1)}${board('pi-b', 'rpi4', 2)}`);
+    const lines: string[] = [];
+    const worker = new WorkerLease({ file: healthLab, tags: ['rpi4'], waitMs: 10_000 }, (l) => lines.push(l));
+    try {
+      await worker.config();
+      const first = worker.boardName!;
+      await worker.infraFailure('SSH did not answer');
+      expect(worker.boardName).toBe(first);
+      expect(lines.at(-1)).toBe(`infrastructure failure on ${first} counted (2 within 600 s quarantine it): SSH did not answer`);
+      await worker.infraFailure('SSH did not answer again');
+      expect(lines.at(-1)).toBe(`quarantined ${first}: 2 infrastructure failures within 600 s; the next spec file leases another board`);
+      expect(worker.boardName).toBeUndefined();
+      await worker.config();
+      expect(worker.boardName).not.toBe(first);
+      const open = await openLab(healthLab);
+      try {
+        const out = (await open.store.offline()).get(first);
+        expect(out).toMatchObject({ kind: 'quarantined', reason: '2 infrastructure failures within 600 s; the last: SSH did not answer again' });
+        // The quarantine ended the lease it was counted under: no heartbeat renews a lease that is gone.
+        await sleep(2500);
+        expect([...(await open.store.current()).values()].map((l) => l.board)).toEqual([worker.boardName]);
+        expect(lines.filter((l) => l.includes("may now be another run's"))).toEqual([]);
+      } finally {
+        await open.close();
+      }
+    } finally {
+      await worker.release();
+    }
+  });
 });

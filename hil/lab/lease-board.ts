@@ -17,6 +17,11 @@ export interface HeldBoard {
   markOffline(reason: string): Promise<void>;
   /** Stores a failed health check: the board is quarantined and this lease ends with it. */
   failedCheck(result: HealthResult): Promise<CheckOutcome>;
+  /**
+   * Counts an infrastructure failure against the board; resolves true when it was the
+   * `policy.count`-th within `policy.windowMs`, which quarantines the board and ends this lease.
+   */
+  infraFailure(detail: string, policy: { count: number; windowMs: number }): Promise<boolean>;
   /** Resolves if the lease is lost (expired or forced away) while held. */
   lost: Promise<LeaseLostError>;
   /** Stops the heartbeat and gives the board back. */
@@ -137,6 +142,12 @@ function hold(store: LeaseStore, board: LabBoard, lease: string, ttlMs: number, 
     async failedCheck(result: HealthResult) {
       await beat.stop();
       return store.recordCheck(board.name, result, holder, lease);
+    },
+    async infraFailure(detail, policy) {
+      const quarantined = await store.recordInfraFailure(board.name, detail, holder, policy, lease);
+      // The lease went with the quarantine: a beat now would find it gone.
+      if (quarantined) await beat.stop();
+      return quarantined;
     },
     async release() {
       await beat.stop();

@@ -98,6 +98,22 @@ export class WorkerLease {
     this.#log(`marked ${held.board.name} offline in the lab: ${reason}`);
   }
 
+  /**
+   * The lab, not the device, failed a spec file on this board (SSH did not answer at its
+   * start). With the lab file's `health` section it is counted against the board, and the
+   * `health.infraFailures.count`-th within its window quarantines it: this lease ends with it,
+   * and the worker's next spec file leases another matching board.
+   */
+  async infraFailure(detail: string): Promise<void> {
+    const held = this.#held;
+    const health = this.#open?.lab.health;
+    if (!held || !health) return;
+    const policy = { count: health.infraFailures, windowMs: health.infraWindowMs };
+    if (!(await held.infraFailure(detail, policy))) return void this.#log(`infrastructure failure on ${held.board.name} counted (${policy.count} within ${policy.windowMs / 1000} s quarantine it): ${detail}`);
+    this.#held = undefined;
+    this.#log(`quarantined ${held.board.name}: ${policy.count} infrastructure failures within ${policy.windowMs / 1000} s; the next spec file leases another board`);
+  }
+
   async release(): Promise<void> {
     const held = this.#held;
     this.#held = undefined;

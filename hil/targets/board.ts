@@ -57,6 +57,8 @@ export interface BoardMemory {
   board?: string;
   /** Takes the board out of the lab (a worker's lease), when it did not come back after its power control. */
   markOffline?: (reason: string) => Promise<void>;
+  /** Counts an infrastructure failure against the worker's lab board (it did not answer SSH at a spec file's start). */
+  infraFailure?: (detail: string) => Promise<void>;
 }
 
 /** The capture for the config's serial console: the worker's running one if it reads that device, else a new one. */
@@ -204,7 +206,10 @@ export async function startBoard(config: BoardConfig, memory: BoardMemory = {}):
   // Before anything can fail: a board that does not come up is where its console matters most.
   const serial = await serialFor(config, memory);
   try {
-    await ssh.waitReachable(timeouts.reach);
+    await ssh.waitReachable(timeouts.reach).catch(async (err: unknown) => {
+      await memory.infraFailure?.(`SSH did not answer at a spec file's start: ${errorText(err)}`).catch((e: unknown) => console.error(`fleetlab board target: counting the infrastructure failure: ${errorText(e)}`));
+      throw err;
+    });
     if (!memory.testImages) {
       await ensureBoardTestImages(ssh, (line) => console.error(`fleetlab board target: ${line}`));
       memory.testImages = true;
@@ -238,7 +243,7 @@ export async function startBoard(config: BoardConfig, memory: BoardMemory = {}):
 export function createBoardTarget(): TargetDriver<BoardTargetOptions> {
   const lab = labSelection();
   const lease = lab ? new WorkerLease(lab, (line) => console.error(`fleetlab lab (worker ${process.env.TEST_WORKER_INDEX ?? 0}): ${line}`)) : undefined;
-  const memory: BoardMemory = lease ? { markOffline: (reason) => lease.markOffline(reason) } : {};
+  const memory: BoardMemory = lease ? { markOffline: (reason) => lease.markOffline(reason), infraFailure: (detail) => lease.infraFailure(detail) } : {};
   return {
     name: BOARD_TARGET,
     get provides() {

@@ -7,6 +7,7 @@
 import type { Lab } from './lab-file.js';
 import type { Lease, LeaseLogEntry, OfflineBoard, StoredCheck } from './lease-store.js';
 import { WATCH_BOARD } from './lab-watch.js';
+import { hideUrlPassword } from '../../src/hide-url-password.js';
 
 export interface CheckView {
   readonly at: number;
@@ -53,13 +54,11 @@ export interface StoreRead {
   readonly log: readonly LeaseLogEntry[];
 }
 
-export const hideStorePassword = (store: string) => store.replace(/\/\/[^@]*@/, '//***@');
-
 export function labView(lab: Lab, read: StoreRead, admin: boolean): LabView {
   const watch = read.leases.get(WATCH_BOARD);
   return {
     source: lab.source,
-    store: hideStorePassword(lab.store),
+    store: hideUrlPassword(lab.store),
     ttlSeconds: lab.ttlSeconds,
     now: read.now,
     checksOn: lab.health !== undefined,

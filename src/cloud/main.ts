@@ -17,6 +17,7 @@ import { prepareDatabase } from './bootstrap.js';
 import { startPostgresBus, type ReplicaBus } from './cluster/postgres-bus.js';
 import { openDatabase } from './db/open.js';
 import { buildCloud } from './server.js';
+import { hideUrlPassword } from '../hide-url-password.js';
 
 export { databaseUrlProblem } from './db/open.js';
 
@@ -73,7 +74,7 @@ export async function runCloud(opts: CloudOptions): Promise<{ url: string; stopp
   process.once('SIGTERM', () => stop());
   const address = await app.listen({ port: opts.port, host: opts.host });
   const url = address.replace('[::1]', 'localhost');
-  console.error(`fleetlab cloud: ${url} (data: ${dataDir}, database: ${opts.database ? opts.database.replace(/\/\/[^@]*@/, '//***@') : 'sqlite'})`);
+  console.error(`fleetlab cloud: ${url} (data: ${dataDir}, database: ${opts.database ? hideUrlPassword(opts.database) : 'sqlite'})`);
   console.log(JSON.stringify({ event: 'ready', url, adminKey, replica: replicaId }));
   return { url, stopped };
 }

@@ -5,6 +5,7 @@
  * qemu target builds (or finds cached) its board image (device-image/build.ts).
  * The global teardown (suite-teardown.ts) removes what a crashed container run left.
  */
+import { randomUUID } from 'node:crypto';
 import { existsSync } from 'node:fs';
 import type { FullConfig } from '@playwright/test';
 import { errorText } from '../src/errors.js';
@@ -14,6 +15,7 @@ import { buildTestImages } from '../sim/images/test-images.js';
 import { cacheRoot } from '../device-image/tools.js';
 import { fleetlabRoot } from '../src/package-root.js';
 import { defaultEngine } from './targets/sim.js';
+import { LAB_RUN_VARIABLE } from './lab/flake-attribution.js';
 
 /**
  * Targets of the projects this run selected. Playwright hands global setup every project of
@@ -68,6 +70,8 @@ export async function prepareTargets(config: FullConfig, options: { testImages: 
 /** What the named targets need before a device of theirs starts (images, the base image); `fleetlab sweep` starts its own. */
 export async function prepareTargetsNamed(targets: readonly string[], options: { testImages: boolean }): Promise<void> {
   process.env.TESTCONTAINERS_RYUK_DISABLED ??= 'true';
+  // Every worker's attempts on lab boards are this run's: a retry finds where its test failed.
+  if (targets.includes('board')) process.env[LAB_RUN_VARIABLE] ??= randomUUID();
   const dockerSocket = process.env.FLEETLAB_DOCKER_SOCKET ?? '/var/run/docker.sock';
   if (targets.includes('sim') && defaultEngine() === 'docker' && options.testImages) await buildTestImages(dockerSocket);
   // The release spec's app builds FROM it on the engine the sim and container devices share.

@@ -35,7 +35,7 @@ describe('the health section of a lab file', () => {
     [`health: []\nboards:\n${board('a')}`, /"health" must be a mapping/],
     [`health: {}\nboards:\n${board('a', '    health: { everySeconds: 5 }\n')}`, /unknown field "boards\[0\] \(a\).health.everySeconds" \(known on a board: skip, stepTimeoutSeconds, maxClockSkewSeconds, minFreeMb; the rest are lab-wide\)/],
     [`boards:\n${board('a', '    health: { minFreeMb: 5 }\n')}`, /boards\[0\] \(a\).health: checks are on only with a lab-wide "health" section/],
-    [`health: {}\nboardz: []`, /unknown field "boardz" \(known: leases, health, boards\)/],
+    [`health: {}\nboardz: []`, /unknown field "boardz" \(known: leases, health, flakes, boards\)/],
     [`boards:\n${board('a')}${board('b')}${board('a')}`, /boards\[2\] \(a\): another board is already called a \(boards\[0\]\); each board is named once/],
   ])('refuses %j, naming the field', (text, message) => {
     expect(() => parse(text)).toThrow(message);

@@ -91,6 +91,17 @@ describe('the lab page, in Chromium', () => {
     expect(foreign).toEqual([]);
   });
 
+  it("shows each board's test outcomes over its last runs, a board-suspect count marked", async () => {
+    expect(await row('pi-a').locator('.results').textContent()).toBe('no runs recorded');
+    await open.store.recordAttempt({ run: 'r1', board: 'pi-a', test: 't1', title: 'a spec', attempt: 0, outcome: 'device-failure' });
+    await open.store.recordAttempt({ run: 'r1', board: 'pi-b', test: 't1', title: 'a spec', attempt: 1, outcome: 'passed' });
+    await open.store.recordAttempt({ run: 'r1', board: 'pi-b', test: 't2', title: 'another spec', attempt: 0, outcome: 'infrastructure-failure' });
+    await expect.poll(() => row('pi-a').locator('.results').textContent(), { timeout: 5000 }).toBe('0 passed, 0 device, 0 infrastructure, 1 board-suspectlast 1 run');
+    expect(await row('pi-a').locator('.results .suspect').textContent()).toBe('1 board-suspect');
+    expect(await row('pi-b').locator('.results').textContent()).toBe('1 passed, 0 device, 1 infrastructure, 0 board-suspectlast 1 run');
+    expect(await row('pi-b').locator('.results .suspect').count()).toBe(0);
+  });
+
   it('refuses online and release without the key, on a read-only page, and for a board the lab does not have', async () => {
     const post = (path: string, key?: string) => app.inject({ method: 'POST', url: path, headers: key ? { authorization: `Bearer ${key}` } : {} });
     const wrong = await post('/api/boards/pi-a/online', 'nope');

@@ -49,7 +49,7 @@ describe('the lab file', () => {
 
   it.each([
     ['boards: [', /not valid YAML/],
-    ["boardz: []", /unknown field "boardz" \(known: leases, health, boards\)/],
+    ["boardz: []", /unknown field "boardz" \(known: leases, health, flakes, boards\)/],
     ['boards: []', /"boards" must be a list of at least one board/],
     [`leases: { store: "mysql://x" }\nboards:\n${board('a', 'x', 22)}`, /"leases.store" must be sqlite:FILE or postgres:/],
     [`leases: { ttlSeconds: 1 }\nboards:\n${board('a', 'x', 22)}`, /"leases.ttlSeconds" must be a whole number of seconds from 2/],
@@ -186,8 +186,8 @@ describe.each(['sqlite', 'postgres'] as const)('the lease store on %s', (kind) =
     await db.query("INSERT INTO lab_board_offline (board, since, reason, marked_by) VALUES ('m2', 0, 'relay stuck', 'ops')", []);
     // Opened twice at once (on PostgreSQL on two connections): one migrates, the other finds it done.
     const [s, again] = await Promise.all([LeaseStore.open(db), LeaseStore.open(db)]);
-    expect(await s.migrations()).toEqual(['001-leases', '002-health']);
-    expect(await again.migrations()).toEqual(['001-leases', '002-health']);
+    expect(await s.migrations()).toEqual(['001-leases', '002-health', '003-attempts']);
+    expect(await again.migrations()).toEqual(['001-leases', '002-health', '003-attempts']);
     expect((await s.current()).get('m1')?.holder).toBe('old-run');
     expect((await s.offline()).get('m2')).toMatchObject({ kind: 'offline', reason: 'relay stuck' });
     expect(await s.renew('old-lease', 60_000)).toBeGreaterThan(0);

@@ -197,7 +197,7 @@ export const test = base.extend<HilTestFixtures, HilWorkerFixtures>({
   ],
   timeline: ['on-failure', { option: true }],
 
-  device: async ({ devicePool, deviceScope, withCloud, app, ignoreComposeKeys, fromBundle, supervisorVersion, timeline }, use, testInfo) => {
+  device: async ({ targetDriver, devicePool, deviceScope, withCloud, app, ignoreComposeKeys, fromBundle, supervisorVersion, timeline }, use, testInfo) => {
     const recorder = new StepRecorder(devicePool.steps);
     const origin = Date.now();
     let held: Awaited<ReturnType<DevicePool['forFile']>> | undefined;
@@ -248,6 +248,7 @@ export const test = base.extend<HilTestFixtures, HilWorkerFixtures>({
         testInfo.annotations.push({ type: 'infrastructure failure', description: held.raw.infrastructureFailure });
         console.error(`fleetlab: infrastructure failure (not the device's): ${held.raw.infrastructureFailure}`);
       }
+      if (testInfo.status !== 'skipped' && testInfo.status !== 'interrupted') await labelAttempt(targetDriver, testInfo, !failed, held?.raw.infrastructureFailure);
       if (failed && held) await attachEvidence(held.raw, testInfo, origin);
       if (failed || deviceScope === 'test') await devicePool.retire();
       recorder.stop();
@@ -311,6 +312,18 @@ async function attachTimeline(recording: TimelineRecorder, testInfo: TestInfo, e
 }
 
 /** The journal, the supervisor log and the LED transitions, attached to a failed test. */
+/** Tells the driver how the test's attempt ended (a lab keeps it against the board) and puts its label, if any, on the report. */
+async function labelAttempt(driver: TargetDriver, testInfo: TestInfo, passed: boolean, infrastructure: string | undefined): Promise<void> {
+  if (!driver.attemptEnded) return;
+  try {
+    const label = await driver.attemptEnded({ test: testInfo.testId, title: testInfo.titlePath.slice(1).join(' › '), retry: testInfo.retry, passed, ...(infrastructure ? { infrastructure } : {}) });
+    if (label) testInfo.annotations.push(label);
+  } catch (err) {
+    // The test's own outcome stands; only its count against the board is missing, and said.
+    console.error(`fleetlab: the test's outcome was not kept against its board: ${errorText(err)}`);
+  }
+}
+
 async function attachEvidence(device: DeviceUnderTest, testInfo: TestInfo, since: number): Promise<void> {
   const attach = async (name: string, read: () => Promise<string>) => {
     let body: string;

@@ -19,6 +19,7 @@ import { leaseBoard, type LeaseBoardOptions } from './lease-board.js';
 import { LeaseStore, type Lease, type StoredCheck } from './lease-store.js';
 import { checkBoard } from './health-probes.js';
 import { checkRound, watchLab } from './lab-watch.js';
+import { countsText } from './flake-attribution.js';
 import { alignColumns } from '../lib/text-table.js';
 
 export interface OpenLab {
@@ -107,9 +108,12 @@ export function leaseChecks(log: (line: string) => void): Pick<LeaseBoardOptions
   };
 }
 
-/** One line per board: reachable over SSH, its supervisor, its last check, and who holds it until when. */
+/**
+ * One line per board: reachable over SSH, its supervisor, its last check, its tests' outcomes
+ * over its last runs (the lab file's `flakes.runs`), and who holds it until when.
+ */
 export async function labStatus(open: OpenLab, probeMs = 2000): Promise<string[]> {
-  const [leases, offline, now, checks] = await Promise.all([open.store.current(), open.store.offline(), open.store.clock(), open.store.lastChecks()]);
+  const [leases, offline, now, checks, counts] = await Promise.all([open.store.current(), open.store.offline(), open.store.clock(), open.store.lastChecks(), open.store.boardCounts(open.lab.flakes.runs)]);
   const rows = await Promise.all(
     open.lab.boards.map(async (b) => {
       const ssh = (await reachable(b.config.host, b.config.sshPort, probeMs)) ? 'reachable' : 'unreachable';
@@ -124,7 +128,8 @@ export async function labStatus(open: OpenLab, probeMs = 2000): Promise<string[]
           ? `leased by ${lease.holder} until ${when(lease.expiresAt)} (${Math.max(0, Math.round((lease.expiresAt - now) / 1000))} s, renewed while it runs)`
           : 'free';
       // The check column only in a lab that checks its boards: status of a lab without one reads as before.
-      return [b.name, `[${b.tags.join(', ')}]`, `${b.config.host}:${b.config.sshPort}`, ssh, `supervisor ${sup}`, ...(open.lab.health ? [checkText(checks.get(b.name), now)] : []), held];
+      // Likewise the outcomes column, once a run has kept any.
+      return [b.name, `[${b.tags.join(', ')}]`, `${b.config.host}:${b.config.sshPort}`, ssh, `supervisor ${sup}`, ...(open.lab.health ? [checkText(checks.get(b.name), now)] : []), ...(counts.size ? [countsText(counts.get(b.name))] : []), held];
     }),
   );
   return [`lab ${open.lab.source}: ${open.lab.boards.length} board(s), leases in ${open.lab.store.replace(/\/\/[^@]*@/, '//***@')} (time to live ${open.lab.ttlSeconds} s)`, ...alignColumns(rows)];

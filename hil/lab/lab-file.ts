@@ -10,6 +10,7 @@ import { parse as parseYaml } from 'yaml';
 import { FleetlabError, errorText } from '../../src/errors.js';
 import { parseBoardConfig, type BoardConfig } from './board-config.js';
 import { parseBoardHealth, parseLabHealth, type BoardHealth, type LabHealth } from './health-config.js';
+import { parseFlakes, type FlakeSettings } from './flake-attribution.js';
 
 export const LAB_FILE_DEFAULT = 'fleetlab.lab.yaml';
 
@@ -20,6 +21,7 @@ export const LAB_FILE_EXAMPLE = `leases:
   store: sqlite:lab-leases.db       # or postgres://user@db-host/lab, shared by several CI hosts
   ttlSeconds: 60                    # a killed run's board is free again within this
 health: {}                          # check boards before they are leased (defaults fit a Pi)
+flakes: { runs: 20, retryWaitSeconds: 120 }  # counts over each board's last 20 runs; a retry waits 120 s for another board
 boards:
   - name: pi4-a
     tags: [rpi4, 4gb]
@@ -48,6 +50,8 @@ export interface Lab {
   readonly ttlSeconds: number;
   /** Health checks and quarantine; undefined without a `health` section (no checks). */
   readonly health?: LabHealth;
+  /** Flake attribution's bounds (the defaults without a `flakes` section). */
+  readonly flakes: FlakeSettings;
   readonly boards: readonly LabBoard[];
 }
 
@@ -71,9 +75,10 @@ export function parseLabFile(text: string, source: string, env: { home?: string 
     fail(`not valid YAML: ${errorText(err)}`);
   }
   if (!isObject(raw)) return fail('must be a mapping with "boards" (and optionally "leases")');
-  const unknown = Object.keys(raw).filter((k) => k !== 'boards' && k !== 'leases' && k !== 'health');
-  if (unknown.length) fail(`unknown field "${unknown[0]}" (known: leases, health, boards)`);
+  const unknown = Object.keys(raw).filter((k) => !['boards', 'leases', 'health', 'flakes'].includes(k));
+  if (unknown.length) fail(`unknown field "${unknown[0]}" (known: leases, health, flakes, boards)`);
   const health = parseLabHealth(raw.health, fail);
+  const flakes = parseFlakes(raw.flakes, fail);
 
   const baseDir = dirname(resolve(source));
   const leases = raw.leases ?? {};
@@ -118,7 +123,7 @@ export function parseLabFile(text: string, source: string, env: { home?: string 
     }
     boards.push({ name: name as string, tags: tagList as string[], ...(parsed.serial ? { serial: parsed.serial.device } : {}), config: parsed, raw: { ...config, privateKey: parsed.privateKey }, ...(checks ? { health: checks } : {}) });
   });
-  return { source, store, ttlSeconds: ttl as number, ...(health ? { health } : {}), boards };
+  return { source, store, ttlSeconds: ttl as number, ...(health ? { health } : {}), flakes, boards };
 }
 
 /** The boards that carry every one of `tags`, in the file's order. */

@@ -1,7 +1,8 @@
 /**
  * The lab page: one self-contained HTML document (no file or script fetched but the lab's own
  * state) that asks `state` every second and draws each board as a row: its state, who holds it
- * and the seconds left, why it is out of the lab, its last checks. With the admin key typed in
+ * and the seconds left, why it is out of the lab, its last checks, its tests' outcomes over its
+ * last runs (board-suspect: failed there, passed on another board). With the admin key typed in
  * (kept in the tab's sessionStorage only), a row offers `online` and `release`. Everything from
  * the store is put in as text, never as markup.
  */
@@ -19,6 +20,7 @@ tr[data-state=free] .state { color: #1a7f37; }
 tr[data-state=leased] .state { color: #0550ae; }
 tr[data-state=offline] .state, tr[data-state=quarantined] .state { color: #cf222e; font-weight: bold; }
 .check.fail { color: #cf222e; }
+.results .suspect { color: #cf222e; }
 .small { color: #666; font-size: .9em; }
 #admin { margin-top: 1em; }
 #message { margin-left: 1em; }
@@ -54,6 +56,12 @@ function row(view, b) {
   const last = b.checks[0];
   const check = !view.checksOn ? '' : last ? (last.ok ? 'passed' : 'failed at ' + (last.failedStep || '?')) + ', ' + ago(view.now, last.at) + ' ago' : 'never checked';
   const history = b.checks.map((c) => (c.ok ? '+' : '-')).join('');
+  const r = b.results;
+  const results = el('td', { class: 'results' });
+  if (r.runs === 0) results.append('no runs recorded');
+  else results.append(r.passed + ' passed, ' + r.deviceFailures + ' device, ' + r.infrastructureFailures + ' infrastructure, ',
+    el('span', { class: r.boardSuspect ? 'suspect' : '' }, r.boardSuspect + ' board-suspect'),
+    el('div', { class: 'small' }, 'last ' + r.runs + ' run' + (r.runs === 1 ? '' : 's')));
   const actions = el('td', { class: 'actions' });
   if (key() && view.admin) {
     if (b.state === 'offline' || b.state === 'quarantined') actions.append(el('button', { 'data-action': 'online', 'data-board': b.name }, 'online'));
@@ -65,6 +73,7 @@ function row(view, b) {
     el('td', { class: 'holder' }, holder),
     el('td', { class: 'detail' }, detail),
     el('td', { class: 'check' + (last && !last.ok ? ' fail' : ''), title: last && last.reason ? last.reason : '' }, check, history ? el('div', { class: 'small' }, history) : ''),
+    results,
     actions);
 }
 
@@ -118,7 +127,7 @@ export function renderLabPage(): string {
 <p id="watch"></p>
 <p id="stale"></p>
 <table>
-<thead><tr><th>board</th><th>state</th><th>holder / marked by</th><th>lease or reason</th><th>last check</th><th></th></tr></thead>
+<thead><tr><th>board</th><th>state</th><th>holder / marked by</th><th>lease or reason</th><th>last check</th><th>tests (last runs)</th><th></th></tr></thead>
 <tbody id="boards"></tbody>
 </table>
 <div id="admin" hidden><form id="key-form">admin key: <input id="admin-key" type="password" autocomplete="off"> <button type="submit">use</button><span id="message"></span></form></div>

@@ -28,14 +28,15 @@ export interface LabServerOptions {
 
 /** The lab's state now, as the page draws it. */
 export async function readLabView(store: LeaseStore, lab: Lab, admin: boolean): Promise<LabView> {
-  const [now, leases, out, log, perBoard] = await Promise.all([
+  const [now, leases, out, log, perBoard, counts] = await Promise.all([
     store.clock(),
     store.current(),
     store.offline(),
     store.latest(LOG_SHOWN),
     Promise.all(lab.boards.map(async (b) => [b.name, await store.checks(b.name, CHECKS_SHOWN)] as const)),
+    store.boardCounts(lab.flakes.runs),
   ]);
-  return labView(lab, { now, leases, out, log, checks: new Map<string, readonly StoredCheck[]>(perBoard) }, admin);
+  return labView(lab, { now, leases, out, log, counts, checks: new Map<string, readonly StoredCheck[]>(perBoard) }, admin);
 }
 
 const sameKey = (given: string, key: string) => {

@@ -1,11 +1,12 @@
 /**
  * What the lab page shows, as data: every board of the lab file with its state (free, leased
- * by whom until when, offline or quarantined with the reason), its last checks, the lab's
- * watch, and the latest lease events. Pure: made from what the store answered, at the store's
+ * by whom until when, offline or quarantined with the reason), its last checks, its tests'
+ * outcomes over its last runs, the lab's watch, and the latest lease events. Pure: made from what the store answered, at the store's
  * clock, so every host serving the page says the same.
  */
 import type { Lab } from './lab-file.js';
 import type { Lease, LeaseLogEntry, OfflineBoard, StoredCheck } from './lease-store.js';
+import { NO_COUNTS, type BoardCounts } from './flake-attribution.js';
 import { WATCH_BOARD } from './lab-watch.js';
 import { hideUrlPassword } from '../../src/hide-url-password.js';
 
@@ -28,6 +29,8 @@ export interface BoardView {
   readonly out?: { readonly since: number; readonly reason: string; readonly by: string };
   /** Newest first. */
   readonly checks: readonly CheckView[];
+  /** Its tests' attempts over its last runs (at most the view's `runs`). */
+  readonly results: BoardCounts;
 }
 
 export interface LabView {
@@ -38,6 +41,8 @@ export interface LabView {
   /** The store's clock when read. */
   readonly now: number;
   readonly checksOn: boolean;
+  /** How many of each board's last runs `results` counts. */
+  readonly runs: number;
   readonly watch?: { readonly holder: string; readonly until: number };
   readonly boards: readonly BoardView[];
   /** The latest lease events, newest first. */
@@ -51,6 +56,7 @@ export interface StoreRead {
   readonly leases: ReadonlyMap<string, Lease>;
   readonly out: ReadonlyMap<string, OfflineBoard>;
   readonly checks: ReadonlyMap<string, readonly StoredCheck[]>;
+  readonly counts: ReadonlyMap<string, BoardCounts>;
   readonly log: readonly LeaseLogEntry[];
 }
 
@@ -62,6 +68,7 @@ export function labView(lab: Lab, read: StoreRead, admin: boolean): LabView {
     ttlSeconds: lab.ttlSeconds,
     now: read.now,
     checksOn: lab.health !== undefined,
+    runs: lab.flakes.runs,
     ...(watch ? { watch: { holder: watch.holder, until: watch.expiresAt } } : {}),
     admin,
     log: read.log,
@@ -69,7 +76,7 @@ export function labView(lab: Lab, read: StoreRead, admin: boolean): LabView {
       const lease = read.leases.get(b.name);
       const out = read.out.get(b.name);
       const checks = (read.checks.get(b.name) ?? []).map((c) => ({ at: c.at, ok: c.ok, failedStep: c.failedStep, reason: c.reason, by: c.checkedBy }));
-      const base = { name: b.name, tags: b.tags, address: `${b.config.host}:${b.config.sshPort}`, checks };
+      const base = { name: b.name, tags: b.tags, address: `${b.config.host}:${b.config.sshPort}`, checks, results: read.counts.get(b.name) ?? NO_COUNTS };
       // Out of the lab first: a board's lease ends when it is taken out, so both is a moment's race.
       if (out) return { ...base, state: out.kind, out: { since: out.since, reason: out.reason, by: out.markedBy } };
       if (lease) return { ...base, state: 'leased', lease: { holder: lease.holder, since: lease.acquiredAt, until: lease.expiresAt, leftSeconds: Math.max(0, Math.round((lease.expiresAt - read.now) / 1000)) } };

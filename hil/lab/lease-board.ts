@@ -1,8 +1,9 @@
 /**
  * Holding a lab board for a run: queue for a board with the wanted tags, take it, check its
  * health if its last check is too old (a board failing it is quarantined and the next one
- * taken), keep the lease alive with a heartbeat, give it back. What a run does while waiting
- * (print its place in the queue) and when its lease is lost (stop) is the caller's.
+ * taken), keep the lease alive with a heartbeat, give it back. A retry prefers a board other
+ * than the one its test failed on, for a bounded wait. What a run does while waiting (print its
+ * place in the queue) and when its lease is lost (stop) is the caller's.
  */
 import { labError, matchingBoards, type Lab, type LabBoard } from './lab-file.js';
 import { checkDue, type HealthResult } from './health-check.js';
@@ -48,6 +49,21 @@ export interface LeaseBoardOptions {
   check?: (board: LabBoard) => Promise<HealthResult>;
   /** Told each check run before a lease, and what it did to the board. */
   onCheck?: (board: string, result: HealthResult, outcome: CheckOutcome) => void;
+  /**
+   * Boards to take only if no other comes free within `waitMs` (a retry's test failed on them:
+   * ./flake-attribution.ts). Ignored when every other matching board is out of the lab.
+   */
+  avoid?: { boards: readonly string[]; waitMs: number; onGiveUp?: (boards: readonly string[]) => void };
+}
+
+/**
+ * The boards to try now: all of `names`, or those not avoided while the avoidance lasts and one
+ * of them is in the lab (pure).
+ */
+export function boardsToTry(names: readonly string[], out: ReadonlyMap<string, unknown>, avoid: ReadonlySet<string>, avoiding: boolean): readonly string[] {
+  if (!avoiding || avoid.size === 0) return names;
+  const others = names.filter((n) => !avoid.has(n) && !out.has(n));
+  return others.length ? others : names;
 }
 
 /** Why a run cannot be given any of `names`: every one is out of the lab (pure). */
@@ -64,17 +80,29 @@ export async function leaseBoard(store: LeaseStore, lab: Lab, opts: LeaseBoardOp
   const names = candidates.map((b) => b.name);
   const ttlMs = lab.ttlSeconds * 1000;
   const pollMs = opts.pollMs ?? 1000;
+  const avoid = new Set(opts.avoid?.boards ?? []);
+  const avoidUntil = Date.now() + (opts.avoid?.waitMs ?? 0);
   const waiter = await store.enqueue(opts.holder, names);
   try {
     let last = -1;
     let attempt = 0;
+    let gaveUp = false;
+    let tried = false;
     const take = async (): Promise<HeldBoard | undefined> => {
       // Waiting on boards that are all out of the lab would never end: say so at once.
-      const allOut = allOutMessage(opts.tags, names, await store.offline());
+      const out = await store.offline();
+      const allOut = allOutMessage(opts.tags, names, out);
       if (allOut) throw labError(lab.source, allOut, { example: false });
       const position = await store.position(waiter, ttlMs);
       if (position === 0) {
-        const lease = await store.acquire(names, opts.holder, ttlMs);
+        // The first try prefers the others even with no wait: a free one is taken at once.
+        const avoiding = !tried || Date.now() < avoidUntil;
+        tried = true;
+        if (!avoiding && avoid.size && !gaveUp && opts.avoid!.waitMs > 0) {
+          gaveUp = true;
+          opts.avoid?.onGiveUp?.([...avoid]);
+        }
+        const lease = await store.acquire(boardsToTry(names, out, avoid, avoiding), opts.holder, ttlMs);
         if (lease) {
           const held = hold(store, candidates.find((b) => b.name === lease.board)!, lease.lease, ttlMs, opts.holder);
           let ok: boolean;

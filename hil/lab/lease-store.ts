@@ -13,11 +13,13 @@
  * forced; and a board marked offline (it did not come back after its power control: nobody
  * is given it until someone marks it online again), quarantined (it failed its health check,
  * or failed infrastructure too often: a passing check brings it back) or online. Health check
- * results are kept with their time, on the same clock, and their failed step.
+ * results are kept with their time, on the same clock, and their failed step; each attempt of a
+ * test on a board with its outcome (./flake-attribution.ts).
  */
 import { randomBytes } from 'node:crypto';
 import type { Db, SqlValue } from '../../src/cloud/db/port.js';
 import { FleetlabError } from '../../src/errors.js';
+import { addCount, NO_COUNTS, suspectAttempts, type AttemptOutcome, type BoardCounts, type StoredAttempt } from './flake-attribution.js';
 
 /**
  * The store's migrations, run in order, each once, recorded in lab_migration. Frozen once
@@ -43,6 +45,15 @@ const MIGRATIONS: ReadonlyArray<{ name: string; statements: readonly string[] }>
       `CREATE INDEX lab_health_check_board ON lab_health_check (board, at)`,
       `CREATE TABLE lab_board_failure (id {pk}, board TEXT NOT NULL, at BIGINT NOT NULL, kind TEXT NOT NULL, detail TEXT)`,
       `CREATE INDEX lab_board_failure_board ON lab_board_failure (board, at)`,
+    ],
+  },
+  {
+    name: '003-attempts',
+    statements: [
+      // Each attempt of a test on a lab board (./flake-attribution.ts); `run` is one fleetlab test run, `test` Playwright's id of the test.
+      `CREATE TABLE lab_test_attempt (id {pk}, at BIGINT NOT NULL, run TEXT NOT NULL, board TEXT NOT NULL, test TEXT NOT NULL, title TEXT NOT NULL, attempt INTEGER NOT NULL, outcome TEXT NOT NULL)`,
+      `CREATE INDEX lab_test_attempt_run ON lab_test_attempt (run, test)`,
+      `CREATE INDEX lab_test_attempt_board ON lab_test_attempt (board, id)`,
     ],
   },
 ];
@@ -328,6 +339,46 @@ export class LeaseStore {
   async latest(limit: number): Promise<LeaseLogEntry[]> {
     const rows = await this.db.query<{ at: number; board: string; lease: string; holder: string; event: LeaseEvent; detail: string | null }>('SELECT at, board, lease, holder, event, detail FROM lab_lease_log ORDER BY id DESC LIMIT ?', [limit]);
     return rows.map((r) => ({ ...r, at: Number(r.at) }));
+  }
+
+  /**
+   * Stores an attempt of `test` in `run` on `board`. A pass turns the run's earlier device
+   * failures of the test on other boards into `board-suspect`; those, if any.
+   */
+  async recordAttempt(a: { run: string; board: string; test: string; title: string; attempt: number; outcome: AttemptOutcome }): Promise<StoredAttempt[]> {
+    return this.db.transaction(async (tx) => {
+      let suspects: StoredAttempt[] = [];
+      if (a.outcome === 'passed') {
+        const earlier = await tx.query<{ id: number; board: string; attempt: number; outcome: AttemptOutcome }>('SELECT id, board, attempt, outcome FROM lab_test_attempt WHERE run = ? AND test = ? ORDER BY id', [a.run, a.test]);
+        suspects = suspectAttempts(earlier.map((r) => ({ ...r, id: Number(r.id), attempt: Number(r.attempt) })), a.board);
+        for (const s of suspects) await tx.query("UPDATE lab_test_attempt SET outcome = 'board-suspect' WHERE id = ?", [s.id]);
+      }
+      await tx.query(`INSERT INTO lab_test_attempt (at, run, board, test, title, attempt, outcome) VALUES (${this.now}, ?, ?, ?, ?, ?, ?)`, [a.run, a.board, a.test, a.title, a.attempt, a.outcome]);
+      return suspects;
+    });
+  }
+
+  /** The boards `run`'s tests failed on (device failures) that have not passed since: a retry goes elsewhere if it can. */
+  async suspectBoards(run: string): Promise<string[]> {
+    const rows = await this.db.query<{ board: string }>(
+      "SELECT DISTINCT f.board FROM lab_test_attempt f WHERE f.run = ? AND f.outcome = 'device-failure' AND NOT EXISTS (SELECT 1 FROM lab_test_attempt p WHERE p.run = f.run AND p.test = f.test AND p.outcome = 'passed') ORDER BY f.board",
+      [run],
+    );
+    return rows.map((r) => r.board);
+  }
+
+  /** Each board's attempts by outcome over the last `runs` runs that used it. */
+  async boardCounts(runs: number): Promise<Map<string, BoardCounts>> {
+    const rows = await this.db.query<{ board: string; outcome: AttemptOutcome; n: number | string; runs: number | string }>(
+      `WITH board_run AS (SELECT board, run, MAX(id) AS last FROM lab_test_attempt GROUP BY board, run),
+       recent AS (SELECT board, run FROM (SELECT board, run, ROW_NUMBER() OVER (PARTITION BY board ORDER BY last DESC) AS k FROM board_run) ranked WHERE k <= ?)
+       SELECT a.board, a.outcome, COUNT(*) AS n, (SELECT COUNT(*) FROM recent r2 WHERE r2.board = a.board) AS runs
+       FROM lab_test_attempt a JOIN recent r ON r.board = a.board AND r.run = a.run GROUP BY a.board, a.outcome`,
+      [runs],
+    );
+    const counts = new Map<string, BoardCounts>();
+    for (const r of rows) counts.set(r.board, addCount({ ...(counts.get(r.board) ?? NO_COUNTS), runs: Number(r.runs) }, r.outcome, Number(r.n)));
+    return counts;
   }
 
   /** Joins the queue for any of `boards`; the waiter's id. */

@@ -5,12 +5,18 @@
  * worker) until the worker ends, and waits in the lab's queue, saying its place, while every
  * such board is busy. A worker killed with `kill -9` stops beating, and its board is free
  * again within the lease's time to live.
+ *
+ * Each test's attempt on the board is kept against it (./flake-attribution.ts): a worker that
+ * starts after a failure (Playwright's retry) leases a board other than the one the run's
+ * failing tests ran on if one comes free within the lab's `flakes.retryWaitSeconds`, and a test
+ * that passes there after failing elsewhere is `board-suspect`.
  */
 import { boardCapabilities, type BoardConfig } from './board-config.js';
 import type { Capability } from '../../device-access/protocols.js';
 import { leaseChecks, openLab, whoAmI, type OpenLab } from './lab-command.js';
 import { labError, matchingBoards, type Lab } from './lab-file.js';
 import { leaseBoard, type HeldBoard } from './lease-board.js';
+import { LAB_RUN_VARIABLE, suspectDescription, type AttemptLabel, type TestAttempt } from './flake-attribution.js';
 
 export const LAB_VARIABLE = 'FLEETLAB_LAB';
 export const LAB_TAGS_VARIABLE = 'FLEETLAB_LAB_TAGS';
@@ -49,10 +55,16 @@ export class WorkerLease {
   #open: OpenLab | undefined;
   #held: HeldBoard | undefined;
   #lost: Error | undefined;
+  /** The board the worker's current test runs on, kept when its lease ends mid-test (offline, quarantined). */
+  #attemptBoard: string | undefined;
+  /** Whether the lab failed the current test (SSH did not answer at its start). */
+  #attemptInfra = false;
+  readonly #run: string;
 
-  constructor(selection: LabSelection, log: (line: string) => void) {
+  constructor(selection: LabSelection, log: (line: string) => void, run = process.env[LAB_RUN_VARIABLE] ?? `worker pid ${process.pid}`) {
     this.#selection = selection;
     this.#log = log;
+    this.#run = run;
   }
 
   /** The held board's name, for reports. */
@@ -67,14 +79,19 @@ export class WorkerLease {
     this.#open ??= await openLab(this.#selection.file);
     const worker = process.env.TEST_WORKER_INDEX ?? '0';
     const holder = `${whoAmI()} pid ${process.pid} worker ${worker}`;
-    const held = await leaseBoard(this.#open.store, this.#open.lab, {
+    const { store, lab } = this.#open;
+    const avoid = await store.suspectBoards(this.#run);
+    if (avoid.length) this.#log(`this run's failed tests ran on ${avoid.join(', ')}: a board other than that is taken if one comes free within ${lab.flakes.retryWaitMs / 1000} s`);
+    const held = await leaseBoard(store, lab, {
       tags: this.#selection.tags,
       holder,
       waitMs: this.#selection.waitMs,
+      avoid: { boards: avoid, waitMs: lab.flakes.retryWaitMs, onGiveUp: (boards) => this.#log(`no other board came free within ${lab.flakes.retryWaitMs / 1000} s; ${boards.join(', ')} may be taken again`) },
       onQueue: (position, busy) => this.#log(position === 0 ? `boards busy (${busy.join(', ')}); next in line` : `boards busy (${busy.join(', ')}); waiting, ${position} ahead in the queue`),
       ...leaseChecks(this.#log),
     });
     this.#held = held;
+    this.#attemptBoard = held.board.name;
     // As `lab run` tells its command: a spec (or its report) can say which board it ran on.
     process.env.FLEETLAB_LAB_BOARD = held.board.name;
     void held.lost.then((err) => {
@@ -105,6 +122,7 @@ export class WorkerLease {
    * and the worker's next spec file leases another matching board.
    */
   async infraFailure(detail: string): Promise<void> {
+    this.#attemptInfra = true;
     const held = this.#held;
     const health = this.#open?.lab.health;
     if (!held || !health) return;
@@ -112,6 +130,25 @@ export class WorkerLease {
     if (!(await held.infraFailure(detail, policy))) return void this.#log(`infrastructure failure on ${held.board.name} counted (${policy.count} within ${policy.windowMs / 1000} s quarantine it): ${detail}`);
     this.#held = undefined;
     this.#log(`quarantined ${held.board.name}: ${policy.count} infrastructure failures within ${policy.windowMs / 1000} s; the next spec file leases another board`);
+  }
+
+  /**
+   * Keeps a test's attempt against the board it ran on; on a pass after failures on other
+   * boards, the label that says so. Nothing when no lab board was given to the test.
+   */
+  async attemptEnded(attempt: TestAttempt): Promise<AttemptLabel | undefined> {
+    const board = this.#attemptBoard;
+    const infra = this.#attemptInfra || attempt.infrastructure !== undefined;
+    this.#attemptInfra = false;
+    // The next test's board is the held one; a board taken out of the lab by this attempt is not.
+    this.#attemptBoard = this.#held?.board.name;
+    if (!board || !this.#open) return undefined;
+    const outcome = attempt.passed ? 'passed' : infra ? 'infrastructure-failure' : 'device-failure';
+    const suspects = await this.#open.store.recordAttempt({ run: this.#run, board, test: attempt.test, title: attempt.title, attempt: attempt.retry, outcome });
+    if (!suspects.length) return undefined;
+    const description = suspectDescription(suspects, { board, attempt: attempt.retry });
+    this.#log(`board-suspect: ${attempt.title}: ${description}`);
+    return { type: 'board-suspect', description };
   }
 
   async release(): Promise<void> {

@@ -5,7 +5,9 @@
  * - capability skips: tests skipped because the target lacks a capability, grouped by reason;
  * - other skips with a reason (a spec that runs under one project only), grouped the same way;
  * - infrastructure failures: failed tests the lab failed, not the device (a board that did not
- *   come back after its power control), apart from the device's failures.
+ *   come back after its power control), apart from the device's failures;
+ * - board-suspect: tests that failed on one lab board and passed, retried, on another
+ *   (hil/lab/flake-attribution.ts), with the boards.
  */
 import type { FullResult, Reporter, TestCase, TestResult } from '@playwright/test/reporter';
 
@@ -22,6 +24,7 @@ export default class FlakeReporter implements Reporter {
   readonly #skips = new Map<string, Set<string>>();
   readonly #otherSkips = new Map<string, Set<string>>();
   readonly #infrastructure: string[] = [];
+  readonly #suspect: string[] = [];
 
   onTestEnd(test: TestCase, result: TestResult): void {
     // Repeats are separate TestCases with one title path; the key joins them.
@@ -34,6 +37,8 @@ export default class FlakeReporter implements Reporter {
     this.#tallies.set(key, tally);
     const infra = result.status !== 'passed' && result.status !== 'skipped' ? [...result.annotations, ...test.annotations].find((a) => a.type === 'infrastructure failure') : undefined;
     if (infra) this.#infrastructure.push(`${key}: ${infra.description ?? ''}`);
+    const suspect = result.status === 'passed' ? result.annotations.find((a) => a.type === 'board-suspect') : undefined;
+    if (suspect) this.#suspect.push(`${key}: ${suspect.description ?? ''}`);
     if (result.status === 'skipped') {
       for (const a of [...result.annotations, ...test.annotations]) {
         if (a.type !== 'skip' || !a.description) continue;
@@ -58,6 +63,10 @@ export default class FlakeReporter implements Reporter {
     if (this.#infrastructure.length) {
       lines.push(`HIL infrastructure failures (the lab's, not the device's): ${this.#infrastructure.length}`);
       for (const t of this.#infrastructure) lines.push(`    - ${t}`);
+    }
+    if (this.#suspect.length) {
+      lines.push(`HIL board-suspect (failed on one lab board, passed on another): ${this.#suspect.length}`);
+      for (const t of this.#suspect) lines.push(`    - ${t}`);
     }
     for (const [reason, tests] of this.#otherSkips) {
       lines.push(`HIL skipped, ${reason}: ${tests.size}`);

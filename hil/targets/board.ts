@@ -22,7 +22,7 @@ import { PulledImages } from './pulled-images.js';
 import { SshDevice, type SshDeviceOptions } from '../../device-access/ssh-device.js';
 import { sshObserve, unitMainPid } from './drivers/observe-ssh.js';
 import type { ApiProtocol, Capability, CommandProtocol, DevicePaths, DeviceUnderTest, DiskProtocol, EngineProtocol, FilesProtocol, ImagesProtocol, JournalProtocol, LedProtocol, ObserveProtocol, PowerProtocol, SupervisorProtocol, TargetFacts } from '../../device-access/protocols.js';
-import type { TargetDriver } from './target-driver.js';
+import type { TargetDriver, TestAttempt } from './target-driver.js';
 import { BOARD_TIMEOUTS, deadlines } from './timeouts.js';
 import { waitApiDown } from './drivers/api-down.js';
 import { supervisorKill, systemctlKill } from './drivers/supervisor-kill.js';
@@ -256,6 +256,7 @@ export function createBoardTarget(): TargetDriver<BoardTargetOptions> {
       if (options.supervisorVersion) throw new FleetlabError('HIL_ERR_CAPABILITY', `the board target runs the supervisor with the settings its board was given: it cannot answer as supervisor ${options.supervisorVersion} for one spec; run version specs on the sim, container or qemu target (or set FLEETLAB_SUPERVISOR_VERSION in the board's /etc/fleetlab/supervisor.env)`);
       return startBoard(options.config ?? (lease ? await lease.config() : loadBoardConfig()), memory);
     },
+    ...(lease ? { attemptEnded: (attempt: TestAttempt) => lease.attemptEnded(attempt) } : {}),
     async dispose() {
       try {
         await memory.serial?.close();

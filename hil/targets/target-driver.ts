@@ -3,6 +3,9 @@
  * device protocols (device-access/protocols.ts) it provides.
  */
 import type { Capability, DeviceUnderTest } from '../../device-access/protocols.js';
+import type { AttemptLabel, TestAttempt } from '../lab/flake-attribution.js';
+
+export type { AttemptLabel, TestAttempt };
 
 /** What every driver's `start` accepts, whatever its own options add. */
 export interface TargetStartOptions {
@@ -35,4 +38,9 @@ export interface TargetDriver<Options = unknown> {
    * worker). Called when the worker's last device has closed.
    */
   dispose?(): Promise<void>;
+  /**
+   * Told how each test that started a device ended, skipped tests apart (the board target in a
+   * lab keeps it against the board); a label for the test's report, if the attempts say one.
+   */
+  attemptEnded?(attempt: TestAttempt): Promise<AttemptLabel | undefined>;
 }

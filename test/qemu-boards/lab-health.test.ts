@@ -5,7 +5,9 @@
  * qemu-a, whose holder then stops renewing; the lab page, in Debian's Chromium, shows both
  * boards, that lease with its holder and time left, then gone, and the quarantine. Later runs lease only qemu-a; a run
  * that only qemu-b would do is told at once. Once the supervisor runs again, `fleetlab lab check`
- * brings qemu-b back and the next run gets it.
+ * brings qemu-b back and the next run gets it. Then qemu-a's clock goes two hours off: a team's
+ * spec that checks the clock fails there, passes on its retry on qemu-b, and is labelled
+ * board-suspect, counted against qemu-a.
  */
 import { existsSync, readFileSync, writeFileSync } from 'node:fs';
 import { mkdtemp, rm } from 'node:fs/promises';
@@ -22,11 +24,20 @@ import { SshDevice } from '../../device-access/ssh-device.js';
 import type { QemuBoard, ReadyInfo } from '../../qemu/boot.js';
 import { buildImage } from '../../device-image/build.js';
 import { until } from '../../src/wait.js';
-import { labBoard, repoRoot } from './board-under-test.js';
+import { labBoard, reportItems, repoRoot, writeTeam } from './board-under-test.js';
 
 const CHROMIUM = process.env.FLEETLAB_CHROMIUM ?? '/usr/bin/chromium';
 const cli = [process.execPath, join(repoRoot, 'bin', 'fleetlab.js')];
 const fleetlab = (args: readonly string[]) => execa(cli[0]!, [...cli.slice(1), ...args], { reject: false, env: { FLEETLAB_BOARD_CONFIG: '' } });
+/** A team's spec that holds where the board's clock is wrong: its API's Date header against this host's clock. */
+const CLOCK_SPEC = `import { expect, test } from 'fleetlab/test';
+
+test("the board's clock agrees with this host's", async ({ device }) => {
+  const r = await device.api.request('GET', '/ping');
+  const skew = Math.abs(Date.parse(r.headers.date) - Date.now());
+  expect(skew, 'the board answered with Date: ' + r.headers.date).toBeLessThan(60_000);
+});
+`;
 /** The other holder's last renewal of qemu-a: it lapses this long after, while the run waits for it. */
 const OTHER_LAST_BEAT_MS = 8_000;
 
@@ -60,9 +71,9 @@ describe('a lab of two QEMU boards, one unhealthy', () => {
     if (dir) await rm(dir, { recursive: true, force: true });
   });
 
-  /** Runs a shell line on qemu-b as root. */
-  const onB = async (line: string) => {
-    const ssh = new SshDevice({ host: '127.0.0.1', port: ready[1]!.sshPort, username: 'root', privateKey: readFileSync(ready[1]!.sshKey) });
+  /** Runs a shell line on board `i` (0: qemu-a, 1: qemu-b) as root. */
+  const on = async (i: number, line: string) => {
+    const ssh = new SshDevice({ host: '127.0.0.1', port: ready[i]!.sshPort, username: 'root', privateKey: readFileSync(ready[i]!.sshKey) });
     try {
       const r = await ssh.run(['sh', '-c', line], { timeoutMs: 120_000 });
       expect(r.exitCode, r.stderr).toBe(0);
@@ -70,6 +81,8 @@ describe('a lab of two QEMU boards, one unhealthy', () => {
       await ssh.close();
     }
   };
+
+  const onB = (line: string) => on(1, line);
 
   it('quarantines the unhealthy board with the reason, leases only the healthy one, and takes the other back once it passes a check', async () => {
     await onB('systemctl stop fleetlab-supervisor.service');
@@ -150,4 +163,28 @@ describe('a lab of two QEMU boards, one unhealthy', () => {
       await open.close();
     }
   });
+
+  it("labels a test that fails on the board whose clock is wrong and passes, retried, on the other board-suspect, counted against that board", async () => {
+    // qemu-a's clock drifts two hours after its last check (both boards' checks are recent: no check runs before these leases).
+    await on(0, `date -s @${Math.round(Date.now() / 1000) + 7200} >/dev/null`);
+    try {
+      const team = join(dir, 'clock-team');
+      writeTeam(team, { 'clock.spec.ts': CLOCK_SPEC });
+      // One worker, one retry: the first attempt takes qemu-a (the lab file's first board), the retry's new worker is steered to qemu-b.
+      const run = await execa(process.execPath, [join(repoRoot, 'bin', 'fleetlab.js'), 'test', '--target', 'board', '--lab', labFile, '--tag', 'virt', '--workers=1', '--retries=1', '--reporter=json'], { cwd: team, reject: false, env: { FLEETLAB_BOARD_CONFIG: '' } });
+      expect(run.exitCode, run.stderr).toBe(0);
+      const report = JSON.parse(run.stdout.slice(run.stdout.indexOf('{'))) as { stats: { flaky: number } };
+      expect(report.stats.flaky, run.stderr).toBe(1);
+      const suspect = reportItems(report, 'annotations').filter((a) => a.type === 'board-suspect');
+      // The JSON report has the result's annotations and, again, the test's (its last result's).
+      expect([...new Set(suspect.map((a) => a.description))], run.stderr).toEqual(['failed on qemu-a (attempt 1), passed on qemu-b (attempt 2): counted against qemu-a']);
+      expect(run.stderr).toMatch(/this run's failed tests ran on qemu-a: a board other than that is taken/);
+
+      const status = await fleetlab(['lab', 'status', '--lab', labFile]);
+      expect(status.stdout).toMatch(/qemu-a .*last 1 run: 0 passed, 0 device, 0 infrastructure, 1 board-suspect/);
+      expect(status.stdout).toMatch(/qemu-b .*last 1 run: 1 passed, 0 device, 0 infrastructure, 0 board-suspect/);
+    } finally {
+      await on(0, `date -s @${Math.round(Date.now() / 1000)} >/dev/null`);
+    }
+  }, 900_000);
 });

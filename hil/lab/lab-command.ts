@@ -20,6 +20,7 @@ import { LeaseStore, type Lease, type StoredCheck } from './lease-store.js';
 import { checkBoard } from './health-probes.js';
 import { checkRound, watchLab } from './lab-watch.js';
 import { countsText } from './flake-attribution.js';
+import { hideUrlPassword } from '../../src/hide-url-password.js';
 import { alignColumns } from '../lib/text-table.js';
 
 export interface OpenLab {
@@ -50,7 +51,7 @@ export async function openLab(file: string): Promise<OpenLab> {
   } catch (err) {
     // A pool left open would keep the command from ending.
     await db?.close().catch(() => undefined);
-    throw labError(file, `cannot open the lease store ${lab.store.replace(/\/\/[^@]*@/, '//***@')}: ${errorText(err)}`, { example: false });
+    throw labError(file, `cannot open the lease store ${hideUrlPassword(lab.store)}: ${errorText(err)}`, { example: false });
   }
 }
 
@@ -132,7 +133,7 @@ export async function labStatus(open: OpenLab, probeMs = 2000): Promise<string[]
       return [b.name, `[${b.tags.join(', ')}]`, `${b.config.host}:${b.config.sshPort}`, ssh, `supervisor ${sup}`, ...(open.lab.health ? [checkText(checks.get(b.name), now)] : []), ...(counts.size ? [countsText(counts.get(b.name))] : []), held];
     }),
   );
-  return [`lab ${open.lab.source}: ${open.lab.boards.length} board(s), leases in ${open.lab.store.replace(/\/\/[^@]*@/, '//***@')} (time to live ${open.lab.ttlSeconds} s)`, ...alignColumns(rows)];
+  return [`lab ${open.lab.source}: ${open.lab.boards.length} board(s), leases in ${hideUrlPassword(open.lab.store)} (time to live ${open.lab.ttlSeconds} s)`, ...alignColumns(rows)];
 }
 
 /** The lease log, one line per event. */

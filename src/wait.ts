@@ -97,6 +97,30 @@ function defaultError<T>(f: WaitFailure<T>, signal: AbortSignal | undefined): un
   return new FleetlabError('SUP_ERR_TIMEOUT', `${f.what}: not reached within ${f.timeoutMs} ms; last seen ${f.lastSeen}`, cause);
 }
 
+/**
+ * Runs `fn` with a signal that aborts after `ms` with a TimeoutError, as AbortSignal.timeout's
+ * does. Its timer keeps the process alive while `fn` runs, which AbortSignal.timeout's does not:
+ * a fetch that undici leaves pending on a port that accepts and then says nothing (a QEMU
+ * board's forward) would otherwise end a one-shot command with exit code 13 and no word.
+ */
+export async function withDeadline<T>(ms: number, fn: (signal: AbortSignal) => Promise<T>): Promise<T> {
+  const controller = new AbortController();
+  let timer: NodeJS.Timeout | undefined;
+  // Raced as well as signalled: a promise that ignores the signal still ends at the deadline.
+  const deadline = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => {
+      const reason = new DOMException('The operation was aborted due to timeout', 'TimeoutError');
+      controller.abort(reason);
+      reject(reason);
+    }, ms);
+  });
+  try {
+    return await Promise.race([fn(controller.signal), deadline]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
 /** Resolves after `ms`; rejects with the signal's reason as soon as it aborts. */
 export function sleep(ms: number, signal?: AbortSignal): Promise<void> {
   return new Promise<void>((resolve, reject) => {

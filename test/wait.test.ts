@@ -2,9 +2,11 @@
  * The wait primitive (src/wait.ts): small deadlines are fine here, it tests how a wait ends,
  * not how fast anything is.
  */
+import { fileURLToPath } from 'node:url';
+import { execa } from 'execa';
 import { describe, expect, it } from 'vitest';
 import { FleetlabError } from '../src/errors.js';
-import { sleep, until } from '../src/wait.js';
+import { sleep, until, withDeadline } from '../src/wait.js';
 
 describe('until', () => {
   it('resolves the first value done accepts, probing again until then', async () => {
@@ -104,5 +106,30 @@ describe('sleep', () => {
     abort.abort(new Error('enough'));
     await expect(pending).rejects.toThrow('enough');
     await expect(sleep(60_000, abort.signal)).rejects.toThrow('enough');
+  });
+});
+
+describe('withDeadline', () => {
+  const root = fileURLToPath(new URL('..', import.meta.url));
+  /** A one-shot program whose only pending work is a promise nothing settles (as undici can leave a fetch). */
+  const oneShot = (bounded: string) => execa(process.execPath, ['--import', 'tsx', '--input-type=module', '-e', `import { withDeadline } from './src/wait.ts';\ntry { await ${bounded}; console.log('settled'); } catch (err) { console.log(err.name); process.exitCode = 1; }`], { cwd: root, reject: false });
+
+  it('ends a promise that ignores its signal at the deadline, and keeps a one-shot program alive until then', async () => {
+    const r = await oneShot('withDeadline(300, () => new Promise(() => {}))');
+    expect([r.exitCode, r.stdout.trim()], r.stderr).toEqual([1, 'TimeoutError']);
+    // What it replaces: AbortSignal.timeout's timer does not hold the process, which ends with exit 13 and says nothing.
+    const unbounded = await oneShot('new Promise((_, reject) => AbortSignal.timeout(300).addEventListener("abort", () => reject(new Error("aborted"))))');
+    expect([unbounded.exitCode, unbounded.stdout.trim()]).toEqual([13, '']);
+  });
+
+  it("gives fn's result, and aborts its signal with a TimeoutError at the deadline", async () => {
+    expect(await withDeadline(1000, async (signal) => (signal.aborted ? 'aborted' : 'done'))).toBe('done');
+    let seen: AbortSignal | undefined;
+    const err = await withDeadline(20, (signal) => {
+      seen = signal;
+      return new Promise(() => undefined);
+    }).catch((e: unknown) => e);
+    expect((err as Error).name).toBe('TimeoutError');
+    expect(seen?.aborted).toBe(true);
   });
 });

@@ -5,6 +5,7 @@
  * run). What `fleetlab capture --cloud` reads.
  */
 import { errorText, FleetlabError } from '../../src/errors.js';
+import { withDeadline } from '../../src/wait.js';
 import type { ApiProtocol, HttpResponse } from '../../device-access/protocols.js';
 import { redactJson, secretName, REDACTED, type RedactOptions } from './redact.js';
 
@@ -14,13 +15,15 @@ const captureError = (message: string) => new FleetlabError('HIL_ERR_CAPTURE', m
 export function proxiedApi(cloudUrl: string, cloudKey: string, uuid: string): Pick<ApiProtocol, 'request'> {
   return {
     async request(method, path, options = {}): Promise<HttpResponse> {
-      const res = await fetch(`${cloudUrl}/supervisor${path}`, {
-        method: 'POST',
-        headers: { authorization: `Bearer ${cloudKey}`, 'content-type': 'application/json' },
-        body: JSON.stringify({ uuid, method, ...(options.body === undefined ? {} : { data: options.body }) }),
-        signal: AbortSignal.timeout(options.timeoutMs ?? 30_000),
+      const [res, text] = await withDeadline(options.timeoutMs ?? 30_000, async (signal) => {
+        const r = await fetch(`${cloudUrl}/supervisor${path}`, {
+          method: 'POST',
+          headers: { authorization: `Bearer ${cloudKey}`, 'content-type': 'application/json' },
+          body: JSON.stringify({ uuid, method, ...(options.body === undefined ? {} : { data: options.body }) }),
+          signal,
+        });
+        return [r, await r.text()] as const;
       });
-      const text = await res.text();
       return { status: res.status, headers: Object.fromEntries(res.headers), text, json: <T>() => JSON.parse(text) as T };
     },
   };
@@ -30,12 +33,15 @@ export function proxiedApi(cloudUrl: string, cloudKey: string, uuid: string): Pi
 export function cloudReader(cloudUrl: string, cloudKey: string): (path: string) => Promise<Array<Record<string, unknown>>> {
   return async (path) => {
     let res: Response;
+    let text: string;
     try {
-      res = await fetch(`${cloudUrl}/v6/${path}`, { headers: { authorization: `Bearer ${cloudKey}` }, signal: AbortSignal.timeout(30_000) });
+      [res, text] = await withDeadline(30_000, async (signal) => {
+        const r = await fetch(`${cloudUrl}/v6/${path}`, { headers: { authorization: `Bearer ${cloudKey}` }, signal });
+        return [r, await r.text()] as const;
+      });
     } catch (err) {
       throw captureError(`cannot reach the cloud at ${cloudUrl}: ${errorText(err)}`);
     }
-    const text = await res.text();
     if (res.status !== 200) throw captureError(`GET /v6/${path}: ${res.status} ${text.slice(0, 300)}`);
     return (JSON.parse(text) as { d: Array<Record<string, unknown>> }).d;
   };

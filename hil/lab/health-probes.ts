@@ -5,6 +5,7 @@
  */
 import { readFile } from 'node:fs/promises';
 import { fetchFailure } from '../lib/http.js';
+import { withDeadline } from '../../src/wait.js';
 import { SshDevice } from '../../device-access/ssh-device.js';
 import type { LabBoard } from './lab-file.js';
 import { runHealthCheck, type HealthProbes, type HealthResult } from './health-check.js';
@@ -25,8 +26,10 @@ export async function checkBoard(board: LabBoard): Promise<HealthResult> {
     ping: async (timeoutMs) => {
       const url = `${c.apiUrl}/ping`;
       try {
-        const r = await fetch(url, { signal: AbortSignal.timeout(timeoutMs) });
-        return { status: r.status, body: await r.text() };
+        return await withDeadline(timeoutMs, async (signal) => {
+          const r = await fetch(url, { signal });
+          return { status: r.status, body: await r.text() };
+        });
       } catch (err) {
         throw new Error(`GET ${url}: ${fetchFailure(err)}`, { cause: err });
       }

@@ -22,6 +22,7 @@ import { checkRound, watchLab } from './lab-watch.js';
 import { countsText } from './flake-attribution.js';
 import { hideUrlPassword } from '../../src/hide-url-password.js';
 import { alignColumns } from '../lib/text-table.js';
+import { withDeadline } from '../../src/wait.js';
 
 export interface OpenLab {
   lab: Lab;
@@ -78,13 +79,15 @@ function reachable(host: string, port: number, ms: number): Promise<boolean> {
 
 /** The supervisor on a board: its version with the board's key, or whether it answers /ping. */
 async function supervisorOf(board: LabBoard, ms: number): Promise<string> {
-  const get = (path: string, key?: string) => fetch(`${board.config.apiUrl}${path}`, { signal: AbortSignal.timeout(ms), ...(key ? { headers: { authorization: `Bearer ${key}` } } : {}) });
+  const get = (path: string, signal: AbortSignal, key?: string) => fetch(`${board.config.apiUrl}${path}`, { signal, ...(key ? { headers: { authorization: `Bearer ${key}` } } : {}) });
   try {
-    if (board.config.apiKey) {
-      const r = await get('/v2/version', board.config.apiKey);
-      if (r.ok) return `v${((await r.json()) as { version: string }).version}`;
-    }
-    return (await get('/ping')).ok ? 'up' : 'not answering';
+    return await withDeadline(ms, async (signal) => {
+      if (board.config.apiKey) {
+        const r = await get('/v2/version', signal, board.config.apiKey);
+        if (r.ok) return `v${((await r.json()) as { version: string }).version}`;
+      }
+      return (await get('/ping', signal)).ok ? 'up' : 'not answering';
+    });
   } catch {
     return 'not answering';
   }

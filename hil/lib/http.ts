@@ -7,7 +7,7 @@
 import { fetch, type Dispatcher, type RequestInit, type Response } from 'undici';
 import { scaled } from './wait.js';
 import { FleetlabError, errorText } from '../../src/errors.js';
-import { until } from '../../src/wait.js';
+import { until, withDeadline } from '../../src/wait.js';
 import type { ApiProtocol, DeviceIdentity, HttpResponse, HttpStream, RequestOptions } from '../../device-access/protocols.js';
 
 const DEFAULT_TIMEOUT_MS = 30_000;
@@ -77,8 +77,10 @@ export function httpApi(identity: Omit<DeviceIdentity, 'apiKey'> & { apiKey: str
     },
     async request(method, path, options: RequestOptions = {}): Promise<HttpResponse> {
       const timeoutMs = options.timeoutMs ?? scaled(DEFAULT_TIMEOUT_MS);
-      const res = await send(method, path, build(identity.url, method, path, options, key, AbortSignal.timeout(timeoutMs), dispatcher), timeoutMs);
-      const text = await res.text();
+      const [res, text] = await withDeadline(timeoutMs, async (signal) => {
+        const r = await send(method, path, build(identity.url, method, path, options, key, signal, dispatcher), timeoutMs);
+        return [r, await r.text()] as const;
+      });
       return {
         status: res.status,
         headers: Object.fromEntries(res.headers.entries()),
@@ -124,7 +126,7 @@ export function httpApi(identity: Omit<DeviceIdentity, 'apiKey'> & { apiKey: str
       };
     },
     async waitReady(timeoutMs = scaled(30_000)) {
-      const ping = () => fetch(new URL('/ping', `${identity.url}/`), { signal: AbortSignal.timeout(2000), ...(dispatcher ? { dispatcher } : {}) });
+      const ping = () => withDeadline(2000, (signal) => fetch(new URL('/ping', `${identity.url}/`), { signal, ...(dispatcher ? { dispatcher } : {}) }));
       await until(`the device API at ${identity.url}`, ping, (res) => res.ok, {
         timeoutMs,
         intervalMs: 100,

@@ -1,13 +1,16 @@
 /**
  * The HIL suite: Playwright Test with no browser. One project per registered target
  * (hil/targets/index.ts), the first being the default `npm run hil` selects (hil/run.mjs).
- * Reports go under hil-results/: html/, junit.xml, and artifacts/ per test.
+ * Reports go under hil-results/ (or FLEETLAB_HIL_RESULTS, so that two runs at once keep theirs
+ * apart): html/, junit.xml, and artifacts/ per test.
  */
+import { resolve } from 'node:path';
 import { defineConfig } from '@playwright/test';
 import type { HilTestFixtures, HilWorkerFixtures, TimelineMode } from './harness/fixtures.js';
 import { SLOW_TARGETS, targetNames } from './targets/index.js';
 
 const env = process.env;
+const results = env.FLEETLAB_HIL_RESULTS ? resolve(env.FLEETLAB_HIL_RESULTS) : '../hil-results';
 // The device timeline (harness/timeline-recorder.ts): bench/timeline.bench.ts runs the suite with it on and off.
 const TIMELINE_MODES: readonly TimelineMode[] = ['on', 'on-failure', 'off'];
 const timeline = (env.FLEETLAB_HIL_TIMELINE ?? 'on-failure') as TimelineMode;
@@ -27,7 +30,7 @@ const versionMatrix =
 
 export default defineConfig<HilTestFixtures, HilWorkerFixtures>({
   testDir: './specs',
-  outputDir: '../hil-results/artifacts',
+  outputDir: `${results}/artifacts`,
   // A device test waits on reboots and a 15 s blink; generous, bounded.
   timeout: 180_000,
   expect: { timeout: 10_000 },
@@ -41,8 +44,8 @@ export default defineConfig<HilTestFixtures, HilWorkerFixtures>({
   globalTeardown: './suite-teardown.ts',
   reporter: [
     ['list'],
-    ['html', { open: 'never', outputFolder: '../hil-results/html' }],
-    ['junit', { outputFile: '../hil-results/junit.xml' }],
+    ['html', { open: 'never', outputFolder: `${results}/html` }],
+    ['junit', { outputFile: `${results}/junit.xml` }],
     ['./lib/flake-reporter.ts'],
   ],
   // An emulated or real board boots in minutes, and the first test of a worker waits for it.

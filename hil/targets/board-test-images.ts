@@ -9,15 +9,19 @@ import { mkdtemp, readFile, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { FleetlabError } from '../../src/errors.js';
+import { ownerRecord, reapStale, writeOwner } from '../../src/owned-dirs.js';
 import { requireTool, tools } from '../../src/tools.js';
 import { testImageChanges, testImages, writeTestRootfsTar } from '../../sim/images/test-images.js';
 import { arm64Busybox } from '../release/build-engine.js';
 import type { SshDevice } from '../../device-access/ssh-device.js';
 
 const IMPORT_MS = 300_000;
+const DIR_PREFIX = 'fleetlab-board-images-';
 
 /** Imports the test images the board lacks; returns the refs it imported. */
 export async function ensureBoardTestImages(ssh: SshDevice, progress: (line: string) => void = () => undefined): Promise<string[]> {
+  // A worker killed while importing left its directory (a 2 MB root filesystem): the next worker removes it.
+  await reapStale(tmpdir(), DIR_PREFIX);
   const missing: string[] = [];
   for (const image of testImages) {
     if ((await ssh.run(['docker', 'image', 'inspect', image.ref], { timeoutMs: 60_000 })).exitCode !== 0) missing.push(image.ref);
@@ -26,7 +30,8 @@ export async function ensureBoardTestImages(ssh: SshDevice, progress: (line: str
   const arch = (await ssh.run(['uname', '-m'])).stdout.trim();
   const busybox = arch === 'aarch64' ? await arm64Busybox() : arch === process.arch.replace('x64', 'x86_64') ? requireTool(tools.busybox) : undefined;
   if (!busybox) throw new FleetlabError('SUP_ERR_HOST', `the board ${ssh.where} is ${arch}: the harness has test app images for aarch64 (and for this host's own architecture) only`);
-  const dir = await mkdtemp(join(tmpdir(), 'fleetlab-board-images-'));
+  const dir = await mkdtemp(join(tmpdir(), DIR_PREFIX));
+  writeOwner(dir, ownerRecord());
   try {
     const tarPath = join(dir, 'rootfs.tar');
     await writeTestRootfsTar(busybox, tarPath);

@@ -38,16 +38,21 @@ function build(base: string, method: string, path: string, options: RequestOptio
   return [url, { method, headers, body, signal, ...(dispatcher ? { dispatcher } : {}) }];
 }
 
+/** A request's timeout, in words that say what it may be waiting on and how to wait longer. */
+function timedOut(method: string, path: string, timeoutMs: number, err: unknown): Error {
+  // Stops wait for each service's stop_grace_period (10 s unless the compose file says), and
+  // an update can wait on a lock: a request may rightly take longer than the default.
+  return new Error(`${method} ${path}: no answer within ${timeoutMs} ms. A stop or restart waits for each service's stop_grace_period, an update for its lock: give the request { timeoutMs } to wait longer`, { cause: err });
+}
+
+const isTimeout = (err: unknown) => err instanceof Error && err.name === 'TimeoutError';
+
 /** fetch alone says only "fetch failed": this names the request and the socket's reason. */
 async function send(method: string, path: string, request: [URL, RequestInit], timeoutMs?: number): Promise<Response> {
   try {
     return await fetch(...request);
   } catch (err) {
-    // Stops wait for each service's stop_grace_period (10 s unless the compose file says), and
-    // an update can wait on a lock: a request may rightly take longer than the default.
-    if (timeoutMs !== undefined && err instanceof Error && err.name === 'TimeoutError') {
-      throw new Error(`${method} ${path}: no answer within ${timeoutMs} ms. A stop or restart waits for each service's stop_grace_period, an update for its lock: give the request { timeoutMs } to wait longer`, { cause: err });
-    }
+    if (timeoutMs !== undefined && isTimeout(err)) throw timedOut(method, path, timeoutMs, err);
     throw new Error(`${method} ${path}: ${fetchFailure(err)}`, { cause: err });
   }
 }
@@ -80,6 +85,9 @@ export function httpApi(identity: Omit<DeviceIdentity, 'apiKey'> & { apiKey: str
       const [res, text] = await withDeadline(timeoutMs, async (signal) => {
         const r = await send(method, path, build(identity.url, method, path, options, key, signal, dispatcher), timeoutMs);
         return [r, await r.text()] as const;
+      }).catch((err: unknown) => {
+        // The deadline can end the request before fetch itself says so.
+        throw isTimeout(err) ? timedOut(method, path, timeoutMs, err) : err;
       });
       return {
         status: res.status,

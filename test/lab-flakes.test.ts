@@ -182,6 +182,32 @@ describe('a retry on another board', () => {
     }
   });
 
+  it("does not wait for another board when the others are held by the run's own workers", async () => {
+    const busyLab = join(dir, 'busy.lab.yaml');
+    await writeFile(busyLab, `leases:\n  store: sqlite:busy-leases.db\n  ttlSeconds: 5\nflakes: { retryWaitSeconds: 600 }\nboards:\n${board('pi-a', 1)}${board('pi-b', 2)}`);
+    const lines: string[] = [];
+    const selection = { file: busyLab, tags: ['rpi4'], waitMs: 10_000 };
+    const worker = (n: number) => new WorkerLease(selection, (l) => lines.push(`${n}: ${l}`), 'run-9-abcdef');
+    const [first, keeper] = [worker(1), worker(2)];
+    try {
+      expect((await first.config()).sshPort).toBe(1);
+      expect((await keeper.config()).sshPort).toBe(2);
+      await first.attemptEnded({ test: 't', title: 't', retry: 0, passed: false });
+      await first.release();
+      // The retry's worker: pi-b is this run's other worker's until it ends, so pi-a again at once.
+      const retry = worker(3);
+      try {
+        expect((await retry.config()).sshPort).toBe(1);
+        expect(lines).toContain("3: this run's failed tests ran on pi-a; the other boards are this run's own (pi-b), so no wait for one");
+      } finally {
+        await retry.release();
+      }
+    } finally {
+      await first.release();
+      await keeper.release();
+    }
+  });
+
   it('are listed apart in the run summary, with the boards', () => {
     const reporter = new FlakeReporter();
     const test = { titlePath: () => ['', 'board', 'clock.spec.ts', 'the clock is right'], annotations: [] } as unknown as TestCase;

@@ -579,7 +579,7 @@ describe('a lab board per Playwright worker (hil/lab/worker-lease.ts)', () => {
       const log = await open.store.history();
       const holders = log.filter((e) => e.event === 'acquired').map((e) => e.holder);
       expect(holders).toHaveLength(3);
-      for (const h of holders) expect(h).toMatch(new RegExp(`pid ${process.pid} worker \\d+$`));
+      for (const h of holders) expect(h).toMatch(new RegExp(`pid ${process.pid} worker \\d+ run \\S+$`));
       expect(log.filter((e) => e.event === 'released')).toHaveLength(3);
     } finally {
       await open.close();

@@ -61,10 +61,26 @@ export class WorkerLease {
   #attemptInfra = false;
   readonly #run: string;
 
-  constructor(selection: LabSelection, log: (line: string) => void, run = process.env[LAB_RUN_VARIABLE] ?? `worker pid ${process.pid}`) {
+  constructor(selection: LabSelection, log: (line: string) => void, run = process.env[LAB_RUN_VARIABLE] ?? `pid-${process.pid}`) {
     this.#selection = selection;
     this.#log = log;
     this.#run = run;
+  }
+
+  /**
+   * How long a retry waits for a board other than `avoid`: the lab's bound, unless every other
+   * board in the lab is held by this run's own workers, which keep theirs until they end.
+   */
+  async #retryWait(avoid: readonly string[], runTag: string): Promise<number> {
+    const { store, lab } = this.#open!;
+    const [leases, out] = await Promise.all([store.current(), store.offline()]);
+    const others = matchingBoards(lab, this.#selection.tags).filter((b) => !avoid.includes(b.name) && !out.has(b.name));
+    if (others.length && others.every((b) => leases.get(b.name)?.holder.endsWith(runTag))) {
+      this.#log(`this run's failed tests ran on ${avoid.join(', ')}; the other boards are this run's own (${others.map((b) => b.name).join(', ')}), so no wait for one`);
+      return 0;
+    }
+    if (others.length) this.#log(`this run's failed tests ran on ${avoid.join(', ')}: a board other than that is taken if one comes free within ${lab.flakes.retryWaitMs / 1000} s`);
+    return lab.flakes.retryWaitMs;
   }
 
   /** The held board's name, for reports. */
@@ -78,15 +94,17 @@ export class WorkerLease {
     if (this.#held) return this.#held.board.config;
     this.#open ??= await openLab(this.#selection.file);
     const worker = process.env.TEST_WORKER_INDEX ?? '0';
-    const holder = `${whoAmI()} pid ${process.pid} worker ${worker}`;
+    // The run in the holder: the lab shows which run holds a board, and a retry sees which boards its own run's workers keep.
+    const runTag = `run ${this.#run.slice(0, 8)}`;
+    const holder = `${whoAmI()} pid ${process.pid} worker ${worker} ${runTag}`;
     const { store, lab } = this.#open;
     const avoid = await store.suspectBoards(this.#run);
-    if (avoid.length) this.#log(`this run's failed tests ran on ${avoid.join(', ')}: a board other than that is taken if one comes free within ${lab.flakes.retryWaitMs / 1000} s`);
+    const waitMs = avoid.length ? await this.#retryWait(avoid, runTag) : 0;
     const held = await leaseBoard(store, lab, {
       tags: this.#selection.tags,
       holder,
       waitMs: this.#selection.waitMs,
-      avoid: { boards: avoid, waitMs: lab.flakes.retryWaitMs, onGiveUp: (boards) => this.#log(`no other board came free within ${lab.flakes.retryWaitMs / 1000} s; ${boards.join(', ')} may be taken again`) },
+      avoid: { boards: avoid, waitMs, onGiveUp: (boards) => this.#log(`no other board came free within ${waitMs / 1000} s; ${boards.join(', ')} may be taken again`) },
       onQueue: (position, busy) => this.#log(position === 0 ? `boards busy (${busy.join(', ')}); next in line` : `boards busy (${busy.join(', ')}); waiting, ${position} ahead in the queue`),
       ...leaseChecks(this.#log),
     });

@@ -32,7 +32,9 @@ function script(): string {
     `echo '${SECTION}packages'`,
     "dpkg-query -W -f='${Package} ${Version} ${db:Status-Abbrev}\\n' | sort",
     `echo '${SECTION}units'`,
-    'systemctl list-unit-files --no-legend --no-pager | awk \'$2 != "transient" {print $1, $2}\' | sort',
+    // systemd, busy right after a boot on a loaded machine, can time out the listing: asked again, never read as "no units".
+    'i=0; until units=$(systemctl list-unit-files --no-legend --no-pager 2>&1) && [ -n "$units" ]; do i=$((i+1)); if [ $i -ge 6 ]; then echo "systemctl list-unit-files failed 6 times: $units" >&2; units=""; break; fi; sleep 5; done',
+    'printf \'%s\\n\' "$units" | awk \'$2 != "transient" && NF >= 2 {print $1, $2}\' | sort',
     `echo '${SECTION}docker config'`,
     'if [ -f /etc/docker/daemon.json ]; then sha256sum /etc/docker/daemon.json; else echo none; fi',
     // dockerd may be restarting (the install and uninstall restart it): wait for it to answer.
@@ -59,6 +61,8 @@ export async function readBoardState(ssh: SshDevice): Promise<BoardState> {
     if (line.startsWith(SECTION)) sections[line.slice(SECTION.length)] = current = [];
     else if (line && current) current.push(line);
   }
+  // Every board here runs systemd: no units is a reading that failed, not a state to compare.
+  if (!sections.units?.length) throw new Error(`reading the board's state on ${ssh.where}: no systemd units listed (${r.stderr.trim() || 'no error'})`);
   return { sections };
 }
 

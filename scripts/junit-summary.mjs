@@ -7,6 +7,8 @@
 // failed before or after its tests: type errors, global setup, teardown), adds one failure,
 // so a broken runner can never read as green. Remove old reports before the runners start.
 //
+// A runner that failed outside its tests gets its own words from its log (X.log beside X-junit.xml).
+//
 // Each failing test is named above the closing line, with its report and the start of its
 // message (up to MESSAGE_LINES lines): CI keeps only the tail of a long run's output, and a
 // count alone does not say where to look.
@@ -22,6 +24,24 @@ const unescapeXml = (s) =>
   s
     .replace(/&#(x?)([0-9a-f]+);/gi, (_, hex, code) => String.fromCodePoint(parseInt(code, hex ? 16 : 10)))
     .replace(/&lt;/g, '<').replace(/&gt;/g, '>').replace(/&quot;/g, '"').replace(/&apos;/g, "'").replace(/&amp;/g, '&');
+
+// What a runner said when it failed outside its tests (an unhandled error after they passed,
+// a type error, a global teardown that threw: the leftover check) is in its log, X.log beside
+// X-junit.xml: the part from vitest's error banner, its "error during close" or "close timed out", or tsc's first
+// error on, or else the log's last lines. (Not any line that starts with "Error": tests' own
+// output has plenty of those.)
+const LOG_MARKER = /⎯ (Unhandled|Failed)\b|\berror TS\d+|^error during close\b|^close timed out\b/;
+const TAIL_LINES = 25;
+const stripAnsi = (s) => s.replace(/\x1b\[[0-9;]*[A-Za-z]/g, '');
+const runnerWords = (file) => {
+  const log = file.replace(/-junit\.xml$/, '.log');
+  if (log === file || !existsSync(log)) return '';
+  const lines = stripAnsi(readFileSync(log, 'utf8')).split('\n').filter((line) => line.trim() !== '');
+  const marker = lines.findIndex((line) => LOG_MARKER.test(line));
+  const from = marker >= 0 ? marker : Math.max(0, lines.length - TAIL_LINES);
+  const shown = lines.slice(from, from + MESSAGE_LINES);
+  return `; from ${log}:${shown.map((line) => `\n    ${line.slice(0, 300)}`).join('')}`;
+};
 
 let passed = 0;
 let failed = 0;
@@ -49,7 +69,7 @@ for (const arg of process.argv.slice(2)) {
   }
   if (exit !== 0 && fileFailed === 0) {
     fileFailed = 1;
-    failures.push(`${file}: ${existsSync(file) ? 'shows no failing test' : 'was not written'}, but its runner exited ${exit}: counted as one failure`);
+    failures.push(`${file}: ${existsSync(file) ? 'shows no failing test' : 'was not written'}, but its runner exited ${exit}: counted as one failure${runnerWords(file)}`);
   }
   failed += fileFailed;
 }

@@ -66,3 +66,28 @@ it('all green: the closing line alone', () => {
   const green = report('green.xml', `<testcase classname="x" name="ok"/>`);
   expect(summary(`${green}:0`).stdout).toBe('1 passed, 0 failed\n');
 });
+
+it("a runner that failed outside its tests gets its own words from its log: from vitest's error banner, or else the log's tail", () => {
+  const vitest = report('vitest-junit.xml', `<testcase classname="x" name="ok"/>`);
+  const noise = Array.from({ length: 30 }, (_, i) => `passing output ${i + 1}`);
+  writeFileSync(
+    join(dir, 'vitest.log'),
+    [...noise, '\x1b[31m⎯⎯⎯⎯ Unhandled Errors ⎯⎯⎯⎯\x1b[39m', 'Error: socket hang up', ' ❯ test/api.test.ts:12:3', '', ' Test Files  1 passed (1)'].join('\n'),
+  );
+  const hil = report('hil-sim-junit.xml', `<testcase classname="x" name="ok"/>`);
+  writeFileSync(join(dir, 'hil-sim.log'), [...noise, 'Error in global teardown: the engine went away'].join('\n'));
+  const { stdout } = summary(`${vitest}:1`, `${hil}:1`);
+  expect(stdout).toContain(`${vitest}: shows no failing test, but its runner exited 1: counted as one failure; from ${join(dir, 'vitest.log')}:\n    ⎯⎯⎯⎯ Unhandled Errors ⎯⎯⎯⎯\n    Error: socket hang up\n    ❯ test/api.test.ts:12:3\n`.replace('    ❯', '     ❯'));
+  expect(stdout).not.toContain('passing output 30\n    ⎯');
+  // No banner: the last 25 lines, the error last among them.
+  expect(stdout).toContain(`from ${join(dir, 'hil-sim.log')}:\n    passing output 7\n`);
+  expect(stdout).toContain('    Error in global teardown: the engine went away\n');
+  expect(stdout).not.toContain('passing output 6\n');
+});
+
+it("the leftover check's error from vitest's global teardown is shown from its first line", () => {
+  const vitest = report('vitest-junit.xml', `<testcase classname="x" name="ok"/>`);
+  const words = ['error during close FleetlabError: the run left 1 thing(s) behind (removed now):', '  container fleetlab-x (test/api.test.ts)'];
+  writeFileSync(join(dir, 'vitest.log'), [...Array.from({ length: 30 }, (_, i) => `passing output ${i + 1}`), ...words, ...Array.from({ length: 30 }, () => '    at stack')].join('\n'));
+  expect(summary(`${vitest}:1`).stdout).toContain(`vitest.log:\n    ${words[0]}\n    ${words[1]}\n`);
+});

@@ -1,7 +1,8 @@
 /**
  * Service lifecycle as docs/device-api.md "Service lifecycle" states it: stop is
- * temporary (a reboot starts the service again), start starts a stopped service, restart
- * and purge remove and recreate containers, purge clears the app's volumes.
+ * temporary (the API's reboot starts the service again; a reboot through the OS does too, in
+ * reboot.spec.ts), start starts a stopped service, restart and purge remove and recreate
+ * containers, purge clears the app's volumes.
  */
 import { APP_ID, containerOf, twoServiceRelease, waitRebooted, waitRunning } from '../lib/apps.js';
 import { expect, pollUntil, since, test } from 'fleetlab/test';
@@ -26,14 +27,6 @@ test('stop-service keeps the container; an update does not undo it; start-servic
   expect((await api.startService(APP_ID, { serviceName: 'worker' })).status).toBe(200);
   const started = await pollUntil('worker running', () => containerOf(api, 'worker'), (c) => c?.status === 'Running');
   expect(started?.id).toBe(before?.id);
-});
-
-test('stop is temporary: a reboot through the OS starts the service again', { annotation: since('9.7.0', 'GET /v2/state/status') }, async ({ api, device, needs }) => {
-  needs('power.reboot');
-  expect((await api.stopService(APP_ID, { serviceName: 'worker' })).status).toBe(200);
-  await pollUntil('worker stopped', () => containerOf(api, 'worker'), (c) => c?.status !== 'Running');
-  await device.power!.reboot();
-  await waitRunning(api, '1', ['main', 'worker']);
 });
 
 test('v1 reboot (no lock) answers 202 {Data: OK} and a stopped service runs again after it', { annotation: since('9.7.0', 'GET /v2/state/status') }, async ({ api }) => {

@@ -15,7 +15,7 @@ test('GET host-config before any change: a hostname, no proxy', { annotation: si
   expect(res.body.network).not.toHaveProperty('proxy');
 });
 
-// The @smoke set has PATCH and its read-back in reboot.spec.ts, across the reboot.
+// The @smoke set has PATCH and its read-back in reboot.spec.ts, across a reboot.
 test('PATCH hostname and proxy: applied on the host, read back without the password', { annotation: since('6.6.0', 'GET and PATCH /v1/device/host-config') }, async ({ api, device, needs }) => {
   needs('files');
   const paths = device.api.identity.hostPaths;

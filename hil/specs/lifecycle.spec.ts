@@ -1,8 +1,8 @@
 /**
  * Service lifecycle as docs/device-api.md "Service lifecycle" states it: stop is
- * temporary (the API's reboot starts the service again; a reboot through the OS does too, in
- * reboot.spec.ts), start starts a stopped service, restart and purge remove and recreate
- * containers, purge clears the app's volumes.
+ * temporary (a reboot starts the service again: the API's reboot here, which the supervisor
+ * starts from as from any other), start starts a stopped service, restart and purge remove
+ * and recreate containers, purge clears the app's volumes.
  */
 import { APP_ID, containerOf, twoServiceRelease, waitRebooted, waitRunning } from '../lib/apps.js';
 import { expect, pollUntil, since, test } from 'fleetlab/test';

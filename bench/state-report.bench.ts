@@ -71,7 +71,7 @@ try {
     const provisioning = JSON.parse((await call(app, adminKey!, 'POST', `/api-key/application/${fleet}/provisioning`, {})).body) as string;
     const fleetDevices: Array<{ uuid: string; key: string; etag: string; running: boolean }> = [];
     for (let i = 0; i < devices; i++) {
-      const d = { uuid: i.toString(16).padStart(32, 'a'), key: `profile-device-key-${i}`.padEnd(32, '0'), etag: '', running: false };
+      const d = { uuid: i.toString(16).padStart(32, '0'), key: `profile-device-key-${String(i).padStart(8, '0')}`, etag: '', running: false };
       await call(app, provisioning, 'POST', '/device/register', { uuid: d.uuid, api_key: d.key, device_type: 'raspberrypi3' });
       fleetDevices.push(d);
     }

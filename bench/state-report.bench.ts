@@ -55,6 +55,7 @@ try {
   const db = openPostgres(url, { max: pool });
   const admin = new pg.Client({ connectionString: url });
   await admin.connect();
+  await admin.query('CREATE EXTENSION IF NOT EXISTS pg_stat_statements');
   try {
     const { key: adminKey } = await prepareDatabase(db);
     const bus = await startPostgresBus({ connectionString: url, db, replica: '0a', log: { warn: (m) => console.error(m) } });

@@ -35,7 +35,8 @@ import { startFleetControl, type FleetControl } from '../sim/fleet/fleet-workers
 import { provisioningKeyFor } from '../sim/fleet/provisioning.js';
 import { describeCounts } from '../sim/fleet/run.js';
 import { startBalancer, type Balancer } from '../sim/network/balancer.js';
-import { startPostgres, type PostgresCluster } from '../support/postgres.js';
+import { startPostgres } from '../support/postgres.js';
+import { Teardown } from '../src/teardown.js';
 
 function arg(name: string, fallback: string): string {
   const i = process.argv.indexOf(name);
@@ -68,9 +69,29 @@ interface Replica {
   child: ChildProcess;
 }
 
-async function startReplica(args: string[]): Promise<Replica & { adminKey: string }> {
+/** Waits this long for a stopped cloud process to go before killing it. */
+const REPLICA_STOP_MS = 30_000;
+
+/**
+ * Starts one cloud process. It is on `teardown` from the moment it is spawned, so a signal
+ * while it starts (PostgreSQL's migrations take seconds) stops it too.
+ */
+async function startReplica(args: string[], teardown: Teardown): Promise<Replica & { adminKey: string }> {
   const { file, args: argv } = cliCommand(['cloud', '--port', '0', ...args]);
   const child = spawn(file, argv, { stdio: ['ignore', 'pipe', 'inherit'] });
+  const running = () => child.exitCode === null && child.signalCode === null;
+  const exited = new Promise<void>((done) => child.once('exit', () => done()));
+  teardown.defer({
+    name: `cloud process ${child.pid}`,
+    async stop() {
+      if (!running()) return;
+      child.kill('SIGTERM');
+      const late = setTimeout(() => child.kill('SIGKILL'), REPLICA_STOP_MS);
+      await exited;
+      clearTimeout(late);
+    },
+    kill: () => void child.kill('SIGKILL'),
+  });
   for await (const line of createInterface({ input: child.stdout! })) {
     const ready = JSON.parse(line) as { event?: string; url?: string; adminKey?: string };
     if (ready.event === 'ready') return { url: ready.url!, adminKey: ready.adminKey!, child };
@@ -83,42 +104,33 @@ interface BenchCloud {
   url: string;
   adminKey: string;
   replicas: Replica[];
-  close(): Promise<void>;
 }
 
-async function startCloud(dir: string, devices: number): Promise<BenchCloud> {
-  let pgCluster: PostgresCluster | undefined;
-  let balancer: Balancer | undefined;
+/**
+ * Starts the run's cloud; everything it starts goes on `teardown` as it is started (a start
+ * still under way as its promise, which the teardown awaits and then stops), so a failure or
+ * a signal at any point leaves nothing running.
+ */
+async function startCloud(dir: string, devices: number, teardown: Teardown): Promise<BenchCloud> {
   const replicas: Replica[] = [];
-  const close = async () => {
-    await balancer?.close();
-    for (const r of replicas) {
-      if (r.child.exitCode === null && r.child.signalCode === null) {
-        r.child.kill('SIGTERM');
-        await new Promise((done) => r.child.once('exit', done));
-      }
-    }
-    await pgCluster?.stop();
-  };
-  try {
-    if (dbKind === 'sqlite') {
-      const only = await startReplica(['--data-dir', join(dir, 'cloud')]);
-      replicas.push(only);
-      return { url: only.url, adminKey: only.adminKey, replicas, close };
-    }
-    pgCluster = await startPostgres();
-    const database = await pgCluster.createDatabase('fleet');
-    const adminKey = randomBytes(32).toString('base64url');
-    for (let i = 0; i < replicaCount; i++) replicas.push(await startReplica(['--database', database, '--data-dir', join(dir, `cloud-${i}`), '--admin-key', adminKey]));
-    if (replicaCount === 1) return { url: replicas[0]!.url, adminKey, replicas, close };
-    // The balancer holds both ends of every device's two connections: four descriptors a device.
-    const forwarders = processesFor(devices, 1);
-    balancer = await startBalancer(replicas.map((r) => ({ host: '127.0.0.1', port: Number(new URL(r.url).port) })), { processes: forwarders });
-    return { url: balancer.url, adminKey, replicas, close };
-  } catch (err) {
-    await close();
-    throw err;
+  if (dbKind === 'sqlite') {
+    const only = await startReplica(['--data-dir', join(dir, 'cloud')], teardown);
+    replicas.push(only);
+    return { url: only.url, adminKey: only.adminKey, replicas };
   }
+  const pgStarting = startPostgres();
+  teardown.defer({ name: 'PostgreSQL', stop: async () => (await pgStarting.catch(() => null))?.stop() });
+  const pgCluster = await pgStarting;
+  const database = await pgCluster.createDatabase('fleet');
+  const adminKey = randomBytes(32).toString('base64url');
+  for (let i = 0; i < replicaCount; i++) replicas.push(await startReplica(['--database', database, '--data-dir', join(dir, `cloud-${i}`), '--admin-key', adminKey], teardown));
+  if (replicaCount === 1) return { url: replicas[0]!.url, adminKey, replicas };
+  // The balancer holds both ends of every device's two connections: four descriptors a device.
+  const forwarders = processesFor(devices, 1);
+  const balancing = startBalancer(replicas.map((r) => ({ host: '127.0.0.1', port: Number(new URL(r.url).port) })), { processes: forwarders });
+  teardown.defer({ name: 'balancer', stop: async () => (await balancing.catch(() => null))?.close() });
+  const balancer: Balancer = await balancing;
+  return { url: balancer.url, adminKey, replicas };
 }
 
 async function adminCall(cloud: { url: string; adminKey: string }, method: string, path: string, body?: unknown): Promise<unknown> {
@@ -130,7 +142,35 @@ async function adminCall(cloud: { url: string; adminKey: string }, method: strin
 /** A release of the test app that sleeps (quiet: ten thousand ticking apps would be what is measured). */
 const release = (tag: string) => fleetRelease(`services:\n  main:\n    image: fleetlab/test-app:${tag}\n    command: ["sleep", "1000000"]\n    volumes: ["data:/data"]\nvolumes:\n  data: {}\n`);
 
-async function until(fleet: FleetControl, releaseId: number, limitMs: number, onProgress?: (counts: FleetCounts, applied: number) => Promise<void>): Promise<number> {
+/**
+ * Why devices have not settled on a release: the devices' own reasons, grouped (numbers
+ * folded, so "3 polls failed" and "4 polls failed" count together), and what the cloud
+ * records for a few of them, which says whether their reports and tunnels reached it.
+ */
+async function whyNotSettled(fleet: FleetControl, cloud: BenchCloud, releaseId: number): Promise<string> {
+  const stuck = await fleet.stuck(releaseId, 500);
+  const groups = new Map<string, { n: number; example: (typeof stuck)[number] }>();
+  for (const s of stuck) {
+    const key = `${s.phase}: ${s.reason.replace(/\d+/g, 'N')}`;
+    const g = groups.get(key);
+    if (g) g.n += 1;
+    else groups.set(key, { n: 1, example: s });
+  }
+  const lines = [...groups].sort((a, b) => b[1].n - a[1].n).slice(0, 8).map(([, g]) => `  ${g.n}× ${g.example.phase} (device ${g.example.index}): ${g.example.reason}`);
+  const uuids = stuck.map((s) => s.uuid).filter((u): u is string => u !== null).slice(0, 5);
+  let seen = '';
+  if (uuids.length) {
+    try {
+      const rows = ((await adminCall(cloud, 'GET', `/v6/device?$select=uuid,is_online,api_heartbeat_state,status,is_running__release,last_connectivity_event&$filter=uuid in (${uuids.map((u) => `'${u}'`).join(',')})`)) as { d: unknown[] }).d;
+      seen = `\n  the cloud's rows of ${uuids.length} of them: ${JSON.stringify(rows)}`;
+    } catch (err) {
+      seen = `\n  the cloud could not be asked about them: ${String(err)}`;
+    }
+  }
+  return `${stuck.length >= 500 ? 'at least 500' : stuck.length} devices not settled on release ${releaseId}:\n${lines.join('\n')}${seen}`;
+}
+
+async function until(fleet: FleetControl, releaseId: number, limitMs: number, explain: () => Promise<string>, onProgress?: (counts: FleetCounts, applied: number) => Promise<void>): Promise<number> {
   const t0 = performance.now();
   let said = t0;
   for (;;) {
@@ -142,7 +182,7 @@ async function until(fleet: FleetControl, releaseId: number, limitMs: number, on
     const applied = await fleet.appliedOn(releaseId);
     await onProgress?.(c, applied);
     if (applied === c.total) return performance.now() - t0;
-    if (performance.now() - t0 > limitMs) throw new Error(`not converged on release ${releaseId} within ${limitMs / 1000} s: ${JSON.stringify(c)}; ${JSON.stringify(await fleet.stuck(releaseId, 3))}`);
+    if (performance.now() - t0 > limitMs) throw new Error(`not converged on release ${releaseId} within ${limitMs / 1000} s: ${describeCounts(c)}\n${await explain()}`);
     await new Promise((r) => setTimeout(r, 500));
   }
 }
@@ -163,16 +203,15 @@ const fmt = (ms: number) => (ms >= 10_000 ? `${(ms / 1000).toFixed(0)} s` : ms >
 const rssOf = (replicas: readonly Replica[]) => replicas.filter((r) => r.child.exitCode === null && r.child.signalCode === null).reduce((sum, r) => sum + rssMb(r.child.pid!), 0);
 
 async function runSize(devices: number): Promise<string[]> {
+  // The teardown is the signal handler's from here on: whatever has started by the time a
+  // signal comes is stopped, even halfway through starting the cloud.
+  const teardown = new Teardown();
+  current = teardown;
   const dir = mkdtempSync(join(scratch, 'fleetlab-bench-fleet-'));
-  const cloud = await startCloud(dir, devices);
-  stopNow = async () => {
-    await fleet?.close();
-    await cloud.close();
-    rmSync(dir, { recursive: true, force: true });
-  };
+  teardown.defer({ name: `scratch directory ${dir}`, stop: async () => rmSync(dir, { recursive: true, force: true }) });
   const config = `${devices} | ${dbKind}${dbKind === 'postgres' ? ` × ${replicaCount}` : ''}`;
-  let fleet: FleetControl | undefined;
   try {
+    const cloud = await startCloud(dir, devices, teardown);
     const org = ((await adminCall(cloud, 'GET', `/v6/organization?$filter=handle eq 'admin'`)) as { d: Array<{ id: number }> }).d[0]!.id;
     await adminCall(cloud, 'POST', '/v6/application', { app_name: 'bench', organization: org, device_type: 'raspberrypi3' });
     const { provisioningKey } = await provisioningKeyFor({ cloud: cloud.url, apiKey: cloud.adminKey, fleet: 'bench' });
@@ -181,9 +220,13 @@ async function runSize(devices: number): Promise<string[]> {
 
     const workers = workersArg === 'auto' ? processesFor(devices, 0) : Number(workersArg);
     const t0 = performance.now();
-    fleet = await startFleetControl({ devices, cloudUrl: cloud.url, provisioningKey, dataDir: join(dir, 'fleet'), pollIntervalMs }, workers);
+    // A signal while the devices start needs no step: worker processes stop their devices
+    // when this process goes (fleet-worker.ts), and devices in this process go with it.
+    const fleet = await startFleetControl({ devices, cloudUrl: cloud.url, provisioningKey, dataDir: join(dir, 'fleet'), pollIntervalMs }, workers);
+    teardown.defer({ name: 'fleet', stop: () => fleet.close() });
     const startMs = performance.now() - t0;
-    const converge1 = await until(fleet, v1.releaseId, 10 * pollIntervalMs);
+    const explain = (releaseId: number) => () => whyNotSettled(fleet, cloud, releaseId);
+    const converge1 = await until(fleet, v1.releaseId, 10 * pollIntervalMs, explain(v1.releaseId));
     process.stderr.write(`bench:fleet ${devices}: started in ${fmt(startMs)} (${workers} process${workers > 1 ? 'es' : ''}), release 1 everywhere ${fmt(converge1)} later\n`);
 
     // The reports of that release land within one report interval; steady starts after them.
@@ -209,7 +252,7 @@ async function runSize(devices: number): Promise<string[]> {
     const rolloutT0 = performance.now();
     // Half way: half the devices have taken the new target (and most are still applying it).
     let killedAt: string | undefined;
-    const rolloutMs = await until(fleet, v2.releaseId, 10 * pollIntervalMs, async (c, applied) => {
+    const rolloutMs = await until(fleet, v2.releaseId, 10 * pollIntervalMs, explain(v2.releaseId), async (c, applied) => {
       const taken = c.byRelease[String(v2.releaseId)] ?? 0;
       if (cloud.replicas.length > 1 && killedAt === undefined && taken >= c.total / 2) {
         killedAt = `${taken}/${c.total} had taken release 2, ${applied} applied`;
@@ -236,8 +279,7 @@ async function runSize(devices: number): Promise<string[]> {
       `| ${config} | rollout | ${(rollout.targetState.count / rolloutS).toFixed(0)} | ${fmt(rollout.targetState.p50Ms)} | ${fmt(rollout.targetState.p99Ms)} | ${(rollout.report.count / rolloutS).toFixed(1)} | ${rolloutRss.toFixed(0)} MB (peak ${peakRss.toFixed(0)} MB) | ${rolloutCloudRss.toFixed(0)} MB | **every device on release 2 in ${fmt(rolloutMs)}**${proxyNote ? `; ${proxyNote}` : ''} |`,
     ];
   } finally {
-    await stopNow();
-    stopNow = null;
+    await teardown.stop();
   }
 }
 
@@ -265,12 +307,20 @@ async function waitForProxy(replica: Replica, adminKey: string, uuids: readonly 
   }
 }
 
-// A bench stopped with Ctrl-C or SIGTERM stops what it started (cloud, PostgreSQL, workers, balancer).
-let stopNow: (() => Promise<void>) | null = null;
+// A bench stopped with Ctrl-C or SIGTERM stops what it started (cloud, PostgreSQL, workers,
+// balancer); a second signal kills what is still stopping, and the unwind goes on.
+let current: Teardown | null = null;
+let signalled = 0;
 for (const signal of ['SIGINT', 'SIGTERM'] as const) {
-  process.once(signal, () => {
+  process.on(signal, () => {
+    signalled += 1;
+    if (signalled > 1) {
+      process.stderr.write(`bench:fleet: ${signal} again: killing what is left\n`);
+      current?.force();
+      return;
+    }
     process.stderr.write(`bench:fleet: ${signal}: stopping what the run started\n`);
-    void (stopNow?.() ?? Promise.resolve()).finally(() => process.exit(130));
+    void (current?.stop() ?? Promise.resolve()).catch((err) => process.stderr.write(`bench:fleet: ${String(err)}\n`)).finally(() => process.exit(130));
   });
 }
 

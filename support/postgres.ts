@@ -50,7 +50,12 @@ async function uidOf(user: string): Promise<{ uid: number; gid: number }> {
   return { uid: Number(stdout.trim()), gid: Number(g.trim()) };
 }
 
-export async function startPostgres(): Promise<PostgresCluster> {
+export interface PostgresOptions {
+  /** Server settings (`-c name=value`), e.g. `shared_preload_libraries: 'pg_stat_statements'` for a profile. */
+  readonly settings?: Readonly<Record<string, string>>;
+}
+
+export async function startPostgres(options: PostgresOptions = {}): Promise<PostgresCluster> {
   const bin = binDir();
   const dir = await mkdtemp(join(tmpdir(), 'fleetlab-pg-'));
   const data = join(dir, 'data');
@@ -71,7 +76,11 @@ export async function startPostgres(): Promise<PostgresCluster> {
   };
   try {
     await pgRun('initdb', ['-D', data, '-U', 'postgres', '--auth=trust', '--encoding=UTF8', '--locale=C', '--no-sync']);
-    const opts = `-p ${port} -k ${dir} -c listen_addresses=127.0.0.1 -c fsync=off -c synchronous_commit=off -c full_page_writes=off`;
+    const extra = Object.entries(options.settings ?? {}).map(([name, value]) => {
+      if (!/^[a-z_.]+$/.test(name) || !/^[\w.,-]+$/.test(value)) throw new Error(`bad PostgreSQL setting ${name}=${value}`);
+      return ` -c ${name}=${value}`;
+    });
+    const opts = `-p ${port} -k ${dir} -c listen_addresses=127.0.0.1 -c fsync=off -c synchronous_commit=off -c full_page_writes=off${extra.join('')}`;
     await pgRun('pg_ctl', ['-D', data, '-o', opts, '-l', join(dir, 'log'), '-w', '-t', '60', 'start']);
     started = true;
   } catch (err) {

@@ -12,7 +12,9 @@ import type { Db } from '../src/cloud/db/port.js';
 import { openPostgres } from '../src/cloud/db/postgres.js';
 import { openSqlite } from '../src/cloud/db/sqlite.js';
 import { buildCloud } from '../src/cloud/server.js';
+import WebSocket from 'ws';
 import { eventually } from './helpers/engine-targets.js';
+import { upgradeAnswer } from './helpers/tunnel-upgrade.js';
 import { startPostgres, type PostgresCluster } from '../support/postgres.js';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
@@ -96,6 +98,30 @@ describe('principals kept by key on PostgreSQL', () => {
     expect(await status(b.app, user.apiKey, 'POST', '/v6/application', { app_name: 'kept', organization: org, device_type: 'raspberrypi4-64' })).toBe(201);
     expect(await status(b.app, user.apiKey)).toBe(200);
     expect(b.lookups() - before).toBe(0);
+  });
+
+  it("authenticates a device's tunnel from the kept keys: a replica's devices reconnecting elsewhere cost no lookups", async () => {
+    const org = (JSON.parse((await b.app.inject({ method: 'GET', url: '/v6/organization?$select=id', headers: { authorization: `Bearer ${user.apiKey}` } })).body) as { d: Array<{ id: number }> }).d[0]!.id;
+    const fleet = JSON.parse((await b.app.inject({ method: 'POST', url: '/v6/application', headers: { authorization: `Bearer ${user.apiKey}` }, payload: { app_name: 'tunnels', organization: org, device_type: 'raspberrypi4-64' } })).body) as { id: number };
+    const provisioning = JSON.parse((await b.app.inject({ method: 'POST', url: `/api-key/application/${fleet.id}/provisioning`, headers: { authorization: `Bearer ${user.apiKey}` }, payload: {} })).body) as string;
+    const device = { uuid: 'ab'.repeat(16), key: 'tunnel-device-key-kept-000000000' };
+    const reg = await b.app.inject({ method: 'POST', url: '/device/register', headers: { authorization: `Bearer ${provisioning}` }, payload: { uuid: device.uuid, api_key: device.key, device_type: 'raspberrypi4-64' } });
+    expect(reg.statusCode).toBe(201);
+    const base = await b.app.listen({ port: 0, host: '127.0.0.1' });
+    // Its first request looks the key up; its tunnels after that do not.
+    expect(await status(b.app, device.key, 'PATCH', '/device/v3/state', { [device.uuid]: { status: 'Idle' } })).toBe(200);
+    const before = b.lookups();
+    for (let i = 0; i < 3; i++) {
+      const socket = new WebSocket(`${base.replace('http', 'ws')}/device/v3/${device.uuid}/tunnel`, { headers: { authorization: `Bearer ${device.key}` } });
+      await new Promise<void>((resolve, reject) => {
+        socket.once('open', () => resolve());
+        socket.once('error', reject);
+      });
+      socket.close();
+    }
+    expect(b.lookups() - before).toBe(0);
+    // A kept key still opens only its own device's tunnel.
+    expect((await upgradeAnswer(base, `/device/v3/${'cd'.repeat(16)}/tunnel`, device.key)).status).toBe(401);
   });
 
   it('never keeps an unknown key', async () => {

@@ -10,6 +10,7 @@ import { ReplicaDirectory } from '../src/cloud/cluster/replica-directory.js';
 import type { Db } from '../src/cloud/db/port.js';
 import { buildCloud } from '../src/cloud/server.js';
 import { databases } from './helpers/cloud-fixture.js';
+import { countingDb } from './helpers/counting-db.js';
 
 const dbs = databases();
 afterAll(() => dbs.closeAll());
@@ -83,5 +84,19 @@ describe.each(['sqlite', 'postgres'] as const)('replica directory on %s', (kind)
     await b.leave(at());
     expect(await onlineOf(db, one!.uuid)).toBe(false);
     expect(await onlineOf(db, two!.uuid)).toBe(true);
+
+    // Device two's tunnel on A closes: offline, and its row is gone.
+    await a.disconnected(two!.uuid, at());
+    expect(await onlineOf(db, two!.uuid)).toBe(false);
+    expect(await a.owners([two!.uuid])).toEqual(new Map());
+
+    // On PostgreSQL a tunnel opening or closing is one statement (one round trip, no transaction).
+    if (kind === 'postgres') {
+      const counted = countingDb(db);
+      const c = new ReplicaDirectory({ db: counted.db, id: 'cc', staleAfterMs: STALE_MS });
+      await c.connected(one!.uuid, one!.id, at());
+      await c.disconnected(one!.uuid, at());
+      expect(counted.calls.map((q) => q.kind)).toEqual(['query', 'query']);
+    }
   });
 });

@@ -13,6 +13,7 @@ import { composeTarget, loadTargetRows } from '../src/cloud/device/target-state.
 import { buildCloud } from '../src/cloud/server.js';
 import { cloudError } from './helpers/cloud-error-shape.js';
 import { cloudOn, databases, type CloudFixture, type DbKind } from './helpers/cloud-fixture.js';
+import { countingDb } from './helpers/counting-db.js';
 
 const dbs = databases();
 afterAll(() => dbs.closeAll());
@@ -154,5 +155,53 @@ describe.each<DbKind>(['sqlite', 'postgres'])('device target state served from i
     expect(await asked(device.key, 'f'.repeat(32))).toBe('401 CLOUD_ERR_FORBIDDEN: A device key reads only its own target state');
     await c.db.query('UPDATE "api_key" SET expiry_date = ? WHERE key_hash = ?', [new Date(Date.now() - 60_000).toISOString(), hashKey(device.key)]);
     expect(await asked(device.key)).toBe('401 CLOUD_ERR_UNAUTHORIZED: Unauthorized');
+  });
+});
+
+describe.each<DbKind>(['sqlite', 'postgres'])('a rollout on %s', (kind) => {
+  it("reads the release's rows once for a fleet's devices, and again only when the release changes", async () => {
+    const c = await cloudOn(await dbs.open(kind));
+    const counted = countingDb(c.db);
+    const app = buildCloud({ db: counted.db });
+    await app.ready();
+    try {
+      const call = async (key: string, method: string, url: string, payload?: unknown, headers: Record<string, string> = {}) => {
+        const r = await app.inject({ method: method as 'GET', url, headers: { authorization: `Bearer ${key}`, ...headers }, ...(payload === undefined ? {} : { payload: payload as object }) });
+        if (r.statusCode >= 300) throw new Error(`${method} ${url}: ${r.statusCode} ${r.body}`);
+        return r;
+      };
+      const id = async (method: string, url: string, payload: unknown) => (JSON.parse((await call(c.adminKey, method, url, payload)).body) as { id: number }).id;
+      const org = (JSON.parse((await call(c.adminKey, 'GET', `/v6/organization?$filter=handle eq 'admin'`)).body) as { d: Array<{ id: number }> }).d[0]!.id;
+      const fleet = await id('POST', '/v6/application', { app_name: 'rollout', organization: org, device_type: 'raspberrypi4-64' });
+      const release = await id('POST', '/v6/release', { belongs_to__application: fleet, commit: 'r1', status: 'success' });
+      const service = await id('POST', '/v6/service', { application: fleet, service_name: 'main' });
+      const image = await id('POST', '/v6/image', { is_a_build_of__service: service, is_stored_at__image_location: 'registry.local/main:1', status: 'success' });
+      await call(c.adminKey, 'POST', '/v6/release_image', { image, is_part_of__release: release });
+      const provisioning = JSON.parse((await call(c.adminKey, 'POST', `/api-key/application/${fleet}/provisioning`, {})).body) as string;
+      const devices = await Promise.all(
+        Array.from({ length: 6 }, async (_, i) => {
+          const d = { uuid: (0xbee0 + i).toString(16).padStart(32, '0'), key: `device-key-of-rollout-${i}-0000000` };
+          await call(provisioning, 'POST', '/device/register', { uuid: d.uuid, api_key: d.key, device_type: 'raspberrypi4-64' });
+          return d;
+        }),
+      );
+      const releaseReads = () => counted.calls.filter((q) => q.kind === 'query' && q.sql.startsWith('SELECT id, "commit", composition FROM "release"')).length;
+      const pollAll = () => Promise.all(devices.map((d) => call(d.key, 'GET', `/device/v3/${d.uuid}/state`)));
+
+      await call(c.adminKey, 'PATCH', `/v6/application(${fleet})`, { should_be_running__release: release });
+      const before = releaseReads();
+      const bodies = (await pollAll()).map((r) => JSON.parse(r.body) as Record<string, { apps: Record<string, { releaseId: number; services: Record<string, { image: string }> }> }>);
+      expect(releaseReads() - before).toBe(1);
+      for (const [i, body] of bodies.entries()) expect(Object.values(body[devices[i]!.uuid]!.apps)[0]!.services[String(service)]!.image).toBe('registry.local/main:1');
+
+      // The release's image moves: every device rebuilds, from one read of the release.
+      await call(c.adminKey, 'PATCH', `/v6/image(${image})`, { is_stored_at__image_location: 'registry.local/main:1b' });
+      const moved = releaseReads();
+      for (const r of await pollAll()) expect(r.body).toContain('registry.local/main:1b');
+      expect(releaseReads() - moved).toBe(1);
+    } finally {
+      await app.close();
+      await c.close();
+    }
   });
 });

@@ -117,10 +117,11 @@ export class FleetDevice {
     const releaseId = sup.state.getTarget().apps[0]?.releaseId ?? null;
     const cut = this.options.faults.includes('partition');
     if (!sup.store.get().registered) return { phase: 'offline', releaseId, reason: cut ? 'partitioned from the cloud before it registered' : 'not registered with the cloud yet' };
-    if (!sup.cloud?.tunnelConnected) return { phase: 'offline', releaseId, reason: cut ? 'partitioned from the cloud' : 'no tunnel to the cloud' };
+    const link = sup.cloud?.problem();
+    if (!sup.cloud?.tunnelConnected) return { phase: 'offline', releaseId, reason: cut ? 'partitioned from the cloud' : `no tunnel to the cloud${link ? ` (${link})` : ''}` };
     if (sup.state.updateFailed) return { phase: 'failed', releaseId, reason: sup.state.problem ?? 'update failed' };
-    if (sup.state.isApplying() || sup.state.updateLocked) return { phase: 'applying', releaseId };
-    return { phase: 'applied', releaseId };
+    if (sup.state.isApplying() || sup.state.updateLocked) return { phase: 'applying', releaseId, reason: `${sup.state.activity()}${link ? `; ${link}` : ''}` };
+    return { phase: 'applied', releaseId, ...(link ? { reason: link } : {}) };
   }
 
   /** This device's volumes in its engine: a volume made again has a new creation time. */

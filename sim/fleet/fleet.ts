@@ -177,7 +177,7 @@ export class Fleet {
     for (const d of this.devices) {
       const s = d.status();
       if (s.phase === 'applied' && (releaseId === null || s.releaseId === releaseId)) continue;
-      const reason = s.reason ?? (s.phase === 'applied' ? `holds release ${s.releaseId ?? 'none'}` : s.phase);
+      const reason = s.phase === 'applied' ? `holds release ${s.releaseId ?? 'none'}${s.reason ? `; ${s.reason}` : ''}` : (s.reason ?? s.phase);
       out.push({ index: d.index, uuid: d.uuid, phase: s.phase, releaseId: s.releaseId, faults: d.faults, reason });
       if (out.length >= limit) break;
     }

@@ -4,7 +4,7 @@
  */
 import { randomBytes } from 'node:crypto';
 import Fastify, { type FastifyInstance, type FastifyRequest } from 'fastify';
-import { bearerKey, type Principal, principalOf } from './auth/principal.js';
+import { bearerKey, type Principal } from './auth/principal.js';
 import { PrincipalCache } from './auth/principal-cache.js';
 import { cloudFrameworkErrors, installCloudErrors } from './api/errors.js';
 import { keyRoutes } from './api/key-routes.js';
@@ -70,8 +70,10 @@ export function buildCloud(deps: CloudDeps): FastifyInstance {
   const replicaHeartbeatMs = deps.replicaHeartbeatMs ?? 5_000;
   const directory = new ReplicaDirectory({ db: deps.db, id: deps.replicaId ?? randomBytes(16).toString('hex'), staleAfterMs: 3 * replicaHeartbeatMs });
   const hub = new TunnelHub({
+    // Through the kept principals, as every other request: a replica killed mid-rollout sends
+    // its devices' tunnels to the others at once, and each was a key lookup of its own.
     authenticate: async (uuid, key) => {
-      const p = await principalOf(deps.db, key, deps.now?.());
+      const p = await principals.principal(key, deps.now?.() ?? new Date());
       return p.kind === 'device' && p.uuid === uuid ? { deviceId: p.deviceId } : null;
     },
     onChange: (uuid, deviceId, online) => (online ? directory.connected(uuid, deviceId, now().toISOString()) : directory.disconnected(uuid, now().toISOString())),

@@ -2,27 +2,27 @@
  * Applies a device's state report: device fields (status, versions, addresses), the running
  * release, and one image_install per service (status, download progress). `apps` comes whole
  * when present, so installs missing from it are gone from the device.
+ *
+ * PostgreSQL writes it in one statement (state-report-postgres.ts): its pool is shared by
+ * every request of a replica, and a transaction of several round trips holds a connection
+ * for all of them. SQLite runs in this process, where a statement costs no round trip and
+ * the connection's queue serialises writers anyway: there it stays a transaction of small
+ * statements, below.
  */
 import { FleetlabError } from '../../errors.js';
 import type { DeviceReport } from '../../protocol/device-cloud.js';
 import type { Db, SqlValue } from '../db/port.js';
+import { applyReportInOneStatement } from './state-report-postgres.js';
+import { deviceColumns, runningRelease } from './state-report-rows.js';
 
-const deviceColumns = ['status', 'os_version', 'supervisor_version', 'ip_address', 'mac_address'] as const;
-
-/** The release an app runs: the one every reported service of it is Running from. */
-export function runningRelease(report: DeviceReport): number | null | undefined {
-  if (!report.apps) return undefined;
-  const releases = new Set<number>();
-  for (const app of Object.values(report.apps)) {
-    for (const s of Object.values(app.services)) {
-      if (s.status !== 'Running' || s.release_id === undefined) return null;
-      releases.add(s.release_id);
-    }
-  }
-  return releases.size === 1 ? [...releases][0]! : null;
-}
+export { runningRelease } from './state-report-rows.js';
 
 export async function applyReport(db: Db, deviceId: number, report: DeviceReport, now: Date): Promise<void> {
+  if (db.dialect.name === 'postgres') return applyReportInOneStatement(db, deviceId, report, now);
+  return applyReportStepwise(db, deviceId, report, now);
+}
+
+async function applyReportStepwise(db: Db, deviceId: number, report: DeviceReport, now: Date): Promise<void> {
   await db.transaction(async (tx) => {
     const sets: string[] = [];
     const params: SqlValue[] = [];

@@ -2,7 +2,8 @@
  * A device's target state, as the supervisor polls it: the fleet's target release (or the
  * release the device is pinned to), its services and images, and environment and config
  * variables merged (compose-style release composition < fleet variables < device
- * variables). `composeTarget` is pure; `loadTargetRows` reads what it needs in four queries.
+ * variables). `composeTarget` is pure; `loadTargetRows` reads what it needs in four queries, two
+ * of them the release's, which a cache may answer (target-cache.ts).
  */
 import { createHash } from 'node:crypto';
 import { Type, type Static } from '@sinclair/typebox';
@@ -88,7 +89,14 @@ export const etagOf = (body: string): string => `"${createHash('sha256').update(
 
 const pairs = (rows: Array<{ name: string; value: string }>) => Object.fromEntries(rows.map((r) => [r.name, r.value]));
 
-export async function loadTargetRows(db: Db, deviceId: number): Promise<TargetRows> {
+/** What a target takes from its release: the same for every device that runs it. */
+export type ReleaseRows = Pick<TargetRows, 'release' | 'images'>;
+
+/**
+ * A target's rows. `releaseRows` reads the release's part (by default from the database);
+ * a cache may answer it instead, since every device of a fleet shares it.
+ */
+export async function loadTargetRows(db: Db, deviceId: number, releaseRows: (releaseId: number) => Promise<ReleaseRows> = (id) => loadReleaseRows(db, id)): Promise<TargetRows> {
   const [d] = await db.query<{ uuid: string; device_name: string; app_id: number; app_name: string; release_id: number | null }>(
     `SELECT d.uuid, d.device_name, a.id AS app_id, a.app_name,
             COALESCE(d.should_be_running__release, a.should_be_running__release) AS release_id
@@ -98,16 +106,7 @@ export async function loadTargetRows(db: Db, deviceId: number): Promise<TargetRo
   );
   if (!d) throw new FleetlabError('CLOUD_ERR_UNAUTHORIZED', 'The device of this key no longer exists');
   const releaseId = d.release_id === null ? null : Number(d.release_id);
-  const [release] = releaseId === null ? [] : await db.query<{ id: number; commit: string; composition: string | null }>(
-    'SELECT id, "commit", composition FROM "release" WHERE id = ?', [releaseId]);
-  const images = release
-    ? await db.query<{ image_id: number; location: string; service_id: number; service_name: string }>(
-        `SELECT i.id AS image_id, i.is_stored_at__image_location AS location, s.id AS service_id, s.service_name
-           FROM "image__is_part_of__release" ir JOIN "image" i ON i.id = ir.image JOIN "service" s ON s.id = i.is_a_build_of__service
-          WHERE ir.is_part_of__release = ? ORDER BY s.id`,
-        [Number(release.id)],
-      )
-    : [];
+  const { release, images } = releaseId === null ? { release: null, images: [] } : await releaseRows(releaseId);
   const vars = await db.query<{ kind: string; name: string; value: string }>(
     `SELECT 'app-env' AS kind, name, value FROM "application_environment_variable" WHERE application = ?
      UNION ALL SELECT 'dev-env', name, value FROM "device_environment_variable" WHERE device = ?
@@ -119,9 +118,25 @@ export async function loadTargetRows(db: Db, deviceId: number): Promise<TargetRo
   return {
     device: { uuid: d.uuid, name: d.device_name },
     app: { id: Number(d.app_id), name: d.app_name },
-    release: release ? { id: Number(release.id), commit: release.commit, composition: release.composition } : null,
-    images: images.map((i) => ({ imageId: Number(i.image_id), location: i.location, serviceId: Number(i.service_id), serviceName: i.service_name })),
+    release,
+    images,
     env: { app: of('app-env'), device: of('dev-env') },
     config: { app: of('app-config'), device: of('dev-config') },
+  };
+}
+
+/** The release's row and its images (null and none when the release is gone). */
+export async function loadReleaseRows(db: Db, releaseId: number): Promise<ReleaseRows> {
+  const [release] = await db.query<{ id: number; commit: string; composition: string | null }>('SELECT id, "commit", composition FROM "release" WHERE id = ?', [releaseId]);
+  if (!release) return { release: null, images: [] };
+  const images = await db.query<{ image_id: number; location: string; service_id: number; service_name: string }>(
+    `SELECT i.id AS image_id, i.is_stored_at__image_location AS location, s.id AS service_id, s.service_name
+       FROM "image__is_part_of__release" ir JOIN "image" i ON i.id = ir.image JOIN "service" s ON s.id = i.is_a_build_of__service
+      WHERE ir.is_part_of__release = ? ORDER BY s.id`,
+    [Number(release.id)],
+  );
+  return {
+    release: { id: Number(release.id), commit: release.commit, composition: release.composition },
+    images: images.map((i) => ({ imageId: Number(i.image_id), location: i.location, serviceId: Number(i.service_id), serviceName: i.service_name })),
   };
 }

@@ -31,8 +31,6 @@ interface Connection {
   readonly socket: WebSocket;
   readonly pending: Map<number, { resolve: (answer: DeviceAnswer) => void; reject: (err: Error) => void }>;
   nextId: number;
-  /** The online write; the offline write waits for it, so the two never land out of order. */
-  online: Promise<void>;
 }
 
 const tunnelPath = /^\/device\/v3\/([0-9a-f]{32}|[0-9a-f]{62})\/tunnel$/;
@@ -50,8 +48,25 @@ export class TunnelHub {
   private heartbeat: NodeJS.Timeout | undefined;
   private readonly alive = new WeakSet<WebSocket>();
   private closing = false;
+  /**
+   * Each device's online/offline writes, one after another in the order their events came.
+   * Per connection was not enough: a device whose first connection closed while its online
+   * write waited for the database (a busy pool) and that reconnected at once had its new
+   * connection's online write land before the old one's offline write, which then deleted
+   * the new tunnel's row and left the device offline for good (11 of 2,000 devices after a
+   * replica was killed, bench/fleet.bench.ts on PostgreSQL).
+   */
+  private readonly bookkeeping = new Map<string, Promise<void>>();
 
   constructor(private readonly deps: TunnelHubDeps) {}
+
+  private record(uuid: string, deviceId: number, online: boolean): void {
+    const write = (this.bookkeeping.get(uuid) ?? Promise.resolve())
+      .then(() => this.deps.onChange(uuid, deviceId, online))
+      .catch((err) => this.deps.log.warn(`device ${uuid} ${online ? 'online' : 'offline'} bookkeeping: ${String(err)}`));
+    this.bookkeeping.set(uuid, write);
+    void write.then(() => this.bookkeeping.get(uuid) === write && this.bookkeeping.delete(uuid));
+  }
 
   /** Takes over WebSocket upgrades on the tunnel path of `server`. */
   attach(server: Server): void {
@@ -116,8 +131,8 @@ export class TunnelHub {
   private adopt(uuid: string, deviceId: number, socket: WebSocket): void {
     // A device that reconnects after a partition may still have a half-open old socket here.
     this.connections.get(uuid)?.socket.terminate();
-    const online = this.deps.onChange(uuid, deviceId, true).catch((err) => this.deps.log.warn(`device ${uuid} online bookkeeping: ${String(err)}`));
-    const conn: Connection = { deviceId, socket, pending: new Map(), nextId: 1, online };
+    this.record(uuid, deviceId, true);
+    const conn: Connection = { deviceId, socket, pending: new Map(), nextId: 1 };
     this.connections.set(uuid, conn);
     this.alive.add(socket);
     socket.on('pong', () => this.alive.add(socket));
@@ -139,9 +154,7 @@ export class TunnelHub {
       if (this.connections.get(uuid) !== conn) return;
       this.connections.delete(uuid);
       if (this.closing) return;
-      void conn.online
-        .then(() => this.deps.onChange(uuid, deviceId, false))
-        .catch((err) => this.deps.log.warn(`device ${uuid} offline bookkeeping: ${String(err)}`));
+      this.record(uuid, deviceId, false);
     });
     socket.on('error', () => socket.terminate());
   }

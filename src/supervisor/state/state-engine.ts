@@ -123,6 +123,16 @@ export class StateEngine {
     return this.applying || this.pending !== null || this.retryTimer !== undefined;
   }
 
+  /** What an unfinished apply is doing or waiting for, in one line (a fleet says why a device has not settled). */
+  activity(): string {
+    if (this.applying) return this.pulls.inFlight.size > 0 ? `applying, ${this.pulls.inFlight.size} image(s) downloading` : 'applying';
+    if (this.pending) return 'an apply is queued';
+    if (this.updateLocked) return 'waiting for an update lock';
+    if (this.waitingFor) return `waiting: ${this.waitingFor}`;
+    if (this.retryTimer) return `retrying (attempt ${this.attempts}) after: ${this.problem ?? 'a failed round'}`;
+    return 'settled';
+  }
+
   /** Runs an app action with no apply interleaving. */
   exclusive<T>(fn: () => Promise<T>): Promise<T> {
     return this.write(fn);

@@ -48,6 +48,8 @@ export class CloudLink {
   private pollFailures = 0;
   private reportFailures = 0;
   private polling: Promise<void> | null = null;
+  private lastPollError: string | null = null;
+  private lastReportError: string | null = null;
   private closed = false;
 
   constructor(private readonly deps: CloudLinkDeps) {
@@ -63,6 +65,15 @@ export class CloudLink {
 
   get tunnelConnected(): boolean {
     return this.tunnel.connected;
+  }
+
+  /** What is failing between this device and the cloud now, in one line; null when nothing is. */
+  problem(): string | null {
+    const parts: string[] = [];
+    if (!this.tunnel.connected && this.tunnel.lastProblem) parts.push(`tunnel: ${this.tunnel.lastProblem}`);
+    if (this.pollFailures > 0) parts.push(`${this.pollFailures} target-state polls failed, last: ${this.lastPollError}`);
+    if (this.reportFailures > 0) parts.push(`${this.reportFailures} state reports failed, last: ${this.lastReportError}`);
+    return parts.length ? parts.join('; ') : null;
   }
 
   start(): void {
@@ -135,6 +146,7 @@ export class CloudLink {
       delay = this.deps.pollIntervalMs();
     } catch (err) {
       this.pollFailures += 1;
+      this.lastPollError = errorText(err);
       delay = backoffDelay(this.pollFailures, this.deps.backoff);
       if (this.pollFailures <= 3 || this.pollFailures % 10 === 0) {
         this.deps.log.warn(`Target state poll failed (${errorText(err)}); retry ${this.pollFailures} in ${delay} ms`);
@@ -165,6 +177,7 @@ export class CloudLink {
       this.reportFailures = 0;
     } catch (err) {
       this.reportFailures += 1;
+      this.lastReportError = errorText(err);
       delay = Math.max(this.deps.reportIntervalMs, backoffDelay(this.reportFailures, this.deps.backoff));
       if (this.reportFailures <= 3 || this.reportFailures % 10 === 0) this.deps.log.warn(`State report failed (${errorText(err)}); retry in ${delay} ms`);
     }

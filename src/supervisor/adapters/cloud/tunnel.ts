@@ -32,6 +32,8 @@ export class Tunnel {
   private heartbeat: NodeJS.Timeout | undefined;
   private closed = false;
   private open = false;
+  /** Why the last connection failed or ended (null while none has); read when a device says why it is offline. */
+  lastProblem: string | null = null;
 
   constructor(private readonly options: TunnelOptions) {}
 
@@ -58,12 +60,16 @@ export class Tunnel {
     });
     this.socket = socket;
     let alive = true;
+    let silent = false;
     socket.on('open', () => {
       this.attempts = 0;
       this.setOpen(true);
       this.options.log.info(`Cloud tunnel connected to ${this.options.url}`);
       this.heartbeat = setInterval(() => {
-        if (!alive) return socket.terminate();
+        if (!alive) {
+          silent = true;
+          return socket.terminate();
+        }
         alive = false;
         socket.ping();
       }, this.options.heartbeatMs);
@@ -71,10 +77,12 @@ export class Tunnel {
     socket.on('pong', () => (alive = true));
     socket.on('message', (data) => void this.onMessage(socket, data.toString()));
     socket.on('error', (err) => {
+      this.lastProblem = err.message;
       if (this.attempts <= 1) this.options.log.warn(`Cloud tunnel: ${err.message}`);
     });
-    socket.on('close', () => {
+    socket.on('close', (code) => {
       clearInterval(this.heartbeat);
+      if (this.open) this.lastProblem = silent ? `the cloud sent no pong within ${this.options.heartbeatMs} ms` : `closed (code ${code})`;
       if (this.socket === socket) this.socket = null;
       if (this.open) this.options.log.warn('Cloud tunnel closed; reconnecting');
       this.setOpen(false);

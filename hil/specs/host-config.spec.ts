@@ -4,9 +4,8 @@
  * both read back over the API and from the host's files. That both survive a reboot is
  * reboot.spec.ts's.
  */
-import { expect, since, test, type ProxyConfig } from 'fleetlab/test';
-
-const PROXY: ProxyConfig = { type: 'socks5', ip: 'proxy.example', port: 1080, login: 'user', password: 'hunter2', noProxy: ['10.0.0.0/8', '192.168.7.7'] };
+import { expect, since, test } from 'fleetlab/test';
+import { PROXY, PROXY_READ_BACK } from '../lib/host-config.js';
 
 test('GET host-config before any change: a hostname, no proxy', { annotation: since('6.6.0', 'GET and PATCH /v1/device/host-config') }, async ({ api }) => {
   const res = await api.hostConfig();
@@ -23,7 +22,7 @@ test('PATCH hostname and proxy: applied on the host, read back without the passw
   const res = await api.patchHostConfig({ network: { hostname: 'hil-bench-7', proxy: PROXY } });
   expect(res.status).toBe(200);
   expect(res.text).toBe('OK');
-  const expected = { network: { hostname: 'hil-bench-7', proxy: { type: 'socks5', ip: 'proxy.example', port: '1080', login: 'user', noProxy: ['10.0.0.0/8', '192.168.7.7'] } } };
+  const expected = { network: { hostname: 'hil-bench-7', proxy: PROXY_READ_BACK } };
   expect((await api.hostConfig()).body).toEqual(expected);
   // hostname1 wrote the static hostname; the supervisor wrote redsocks' files.
   const files = device.files!;

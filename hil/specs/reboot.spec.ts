@@ -6,14 +6,13 @@
  * minute on an emulated one). The checks before it stay in host-config.spec.ts and keys.spec.ts;
  * that a stopped service runs again after a reboot is lifecycle.spec.ts's (the API's reboot).
  */
-import { expect, since, test, type ProxyConfig } from 'fleetlab/test';
-
-const PROXY: ProxyConfig = { type: 'socks5', ip: 'proxy.example', port: 1080, login: 'user', password: 'hunter2', noProxy: ['10.0.0.0/8', '192.168.7.7'] };
+import { expect, since, test } from 'fleetlab/test';
+import { PROXY, PROXY_READ_BACK } from '../lib/host-config.js';
 
 test('hostname, proxy and a regenerated key kept across a reboot through the OS', { tag: '@smoke', annotation: since('6.6.0', 'GET and PATCH /v1/device/host-config') }, async ({ api, device, needs }) => {
   needs('power.reboot');
   expect((await api.patchHostConfig({ network: { hostname: 'hil-bench-7', proxy: PROXY } })).status).toBe(200);
-  const hostConfig = { network: { hostname: 'hil-bench-7', proxy: { type: 'socks5', ip: 'proxy.example', port: '1080', login: 'user', noProxy: ['10.0.0.0/8', '192.168.7.7'] } } };
+  const hostConfig = { network: { hostname: 'hil-bench-7', proxy: PROXY_READ_BACK } };
   expect((await api.hostConfig()).body).toEqual(hostConfig);
 
   const old = api.key;

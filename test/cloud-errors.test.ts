@@ -107,11 +107,17 @@ describe.each<DbKind>(['sqlite', 'postgres'])('cloud errors on %s', (kind) => {
     expect(cloudError(await upgrade('/v6/device', deviceKey))).toMatchObject({ status: 404, code: 'CLOUD_ERR_NOT_FOUND' });
   });
 
-  it('a database that has gone away: 500 in the same shape', async () => {
-    const gone = await cloudOn(await dbs.open(kind));
+  it('a database that has gone away: 500 in the same shape, told to the cloud\'s log (4xx are not)', async () => {
+    const told: string[] = [];
+    const gone = await cloudOn(await dbs.open(kind), { log: { warn: (m) => told.push(m) } });
+    const refused = await gone.app.inject({ method: 'GET', url: '/v6/device', headers: { authorization: 'Bearer not-a-key' } });
+    expect(refused.statusCode).toBe(401);
+    expect(told).toEqual([]);
     await gone.db.close();
-    const r = await gone.app.inject({ method: 'GET', url: '/v6/device', headers: { authorization: `Bearer ${gone.adminKey}` } });
-    expect(cloudError({ status: r.statusCode, headers: r.headers, body: r.body })).toMatchObject({ status: 500, code: 'CLOUD_ERR_INTERNAL' });
+    const r = await gone.app.inject({ method: 'GET', url: '/v6/device?$top=1', headers: { authorization: `Bearer ${gone.adminKey}` } });
+    const err = cloudError({ status: r.statusCode, headers: r.headers, body: r.body });
+    expect(err).toMatchObject({ status: 500, code: 'CLOUD_ERR_INTERNAL' });
+    expect(told).toEqual([`GET /v6/device: 500 CLOUD_ERR_INTERNAL: ${err.message}`]);
     await gone.close();
   });
 });

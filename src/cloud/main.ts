@@ -54,11 +54,12 @@ export async function runCloud(opts: CloudOptions): Promise<{ url: string; stopp
   // On PostgreSQL any number of cloud processes may share the database (replicas behind one
   // load balancer); they reach each other's device tunnels through LISTEN/NOTIFY.
   const replicaId = randomBytes(16).toString('hex');
+  const log = { warn: (m: string) => console.error(`fleetlab cloud: ${m}`) };
   let replicaBus: ReplicaBus | null = null;
   if (db.dialect.name === 'postgres') {
-    replicaBus = await startPostgresBus({ connectionString: opts.database!, db, replica: replicaId, log: { warn: (m) => console.error(`fleetlab cloud: ${m}`) } });
+    replicaBus = await startPostgresBus({ connectionString: opts.database!, db, replica: replicaId, log });
   }
-  const app = buildCloud({ db, replicaId, replicaBus });
+  const app = buildCloud({ db, replicaId, replicaBus, log });
   // Signal handlers go in before the ready line: a supervisor that reads the line and
   // stops us at once must find them installed, not the default (die) disposition.
   let stop: () => void = () => undefined;

@@ -28,7 +28,8 @@ export interface CloudDeps {
   model?: Model;
   hooks?: InsertHooks;
   now?: () => Date;
-  logger?: boolean;
+  /** Where what fails outside a request's answer goes (a tunnel's bookkeeping, the replica heartbeat) and every 5xx answer; silent by default. */
+  log?: { warn(message: string): void };
   /** How long the proxy waits for a device's answer (docs/decisions.md item 20: then 504). */
   proxyTimeoutMs?: number;
   /** Tunnel heartbeat: a device that misses one is taken offline. */
@@ -48,10 +49,11 @@ export interface CloudDeps {
 export function buildCloud(deps: CloudDeps): FastifyInstance {
   const model = deps.model ?? buildModel();
   const hooks = deps.hooks ?? buildHooks({ now: deps.now });
-  const app = Fastify({ logger: deps.logger ?? false, routerOptions: { maxParamLength: 16_384 }, frameworkErrors: cloudFrameworkErrors });
+  const app = Fastify({ logger: false, routerOptions: { maxParamLength: 16_384 }, frameworkErrors: cloudFrameworkErrors });
+  const log = deps.log ?? { warn: () => undefined };
 
   installJsonBodyParser(app);
-  installCloudErrors(app, deps.db.dialect);
+  installCloudErrors(app, deps.db.dialect, log);
 
   const principals = new PrincipalCache({ db: deps.db, maxEntries: deps.principalCacheEntries ?? 10_000 });
   deps.replicaBus?.onKeysChanged(principals);
@@ -66,7 +68,6 @@ export function buildCloud(deps: CloudDeps): FastifyInstance {
     });
 
   const now = deps.now ?? (() => new Date());
-  const log = { warn: (m: string) => app.log.warn(m) };
   const replicaHeartbeatMs = deps.replicaHeartbeatMs ?? 5_000;
   const directory = new ReplicaDirectory({ db: deps.db, id: deps.replicaId ?? randomBytes(16).toString('hex'), staleAfterMs: 3 * replicaHeartbeatMs });
   const hub = new TunnelHub({

@@ -10,7 +10,7 @@ import { prepareDatabase } from '../../src/cloud/bootstrap.js';
 import type { Db } from '../../src/cloud/db/port.js';
 import { openPostgres } from '../../src/cloud/db/postgres.js';
 import { openSqlite } from '../../src/cloud/db/sqlite.js';
-import { buildCloud } from '../../src/cloud/server.js';
+import { buildCloud, type CloudDeps } from '../../src/cloud/server.js';
 import { startPostgres, type PostgresCluster } from '../../support/postgres.js';
 
 export type DbKind = 'sqlite' | 'postgres';
@@ -52,9 +52,9 @@ export function databases() {
   };
 }
 
-export async function cloudOn(db: Db): Promise<CloudFixture> {
+export async function cloudOn(db: Db, deps: Omit<CloudDeps, 'db'> = {}): Promise<CloudFixture> {
   const admin = await prepareDatabase(db);
-  const app = buildCloud({ db });
+  const app = buildCloud({ db, ...deps });
   await app.ready();
   return { app, db, adminKey: admin.key!, close: () => app.close() };
 }

@@ -52,8 +52,13 @@ export function errorResponse(err: FleetlabError): { status: number; headers: Re
   };
 }
 
-function send(request: FastifyRequest, reply: FastifyReply, err: FleetlabError): void {
-  if (err.statusCode >= 500) request.log.error({ err }, 'request failed');
+/** Where 5xx answers are told: the operator's only sign that a write failed. */
+export interface CloudErrorLog {
+  warn(message: string): void;
+}
+
+function send(request: FastifyRequest, reply: FastifyReply, err: FleetlabError, log?: CloudErrorLog): void {
+  if (err.statusCode >= 500) log?.warn(`${request.method} ${request.url.split('?')[0]}: ${err.statusCode} ${err.code}: ${err.message}`);
   const r = errorResponse(err);
   void reply.code(r.status).headers(r.headers).send(r.body);
 }
@@ -66,8 +71,8 @@ export function cloudFrameworkErrors(error: FastifyError, request: FastifyReques
   send(request, reply, new FleetlabError('CLOUD_ERR_BAD_REQUEST', `Malformed URL: ${error.message}`, { cause: error }));
 }
 
-export function installCloudErrors(app: FastifyInstance, dialect: Dialect): void {
-  app.setErrorHandler((err: FastifyError, request, reply) => send(request, reply, asCloudError(err, dialect, request.method)));
+export function installCloudErrors(app: FastifyInstance, dialect: Dialect, log?: CloudErrorLog): void {
+  app.setErrorHandler((err: FastifyError, request, reply) => send(request, reply, asCloudError(err, dialect, request.method), log));
   app.setNotFoundHandler((request, reply) => {
     send(request, reply, new FleetlabError('CLOUD_ERR_NOT_FOUND', `Not found: ${request.method} ${request.url.split('?')[0]}`));
   });

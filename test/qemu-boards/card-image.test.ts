@@ -3,9 +3,11 @@
  * back (partition table, boot partition, root filesystem label), then booted under QEMU virt
  * from its own kernel and root partition on a card 2 GiB larger than the image, provisioned by
  * its fleetlab.txt. The first boot must grow the root partition, make SSH host keys, apply the
- * file and start the supervisor; the HIL qemu target then runs specs on it (.ci/run).
+ * file and start the supervisor; then the HIL specs run on that card through the board target,
+ * as a lab runs them on a flashed Pi (FLEETLAB_CARD_SPECS: which, default the config.txt one).
+ * With FLEETLAB_CI_FULL=1 .ci/run also runs specs through the qemu target booting the card itself.
  */
-import { closeSync, mkdtempSync, openSync, readFileSync, readSync, rmSync } from 'node:fs';
+import { closeSync, cpSync, existsSync, mkdirSync, mkdtempSync, openSync, readFileSync, readSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { execa, type ResultPromise } from 'execa';
@@ -30,6 +32,7 @@ function ext4Label(image: string, offset: number): string {
 describe('fleetlab card build --board rpi4, flashed and booted', () => {
   const dir = mkdtempSync(join(tmpdir(), 'fleetlab-card-'));
   const image = join(dir, 'lab-pi.img');
+  const boardConfig = join(dir, 'board.json');
   let boot: ResultPromise | undefined;
   let ssh: SshDevice | undefined;
   let ready: { apiUrl: string; sshPort: number; sshKey: string } | undefined;
@@ -67,7 +70,11 @@ describe('fleetlab card build --board rpi4, flashed and booted', () => {
   });
 
   it('boots on a larger card: root grown, host keys made, fleetlab.txt applied, supervisor answering', async () => {
-    boot = execa(process.execPath, [join(repoRoot, 'bin', 'fleetlab.js'), 'qemu', 'boot', '--machine', 'virt', '--snapshot', '--flash-image', image], { reject: false, all: false, buffer: false });
+    boot = execa(process.execPath, [join(repoRoot, 'bin', 'fleetlab.js'), 'qemu', 'boot', '--machine', 'virt', '--snapshot', '--flash-image', image, '--board-config', boardConfig], {
+      reject: false,
+      all: false,
+      buffer: false,
+    });
     let out = '';
     boot.stdout!.on('data', (d: Buffer) => (out += d.toString()));
     const deadline = Date.now() + 900_000;
@@ -101,5 +108,25 @@ describe('fleetlab card build --board rpi4, flashed and booted', () => {
     expect(config).toMatchObject({ deviceType: 'raspberrypi4-64', bootConfigPath: '/boot/firmware/config.txt' });
     const ping = await fetch(`${ready!.apiUrl}/ping`);
     expect(ping.status).toBe(200);
+  });
+
+  it('runs the HIL specs on the flashed card through the board target, as a lab runs them on a Pi', async () => {
+    expect(ready, 'the card did not boot (the test above)').toBeDefined();
+    const results = join(dir, 'hil-results');
+    const run = await execa(process.execPath, [join(repoRoot, 'hil', 'run.mjs'), '--project=board', `--grep=${process.env.FLEETLAB_CARD_SPECS ?? 'HOST_CONFIG'}`], {
+      cwd: repoRoot,
+      env: { FLEETLAB_BOARD_CONFIG: boardConfig, FLEETLAB_HIL_RESULTS: results },
+      reject: false,
+      all: true,
+    });
+    // Summed with the other reports by .ci/run, so each spec counts as itself.
+    const junit = join(results, 'junit.xml');
+    if (existsSync(junit)) {
+      mkdirSync(join(repoRoot, 'test-results'), { recursive: true });
+      cpSync(junit, join(repoRoot, 'test-results', 'hil-card-board-junit.xml'));
+    }
+    expect(run.exitCode, run.all).toBe(0);
+    expect(run.all).toMatch(/\b[1-9]\d* passed/);
+    expect(run.all).not.toMatch(/\d+ (failed|skipped)/);
   });
 });

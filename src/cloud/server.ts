@@ -6,7 +6,7 @@ import { randomBytes } from 'node:crypto';
 import Fastify, { type FastifyInstance, type FastifyRequest } from 'fastify';
 import { bearerKey, type Principal } from './auth/principal.js';
 import { PrincipalCache } from './auth/principal-cache.js';
-import { cloudFrameworkErrors, installCloudErrors } from './api/errors.js';
+import { cloudFrameworkErrors, installCloudErrors, type CloudErrorLog } from './api/errors.js';
 import { keyRoutes } from './api/key-routes.js';
 import { odataRoutes } from './api/odata-routes.js';
 import type { Db } from './db/port.js';
@@ -29,7 +29,7 @@ export interface CloudDeps {
   hooks?: InsertHooks;
   now?: () => Date;
   /** Where what fails outside a request's answer goes (a tunnel's bookkeeping, the replica heartbeat) and every 5xx answer; silent by default. */
-  log?: { warn(message: string): void };
+  log?: CloudErrorLog;
   /** How long the proxy waits for a device's answer (docs/decisions.md item 20: then 504). */
   proxyTimeoutMs?: number;
   /** Tunnel heartbeat: a device that misses one is taken offline. */

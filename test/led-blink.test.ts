@@ -65,7 +65,7 @@ describe('Blinker timing (fake timers)', () => {
 
   it('uses injected timers, and stop() turns the LED off at once', async () => {
     const led = new RecordingLed();
-    const timers = { setTimeout: vi.fn(setTimeout), clearTimeout: vi.fn(clearTimeout) };
+    const timers = { setTimeout: vi.fn(setTimeout), clearTimeout: vi.fn(clearTimeout), now: () => Date.now() };
     const blinker = new Blinker({ led, timers, onMs: 100, offMs: 300 });
     blinker.blink();
     await vi.advanceTimersByTimeAsync(450);
@@ -80,6 +80,42 @@ describe('Blinker timing (fake timers)', () => {
     expect(timers.setTimeout).toHaveBeenCalled();
     await vi.advanceTimersByTimeAsync(20_000);
     expect(led.writes).toHaveLength(4);
+  });
+
+  it('keeps its edges on the 200 ms grid when every timer fires 30 ms late (a loaded board)', async () => {
+    const led = new RecordingLed();
+    const late = { setTimeout: (callback: () => void, ms: number) => setTimeout(callback, ms + 30), clearTimeout, now: () => Date.now() };
+    const blinker = new Blinker({ led, timers: late });
+    blinker.blink();
+    await vi.advanceTimersByTimeAsync(20_000);
+    // Re-armed from each late callback, a period would be 460 ms: 33 pulses where 38 are due.
+    const edges = led.writes.slice(0, -1);
+    expect(edges.filter((w) => w.on)).toHaveLength(38);
+    expect(edges.map((w) => w.at)).toEqual(expectedSequence(0, 15_000).slice(0, -1).map((w) => (w.at === 0 ? 0 : w.at + 30)));
+    expect(led.writes.at(-1)).toEqual({ on: false, at: 15_030 });
+  });
+
+  it('skips the phases a stalled event loop missed, staying in step with the grid', async () => {
+    const led = new RecordingLed();
+    let stall = 0;
+    const stalling = { setTimeout: (callback: () => void, ms: number) => setTimeout(callback, ms + stall), clearTimeout, now: () => Date.now() };
+    const blinker = new Blinker({ led, timers: stalling, durationMs: 2_000 });
+    stall = 500;
+    blinker.blink();
+    stall = 0;
+    await vi.advanceTimersByTimeAsync(3_000);
+    // Due: on 0, off 200, on 400, off 600, on 800... The first timer fired at 700, inside the
+    // off phase that began at 600; from there the grid goes on.
+    expect(led.writes.slice(0, 4)).toEqual([
+      { on: true, at: 0 },
+      { on: false, at: 700 },
+      { on: true, at: 800 },
+      { on: false, at: 1_000 },
+    ]);
+  });
+
+  it('refuses phases of no length', () => {
+    expect(() => new Blinker({ led: new RecordingLed(), onMs: 0 })).toThrow(/must last some time/);
   });
 
   it('logs LED errors once per blink and never throws', async () => {

@@ -1,6 +1,10 @@
 /**
  * The identify blink (docs/decisions.md item 11): on 200 ms, off 200 ms for 15 s, then off. A blink
  * while blinking pushes the end of the window out; it never starts a second loop.
+ *
+ * Each edge is due on a grid counted from the blink's start, not 200 ms after the previous timer
+ * fired: on a loaded board (an emulated Pi under TCG) every timer fires some ms late, and re-arming
+ * from the late callback stretched each period by that much (32 pulses in 15 s where 37 are due).
  */
 import { errorText } from '../errors.js';
 import type { LedPort } from './adapters/ports.js';
@@ -8,6 +12,7 @@ import type { LedPort } from './adapters/ports.js';
 export interface BlinkTimers {
   setTimeout(callback: () => void, ms: number): unknown;
   clearTimeout(handle: unknown): void;
+  now(): number;
 }
 
 /** Structurally a subset of pino's and fastify's logger. */
@@ -28,6 +33,7 @@ export interface BlinkerOptions {
 const globalTimers: BlinkTimers = {
   setTimeout: (callback, ms) => setTimeout(callback, ms),
   clearTimeout: (handle) => clearTimeout(handle as ReturnType<typeof setTimeout>),
+  now: () => Date.now(),
 };
 
 const stderrLog: BlinkLog = {
@@ -54,6 +60,8 @@ export class Blinker {
     this.#onMs = options.onMs ?? 200;
     this.#offMs = options.offMs ?? 200;
     this.#durationMs = options.durationMs ?? 15_000;
+    // Phases of no length would never let the grid advance past now.
+    if (!(this.#onMs > 0 && this.#offMs > 0)) throw new RangeError(`blink phases must last some time (on ${this.#onMs} ms, off ${this.#offMs} ms)`);
     this.#timers = options.timers ?? globalTimers;
     this.#log = options.log ?? stderrLog;
   }
@@ -69,7 +77,7 @@ export class Blinker {
     if (this.#blinking) return;
     this.#blinking = true;
     this.#failures = 0;
-    this.#phase(true);
+    this.#phase(true, this.#timers.now());
   }
 
   /** Ends the blink now and turns the LED off; a no-op when not blinking. */
@@ -87,9 +95,20 @@ export class Blinker {
     } while (seen !== this.#writes);
   }
 
-  #phase(on: boolean): void {
+  /** Starts the phase due at `startsAt`; a phase that ended while its timer was late is skipped. */
+  #phase(on: boolean, startsAt: number): void {
+    const now = this.#timers.now();
+    let endsAt = startsAt + this.#length(on);
+    while (endsAt <= now) {
+      on = !on;
+      endsAt += this.#length(on);
+    }
     this.#write(on);
-    this.#phaseTimer = this.#timers.setTimeout(() => this.#phase(!on), on ? this.#onMs : this.#offMs);
+    this.#phaseTimer = this.#timers.setTimeout(() => this.#phase(!on, endsAt), endsAt - now);
+  }
+
+  #length(on: boolean): number {
+    return on ? this.#onMs : this.#offMs;
   }
 
   #finish(): void {

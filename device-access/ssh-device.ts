@@ -264,10 +264,16 @@ export class SshDevice {
     const sockets = new Set<Socket>();
     const server = createServer((local) => {
       sockets.add(local);
+      local.on('error', () => local.destroy());
       local.once('close', () => sockets.delete(local));
       this.#connection()
         .then((client) => client.openssh_forwardOutStreamLocal(remotePath, (err, remote) => {
           if (err) return void local.destroy(err);
+          // Either end may go first (dockerode drops a socket mid-answer, the device closes an
+          // idle stream): that ends the pair, it is not an error of the run (an unhandled
+          // 'error' on either, a write EPIPE, would throw in the test that happened to be running).
+          local.on('error', () => remote.destroy());
+          remote.on('error', () => local.destroy());
           local.pipe(remote).pipe(local);
           local.once('close', () => remote.destroy());
           remote.once('close', () => local.destroy());

@@ -9,7 +9,7 @@ import { randomBytes } from 'node:crypto';
 import { mkdirSync, readdirSync, readFileSync } from 'node:fs';
 import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { createServer, get as httpGet, type Server } from 'node:http';
-import { connect } from 'node:net';
+import { connect, createServer as createNetServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -291,6 +291,51 @@ describe('SshDevice against a real sshd', () => {
     followed.stop();
     await followed.done;
     expect(count()).toBeGreaterThanOrEqual(3);
+  });
+
+  it('a forwarded unix socket whose client hangs up mid-stream ends that stream only (no EPIPE thrown)', async () => {
+    // The device end streams without pause, as the engine does a log or an image; the host end
+    // reads one chunk and hangs up. 20 times: the write into the closed end races the close.
+    const remotePath = join(dir, 'streaming.sock');
+    const chunk = Buffer.alloc(64 * 1024, 7);
+    const remote = createNetServer((s) => {
+      s.on('error', () => s.destroy());
+      const pump = () => {
+        while (!s.destroyed && s.write(chunk));
+        if (!s.destroyed) s.once('drain', pump);
+      };
+      pump();
+    });
+    await new Promise<void>((resolve) => remote.listen(remotePath, resolve));
+    const forward = await ssh.forwardUnixSocket(remotePath);
+    const errors: unknown[] = [];
+    const onUncaught = (err: unknown) => errors.push(err);
+    process.on('uncaughtException', onUncaught);
+    try {
+      for (let i = 0; i < 20; i++) {
+        await new Promise<void>((resolve, reject) => {
+          const client = connect(forward.path);
+          client.once('error', reject);
+          client.once('data', () => {
+            client.destroy();
+            resolve();
+          });
+        });
+      }
+      // The forward still serves a new client after the hang-ups.
+      const bytes = await new Promise<number>((resolve, reject) => {
+        const client = connect(forward.path);
+        client.once('error', reject);
+        client.once('data', (data: Buffer) => (client.destroy(), resolve(data.length)));
+      });
+      expect(bytes).toBeGreaterThan(0);
+      await sleep(300);
+      expect(errors.map(String)).toEqual([]);
+    } finally {
+      process.off('uncaughtException', onUncaught);
+      await forward.close();
+      remote.close();
+    }
   });
 
   it('observes a sysfs LED line by chip label over SSH', async () => {

@@ -13,6 +13,7 @@ import { constants, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Client, type ClientChannel } from 'ssh2';
 import { FleetlabError, errorText } from '../src/errors.js';
+import { joinStreams } from '../src/join-streams.js';
 import { shellQuote } from '../src/shell-quote.js';
 import { until } from '../src/wait.js';
 import { journalEntries } from './journal-json.js';
@@ -269,14 +270,8 @@ export class SshDevice {
       this.#connection()
         .then((client) => client.openssh_forwardOutStreamLocal(remotePath, (err, remote) => {
           if (err) return void local.destroy(err);
-          // Either end may go first (dockerode drops a socket mid-answer, the device closes an
-          // idle stream): that ends the pair, it is not an error of the run (an unhandled
-          // 'error' on either, a write EPIPE, would throw in the test that happened to be running).
-          local.on('error', () => remote.destroy());
-          remote.on('error', () => local.destroy());
-          local.pipe(remote).pipe(local);
-          local.once('close', () => remote.destroy());
-          remote.once('close', () => local.destroy());
+          // Either end may go first: dockerode drops a socket mid-answer, the device closes an idle stream.
+          joinStreams(local, remote);
         }))
         .catch((err: unknown) => local.destroy(err instanceof Error ? err : new Error(String(err))));
     });
@@ -341,12 +336,7 @@ export class SshDevice {
   #forwarded(info: { destPort: number }, accept: () => ClientChannel, refuse: () => void): void {
     const forward = this.#forwards.get(info.destPort);
     if (!forward) return refuse();
-    const channel = accept();
-    const socket = tcpConnect(forward.to.port, forward.to.host);
-    socket.on('error', () => channel.close());
-    channel.on('error', () => socket.destroy());
-    channel.on('close', () => socket.destroy());
-    socket.pipe(channel).pipe(socket);
+    joinStreams(accept(), tcpConnect(forward.to.port, forward.to.host));
   }
 
   /** With forwards wanted, a lost connection is opened again in the background (bounded by `close`). */

@@ -14,6 +14,7 @@ import { fork, type ChildProcess } from 'node:child_process';
 import { createConnection, createServer, type Server, type Socket } from 'node:net';
 import { simWorker } from '../entry.js';
 import { listenOnLoopback } from './listen-loopback.js';
+import { joinStreams } from '../../src/join-streams.js';
 
 export interface Balancer {
   /** `http://127.0.0.1:<port>`: give this to devices and users instead of a replica's URL. */
@@ -38,12 +39,7 @@ export function forward(client: Socket, backends: readonly Backend[], start: num
     remote.once('error', () => attempt(tried + 1));
     remote.once('connect', () => {
       remote.removeAllListeners('error');
-      remote.on('error', () => client.destroy());
-      client.on('error', () => remote.destroy());
-      client.on('close', () => remote.destroy());
-      remote.on('close', () => client.destroy());
-      client.pipe(remote);
-      remote.pipe(client);
+      joinStreams(client, remote);
       client.resume();
     });
   };

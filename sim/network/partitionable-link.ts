@@ -7,6 +7,7 @@
  */
 import { createConnection, createServer, type Server, type Socket } from 'node:net';
 import { listenOnLoopback } from './listen-loopback.js';
+import { joinStreams } from '../../src/join-streams.js';
 
 export interface PartitionableLink {
   /** `http://127.0.0.1:<port>`: give this to the device instead of the cloud URL. */
@@ -31,19 +32,9 @@ export async function startPartitionableLink(upstream: { host: string; port: num
     }
     client.pause();
     const remote = createConnection(upstream, () => client.resume());
-    remote.on('error', () => client.destroy());
-    client.on('error', () => remote.destroy());
     const pair: [Socket, Socket] = [client, remote];
     pairs.add(pair);
-    const drop = () => {
-      pairs.delete(pair);
-      client.destroy();
-      remote.destroy();
-    };
-    client.on('close', drop);
-    remote.on('close', drop);
-    client.pipe(remote);
-    remote.pipe(client);
+    joinStreams(client, remote, () => pairs.delete(pair));
   });
   const port = await listenOnLoopback(server, 'link');
   return {

@@ -114,6 +114,17 @@ describe('Blinker timing (fake timers)', () => {
     ]);
   });
 
+  it('a wall clock stepped back an hour mid-blink does not hold the LED in one phase', async () => {
+    const led = new RecordingLed();
+    const blinker = new Blinker({ led });
+    blinker.blink();
+    await vi.advanceTimersByTimeAsync(1_000);
+    vi.setSystemTime(Date.now() - 3_600_000);
+    await vi.advanceTimersByTimeAsync(14_500);
+    expect(led.writes.filter((w) => w.on)).toHaveLength(38);
+    expect(blinker.isBlinking).toBe(false);
+  });
+
   it('refuses phases of no length', () => {
     expect(() => new Blinker({ led: new RecordingLed(), onMs: 0 })).toThrow(/must last some time/);
   });

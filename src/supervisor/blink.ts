@@ -33,7 +33,8 @@ export interface BlinkerOptions {
 const globalTimers: BlinkTimers = {
   setTimeout: (callback, ms) => setTimeout(callback, ms),
   clearTimeout: (handle) => clearTimeout(handle as ReturnType<typeof setTimeout>),
-  now: () => Date.now(),
+  // Monotonic: a Pi has no RTC, and the clock timesyncd steps back or forward may come mid-blink.
+  now: () => performance.now(),
 };
 
 const stderrLog: BlinkLog = {

@@ -1,7 +1,7 @@
 /**
  * Cloud API query throughput on SQLite and PostgreSQL. Seeds 100 fleets and 10,000
  * devices (2 tags and 2 environment variables each) straight into the database, then
- * runs the query mix of support/cloud-bench-data.ts (a-f) through the whole fastify stack (`inject`, no
+ * runs the query mix of support/cloud-bench-data.ts (a-m) through the whole fastify stack (`inject`, no
  * network) as an ordinary user, so every query carries the permission filter.
  *
  * Then the device target-state endpoint (`GET /device/v3/:uuid/state`, device key): every

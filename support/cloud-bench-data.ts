@@ -13,6 +13,37 @@ import { prepareDatabase } from '../src/cloud/bootstrap.js';
 export const FLEETS = 100;
 const DEVICES_PER_FLEET = 100;
 
+/** Device i's last contact: a minute after device i - 1's, from this instant. */
+const CONTACT_BASE = Date.parse('2026-01-01T00:00:00.000Z');
+const contactOf = (i: number) => new Date(CONTACT_BASE + i * 60_000).toISOString();
+
+/**
+ * The fields of device i that both seeds write (straight into the database, or POSTed
+ * through an API), as a balena-sdk client reads them: what the wider shapes of the mix
+ * filter on (is_online, status, last_connectivity_event), order by and select.
+ */
+const DEVICE_FIELDS = ['device_name', 'is_online', 'status', 'os_version', 'os_variant', 'supervisor_version', 'ip_address', 'mac_address', 'last_connectivity_event', 'memory_usage', 'memory_total', 'cpu_temp'] as const;
+
+function deviceFields(i: number): Record<(typeof DEVICE_FIELDS)[number], SqlValue> {
+  return {
+    device_name: `device-${i}`,
+    is_online: i % 3 !== 0,
+    status: i % 5 ? 'Idle' : 'Updating',
+    os_version: i % 2 ? 'balenaOS 6.0.0' : 'balenaOS 5.1.0',
+    os_variant: i % 7 ? 'prod' : 'dev',
+    supervisor_version: `17.${i % 4}.0`,
+    ip_address: `10.${(i >> 16) & 255}.${(i >> 8) & 255}.${i & 255}`,
+    mac_address: `02:00:00:${[(i >> 16) & 255, (i >> 8) & 255, i & 255].map((b) => b.toString(16).padStart(2, '0')).join(':')}`,
+    last_connectivity_event: contactOf(i),
+    memory_usage: 200 + (i % 300),
+    memory_total: 4096,
+    cpu_temp: 40 + (i % 30),
+  };
+}
+
+/** The many fields a device list of balena-sdk selects (of those both seeds write). */
+const DEVICE_LIST_FIELDS = DEVICE_FIELDS.join(',');
+
 async function insertMany(db: Db, table: string, cols: string[], rows: SqlValue[][]): Promise<number[]> {
   const ids: number[] = [];
   const per = Math.max(1, Math.floor(900 / cols.length));
@@ -53,9 +84,10 @@ export async function seed(db: Db): Promise<{ key: string; uuids: string[] }> {
     const devRows: SqlValue[][] = devActors.map((actor, i) => {
       const uuid = `dev${i.toString(16).padStart(29, '0')}`;
       uuids.push(uuid);
-      return [now, now, uuid, `device-${i}`, actor, apps[Math.floor(i / DEVICES_PER_FLEET)]!, type, i % 3 !== 0, i % 2 ? 'balenaOS 6.0.0' : 'balenaOS 5.1.0'];
+      const fields = deviceFields(i);
+      return [now, now, uuid, actor, apps[Math.floor(i / DEVICES_PER_FLEET)]!, type, ...DEVICE_FIELDS.map((f) => fields[f])];
     });
-    const devices = await insertMany(tx, 'device', ['created_at', 'modified_at', 'uuid', 'device_name', 'actor', 'belongs_to__application', 'is_of__device_type', 'is_online', 'os_version'], devRows);
+    const devices = await insertMany(tx, 'device', ['created_at', 'modified_at', 'uuid', 'actor', 'belongs_to__application', 'is_of__device_type', ...DEVICE_FIELDS], devRows);
     await insertMany(tx, 'device_tag', ['created_at', 'device', 'tag_key', 'value'], devices.flatMap((d, i) => [[now, d, 'env', i % 4 ? 'prod' : 'dev'], [now, d, 'rack', String(i % 20)]]));
     await insertMany(tx, 'device_environment_variable', ['created_at', 'device', 'name', 'value'], devices.flatMap((d, i) => [[now, d, 'MODE', i % 2 ? 'a' : 'b'], [now, d, 'LEVEL', String(i % 10)]]));
   });
@@ -100,31 +132,82 @@ export async function seedTargets(db: Db): Promise<Array<{ uuid: string; key: st
   return keyed;
 }
 
+/** One query of the mix: `url(n)` is its n-th request. */
+export interface MixQuery {
+  id: string;
+  label: string;
+  url: (n: number) => string;
+  /**
+   * Expanded collections whose records a `$top` without `$orderby` picks (which ones is
+   * unspecified): two servers agree on their number and fields, not on the records.
+   */
+  unordered?: string[];
+}
+
 /**
  * The query mix, as an ordinary (non-admin) user asks it, so each carries the permission
  * filter: (a) a fleet's devices through a link filter, (b) a device by uuid, (c) a
  * two-level $expand, (d) $count with any(), (e) a composite-key lookup, (f) $orderby +
- * $top + $skip paging. `url(n)` varies the values with the request number. Device i of
- * the seed has `uuids[i]` and `deviceIds[i]` (seeded straight: ids from 1).
+ * $top + $skip paging; then the shapes a balena-sdk client sends besides: (g) $count with
+ * a filter, (h) a filter on a boolean and a text field, (i) a filter on a date, (j)
+ * $orderby on a column no index orders, (k) $expand with its own $filter and $orderby,
+ * (l) a device by uuid with many fields and its fleet and type expanded (device.get),
+ * (m) a fleet's online devices with many fields and their fleet expanded
+ * (device.getAllByApplication). `url(n)` varies the values with the request number.
+ * Device i of the seed has `uuids[i]` and `deviceIds[i]`, fleet f `fleetIds[f]` (seeded
+ * straight: ids from 1).
  */
-export function queryMix(uuids: readonly string[], deviceIds: readonly number[] = uuids.map((_, i) => i + 1)): Array<{ id: string; label: string; url: (n: number) => string }> {
+export function queryMix(
+  uuids: readonly string[],
+  deviceIds: readonly number[] = uuids.map((_, i) => i + 1),
+  fleetIds: readonly number[] = Array.from({ length: FLEETS }, (_, i) => i + 1),
+): MixQuery[] {
   const devicePick = (n: number) => (n * 7919) % uuids.length;
+  const fleetPick = (n: number) => (n * 31) % FLEETS;
+  const inFleet = (n: number) => `belongs_to__application eq ${fleetIds[fleetPick(n)]}`;
+  // Half of fleet f's devices were last seen before this instant.
+  const halfWay = (n: number) => contactOf(fleetPick(n) * DEVICES_PER_FLEET + DEVICES_PER_FLEET / 2);
   return [
     { id: 'a', label: 'filter through a link', url: (n) => `/v6/device?$select=id,device_name&$filter=belongs_to__application/app_name eq 'fleet-${n % FLEETS}' and is_online eq true` },
     { id: 'b', label: 'key lookup by uuid', url: (n) => `/v6/device(uuid='${uuids[devicePick(n)]}')?$select=id,device_name,is_online` },
-    { id: 'c', label: '$expand two levels', url: (n) => `/v6/application?$select=app_name&$filter=app_name eq 'fleet-${n % FLEETS}'&$expand=owns__device($select=device_name;$top=20;$expand=device_tag($select=tag_key,value))` },
+    {
+      id: 'c',
+      label: '$expand two levels',
+      url: (n) => `/v6/application?$select=app_name&$filter=app_name eq 'fleet-${n % FLEETS}'&$expand=owns__device($select=device_name;$top=20;$expand=device_tag($select=tag_key,value))`,
+      unordered: ['owns__device'],
+    },
     { id: 'd', label: '$count with any()', url: (n) => `/v6/device/$count?$filter=device_tag/any(t:t/tag_key eq 'rack' and t/value eq '${n % 20}')` },
     { id: 'e', label: 'composite key lookup', url: (n) => `/v6/device_tag(device=${deviceIds[devicePick(n)]},tag_key='rack')?$select=value` },
     { id: 'f', label: '$orderby $top $skip', url: (n) => `/v6/device?$select=id,device_name&$orderby=device_name asc&$top=50&$skip=${(n % 20) * 50}` },
+    { id: 'g', label: '$count with a filter', url: (n) => `/v6/device/$count?$filter=${inFleet(n)} and is_online eq false` },
+    { id: 'h', label: 'filter on a boolean', url: (n) => `/v6/device?$select=id,device_name,status&$filter=${inFleet(n)} and is_online eq true and status eq 'Idle'` },
+    { id: 'i', label: 'filter on a date', url: (n) => `/v6/device?$select=id,device_name,last_connectivity_event&$filter=${inFleet(n)} and last_connectivity_event lt datetime'${halfWay(n)}'` },
+    { id: 'j', label: '$orderby a plain column', url: (n) => `/v6/device?$select=id,device_name,os_version&$filter=${inFleet(n)}&$orderby=last_connectivity_event desc&$top=20` },
+    {
+      id: 'k',
+      label: '$expand $filter $orderby',
+      url: (n) => `/v6/application?$select=app_name&$filter=app_name eq 'fleet-${fleetPick(n)}'&$expand=owns__device($select=device_name,status;$filter=is_online eq true;$orderby=device_name desc;$top=10)`,
+    },
+    {
+      id: 'l',
+      label: 'device.get, many fields',
+      url: (n) => `/v6/device(uuid='${uuids[devicePick(n)]}')?$select=${DEVICE_LIST_FIELDS},belongs_to__application&$expand=belongs_to__application($select=id,app_name),is_of__device_type($select=slug)`,
+    },
+    {
+      id: 'm',
+      label: 'device list, many fields',
+      url: (n) => `/v6/device?$select=${DEVICE_LIST_FIELDS}&$filter=${inFleet(n)} and is_online eq true&$expand=belongs_to__application($select=id,app_name)&$orderby=device_name asc`,
+    },
   ];
 }
 
 export const API_SEED_CLIENTS = 16;
 
 export interface ApiSeed {
-  /** Device i's uuid and id, as queryMix takes them. */
+  /** Device i's uuid and id, and fleet f's id, as queryMix takes them. */
   uuids: string[];
   deviceIds: number[];
+  fleetIds: number[];
   rows: number;
   seconds: number;
 }
@@ -154,9 +237,9 @@ export async function seedThroughApi(
   const t0 = performance.now();
   const fleets = await inFlight(FLEETS, (i) => post('/v6/application', { app_name: `fleet-${i}`, organization: owner.organization, is_for__device_type: owner.deviceType }));
   const devices = await inFlight(FLEETS * DEVICES_PER_FLEET, (i) =>
-    post('/v6/device', { device_name: `device-${i}`, belongs_to__application: fleets[Math.floor(i / DEVICES_PER_FLEET)]!.id, is_of__device_type: owner.deviceType, is_online: i % 3 !== 0 }),
+    post('/v6/device', { ...deviceFields(i), belongs_to__application: fleets[Math.floor(i / DEVICES_PER_FLEET)]!.id, is_of__device_type: owner.deviceType }),
   );
   await inFlight(devices.length * 2, (i) => post('/v6/device_tag', { device: devices[i >> 1]!.id, tag_key: i % 2 ? 'rack' : 'env', value: String(i % 20) }));
   const seconds = (performance.now() - t0) / 1000;
-  return { uuids: devices.map((d) => d.uuid!), deviceIds: devices.map((d) => d.id), rows: FLEETS + devices.length * 3, seconds };
+  return { uuids: devices.map((d) => d.uuid!), deviceIds: devices.map((d) => d.id), fleetIds: fleets.map((f) => f.id), rows: FLEETS + devices.length * 3, seconds };
 }

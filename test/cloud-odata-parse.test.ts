@@ -7,9 +7,10 @@ import { sqliteDialect, postgresDialect } from '../src/cloud/db/dialect.js';
 import { buildModel } from '../src/cloud/model/resources.js';
 import { accessOf } from '../src/cloud/auth/permissions.js';
 import type { RExpr } from '../src/cloud/odata/expr.js';
-import { parseODataUrl, withExplicitSortOrder } from '../src/cloud/odata/parse.js';
+import { liftLiterals, ODataUrlParser, parseODataUrl, withExplicitSortOrder } from '../src/cloud/odata/parse.js';
 import { type Access, planSelect, planTarget } from '../src/cloud/odata/plan.js';
 import { ROW_ARRAY_LIMIT, SqlCompiler } from '../src/cloud/odata/sql.js';
+import { queryMix } from '../support/cloud-bench-data.js';
 
 const model = buildModel();
 const all: Access = { read: () => 'all', write: () => 'all' };
@@ -272,5 +273,72 @@ describe('sql: $expand in the one statement', () => {
     const pg = sql(url, all, postgresDialect);
     expect(pg.sql.match(/json_agg/g)).toHaveLength(2);
     expect(pg.params).toEqual([2]);
+  });
+});
+
+describe('ODataUrlParser: URLs of a shape it has parsed', () => {
+  const uuids = Array.from({ length: 50 }, (_, i) => `dev${i.toString(16).padStart(29, '0')}`);
+  const urls = [
+    ...queryMix(uuids).flatMap((q) => [0, 1, 2, 3].map((n) => encodeURI(q.url(n)))),
+    '/device(1)',
+    '/device(27)?$select=id',
+    "/device(uuid='ab')",
+    "/device(uuid='a''); DROP TABLE device;--')",
+    "/device(uuid=%27a%27%27b%27)",
+    "/device_tag(device=1,tag_key='k')",
+    '/device?$select=id,uuid&$top=5&$skip=2',
+    '/device?$select=id&$top=7&$skip=20',
+    "/device?$filter=(id gt 3 or not(is_online eq true)) and id in (1,2) and tolower(device_name) eq 'x' and id add 1 mod 2 eq 0 and uuid ne null",
+    "/device?$filter=id eq -5 or memory_usage le 2.5 or cpu_temp eq +7",
+    '/device?$filter=id%20eq%2012&$orderby=device_name',
+    '/device?$filter=id+eq+12',
+    "/device?$filter=device_name eq 'x''y' and device_name ne 'it%27s'",
+    "/device?$filter=created_at gt datetime'2020-01-01T00:00:00Z' and created_at lt datetime'2021-01-01T00:00:00Z'",
+    "/device?$filter=created_at gt datetime'not a date'",
+    "/device?$filter=created_at gt date'2020-01-01'",
+    "/application?$expand=owns__device($select=id;$filter=contains(device_name,'a');$expand=device_tag($top=1);$orderby=id desc;$top=2;$skip=1),owns__device/$count($filter=is_online eq true)",
+    "/device?$filter=device_tag/any(t:t/tag_key eq 'a' and t/value eq '3')",
+    '/application?$filter=owns__device/$count gt 1',
+    '/release?$filter=semver_major eq 2 and revision eq 0',
+    "/device?$filter=device_name eq @n&@n='x'",
+    "/device?$filter=device_name eq 'unterminated",
+    '/device(',
+    '/device?$filter=id eq',
+    '/device?$filter=id eq 1;DROP TABLE x',
+    '/device?$top=-1',
+    '/device?$frobnicate=1',
+  ];
+  const fresh = (url: string) => {
+    try {
+      return parseODataUrl(url);
+    } catch (err) {
+      return { error: (err as { code?: string }).code };
+    }
+  };
+  const kept = (p: ODataUrlParser, url: string) => {
+    try {
+      return p.parse(url);
+    } catch (err) {
+      return { error: (err as { code?: string }).code };
+    }
+  };
+
+  it('parses every URL as parseODataUrl does, the first time and from its kept shape', () => {
+    const p = new ODataUrlParser();
+    for (const url of urls) expect(kept(p, url), url).toEqual(fresh(url));
+    for (const url of [...urls].reverse()) expect(kept(p, url), url).toEqual(fresh(url));
+  });
+
+  it('keeps one shape for a query asked with other values, and each request has its own', () => {
+    expect(liftLiterals("/device(uuid='ab')?$filter=id eq 3&$top=5")).toEqual({ shape: '/device(uuid=@l0)?$filter=id eq @l1&$top=5', binds: { '@l0': ['Text', 'ab'], '@l1': ['Real', 3] } });
+    expect(liftLiterals("/device?$filter=created_at gt datetime'2020-01-01T00:00:00Z'")!.shape).toBe('/device?$filter=created_at gt @l0');
+    expect(liftLiterals("/device?$filter=device_name eq @n&@n='x'")).toBeNull();
+    const p = new ODataUrlParser(2);
+    expect(p.parse("/device(uuid='a')").key).toEqual({ uuid: 'a' });
+    expect(p.parse("/device(uuid='b')").key).toEqual({ uuid: 'b' });
+    expect(p.parse("/device(uuid='a')").key).toEqual({ uuid: 'a' });
+    // Beyond its size the least recently used shapes go; what it answers does not change.
+    for (let i = 0; i < 5; i++) expect(p.parse(`/device?$top=${i}`).options.top).toBe(i);
+    expect(p.parse("/device(uuid='c')").key).toEqual({ uuid: 'c' });
   });
 });

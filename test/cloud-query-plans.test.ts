@@ -115,7 +115,7 @@ describe.each(['sqlite', 'postgres'] as const)('query plans of the bench mix on 
     { id: 'state', what: 'device target state', url: `/device/v3/${deviceKey!.uuid}/state`, key: deviceKey!.key },
   ];
 
-  it.each(['a', 'b', 'c', 'd', 'e', 'f', 'state'])('query (%s) of the mix reads no large table whole', async (which) => {
+  it.each([...queryMix([]).map((q) => q.id), 'state'])('query (%s) of the mix reads no large table whole', async (which) => {
     const { id, what, url, key: k } = requests().find((r) => r.id === which)!;
     const allowed = new Set(ALLOWED[id]?.[kind] ?? []);
     statements.length = 0;

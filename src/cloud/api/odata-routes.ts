@@ -10,7 +10,7 @@ import type { InsertHooks } from '../model/hooks.js';
 import type { Model } from '../model/types.js';
 import { VersionTranslator, versionTables } from '../model/versions.js';
 import { QueryRunner } from '../odata/execute.js';
-import { badRequest, parseODataUrl, type ParsedRequest } from '../odata/parse.js';
+import { badRequest, ODataUrlParser, type ParsedRequest } from '../odata/parse.js';
 import { planSelect, planTarget } from '../odata/plan.js';
 import { deleteRecords, insertRecord, updateRecords } from '../odata/write.js';
 
@@ -24,6 +24,7 @@ export interface ODataDeps {
 export async function odataRoutes(app: FastifyInstance, deps: ODataDeps): Promise<void> {
   const { db, model, hooks } = deps;
   const runner = new QueryRunner(db, model);
+  const urls = new ODataUrlParser();
 
   app.route({
     method: ['GET', 'POST', 'PATCH', 'PUT', 'DELETE'],
@@ -35,7 +36,7 @@ export async function odataRoutes(app: FastifyInstance, deps: ODataDeps): Promis
       const principal = await deps.authenticate(request);
       const rawUrl = request.raw.url ?? request.url;
       const translator = new VersionTranslator(model, table);
-      const parsed: ParsedRequest = translator.request(parseODataUrl(rawUrl.slice(version.length + 1)));
+      const parsed: ParsedRequest = translator.request(urls.parse(rawUrl.slice(version.length + 1)));
       const access = accessForRequest(principal, parsed.resource);
       const planner = { model, access };
 

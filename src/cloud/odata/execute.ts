@@ -32,7 +32,9 @@ export class QueryRunner {
 
   async select(plan: SelectPlan): Promise<Record_[]> {
     const st = this.compiler().select(plan);
-    return (await this.db.query(st.sql, st.params)).map((row) => {
+    const rows = await this.db.query(st.sql, st.params);
+    if (st.rowArrays) return rows.map((row) => expandedRow(plan, row.r as unknown[]));
+    return rows.map((row) => {
       const out = shape(plan, row);
       plan.expand.forEach((x, i) => (out[x.name] = expanded(x, row[`__x${i}`])));
       return out;

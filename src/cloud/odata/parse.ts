@@ -46,15 +46,24 @@ export interface ParsedRequest {
 
 export const badRequest = (message: string) => new FleetlabError('CLOUD_ERR_BAD_REQUEST', message);
 
-/** `url` is the path after the version prefix plus the raw query string: `/device(1)?$select=id`. */
-export function parseODataUrl(url: string): ParsedRequest {
-  let result: { tree: ParserTypes.ODataQuery; binds: ParserTypes.ODataBinds };
+type Parsed = { tree: ParserTypes.ODataQuery; binds: ParserTypes.ODataBinds };
+
+function grammar(text: string): Parsed {
   try {
-    result = parser.parse(withExplicitSortOrder(decodeSafeEscapes(url)));
+    return parser.parse(text);
   } catch (err) {
     throw badRequest(`Malformed OData URL: ${(err as Error).message}`);
   }
-  const { tree, binds } = result;
+}
+
+/** `url` is the path after the version prefix plus the raw query string: `/device(1)?$select=id`. */
+export function parseODataUrl(url: string): ParsedRequest {
+  return fromGrammar(grammar(prepared(url)));
+}
+
+const prepared = (url: string) => withExplicitSortOrder(decodeSafeEscapes(url));
+
+function fromGrammar({ tree, binds }: Parsed): ParsedRequest {
   if (typeof tree.resource !== 'string') throw badRequest('Missing resource');
   if (tree.link !== undefined || tree.property !== undefined) throw badRequest('Navigation paths after a key are not supported; use $expand');
   const conv = new Converter(binds);
@@ -64,6 +73,115 @@ export function parseODataUrl(url: string): ParsedRequest {
     count: tree.count === true,
     options: conv.options(tree.options ?? {}),
   };
+}
+
+/** Most URL shapes an OData parser keeps. */
+export const SHAPES_KEPT = 1000;
+
+/**
+ * Parses OData URLs as parseODataUrl does, keeping the grammar's tree of each URL's
+ * *shape*: the URL with its literals taken out as parameter aliases
+ * (`device(uuid='ab')` is `device(uuid=@l0)` with `@l0` = 'ab'). A client asks the same
+ * shapes over and over with other values (a device by uuid, a fleet's devices by id), and
+ * the grammar is most of what a request costs the cloud's process (0.1 to 0.35 ms of a
+ * request's ~0.5 ms), so a request of a known shape only converts the kept tree with its
+ * own values. A shape the grammar refuses with aliases (a literal where an alias may not
+ * stand) is remembered as such, and its URLs are parsed whole. One per cloud; at most
+ * `max` shapes, the least recently used going first.
+ */
+export class ODataUrlParser {
+  private readonly shapes = new Map<string, Parsed | null>();
+  constructor(private readonly max = SHAPES_KEPT) {}
+
+  parse(url: string): ParsedRequest {
+    const text = prepared(url);
+    const lifted = liftLiterals(text);
+    if (!lifted) return fromGrammar(grammar(text));
+    let shape = this.shapes.get(lifted.shape);
+    if (shape === undefined) {
+      try {
+        shape = parser.parse(lifted.shape);
+      } catch {
+        shape = null;
+      }
+      if (this.shapes.size >= this.max) this.shapes.delete(this.shapes.keys().next().value!);
+    } else {
+      this.shapes.delete(lifted.shape);
+    }
+    this.shapes.set(lifted.shape, shape);
+    if (shape === null) return fromGrammar(grammar(text));
+    return fromGrammar({ tree: shape.tree, binds: Object.assign(shape.binds.slice(), lifted.binds) as ParserTypes.ODataBinds });
+  }
+}
+
+/**
+ * `text` with its text, number and date literals replaced by aliases `@l0`, `@l1`, ...,
+ * and what each alias stands for, as the grammar would have bound it (QuotedTextBind,
+ * NumberBind, DateBind); null for a URL with aliases of its own. What stays as it is: a
+ * quote after any other letter (a typed literal the grammar reads itself), a number
+ * anywhere but after `(`, `,`, `=` or a space and before `)`, `,`, `&`, `;`, a space or
+ * the end, and the counts of `$top=` and `$skip=`, where the grammar takes no alias.
+ */
+export function liftLiterals(text: string): { shape: string; binds: Record<string, [string, SqlValue]> } | null {
+  if (text.includes('@')) return null;
+  const binds: Record<string, [string, SqlValue]> = {};
+  let out = '';
+  let n = 0;
+  let i = 0;
+  const alias = (bind: [string, SqlValue]) => {
+    const name = `@l${n++}`;
+    binds[name] = bind;
+    return name;
+  };
+  const quoteAt = (j: number) => (text[j] === "'" ? 1 : text.slice(j, j + 3).toLowerCase() === '%27' ? 3 : 0);
+  const spaceBefore = (j: number) => text[j - 1] === ' ' || text[j - 1] === '+' || text.slice(j - 3, j) === '%20';
+  while (i < text.length) {
+    const q = quoteAt(i);
+    if (q) {
+      // The literal's end: a quote not followed by another (a doubled quote is one quote).
+      let j = i + q;
+      let raw = '';
+      for (;;) {
+        if (j >= text.length) return null;
+        const c = quoteAt(j);
+        if (!c) {
+          raw += text[j++];
+          continue;
+        }
+        const d = quoteAt(j + c);
+        if (!d) break;
+        raw += "'";
+        j += c + d;
+      }
+      let value: string;
+      try {
+        value = decodeURIComponent(raw);
+      } catch {
+        return null;
+      }
+      const end = j + quoteAt(j);
+      const date = /(?<![A-Za-z_])(datetime|date)$/.exec(out);
+      const time = date ? Date.parse(value) : NaN;
+      if (date && !Number.isNaN(time)) out = out.slice(0, -date[0].length) + alias([date[1] === 'date' ? 'Date' : 'Date Time', time]);
+      else if (/[A-Za-z]/.test(text[i - 1] ?? '')) out += text.slice(i, end);
+      else out += alias(['Text', value]);
+      i = end;
+      continue;
+    }
+    const num = /^-?[0-9]+(\.[0-9]+)?(?=$|[),&; +]|%20)/.exec(text.slice(i, i + 40));
+    const before = text[i - 1] ?? '';
+    if (num && ('(,='.includes(before) || spaceBefore(i)) && !/\$(top|skip)=$/i.test(text.slice(Math.max(0, i - 6), i))) {
+      out += alias(['Real', Number(num[0])]);
+      i += num[0].length;
+      continue;
+    }
+    // A name with digits in it (`a0`, `semver_major`) stays whole, and so does an escape (`%20`).
+    const word = /^(%[0-9A-Fa-f]{2}|[A-Za-z_0-9]+)/.exec(text.slice(i, i + 200));
+    const step = word ? word[0].length : 1;
+    out += text.slice(i, i + step);
+    i += step;
+  }
+  return { shape: out, binds };
 }
 
 class Converter {

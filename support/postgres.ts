@@ -3,6 +3,10 @@
  * server on 127.0.0.1 at a free port (and its socket in that directory), stopped and
  * removed by `stop()`. As root the server runs as the unprivileged `postgres` user, since
  * PostgreSQL refuses to run as root. Missing binaries: a clear error naming the package.
+ *
+ * pg_ctl leaves the server detached, so a test or bench killed with -9 (or by its timeout)
+ * cannot stop it: each cluster's directory names its owner, and the next start stops the
+ * servers whose owner is gone and removes their directories.
  */
 import { execFile } from 'node:child_process';
 import { existsSync, readdirSync, readFileSync } from 'node:fs';
@@ -12,6 +16,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import pg from 'pg';
+import { ownerRecord, reapStale, writeOwner } from '../src/owned-dirs.js';
+import { processStart } from '../src/processes.js';
 
 const run = promisify(execFile);
 
@@ -55,9 +61,18 @@ export interface PostgresOptions {
   readonly settings?: Readonly<Record<string, string>>;
 }
 
+const DIR_PREFIX = 'fleetlab-pg-';
+
+/** Runs a PostgreSQL program, as the `postgres` user when this process is root. */
+function pgCommand(bin: string): (cmd: string, args: string[]) => Promise<unknown> {
+  return (cmd, args) => (process.getuid?.() === 0 ? run('runuser', ['-u', 'postgres', '--', join(bin, cmd), ...args]) : run(join(bin, cmd), args));
+}
+
 export async function startPostgres(options: PostgresOptions = {}): Promise<PostgresCluster> {
   const bin = binDir();
-  const dir = await mkdtemp(join(tmpdir(), 'fleetlab-pg-'));
+  // A killed owner's server, by its pid or, killed before the pid was written, by its data directory.
+  await reapStale(tmpdir(), DIR_PREFIX, (_owner, dir) => pgCommand(bin)('pg_ctl', ['-D', join(dir, 'data'), '-m', 'immediate', '-w', 'stop']).then(() => undefined, () => undefined));
+  const dir = await mkdtemp(join(tmpdir(), DIR_PREFIX));
   const data = join(dir, 'data');
   const asRoot = process.getuid?.() === 0;
   const owner = asRoot ? await uidOf('postgres') : null;
@@ -65,8 +80,7 @@ export async function startPostgres(options: PostgresOptions = {}): Promise<Post
     await chown(dir, owner.uid, owner.gid);
     await chmod(dir, 0o700);
   }
-  const pgRun = (cmd: string, args: string[]) =>
-    asRoot ? run('runuser', ['-u', 'postgres', '--', join(bin, cmd), ...args]) : run(join(bin, cmd), args);
+  const pgRun = pgCommand(bin);
   const port = await freePort();
   let started = false;
   const stop = async () => {
@@ -81,8 +95,12 @@ export async function startPostgres(options: PostgresOptions = {}): Promise<Post
       return ` -c ${name}=${value}`;
     });
     const opts = `-p ${port} -k ${dir} -c listen_addresses=127.0.0.1 -c fsync=off -c synchronous_commit=off -c full_page_writes=off${extra.join('')}`;
+    writeOwner(dir, ownerRecord());
     await pgRun('pg_ctl', ['-D', data, '-o', opts, '-l', join(dir, 'log'), '-w', '-t', '60', 'start']);
     started = true;
+    const postmaster = postmasterPidOf(data);
+    const pidStart = processStart(postmaster);
+    writeOwner(dir, ownerRecord({ pid: postmaster, ...(pidStart ? { pidStart } : {}) }));
   } catch (err) {
     await stop();
     throw err;
@@ -100,7 +118,11 @@ export async function startPostgres(options: PostgresOptions = {}): Promise<Post
       }
       return `${base}/${name}`;
     },
-    postmasterPid: () => Number(readFileSync(join(data, 'postmaster.pid'), 'utf8').split('\n')[0]),
+    postmasterPid: () => postmasterPidOf(data),
     stop,
   };
+}
+
+function postmasterPidOf(data: string): number {
+  return Number(readFileSync(join(data, 'postmaster.pid'), 'utf8').split('\n')[0]);
 }

@@ -46,7 +46,7 @@ export function addQemuCommands(program: Command): void {
     .command('boot')
     .description('Boot the image (building it first if needed); prints one JSON ready line once the supervisor answers /ping; Ctrl-C powers it off')
     .addOption(new Option('--machine <kind>', 'virt (generic arm64, default: the fastest) or raspi3b (the Pi 3: its BCM2835 GPIO, device tree and USB network)').choices(['raspi3b', 'virt']).default('virt'))
-    .option('--snapshot', 'throw the disk changes away at exit (default: keep them in the machine\'s overlay under the cache)', false)
+    .option('--snapshot', 'throw the disk changes away at exit (default: keep them in the machine\'s overlay under the cache); on virt, start from the image\'s saved ready board when there is one (seconds)', false)
     .option('--api-port <port>', 'loopback port forwarded to the device API (default: a free one)')
     .option('--ssh-port <port>', 'loopback port forwarded to SSH (default: a free one)')
     .option('--board-config <file>', 'also write a board target config for this board (FLEETLAB_BOARD_CONFIG=<file> npm run hil -- --project=board)')
@@ -72,12 +72,14 @@ export function addQemuCommands(program: Command): void {
         const port = (v: string | undefined) => (v === undefined ? undefined : Number(v));
         const { dirname } = await import('node:path');
         const ports = { ...(opts.apiPort ? { apiPort: port(opts.apiPort) } : {}), ...(opts.sshPort ? { sshPort: port(opts.sshPort) } : {}) };
-        // A bare board on a throwaway disk holds nothing of a run's: it starts from its saved
-        // state (seconds, saved at its first boot) rather than booting for a minute.
+        // A board on a throwaway disk holds nothing of a run's: it starts from its image's saved
+        // state (seconds: the bare board's, saved at its first boot; the supervised one's, saved
+        // ready by the qemu target) rather than booting for half a minute or more.
         const { mkdtemp, rm } = await import('node:fs/promises');
-        const bareRunDir = opts.bare && opts.snapshot && opts.machine === 'virt' ? await mkdtemp(join((await import('node:os')).tmpdir(), 'fleetlab-qemu-')) : undefined;
-        const { board, ready } = bareRunDir
-          ? await (await import('../hil/targets/qemu-restore.js')).startBareBoard({ image, runDir: bareRunDir, consolePty: opts.serialPty, progress: (d) => console.error(d), ...ports })
+        const savedRunDir = opts.snapshot && opts.machine === 'virt' && !opts.flashImage ? await mkdtemp(join((await import('node:os')).tmpdir(), 'fleetlab-qemu-')) : undefined;
+        const restore = await import('../hil/targets/qemu-restore.js');
+        const { board, ready } = savedRunDir
+          ? await (opts.bare ? restore.startBareBoard : restore.startSupervisedBoard)({ image, runDir: savedRunDir, consolePty: opts.serialPty, progress: (d) => console.error(d), ...ports })
           : await bootBoard({
               image,
               machine: opts.machine,
@@ -119,7 +121,7 @@ export function addQemuCommands(program: Command): void {
         };
         void follow().catch((err) => (console.error(`fleetlab: ${String(err)}`), trigger()));
         await done;
-        if (bareRunDir) await rm(bareRunDir, { recursive: true, force: true });
+        if (savedRunDir) await rm(savedRunDir, { recursive: true, force: true });
       }),
     );
 

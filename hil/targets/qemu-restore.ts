@@ -1,6 +1,6 @@
 /**
  * Boards started from a saved ready state (qemu/ready-state.ts) outside the qemu target's own
- * labs: the lab tests' supervised boards and `fleetlab qemu boot --bare --snapshot`'s bare one.
+ * labs: the lab tests' supervised boards and `fleetlab qemu boot --snapshot`'s (bare or not).
  * A restored board runs on in the instant it was saved, with that instant's clock and no RTC
  * to read a newer one from: its clock is set from this host's over SSH, as NTP would on a Pi.
  */
@@ -51,6 +51,37 @@ export async function startRestored(o: RestoreOptions): Promise<{ board: QemuBoa
     await ssh.close();
   }
   return { board, ready: { event: 'ready', ...board.info, pid: board.process.pid ?? 0, bootMs: Date.now() - started } };
+}
+
+/**
+ * A supervised virt board on a throwaway overlay, in `runDir`: started from the image's saved
+ * ready board when the qemu target has saved one (seconds), booted otherwise (half a minute to
+ * a minute under TCG). The saved board is a fresh boot's twin but for its uptime: nothing of a
+ * run's is on it, and its clock is set from this host's. A state that fails to start is said
+ * and booted around.
+ */
+export async function startSupervisedBoard(o: {
+  image: QemuImage;
+  runDir: string;
+  apiPort?: number;
+  sshPort?: number;
+  consolePty?: boolean;
+  progress: (line: string) => void;
+}): Promise<{ board: QemuBoard; ready: ReadyInfo }> {
+  const boot = () => bootBoard({ image: o.image, machine: 'virt', snapshot: true, runDir: o.runDir, progress: o.progress, ...pick(o) });
+  const state = await findReadyState(o.image, 'virt');
+  if (!state) {
+    o.progress(`no saved ready board for image ${o.image.key}: booting`);
+    return boot();
+  }
+  try {
+    const started = await startRestored({ ...pick(o), state, image: o.image, runDir: o.runDir, readyWhen: 'api' });
+    o.progress(`started from the saved ready board ${state.dir} in ${started.ready.bootMs} ms`);
+    return started;
+  } catch (err) {
+    o.progress(`the board did not start from its saved ready state (${errorText(err)}); booting it instead`);
+    return boot();
+  }
 }
 
 /** What a saved bare board has done, in the words its ready.json keeps. */

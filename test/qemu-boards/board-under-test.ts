@@ -7,11 +7,10 @@ import { join } from 'node:path';
 import { execa, type ResultPromise } from 'execa';
 import { expect } from 'vitest';
 import { loadBoardConfig, type BoardConfig } from '../../hil/lab/board-config.js';
-import { startRestored } from '../../hil/targets/qemu-restore.js';
+import { startSupervisedBoard } from '../../hil/targets/qemu-restore.js';
 import { SshDevice } from '../../device-access/ssh-device.js';
-import { bootBoard, type QemuBoard, type ReadyInfo } from '../../qemu/boot.js';
+import type { QemuBoard, ReadyInfo } from '../../qemu/boot.js';
 import type { QemuImage } from '../../device-image/build.js';
-import { findReadyState } from '../../qemu/ready-state.js';
 
 export const repoRoot = join(import.meta.dirname, '..', '..');
 
@@ -99,19 +98,11 @@ export async function failedRunSerialConsole(dir: string, target: string, env: R
 }
 
 /**
- * A supervised virt board for a lab test, in `runDir`: started from the image's saved ready
- * board when the qemu target has saved one (seconds; .ci/run's virt run does, before the lab
- * tests), booted otherwise (a minute or more). What the lab tests check (leases, power, the
- * board target) is the same on both. A restored board's clock is the one it was saved with,
- * and it has no RTC: it is set from this host's over SSH, as NTP would on a Pi.
+ * A supervised virt board for a lab test, in `runDir`, its console on a pseudo-terminal: from
+ * the image's saved ready board when the qemu target has saved one (.ci/run's virt run does,
+ * before the lab tests), booted otherwise. What the lab tests check (leases, power, the board
+ * target) is the same on both.
  */
-export async function labBoard(image: QemuImage, runDir: string, progress: (line: string) => void): Promise<{ board: QemuBoard; ready: ReadyInfo }> {
-  const state = await findReadyState(image, 'virt');
-  if (!state) {
-    progress(`no saved ready board for image ${image.key}: booting`);
-    return bootBoard({ image, machine: 'virt', snapshot: true, runDir, progress });
-  }
-  const started = await startRestored({ state, image, runDir, readyWhen: 'api', consolePty: true });
-  progress(`started from the saved ready board ${state.dir} in ${started.ready.bootMs} ms`);
-  return started;
+export function labBoard(image: QemuImage, runDir: string, progress: (line: string) => void): Promise<{ board: QemuBoard; ready: ReadyInfo }> {
+  return startSupervisedBoard({ image, runDir, consolePty: true, progress });
 }

@@ -53,6 +53,16 @@ export async function startRestored(o: RestoreOptions): Promise<{ board: QemuBoa
   return { board, ready: { event: 'ready', ...board.info, pid: board.process.pid ?? 0, bootMs: Date.now() - started } };
 }
 
+/** A virt board on a throwaway overlay in `runDir`, from its image's saved state when there is one. */
+export interface SavedBoardOptions {
+  readonly image: QemuImage;
+  readonly runDir: string;
+  readonly apiPort?: number;
+  readonly sshPort?: number;
+  readonly consolePty?: boolean;
+  readonly progress: (line: string) => void;
+}
+
 /**
  * A supervised virt board on a throwaway overlay, in `runDir`: started from the image's saved
  * ready board when the qemu target has saved one (seconds), booted otherwise (half a minute to
@@ -60,14 +70,7 @@ export async function startRestored(o: RestoreOptions): Promise<{ board: QemuBoa
  * run's is on it, and its clock is set from this host's. A state that fails to start is said
  * and booted around.
  */
-export async function startSupervisedBoard(o: {
-  image: QemuImage;
-  runDir: string;
-  apiPort?: number;
-  sshPort?: number;
-  consolePty?: boolean;
-  progress: (line: string) => void;
-}): Promise<{ board: QemuBoard; ready: ReadyInfo }> {
+export async function startSupervisedBoard(o: SavedBoardOptions): Promise<{ board: QemuBoard; ready: ReadyInfo }> {
   const boot = () => bootBoard({ image: o.image, machine: 'virt', snapshot: true, runDir: o.runDir, progress: o.progress, ...pick(o) });
   const state = await findReadyState(o.image, 'virt');
   if (!state) {
@@ -94,14 +97,7 @@ const BARE_READINESS = 'booted to SSH, systemd settled; nothing of fleetlab\'s o
  * that state. A bare board holds nothing a run leaves, so the saved one is a fresh boot's twin
  * but for its uptime. Whatever fails about the state is said and booted around.
  */
-export async function startBareBoard(o: {
-  image: QemuImage;
-  runDir: string;
-  apiPort?: number;
-  sshPort?: number;
-  consolePty?: boolean;
-  progress: (line: string) => void;
-}): Promise<{ board: QemuBoard; ready: ReadyInfo }> {
+export async function startBareBoard(o: SavedBoardOptions): Promise<{ board: QemuBoard; ready: ReadyInfo }> {
   const restore = (state: ReadyState) => startRestored({ ...o, state, readyWhen: 'ssh' });
   const boot = () => bootBoard({ image: o.image, machine: 'virt', snapshot: true, readyWhen: 'ssh', runDir: o.runDir, progress: o.progress, ...pick(o) });
   const saved = await findReadyState(o.image, 'virt');

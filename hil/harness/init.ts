@@ -208,8 +208,13 @@ export async function initProject(options: InitOptions): Promise<void> {
     } catch (err) {
       throw new FleetlabError('HIL_ERR_NATIVE_MODULE', `npm rebuild ${unbuilt.join(' ')} failed (${errorText(err).split('\n')[0]}); run it yourself: ${buildCommand(unbuilt)}`);
     }
-    const still = (await unbuiltInNewProcess(neededOnThisNode(NATIVE))).map((m) => m.name);
-    if (still.length) throw new FleetlabError('HIL_ERR_NATIVE_MODULE', `still not built after npm rebuild: ${still.join(', ')}; run: ${buildCommand(still)}`);
+    const still = await unbuiltInNewProcess(neededOnThisNode(NATIVE));
+    if (still.length) {
+      // Built, but against another Node's headers: npm's nodedir (an offline machine's setting) is not this Node's.
+      const otherAbi = still.some((m) => m.reason.startsWith('built for another Node'));
+      const why = still.map((m) => `${m.name}, ${m.reason}`).join('; ');
+      throw new FleetlabError('HIL_ERR_NATIVE_MODULE', `still not built after npm rebuild: ${why}; ${otherAbi ? `npm built it against another Node's headers: see \`npm config get nodedir\`, point it at ${process.version}'s (or unset it), then ` : ''}run: ${buildCommand(still.map((m) => m.name))}`);
+    }
     log('native modules: built');
   }
   log(`next: npx fleetlab test            (your specs in ./fleetlab, on a simulated device; --target container|qemu|board)`);

@@ -77,8 +77,8 @@ export function addQemuCommands(program: Command): void {
         // ready by the qemu target) rather than booting for half a minute or more.
         const { mkdtemp, rm } = await import('node:fs/promises');
         const savedRunDir = opts.snapshot && opts.machine === 'virt' && !opts.flashImage ? await mkdtemp(join((await import('node:os')).tmpdir(), 'fleetlab-qemu-')) : undefined;
-        const restore = await import('../hil/targets/qemu-restore.js');
-        const { board, ready } = savedRunDir
+        const restore = savedRunDir ? await import('../hil/targets/qemu-restore.js') : undefined;
+        const { board, ready } = savedRunDir && restore
           ? await (opts.bare ? restore.startBareBoard : restore.startSupervisedBoard)({ image, runDir: savedRunDir, consolePty: opts.serialPty, progress: (d) => console.error(d), ...ports })
           : await bootBoard({
               image,

@@ -64,23 +64,23 @@ export interface PostgresOptions {
 const DIR_PREFIX = 'fleetlab-pg-';
 
 /** Runs a PostgreSQL program, as the `postgres` user when this process is root. */
-function pgCommand(bin: string): (cmd: string, args: string[]) => Promise<unknown> {
-  return (cmd, args) => (process.getuid?.() === 0 ? run('runuser', ['-u', 'postgres', '--', join(bin, cmd), ...args]) : run(join(bin, cmd), args));
+function pgCommand(bin: string, asRoot: boolean): (cmd: string, args: string[]) => Promise<unknown> {
+  return (cmd, args) => (asRoot ? run('runuser', ['-u', 'postgres', '--', join(bin, cmd), ...args]) : run(join(bin, cmd), args));
 }
 
 export async function startPostgres(options: PostgresOptions = {}): Promise<PostgresCluster> {
   const bin = binDir();
+  const asRoot = process.getuid?.() === 0;
+  const pgRun = pgCommand(bin, asRoot);
   // A killed owner's server, by its pid or, killed before the pid was written, by its data directory.
-  await reapStale(tmpdir(), DIR_PREFIX, (_owner, dir) => pgCommand(bin)('pg_ctl', ['-D', join(dir, 'data'), '-m', 'immediate', '-w', 'stop']).then(() => undefined, () => undefined));
+  await reapStale(tmpdir(), DIR_PREFIX, (_owner, dir) => pgRun('pg_ctl', ['-D', join(dir, 'data'), '-m', 'immediate', '-w', 'stop']).then(() => undefined, () => undefined));
   const dir = await mkdtemp(join(tmpdir(), DIR_PREFIX));
   const data = join(dir, 'data');
-  const asRoot = process.getuid?.() === 0;
   const owner = asRoot ? await uidOf('postgres') : null;
   if (owner) {
     await chown(dir, owner.uid, owner.gid);
     await chmod(dir, 0o700);
   }
-  const pgRun = pgCommand(bin);
   const port = await freePort();
   let started = false;
   const stop = async () => {

@@ -7,7 +7,7 @@
  */
 import { readFileSync } from 'node:fs';
 import Docker from 'dockerode';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, onTestFinished } from 'vitest';
 import { SimDevice } from '../sim/device.js';
 import { LABEL } from '../src/protocol/engine-labels.js';
 import { dockerSocket, twoServiceState } from './helpers/supervisor-fixture.js';
@@ -160,13 +160,20 @@ describe('supervisor over the simulated engine', () => {
 
   it('a full disk fails the next pull; the supervisor reports it and converges once space is back', async () => {
     device.simEngine!.setDiskFull(true);
+    // A failure here must not leave the disk full for the specs after this one.
+    onTestFinished(() => device.simEngine!.setDiskFull(false));
     const state = twoServiceState({ releaseId: 2 });
     const worker = state.apps['1']!.services['12']!;
     worker.image = 'busybox:latest';
     worker.command = ['sleep', '3600'];
     expect((await api('POST', '/v2/local/target-state', { local: state })).status).toBe(200);
-    await eventually(async () => ((await api('GET', '/v1/device')).json().update_failed === true ? true : undefined), 60_000, 'update_failed');
-    expect(readFileSync(device.supervisorLog, 'utf8')).toMatch(/pulling busybox:latest failed: write \/var\/lib\/docker\/tmp\/GetImageBlob\d+: no space left on device/);
+    // The log line reaches its file through the device's stdout pipe, and another step (a
+    // container create on the full disk) may fail the round before the pull does: wait for both.
+    const pullFailed = /pulling busybox:latest failed: write \/var\/lib\/docker\/tmp\/GetImageBlob\d+: no space left on device/;
+    await eventually(async () => {
+      const failed = (await api('GET', '/v1/device')).json().update_failed === true;
+      return failed && pullFailed.test(readFileSync(device.supervisorLog, 'utf8')) ? true : undefined;
+    }, 60_000, 'update_failed, with the pull failure logged');
     device.simEngine!.setDiskFull(false);
     await waitAllRunning(2, 90_000);
     expect((await api('GET', '/v1/device')).json().update_failed).toBe(false);

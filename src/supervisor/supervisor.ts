@@ -114,6 +114,8 @@ export class Supervisor implements SupervisorContext {
   readonly cloud: CloudLink | null;
   /** Set while a reboot or shutdown is under way. */
   private powerAction: Promise<void> | null = null;
+  /** close() has begun: a host call cut off by it is the shutdown, not a failure. */
+  private closing = false;
   /** Opened by `listen()`: the API on the supervisor network's gateway, once that network exists. */
   private gateway: GatewayListener | null = null;
   private supervisorNetwork: { apiHost: string; subnet: string } | null = null;
@@ -383,7 +385,10 @@ export class Supervisor implements SupervisorContext {
       }
       await (action === 'reboot' ? this.host.reboot() : this.host.powerOff());
     })().catch((err) => {
-      this.log.error(`${action} failed: ${String(err)}`);
+      // systemd stops this service as the reboot it was asked for begins, often before logind's
+      // answer arrives: that cut-off call is the reboot under way.
+      if (this.closing) this.log.info(`${action === 'reboot' ? 'Rebooting' : 'Shutting down'}: the supervisor was stopped before the host answered`);
+      else this.log.error(`${action} failed: ${String(err)}`);
       this.powerAction = null;
     });
   }
@@ -398,6 +403,7 @@ export class Supervisor implements SupervisorContext {
   }
 
   async close(): Promise<void> {
+    this.closing = true;
     this.cloud?.close();
     this.state.close();
     // A round in flight may still create a container; let it land so callers can clean up.

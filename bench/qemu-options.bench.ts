@@ -1,6 +1,10 @@
 /**
  * What QEMU's options do to a boot of the emulated board (issue 45 item 2):
- * `npx tsx bench/qemu-options.bench.ts [--rounds N] [--variants a,b,...]`
+ * `npx tsx bench/qemu-options.bench.ts [--rounds N] [--variants a,b,...] [--image-before DIR]`
+ *
+ * `--image-before <cache>/qemu/image-<key>` adds the variant `before`: that image (an earlier
+ * build kept in the cache) booted with the defaults, side by side with this build's, for what
+ * a change to the image did to its boot.
  *
  * Boots `virt` from a fresh overlay to the supervisor's first `/ping`, once per variant per
  * round, the variants in a new order each round (rotated) so a noisy stretch of the machine
@@ -12,15 +16,18 @@
  * The machine (raspi3b against virt) and the network device (raspi3b's USB adapter against
  * virtio-net) go together: `bench/qemu.bench.ts --machines raspi3b,virt` compares them.
  */
+import { existsSync, readFileSync } from 'node:fs';
 import { loadavg } from 'node:os';
-import { bootBoard } from '../qemu/boot.js';
-import { buildImage } from '../device-image/build.js';
+import { bootBoard, type QemuBoard } from '../qemu/boot.js';
+import { buildImage, imageFromDir, type QemuImage } from '../device-image/build.js';
 import type { QemuTuning } from '../qemu/qemu-argv.js';
+import { SshDevice } from '../device-access/ssh-device.js';
 
 interface Variant {
   readonly what: string;
   readonly cpus?: number;
   readonly tuning?: QemuTuning;
+  readonly image?: QemuImage;
 }
 
 const VARIANTS: Record<string, Variant> = {
@@ -33,6 +40,12 @@ const VARIANTS: Record<string, Variant> = {
 const args = process.argv.slice(2);
 const valueOf = (name: string) => (args.includes(name) ? args[args.indexOf(name) + 1] : undefined);
 const rounds = Number(valueOf('--rounds') ?? 2);
+const before = valueOf('--image-before');
+if (before !== undefined) {
+  if (!existsSync(`${before}/manifest.json`)) throw new Error(`--image-before takes an image directory of the cache (<cache>/qemu/image-<key>, with its manifest.json), not ${before}`);
+  VARIANTS.before = { what: `the image ${before.split('/').pop()} with QEMU's defaults`, image: imageFromDir(before) };
+  if (!args.includes('--variants')) args.push('--variants', 'default,before');
+}
 const chosen = (valueOf('--variants') ?? Object.keys(VARIANTS).join(',')).split(',');
 for (const name of chosen) if (!VARIANTS[name]) throw new Error(`no variant ${name}; the variants: ${Object.keys(VARIANTS).join(', ')}`);
 if (!Number.isInteger(rounds) || rounds < 1 || rounds > 20) throw new Error(`--rounds takes 1 to 20, not ${valueOf('--rounds')}`);
@@ -46,16 +59,33 @@ const median = (xs: readonly number[]) => {
   return s.length % 2 ? s[mid]! : (s[mid - 1]! + s[mid]!) / 2;
 };
 
+/** systemd's own account of the boot and the coldplug's share of it, read over SSH: what the boot time depends on. */
+async function guestAccount(board: QemuBoard, image: QemuImage): Promise<string> {
+  const ssh = new SshDevice({ host: '127.0.0.1', port: board.info.sshPort, username: 'root', privateKey: readFileSync(image.sshKey) });
+  try {
+    await ssh.waitReachable(120_000);
+    const total = (await ssh.run(['systemd-analyze', 'time'])).stdout.split('\n')[0]?.replace(/^Startup finished in /, '') ?? '';
+    const trigger = (await ssh.run(['sh', '-c', 'systemd-analyze blame | grep -m1 systemd-udev-trigger'])).stdout.trim();
+    return `systemd: ${total}; ${trigger || 'udev trigger not in blame'}`;
+  } catch (err) {
+    return `systemd-analyze over SSH failed: ${String(err)}`;
+  } finally {
+    await ssh.close();
+  }
+}
+
 const times = new Map<string, number[]>(chosen.map((n) => [n, []]));
 for (let round = 0; round < rounds; round++) {
   const order = chosen.map((_, i) => chosen[(i + round) % chosen.length]!);
   for (const name of order) {
     const v = VARIANTS[name]!;
     const load = loadavg()[0]!.toFixed(2);
-    const { board, ready } = await bootBoard({ image, machine: 'virt', snapshot: true, readyTimeoutMs: 900_000, ...(v.cpus !== undefined ? { cpus: v.cpus } : {}), ...(v.tuning ? { tuning: v.tuning } : {}) });
+    const booted = v.image ?? image;
+    const { board, ready } = await bootBoard({ image: booted, machine: 'virt', snapshot: true, readyTimeoutMs: 900_000, ...(v.cpus !== undefined ? { cpus: v.cpus } : {}), ...(v.tuning ? { tuning: v.tuning } : {}) });
+    const account = await guestAccount(board, booted);
     await board.stop();
     times.get(name)!.push(ready.bootMs);
-    console.log(`round ${round + 1}/${rounds}  ${name.padEnd(13)} boot to API ready ${seconds(ready.bootMs)}  (load average at start ${load})`);
+    console.log(`round ${round + 1}/${rounds}  ${name.padEnd(13)} boot to API ready ${seconds(ready.bootMs)}  (load average at start ${load})  ${account}`);
   }
 }
 

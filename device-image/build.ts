@@ -24,7 +24,7 @@ import { writeTestRootfsTar } from '../sim/images/test-images.js';
 import { cacheRoot, needTool, qemuTools } from './tools.js';
 import { requirePayloadSource } from './payload.js';
 import { stageSupervisor } from './supervisor-payload.js';
-import { BOARD_OS_UNITS, boardOsFiles, DEFAULT_MIRROR, DEFAULT_SUITE, DISABLED_UNITS, ENABLED_UNITS, GUEST, IMAGE_RECIPE_VERSION, MASKED_GENERATORS, MASKED_UNITS, NODE_PACKAGE, SD_SIZE_BYTES, overlayFiles, rootfsKey } from './recipe.js';
+import { BOARD_OS_UNITS, boardOsFiles, DEFAULT_MIRROR, DEFAULT_SUITE, DISABLED_UNITS, ENABLED_UNITS, GUEST, IMAGE_RECIPE_VERSION, MASKED_GENERATORS, MASKED_UNITS, NODE_PACKAGE, SD_SIZE_BYTES, overlayFiles, rootfsKey, UDEV_TRIGGER_UNIT, udevTriggerDropIn } from './recipe.js';
 import { bootFiles, buildRootfs } from './rootfs.js';
 import { buildInitramfs, INITRAMFS_VERSION, initScript, ROOT_MODULES } from './initramfs.js';
 
@@ -215,6 +215,7 @@ async function build(options: ImageBuildOptions, started: number, report: Report
       mkdirSync(dirname(testTar), { recursive: true });
       await writeTestRootfsTar(join(rootfs, 'bin', 'busybox'), testTar);
     }
+    writeImageFiles(stage, [udevTriggerDropIn(readFileSync(join(rootfs, UDEV_TRIGGER_UNIT), 'utf8'))]);
 
     // The key: the payload's bytes plus what the assembly does with them.
     const h = createHash('sha256').update(`${IMAGE_RECIPE_VERSION}\0${rKey}\0${SD_SIZE_BYTES}\0${JSON.stringify([enabledUnits, DISABLED_UNITS, MASKED_UNITS, MASKED_GENERATORS])}\0update-done stamps\0${INITRAMFS_VERSION}\0${initScript(ROOT_MODULES)}\0`);

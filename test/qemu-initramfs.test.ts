@@ -10,7 +10,7 @@ import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { assembleTree, writeUpdateDoneStamps } from '../device-image/build.js';
 import { archivedModule, cpioNewc, initramfsEntries, initScript, moduleLoadOrder, moduleName, S_IFDIR, S_IFREG } from '../device-image/initramfs.js';
-import { MASKED_GENERATORS, MASKED_UNITS, importTestImagesScript, overlayFiles, TEST_IMAGES_STAMP } from '../device-image/recipe.js';
+import { MASKED_GENERATORS, MASKED_UNITS, importTestImagesScript, overlayFiles, TEST_IMAGES_STAMP, UDEV_TRIGGER_DROPIN, udevTriggerDropIn } from '../device-image/recipe.js';
 
 const work = mkdtempSync(join(tmpdir(), 'fleetlab-initramfs-test-'));
 afterAll(() => rmSync(work, { recursive: true, force: true }));
@@ -91,6 +91,21 @@ describe('the boot-time trims of the image', () => {
     const card = join(work, 'card');
     await assembleTree({ rootfs, stage, tree: card, enabledUnits: [], disabledUnits: [] });
     expect(() => statSync(join(card, 'etc/systemd/system-generators'))).toThrow();
+  });
+
+  it('narrows the coldplug to devices from the distribution\'s own unit, and refuses one of another shape', () => {
+    const unit = (...starts: string[]) => `[Unit]\nDescription=Coldplug All udev Devices\n\n[Service]\nType=oneshot\nRemainAfterExit=yes\n${starts.join('\n')}\n`;
+    // Debian 13's systemd 257: one line for all; the module priority goes with the module events.
+    const trixie = udevTriggerDropIn(unit('ExecStart=-udevadm trigger --type=all --action=add --prioritized-subsystem=module,block,tpmrm,net,tty,input'));
+    expect(trixie.path).toBe(UDEV_TRIGGER_DROPIN);
+    expect(trixie.content).toBe('[Service]\nExecStart=\nExecStart=-udevadm trigger --type=devices --action=add --prioritized-subsystem=block,tpmrm,net,tty,input\n');
+    // Debian 12's systemd 252: subsystems, then devices; the devices line is kept as it is.
+    const bookworm = udevTriggerDropIn(unit('ExecStart=-udevadm trigger --type=subsystems --action=add', 'ExecStart=-udevadm trigger --type=devices --action=add'));
+    expect(bookworm.content).toBe('[Service]\nExecStart=\nExecStart=-udevadm trigger --type=devices --action=add\n');
+    expect(udevTriggerDropIn(unit('ExecStart=-udevadm trigger --type=all --action=add --prioritized-subsystem=module')).content).toBe('[Service]\nExecStart=\nExecStart=-udevadm trigger --type=devices --action=add\n');
+    for (const odd of [unit(), unit('ExecStart=/usr/lib/other-coldplug'), unit('ExecStart=-udevadm trigger --type=all', 'ExecStart=-udevadm trigger --type=devices')]) {
+      expect(() => udevTriggerDropIn(odd)).toThrow(/not of a shape the image narrows to devices .*udevTriggerDropIn needs updating/);
+    }
   });
 
   it('stamps /etc and /var as updated at /usr\'s time, so the first boot skips the update units', () => {

@@ -9,6 +9,7 @@ import { dirname, isAbsolute, resolve } from 'node:path';
 import { FleetlabError, errorText } from '../../src/errors.js';
 import { parseLedGpio } from '../../src/supervisor/adapters/led.js';
 import type { Capability } from '../../device-access/protocols.js';
+import { isMapping } from '../../src/mapping.js';
 
 export const BOARD_CONFIG_VARIABLE = 'FLEETLAB_BOARD_CONFIG';
 
@@ -187,7 +188,7 @@ const BAUDS = [9600, 19200, 38400, 57600, 115200, 230400, 460800, 921600];
 
 /** `"/dev/ttyUSB0"`, or `{"device": "/dev/ttyUSB0", "baud": 115200}`; the Pi's console runs at 115200. */
 function parseSerial(raw: unknown, fail: (m: string) => never): NonNullable<BoardConfig['serial']> {
-  const o: Fields = typeof raw === 'string' ? { device: raw } : typeof raw === 'object' && raw !== null && !Array.isArray(raw) ? (raw as Fields) : {};
+  const o: Fields = typeof raw === 'string' ? { device: raw } : isMapping(raw) ? raw : {};
   const bad = Object.keys(o).filter((k) => k !== 'device' && k !== 'baud');
   if (bad.length) fail(`unknown field "serial.${bad[0]}" (known: device, baud)`);
   if (typeof o.device !== 'string' || !o.device.startsWith('/')) fail(`serial must be the serial device's absolute path on the lab host (e.g. /dev/ttyUSB0) or {"device": ..., "baud": 115200}, got ${JSON.stringify(raw)}`);
@@ -224,7 +225,7 @@ function parseLed(raw: unknown, fail: (m: string) => never): NonNullable<BoardCo
   }
   const observe = o.observe ?? 'sysfs';
   if (observe === 'sysfs') return { gpio, observe: { kind: 'sysfs', pollMs } };
-  if (typeof observe === 'object' && observe !== null && !Array.isArray(observe)) {
+  if (isMapping(observe)) {
     const command = (observe as Fields).command;
     if (typeof command === 'string' && command.trim() !== '' && Object.keys(observe).length === 1) return { gpio, observe: { kind: 'command', command } };
   }

@@ -7,6 +7,7 @@
  * second attempt can tell. The lab file's `flakes` section sets both bounds. Pure: the store and
  * the worker's lease (./worker-lease.ts) do the rest.
  */
+import { isMapping } from '../../src/mapping.js';
 
 /** One `fleetlab test` run, shared by all its workers (set by the suite's global setup): a retry's earlier attempts are this run's. */
 export const LAB_RUN_VARIABLE = 'FLEETLAB_LAB_RUN';
@@ -51,12 +52,11 @@ export interface FlakeSettings {
 export const FLAKE_DEFAULTS = { runs: 20, retryWaitSeconds: 120 } as const;
 
 type Fields = Record<string, unknown>;
-const isObject = (v: unknown): v is Fields => typeof v === 'object' && v !== null && !Array.isArray(v);
 
 /** The lab file's `flakes` section (absent: the defaults). */
 export function parseFlakes(raw: unknown, fail: (message: string) => never): FlakeSettings {
   if (raw === undefined) return { runs: FLAKE_DEFAULTS.runs, retryWaitMs: FLAKE_DEFAULTS.retryWaitSeconds * 1000 };
-  if (!isObject(raw)) return fail('"flakes" must be a mapping with "runs" and "retryWaitSeconds"');
+  if (!isMapping(raw)) return fail('"flakes" must be a mapping with "runs" and "retryWaitSeconds"');
   const unknown = Object.keys(raw).filter((k) => k !== 'runs' && k !== 'retryWaitSeconds');
   if (unknown.length) fail(`unknown field "flakes.${unknown[0]}" (known: runs, retryWaitSeconds)`);
   const whole = (key: string, min: number, max: number, fallback: number): number => {

@@ -6,6 +6,7 @@
  * Checks are on when the lab file has a `health` section (`health: {}` takes every default):
  * a lab written before checks existed keeps leasing as it did.
  */
+import { isMapping } from '../../src/mapping.js';
 
 /** Every step a check may run, in the order it runs them. */
 export const HEALTH_STEPS = ['ssh', 'supervisor', 'clock', 'disk', 'rootfs', 'engine', 'throttling'] as const;
@@ -50,7 +51,6 @@ const BOARD_KEYS = ['skip', 'stepTimeoutSeconds', 'maxClockSkewSeconds', 'minFre
 const LAB_KEYS = ['maxAgeSeconds', 'everySeconds', 'infraFailures', ...BOARD_KEYS] as const;
 
 type Fields = Record<string, unknown>;
-const isObject = (v: unknown): v is Fields => typeof v === 'object' && v !== null && !Array.isArray(v);
 
 function wholeNumber(fields: Fields, key: string, label: string, min: number, max: number, fallback: number, fail: (m: string) => never): number {
   const v = fields[key];
@@ -78,13 +78,13 @@ function boardFields(fields: Fields, at: string, base: BoardHealth, fail: (m: st
 export function parseLabHealth(raw: unknown, fail: (message: string) => never): LabHealth | undefined {
   if (raw === undefined) return undefined;
   // `health:` with nothing after it is YAML's null: every default.
-  const h: Fields = raw === null ? {} : isObject(raw) ? raw : fail('"health" must be a mapping (health: {} takes every default)');
+  const h: Fields = raw === null ? {} : isMapping(raw) ? raw : fail('"health" must be a mapping (health: {} takes every default)');
   const unknown = Object.keys(h).filter((k) => !(LAB_KEYS as readonly string[]).includes(k));
   if (unknown.length) fail(`unknown field "health.${unknown[0]}" (known: ${LAB_KEYS.join(', ')})`);
   const d = HEALTH_DEFAULTS;
   let infra: Fields = {};
   if (h.infraFailures !== undefined) {
-    if (!isObject(h.infraFailures)) fail('"health.infraFailures" must be a mapping { count, windowSeconds }');
+    if (!isMapping(h.infraFailures)) fail('"health.infraFailures" must be a mapping { count, windowSeconds }');
     infra = h.infraFailures as Fields;
     const bad = Object.keys(infra).filter((k) => k !== 'count' && k !== 'windowSeconds');
     if (bad.length) fail(`unknown field "health.infraFailures.${bad[0]}" (known: count, windowSeconds)`);
@@ -103,7 +103,7 @@ export function parseLabHealth(raw: unknown, fail: (message: string) => never): 
 export function parseBoardHealth(raw: unknown, at: string, lab: LabHealth | undefined, fail: (message: string) => never): BoardHealth | undefined {
   if (raw === undefined) return lab?.defaults;
   if (!lab) fail(`${at}.health: checks are on only with a lab-wide "health" section (health: {} takes every default)`);
-  if (!isObject(raw)) fail(`${at}.health must be a mapping of ${BOARD_KEYS.join(', ')}`);
+  if (!isMapping(raw)) fail(`${at}.health must be a mapping of ${BOARD_KEYS.join(', ')}`);
   const unknown = Object.keys(raw as Fields).filter((k) => !(BOARD_KEYS as readonly string[]).includes(k));
   if (unknown.length) fail(`unknown field "${at}.health.${unknown[0]}" (known on a board: ${BOARD_KEYS.join(', ')}; the rest are lab-wide)`);
   return boardFields(raw as Fields, `${at}.health`, lab!.defaults, fail);

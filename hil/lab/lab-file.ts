@@ -11,6 +11,7 @@ import { FleetlabError, errorText } from '../../src/errors.js';
 import { parseBoardConfig, type BoardConfig } from './board-config.js';
 import { parseBoardHealth, parseLabHealth, type BoardHealth, type LabHealth } from './health-config.js';
 import { parseFlakes, type FlakeSettings } from './flake-attribution.js';
+import { isMapping } from '../../src/mapping.js';
 
 export const LAB_FILE_DEFAULT = 'fleetlab.lab.yaml';
 
@@ -61,7 +62,6 @@ export function labError(source: string, message: string, opts: { example: boole
 }
 
 type Fields = Record<string, unknown>;
-const isObject = (v: unknown): v is Fields => typeof v === 'object' && v !== null && !Array.isArray(v);
 
 /** Parses the text of a lab file read from `source`. Pure: reads nothing. */
 export function parseLabFile(text: string, source: string, env: { home?: string } = {}): Lab {
@@ -74,7 +74,7 @@ export function parseLabFile(text: string, source: string, env: { home?: string 
   } catch (err) {
     fail(`not valid YAML: ${errorText(err)}`);
   }
-  if (!isObject(raw)) return fail('must be a mapping with "boards" (and optionally "leases")');
+  if (!isMapping(raw)) return fail('must be a mapping with "boards" (and optionally "leases")');
   const unknown = Object.keys(raw).filter((k) => !['boards', 'leases', 'health', 'flakes'].includes(k));
   if (unknown.length) fail(`unknown field "${unknown[0]}" (known: leases, health, flakes, boards)`);
   const health = parseLabHealth(raw.health, fail);
@@ -82,7 +82,7 @@ export function parseLabFile(text: string, source: string, env: { home?: string 
 
   const baseDir = dirname(resolve(source));
   const leases = raw.leases ?? {};
-  if (!isObject(leases)) fail('"leases" must be a mapping with "store" and "ttlSeconds"');
+  if (!isMapping(leases)) fail('"leases" must be a mapping with "store" and "ttlSeconds"');
   const l = leases as Fields;
   const badLease = Object.keys(l).filter((k) => k !== 'store' && k !== 'ttlSeconds');
   if (badLease.length) fail(`unknown field "leases.${badLease[0]}" (known: store, ttlSeconds)`);
@@ -104,7 +104,7 @@ export function parseLabFile(text: string, source: string, env: { home?: string 
   const boards: LabBoard[] = [];
   (raw.boards as unknown[]).forEach((b, i) => {
     const at = `boards[${i}]`;
-    if (!isObject(b)) fail(`${at} must be a mapping with "name", "tags" and the board's config fields`);
+    if (!isMapping(b)) fail(`${at} must be a mapping with "name", "tags" and the board's config fields`);
     const { name, tags, health: boardHealth, ...config } = b as Fields;
     if (typeof name !== 'string' || !/^[A-Za-z0-9][A-Za-z0-9._-]*$/.test(name)) fail(`${at}.name must be a word of letters, digits, ".", "_" or "-", got ${JSON.stringify(name)}`);
     const label = `${at} (${name as string})`;

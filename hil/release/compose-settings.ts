@@ -9,8 +9,8 @@ import type { TSchema } from '@sinclair/typebox';
 import { Value } from '@sinclair/typebox/value';
 import { ULIMIT_NAMES, containerSettingsSchema, engineExtraHost, parseBytes, parseDuration, type ContainerSettings, type Healthcheck, type Ulimit } from '../../src/protocol/container-settings.js';
 import { problem, type ComposeReport } from './compose-report.js';
+import { isMapping } from '../../src/mapping.js';
 
-const isObject = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v);
 
 /** Shell-like word splitting with '...' and "..." quotes and backslash escapes; undefined on an open quote. */
 export function splitWords(text: string): string[] | undefined {
@@ -127,12 +127,12 @@ function healthcheck(report: ComposeReport, at: string, raw: Record<string, unkn
 }
 
 function ulimits(at: string, raw: unknown): Record<string, Ulimit> {
-  if (!isObject(raw)) throw problem(at, 'must be a mapping such as `nofile: { soft: 1024, hard: 4096 }` or `nproc: 512`');
+  if (!isMapping(raw)) throw problem(at, 'must be a mapping such as `nofile: { soft: 1024, hard: 4096 }` or `nproc: 512`');
   const out: Record<string, Ulimit> = {};
   for (const [name, value] of Object.entries(raw)) {
     const where = `${at}.${name}`;
     if (!(ULIMIT_NAMES as readonly string[]).includes(name)) throw problem(where, `is not a ulimit (${ULIMIT_NAMES.join(', ')})`);
-    const limit = Number.isInteger(value) ? { soft: value as number, hard: value as number } : isObject(value) ? { soft: value.soft, hard: value.hard } : undefined;
+    const limit = Number.isInteger(value) ? { soft: value as number, hard: value as number } : isMapping(value) ? { soft: value.soft, hard: value.hard } : undefined;
     if (!limit || !Number.isInteger(limit.soft) || !Number.isInteger(limit.hard)) throw problem(where, 'must be a whole number, or `{ soft: N, hard: N }`');
     const l = limit as Ulimit;
     if (l.hard !== -1 && (l.soft > l.hard || l.soft === -1)) throw problem(where, `soft (${l.soft}) must not exceed hard (${l.hard})`);
@@ -145,7 +145,7 @@ function ulimits(at: string, raw: unknown): Record<string, Ulimit> {
 function extraHosts(at: string, raw: unknown): string[] {
   let entries: string[];
   if (Array.isArray(raw) && raw.every((e) => typeof e === 'string')) entries = raw as string[];
-  else if (isObject(raw)) {
+  else if (isMapping(raw)) {
     entries = Object.entries(raw).flatMap(([host, ips]) => (Array.isArray(ips) ? ips : [ips]).map((ip) => `${host}=${String(ip ?? '')}`));
   } else throw problem(at, 'must be a list of `host:address` entries or a mapping of host to address');
   return entries.map((entry) => {
@@ -160,8 +160,8 @@ function stringValues(at: string, raw: unknown): Record<string, string> {
         if (typeof item !== 'string' || !item.includes('=')) throw problem(at, 'list items must be `name=value`');
         return [item.slice(0, item.indexOf('=')), item.slice(item.indexOf('=') + 1)];
       })
-    : isObject(raw) ? Object.entries(raw) : [];
-  if (!Array.isArray(raw) && !isObject(raw)) throw problem(at, 'must be a mapping or a list of `name=value`');
+    : isMapping(raw) ? Object.entries(raw) : [];
+  if (!Array.isArray(raw) && !isMapping(raw)) throw problem(at, 'must be a mapping or a list of `name=value`');
   for (const [key, value] of pairs) if (typeof value === 'object' || value === undefined) throw problem(`${at}.${key}`, 'must be a string, number or boolean');
   return Object.fromEntries(pairs.map(([k, v]) => [k, String(v)]));
 }
@@ -176,7 +176,7 @@ export function readSetting(report: ComposeReport, at: string, key: (typeof SETT
   const where = `${at}.${key}`;
   switch (key) {
     case 'healthcheck':
-      if (!isObject(raw)) throw problem(where, 'must be a mapping with test, interval, timeout, start_period, retries or disable');
+      if (!isMapping(raw)) throw problem(where, 'must be a mapping with test, interval, timeout, start_period, retries or disable');
       into.healthcheck = healthcheck(report, where, raw);
       return;
     case 'entrypoint':

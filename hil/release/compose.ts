@@ -17,6 +17,7 @@ import { ComposeReport, lineOfKey, problem, type Found, type IgnoredKey } from '
 import { SETTING_KEYS, commandWords, readSetting } from './compose-settings.js';
 import { parseEnvFile } from './env-file.js';
 import { substitute } from './interpolate.js';
+import { isMapping } from '../../src/mapping.js';
 
 export { interpolate } from './interpolate.js';
 export { splitWords } from './compose-settings.js';
@@ -176,7 +177,6 @@ export function checkCompose(fileOrDir: string, options: LoadOptions = {}): Comp
   return { project, serviceNames: [...report.serviceNames], refused: report.refused, problems: report.problems, ...(error ? { error } : {}) };
 }
 
-const isObject = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v);
 
 /** Interpolates every string; a bad one is noted at its key and left as written. */
 function interpolateAll(report: ComposeReport, node: unknown, variables: Record<string, string | undefined>, path: string): unknown {
@@ -190,7 +190,7 @@ function interpolateAll(report: ComposeReport, node: unknown, variables: Record<
     }) ?? node;
   }
   if (Array.isArray(node)) return node.map((item, i) => interpolateAll(report, item, variables, `${path}[${i}]`));
-  if (isObject(node)) return Object.fromEntries(Object.entries(node).map(([k, v]) => [k, interpolateAll(report, v, variables, path ? `${path}.${k}` : k)]));
+  if (isMapping(node)) return Object.fromEntries(Object.entries(node).map(([k, v]) => [k, interpolateAll(report, v, variables, path ? `${path}.${k}` : k)]));
   return node;
 }
 
@@ -218,8 +218,8 @@ function readProject(text: string, file: string, options: ComposeOptions): { pro
   const parsed: unknown = doc.toJS({ maxAliasCount: 1000 });
   const variables = options.variables ?? {};
   // x-* blocks are anchors for the rest, never read: their variables need not be set.
-  const top = isObject(parsed) ? Object.fromEntries(Object.entries(parsed).map(([k, v]) => [k, k.startsWith('x-') ? v : interpolateAll(report, v, variables, k)])) : parsed;
-  if (!isObject(top)) throw new FleetlabError('HIL_ERR_COMPOSE', `${file}: (top level): expected a mapping with a \`services:\` key`);
+  const top = isMapping(parsed) ? Object.fromEntries(Object.entries(parsed).map(([k, v]) => [k, k.startsWith('x-') ? v : interpolateAll(report, v, variables, k)])) : parsed;
+  if (!isMapping(top)) throw new FleetlabError('HIL_ERR_COMPOSE', `${file}: (top level): expected a mapping with a \`services:\` key`);
   for (const key of Object.keys(top)) {
     if (key.startsWith('x-') || TOP_LEVEL_KEYS.has(key)) continue;
     if (TOP_LEVEL_NOT_CARRIED.has(key)) report.refuse(key, 'not-carried', `not supported by fleetlab (supported top-level keys: ${[...TOP_LEVEL_KEYS].join(', ')}, x-*)`);
@@ -235,7 +235,7 @@ function readProject(text: string, file: string, options: ComposeOptions): { pro
   // `default` is every app's own network: declaring it (to no effect) is allowed, as in compose.
   const networks = (report.attempt(() => declared(report, 'networks', top.networks)) ?? []).filter((n) => n !== 'default');
   const services: ComposeService[] = [];
-  if (!isObject(top.services) || Object.keys(top.services).length === 0) report.attempt(() => { throw problem('services', 'needs at least one service'); });
+  if (!isMapping(top.services) || Object.keys(top.services).length === 0) report.attempt(() => { throw problem('services', 'needs at least one service'); });
   else {
     report.serviceNames = Object.keys(top.services);
     const context: ServiceContext = { file, report, volumes, networks, variables, readFile: options.readFile };
@@ -252,12 +252,12 @@ function readProject(text: string, file: string, options: ComposeOptions): { pro
 function declared(report: ComposeReport, key: 'volumes' | 'networks', raw: unknown): string[] {
   if (raw === undefined || raw === null) return [];
   const what = key === 'volumes' ? 'volume' : 'network';
-  if (!isObject(raw)) throw problem(key, `must be a mapping of ${what} names`);
+  if (!isMapping(raw)) throw problem(key, `must be a mapping of ${what} names`);
   const creates = key === 'volumes' ? 'local volumes' : 'bridge networks';
   for (const [name, options] of Object.entries(raw)) {
     if (!NAME.test(name)) throw problem(`${key}.${name}`, `a ${what} name may hold letters, digits, _ . - and must start with a letter or digit`);
     if (options === null || options === undefined) continue;
-    if (!isObject(options)) throw problem(`${key}.${name}`, `declare it as \`${name}: {}\``);
+    if (!isMapping(options)) throw problem(`${key}.${name}`, `declare it as \`${name}: {}\``);
     for (const option of Object.keys(options)) {
       report.refuse(`${key}.${name}.${option}`, 'not-carried', `${what} options (driver, external, ...) are not supported by fleetlab: the device creates ${creates}; declare it as \`${name}: {}\``);
     }
@@ -305,7 +305,7 @@ function parseService(context: ServiceContext, name: string, raw: unknown): Comp
   const at = `services.${name}`;
   return report.attempt(() => {
     if (!NAME.test(name) || name.length > 63) throw problem(at, 'a service name may hold letters, digits, _ . - (at most 63) and must start with a letter or digit');
-    if (!isObject(raw)) throw problem(at, 'must be a mapping');
+    if (!isMapping(raw)) throw problem(at, 'must be a mapping');
     const service: ComposeService = { name, environment: {}, labels: {}, volumes: [] };
     let envFiles: Record<string, string> = {};
     for (const [key, value] of Object.entries(raw)) {
@@ -390,8 +390,8 @@ function envFile(context: ServiceContext, at: string, raw: unknown): Record<stri
   const values: Record<string, string> = {};
   entries.forEach((entry, i) => context.report.attempt(() => {
     const where = Array.isArray(raw) ? `${at}[${i}]` : at;
-    const { path, required } = typeof entry === 'string' ? { path: entry, required: true } : isObject(entry) ? { path: entry.path, required: entry.required ?? true } : { path: undefined, required: true };
-    if (isObject(entry)) {
+    const { path, required } = typeof entry === 'string' ? { path: entry, required: true } : isMapping(entry) ? { path: entry.path, required: entry.required ?? true } : { path: undefined, required: true };
+    if (isMapping(entry)) {
       for (const key of Object.keys(entry)) if (key !== 'path' && key !== 'required') context.report.refuse(`${where}.${key}`, 'not-carried', 'is not supported by fleetlab (supported: path, required)');
     }
     if (typeof path !== 'string' || path === '') throw problem(where, 'needs a path to a file of `KEY=value` lines');
@@ -415,10 +415,10 @@ function serviceNetworks(report: ComposeReport, at: string, raw: unknown, declar
   if (Array.isArray(raw)) {
     if (!raw.every((n) => typeof n === 'string')) throw problem(at, 'must be a list of network names');
     names = raw as string[];
-  } else if (isObject(raw)) {
+  } else if (isMapping(raw)) {
     for (const [n, options] of Object.entries(raw)) {
       if (options === null) continue;
-      if (!isObject(options)) throw problem(`${at}.${n}`, `must be a mapping; write \`- ${n}\``);
+      if (!isMapping(options)) throw problem(`${at}.${n}`, `must be a mapping; write \`- ${n}\``);
       for (const option of Object.keys(options)) {
         report.refuse(`${at}.${n}.${option}`, 'not-carried', `per-network options are not supported by fleetlab: the service is reachable by its own name on each network; write \`- ${n}\``);
       }
@@ -440,11 +440,11 @@ function dependsOn(report: ComposeReport, at: string, raw: unknown): { deps: str
     if (!raw.every((n) => typeof n === 'string')) throw problem(at, 'must be a list of service names');
     return { deps: [...new Set(raw as string[])], healthy: [] };
   }
-  if (!isObject(raw)) throw problem(at, 'must be a list of service names or a mapping of them');
+  if (!isMapping(raw)) throw problem(at, 'must be a list of service names or a mapping of them');
   const healthy: string[] = [];
   for (const [dep, options] of Object.entries(raw)) {
     if (options === null) continue;
-    if (!isObject(options)) throw problem(`${at}.${dep}`, 'must be a mapping such as `condition: service_healthy`');
+    if (!isMapping(options)) throw problem(`${at}.${dep}`, 'must be a mapping such as `condition: service_healthy`');
     for (const [key, value] of Object.entries(options)) {
       const where = `${at}.${dep}.${key}`;
       if (key === 'condition') {
@@ -476,7 +476,7 @@ function stringMap(at: string, raw: unknown, o: { fromShell: boolean }): Record<
     }
     return out;
   }
-  if (!isObject(raw)) throw problem(at, 'must be a mapping or a list of `KEY=value`');
+  if (!isMapping(raw)) throw problem(at, 'must be a mapping or a list of `KEY=value`');
   for (const [key, value] of Object.entries(raw)) put(key, value);
   return out;
 }
@@ -506,7 +506,7 @@ function build(report: ComposeReport, file: string, at: string, raw: unknown): C
     return isAbsolute(c) ? c : resolve(base, c);
   };
   if (typeof raw === 'string') return { context: contextOf(raw, at), dockerfile: 'Dockerfile', args: {} };
-  if (!isObject(raw)) throw problem(at, 'must be a context path or a mapping with context:');
+  if (!isMapping(raw)) throw problem(at, 'must be a context path or a mapping with context:');
   for (const key of Object.keys(raw)) {
     if (!['context', 'dockerfile', 'args'].includes(key)) report.refuse(`${at}.${key}`, 'not-carried', 'is not supported by fleetlab (supported: context, dockerfile, args)');
   }

@@ -28,6 +28,7 @@ export const errorCatalogue = {
   CLOUD_ERR_REPLICA: { status: 502, summary: "Cloud API: the device's tunnel is on another cloud replica that could not be reached." },
   CLOUD_ERR_INTERNAL: { status: 500, summary: 'Cloud API: anything else (database failure).' },
   HIL_ERR_COMPOSE: { status: 400, summary: 'Harness: a compose file is unreadable, malformed, or uses a key fleetlab does not carry.' },
+  HIL_ERR_CONFIG: { status: 400, summary: 'Harness: fleetlab.config.ts asks for options that cannot go together.' },
   HIL_ERR_BUILD: { status: 400, summary: "Harness: a release's image could not be built or is not in the engine, or the local base image could not be made." },
   HIL_ERR_CAPABILITY: { status: 400, summary: "Harness: a spec used a protocol the run's target does not provide." },
   HIL_ERR_DEPLOY: { status: 500, summary: "Harness: a release was refused by the device or did not reach running in time, the device to deploy to did not answer or refused the key, or a service's published port asked for is not there." },

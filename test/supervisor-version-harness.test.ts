@@ -67,3 +67,18 @@ describe('defineConfig({ supervisorVersion })', () => {
     expect(() => defineConfig({ supervisorVersion: 'latest' })).toThrow('"latest" is not a version X.Y.Z');
   });
 });
+
+describe('defineConfig({ fullyParallel })', () => {
+  const saved = process.env.FLEETLAB_HIL_ENGINE;
+  afterEach(() => {
+    if (saved === undefined) delete process.env.FLEETLAB_HIL_ENGINE;
+    else process.env.FLEETLAB_HIL_ENGINE = saved;
+  });
+
+  it("passes it to Playwright (off unless asked), and refuses it with deviceScope 'file', whose tests share a device", () => {
+    expect(defineConfig({}).fullyParallel).toBe(false);
+    expect(defineConfig({ fullyParallel: true }).fullyParallel).toBe(true);
+    expect(defineConfig({ fullyParallel: true, deviceScope: 'test' }).fullyParallel).toBe(true);
+    expect(() => defineConfig({ fullyParallel: true, deviceScope: 'file' })).toThrow(expect.objectContaining({ code: 'HIL_ERR_CONFIG', message: expect.stringMatching(/use deviceScope 'test' \(the default\) with it, or leave fullyParallel out/) }));
+  });
+});

@@ -9,6 +9,7 @@ import { defineConfig as playwrightConfig, type PlaywrightTestConfig } from '@pl
 import type { HilTestFixtures, HilWorkerFixtures, TimelineMode } from './fixtures.js';
 import { SLOW_TARGETS, targetNames } from '../targets/index.js';
 import { checkedVersion, SUPERVISOR_VERSION_VARIABLE } from './supervisor-version.js';
+import { FleetlabError } from '../../src/errors.js';
 
 export interface FleetlabConfig {
   /** Your compose file or the directory holding it, relative to where you run fleetlab; `device.deploy()` builds it. */
@@ -26,7 +27,7 @@ export interface FleetlabConfig {
   reportDir?: string;
   /** Per-test timeout in ms (default 180 s; qemu and board get 900 s). */
   timeout?: number;
-  /** Parallel devices (default 2; qemu and board run one at a time). */
+  /** Parallel devices (default 2; `fleetlab test --target qemu` gives a board per two cores, `--lab` one per matching board). */
   workers?: number;
   retries?: number;
   /**
@@ -35,6 +36,13 @@ export interface FleetlabConfig {
    * tens of seconds); a failed test still gets the next one a fresh device.
    */
   deviceScope?: 'test' | 'file';
+  /**
+   * Spread the tests of one spec file over the workers, each on its own device (default
+   * false: a file's tests run in order in one worker). Only with `deviceScope: 'test'`, where
+   * no test depends on what another left; with `--target qemu --workers N` a file's tests run
+   * on N boards at once.
+   */
+  fullyParallel?: boolean;
   /**
    * The upstream supervisor version X.Y.Z every project's device answers as (default: fleetlab's
    * own, every endpoint); `fleetlab test --supervisor-version` overrides it, and a spec file's
@@ -61,6 +69,9 @@ export function defineConfig(options: FleetlabConfig = {}): PlaywrightTestConfig
   // Refused here, once, rather than by every test.
   checkedVersion(supervisorVersion);
   const app = options.app === undefined ? undefined : resolve(options.app);
+  if (options.fullyParallel && options.deviceScope === 'file') {
+    throw new FleetlabError('HIL_ERR_CONFIG', "fullyParallel spreads a file's tests over several devices, and deviceScope 'file' has them share one: use deviceScope 'test' (the default) with it, or leave fullyParallel out");
+  }
   return playwrightConfig<HilTestFixtures, HilWorkerFixtures>({
     testDir: resolve(options.testDir ?? 'fleetlab'),
     outputDir: resolve(reportDir, 'artifacts'),
@@ -68,7 +79,7 @@ export function defineConfig(options: FleetlabConfig = {}): PlaywrightTestConfig
     expect: { timeout: 10_000 },
     retries: options.retries ?? 0,
     workers: options.workers ?? 2,
-    fullyParallel: false,
+    fullyParallel: options.fullyParallel ?? false,
     forbidOnly: Boolean(process.env.CI),
     globalSetup: harnessModule('./global-setup'),
     globalTeardown: harnessModule('../suite-teardown'),

@@ -385,8 +385,9 @@ export class Supervisor implements SupervisorContext {
       }
       await (action === 'reboot' ? this.host.reboot() : this.host.powerOff());
     })().catch((err) => {
-      // systemd stops this service as the reboot it was asked for begins, often before logind's
-      // answer arrives: that cut-off call is the reboot under way.
+      // systemd stops this service as the reboot it was asked for begins, and that stop can come
+      // before logind's answer (the simulated login1 always; a loaded board may): that cut-off
+      // call is the reboot under way.
       if (this.closing) this.log.info(`${action === 'reboot' ? 'Rebooting' : 'Shutting down'}: the supervisor was stopped before the host answered`);
       else this.log.error(`${action} failed: ${String(err)}`);
       this.powerAction = null;

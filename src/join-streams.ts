@@ -3,6 +3,11 @@
  * bytes go across, and when either end closes or fails the other goes too. A failure at one
  * end (a write EPIPE, a read ECONNRESET) is that connection ending, not an error of the
  * process: left unhandled, it would throw in whatever happened to be running.
+ *
+ * An end that closed after a clean end of its data (a server that sent its answer and hung
+ * up) lets the other end write out what it still holds before it goes: destroyed at once, a
+ * slow other end (an SSH channel to an emulated board, whose window opens slowly) would lose
+ * the answer's tail, and the device would read a truncated download.
  */
 import type { Duplex } from 'node:stream';
 
@@ -16,10 +21,15 @@ export function joinStreams(a: Duplex, b: Duplex, onEnded: () => void = () => un
     b.destroy();
     onEnded();
   };
-  for (const stream of [a, b]) {
-    stream.on('error', end);
-    stream.once('close', end);
-  }
+  const closed = (from: Duplex, to: Duplex) => {
+    // pipe() has ended `to` after `from`'s last byte; once `to` has written it all, it goes.
+    if (from.readableEnded && to.writableEnded && !to.writableFinished && !to.destroyed) to.once('finish', end);
+    else end();
+  };
+  a.on('error', end);
+  b.on('error', end);
+  a.once('close', () => closed(a, b));
+  b.once('close', () => closed(b, a));
   a.pipe(b);
   b.pipe(a);
 }

@@ -5,14 +5,15 @@
  *   and apply round asks for them. A kept build must never outlive a change that would build
  *   them differently: each such change here gives new containers, equal to a build from scratch;
  * - concurrent status reads share one engine read, but never one that began before a write
- *   (an app action, an apply round) ended.
+ *   (an app action, an apply round) ended;
+ * - one round's new containers are made side by side, and the round ends only once each is settled.
  */
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { afterEach, beforeEach, expect, it } from 'vitest';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { checkTarget, type CheckedTarget } from '../src/protocol/checked-target.js';
-import { Engine, type ContainerState, type EngineSnapshot } from '../src/supervisor/adapters/engine.js';
+import { Engine, type ContainerState, type EngineSnapshot, type ManagedContainer } from '../src/supervisor/adapters/engine.js';
 import { desiredContainer, type SpecContext } from '../src/supervisor/state/container-spec.js';
 import { UpdateLocks } from '../src/supervisor/state/locks.js';
 import { StateEngine } from '../src/supervisor/state/state-engine.js';
@@ -119,4 +120,78 @@ it('shares a status read among concurrent readers, but not one begun before a wr
   expect(JSON.stringify(c)).toContain('c-running');
   expect(JSON.stringify(c)).not.toContain('c-exited');
   state.close();
+});
+
+describe("one round's new containers", () => {
+  const twoServices = (): CheckedTarget => {
+    const service = (id: number, name: string) => ({ serviceName: name, serviceId: id, imageId: id, image: `img:${name}`, environment: {}, labels: {} });
+    const checked = checkTarget({ name: 'dev', config: {}, apps: { '1': { name: 'app', commit: 'c1', releaseId: 1, services: { '1': service(1, 'a'), '2': service(2, 'b') }, volumes: {}, networks: {} } } }, 'local.config');
+    if (!checked.ok) throw new Error('test target refused');
+    return checked.target;
+  };
+  const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+  /** A state engine on an engine that has both images and the app's network, and records what it is asked to make. */
+  function applier(create: (service: string) => Promise<void>) {
+    const store = DeviceStore.open(join(dir, 'data'), initialRecord);
+    const specContext = (): SpecContext => ({
+      vendor: 'balena', uuid: 'd'.repeat(32), deviceName: 'dev', deviceType: 'raspberrypi4-64', arch: 'aarch64', supervisorAddress: 'http://127.0.0.1:48484', supervisorPort: 48484,
+      appKey: () => 'key',
+      lockDir: (appId, service) => join(dir, 'locks', String(appId), service),
+      networkName: (appId, n) => `${appId}_${n}`,
+      volumeName: (appId, v) => `${appId}_${v}`,
+    });
+    const locks = new UpdateLocks({ lockRoot: join(dir, 'locks'), ledger: store.lockLedger(), owner: { instance: 'i', boot: 'b', pid: process.pid } });
+    const errors: string[] = [];
+    const containers: ManagedContainer[] = [];
+    const state = new StateEngine({ engine, locks, log: { info: () => undefined, warn: () => undefined, error: (m: string) => void errors.push(m) }, specContext, retryDelayMs: () => 60_000 }, twoServices());
+    engine.snapshot = async () => ({
+      containers: containers.map((c) => ({ ...c })),
+      volumes: [],
+      networks: [{ id: 'n1', name: '1_default', appId: 1, network: 'default' }],
+      images: new Map([['img:a', 'sha256:a'], ['img:b', 'sha256:b']]),
+    });
+    engine.createContainer = async (spec) => {
+      const want = [...state.desired().values()].find((d) => d.spec === spec)!;
+      await create(want.service.serviceName);
+      containers.push({ id: `c-${want.service.serviceName}`, name: spec.name, appId: 1, serviceName: want.service.serviceName, serviceId: want.service.serviceId, imageId: 1, releaseId: 1, commit: 'c1', configHash: want.configHash, state: 'created', createdAt: new Date(0).toISOString(), image: spec.image, engineImageId: 'sha256:x' });
+      return `c-${want.service.serviceName}`;
+    };
+    engine.start = async (id) => {
+      containers.find((c) => c.id === id)!.state = 'running';
+    };
+    return { state, errors, containers };
+  }
+
+  it('are made side by side', async () => {
+    let inFlight = 0;
+    let most = 0;
+    const { state, containers } = applier(async () => {
+      most = Math.max(most, ++inFlight);
+      await sleep(20);
+      inFlight--;
+    });
+    state.trigger();
+    await state.settled();
+    expect(containers.map((c) => `${c.serviceName} ${c.state}`).sort()).toEqual(['a running', 'b running']);
+    expect(most).toBe(2);
+    state.close();
+  });
+
+  it('all settle before a failed one fails the round, so none is still being made when the next round plans', async () => {
+    const finished: string[] = [];
+    const { state, errors } = applier(async (service) => {
+      if (service === 'b') throw new Error('no space left on device');
+      await sleep(50);
+      finished.push(service);
+    });
+    let finishedWhenFailed: string[] | undefined;
+    const origin = errors.push.bind(errors);
+    errors.push = (...items: string[]) => ((finishedWhenFailed = [...finished]), origin(...items));
+    state.trigger();
+    await state.settled();
+    expect(errors.join('\n')).toContain('no space left on device');
+    expect(finishedWhenFailed).toEqual(['a']);
+    state.close();
+  });
 });

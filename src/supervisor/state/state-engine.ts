@@ -390,21 +390,29 @@ export class StateEngine {
       }
     }
 
-    for (const step of steps) {
-      if (step.action !== 'createContainer') continue;
-      const { desired } = step;
-      const name = desired.service.serviceName;
-      locks.ensureDir(step.appId, name);
-      await this.withStatus(step.appId, name, 'Installing', async () => {
-        log.info(`Installing ${name} of app ${step.appId} (release ${desired.spec.labels['io.fleetlab.release-id']})`);
-        const id = await engine.createContainer(desired.spec);
-        if (desired.service.running) {
-          this.setTransient(step.appId, name, 'Starting');
-          await engine.start(id);
-        }
-      });
-      progressed = true;
-    }
+    // Side by side, as balena's supervisor does: the planner puts a service in a round only once
+    // what it depends on has started, so one round's containers never wait for each other. Every
+    // one is settled before the round ends, so a failed one cannot leave another still being made
+    // while the next round plans.
+    const creates = steps.filter((s): s is Extract<Step, { action: 'createContainer' }> => s.action === 'createContainer');
+    const created = await Promise.allSettled(
+      creates.map(async (step) => {
+        const { desired } = step;
+        const name = desired.service.serviceName;
+        locks.ensureDir(step.appId, name);
+        await this.withStatus(step.appId, name, 'Installing', async () => {
+          log.info(`Installing ${name} of app ${step.appId} (release ${desired.spec.labels['io.fleetlab.release-id']})`);
+          const id = await engine.createContainer(desired.spec);
+          if (desired.service.running) {
+            this.setTransient(step.appId, name, 'Starting');
+            await engine.start(id);
+          }
+        });
+      }),
+    );
+    const createFailed = created.find((c): c is PromiseRejectedResult => c.status === 'rejected');
+    if (createFailed) throw createFailed.reason;
+    if (creates.length > 0) progressed = true;
 
     const failed = await pulling;
     if (failed.length > 0) throw pullsFailed(failed);

@@ -45,6 +45,17 @@ const target = (image: string): CheckedTarget => {
   return checked.target;
 };
 
+/** The context of a device named `dev` whose app key is `key`, its lock directories under the test's. */
+const deviceDev = (): SpecContext => ({
+  vendor: 'balena', uuid: 'd'.repeat(32), deviceName: 'dev', deviceType: 'raspberrypi4-64', arch: 'aarch64', supervisorAddress: 'http://127.0.0.1:48484', supervisorPort: 48484,
+  appKey: () => 'key',
+  lockDir: (appId, service) => join(dir, 'locks', String(appId), service),
+  networkName: (appId, n) => `${appId}_${n}`,
+  volumeName: (appId, v) => `${appId}_${v}`,
+});
+
+const locksOf = (store: DeviceStore) => new UpdateLocks({ lockRoot: join(dir, 'locks'), ledger: store.lockLedger(), owner: { instance: 'i', boot: 'b', pid: process.pid } });
+
 it('keeps the build while nothing changes; a new target, device name or app key builds anew', () => {
   const store = DeviceStore.open(join(dir, 'data'), initialRecord);
   const ctx = { vendor: 'balena', uuid: 'd'.repeat(32), deviceName: 'first', deviceType: 'raspberrypi4-64', arch: 'aarch64', supervisorAddress: 'http://127.0.0.1:48484', supervisorPort: 48484, appKey: 'key-1' };
@@ -83,14 +94,8 @@ it('keeps the build while nothing changes; a new target, device name or app key 
 
 it('shares a status read among concurrent readers, but not one begun before a write ended', async () => {
   const store = DeviceStore.open(join(dir, 'data'), initialRecord);
-  const specContext = (): SpecContext => ({
-    vendor: 'balena', uuid: 'd'.repeat(32), deviceName: 'dev', deviceType: 'raspberrypi4-64', arch: 'aarch64', supervisorAddress: 'http://127.0.0.1:48484', supervisorPort: 48484,
-    appKey: () => 'key',
-    lockDir: (appId, service) => join(dir, 'locks', String(appId), service),
-    networkName: (appId, n) => `${appId}_${n}`,
-    volumeName: (appId, v) => `${appId}_${v}`,
-  });
-  const locks = new UpdateLocks({ lockRoot: join(dir, 'locks'), ledger: store.lockLedger(), owner: { instance: 'i', boot: 'b', pid: process.pid } });
+  const specContext = deviceDev;
+  const locks = locksOf(store);
   // Each engine read waits until the test lets it answer: the race, made to happen every time.
   const reads: Array<(s: EngineSnapshot) => void> = [];
   engine.snapshot = () => new Promise<EngineSnapshot>((resolve) => reads.push(resolve));
@@ -134,14 +139,8 @@ describe("one round's new containers", () => {
   /** A state engine on an engine that has both images and the app's network, and records what it is asked to make. */
   function applier(create: (service: string) => Promise<void>) {
     const store = DeviceStore.open(join(dir, 'data'), initialRecord);
-    const specContext = (): SpecContext => ({
-      vendor: 'balena', uuid: 'd'.repeat(32), deviceName: 'dev', deviceType: 'raspberrypi4-64', arch: 'aarch64', supervisorAddress: 'http://127.0.0.1:48484', supervisorPort: 48484,
-      appKey: () => 'key',
-      lockDir: (appId, service) => join(dir, 'locks', String(appId), service),
-      networkName: (appId, n) => `${appId}_${n}`,
-      volumeName: (appId, v) => `${appId}_${v}`,
-    });
-    const locks = new UpdateLocks({ lockRoot: join(dir, 'locks'), ledger: store.lockLedger(), owner: { instance: 'i', boot: 'b', pid: process.pid } });
+    const specContext = deviceDev;
+    const locks = locksOf(store);
     const errors: string[] = [];
     const containers: ManagedContainer[] = [];
     const state = new StateEngine({ engine, locks, log: { info: () => undefined, warn: () => undefined, error: (m: string) => void errors.push(m) }, specContext, retryDelayMs: () => 60_000 }, twoServices());

@@ -1,4 +1,4 @@
-import { createServer, connect, type Server } from 'node:net';
+import { createServer, connect, type Server, type Socket } from 'node:net';
 import { once } from 'node:events';
 import { Duplex } from 'node:stream';
 import { afterEach, describe, expect, it } from 'vitest';
@@ -12,9 +12,9 @@ afterEach(async () => {
   for (const s of servers.splice(0)) await new Promise((r) => s.close(r));
 });
 
-/** A server on loopback that answers each connection with `payload`, then closes it. */
-async function sendAndClose(payload: Buffer): Promise<number> {
-  const server = createServer((s) => s.on('error', ignore).end(payload));
+/** A server on loopback that hands each connection to `onSocket` (a reset by the far end ignored); its port. */
+async function serve(onSocket: (s: Socket) => void): Promise<number> {
+  const server = createServer((s) => onSocket(s.on('error', ignore)));
   servers.push(server);
   server.listen(0, '127.0.0.1');
   await once(server, 'listening');
@@ -44,7 +44,7 @@ describe('joinStreams', () => {
   it('delivers every byte the far end sent before it closed, to an end that takes them slowly', async () => {
     const payload = Buffer.alloc(4 * 1024 * 1024, 7);
     const channel = slowChannel();
-    const port = await sendAndClose(payload);
+    const port = await serve((s) => s.end(payload));
     await new Promise<void>((resolve) => joinStreams(channel, connect(port, '127.0.0.1'), resolve));
     expect(Buffer.concat(channel.received).length).toBe(payload.length);
     expect(channel.destroyed).toBe(true);
@@ -52,15 +52,11 @@ describe('joinStreams', () => {
 
   it('destroys the other end at once when one end fails mid-stream', async () => {
     const channel = slowChannel();
-    const server = createServer((s) => {
-      s.on('error', ignore);
+    const port = await serve((s) => {
       s.write(Buffer.alloc(64 * 1024, 1));
       setTimeout(() => s.resetAndDestroy(), 20);
     });
-    servers.push(server);
-    server.listen(0, '127.0.0.1');
-    await once(server, 'listening');
-    const socket = connect((server.address() as { port: number }).port, '127.0.0.1');
+    const socket = connect(port, '127.0.0.1');
     await new Promise<void>((resolve) => joinStreams(channel, socket, resolve));
     expect(channel.destroyed).toBe(true);
     expect(socket.destroyed).toBe(true);
@@ -68,11 +64,7 @@ describe('joinStreams', () => {
 
   it('destroys the other end at once when one end is destroyed (a client that hung up)', async () => {
     const channel = slowChannel();
-    const server = createServer((s) => s.on('error', ignore).write(Buffer.alloc(1024, 1)));
-    servers.push(server);
-    server.listen(0, '127.0.0.1');
-    await once(server, 'listening');
-    const socket = connect((server.address() as { port: number }).port, '127.0.0.1');
+    const socket = connect(await serve((s) => s.write(Buffer.alloc(1024, 1))), '127.0.0.1');
     const ended = new Promise<void>((resolve) => joinStreams(channel, socket, resolve));
     await once(socket, 'connect');
     channel.destroy();

@@ -240,16 +240,20 @@ export const test = base.extend<HilTestFixtures, HilWorkerFixtures>({
     } finally {
       endedAt ??= Date.now();
       const failed = !held || testInfo.status !== testInfo.expectedStatus;
+      // Ctrl-C (or the run's parent killed): the person wants the run stopped, not a report of a
+      // device they stopped. Reading it back (timeline, journal, capture) takes half a minute
+      // on an emulated board, and leaves the boards running that long after the interrupt.
+      const interrupted = testInfo.status === 'interrupted';
       await recording?.stop();
       // Flaky: a retry that passes after a failed attempt.
-      if (recording && held && (timeline === 'on' || failed || testInfo.retry > 0)) await attachTimeline(recording, testInfo, endedAt, failed);
+      if (recording && held && !interrupted && (timeline === 'on' || failed || testInfo.retry > 0)) await attachTimeline(recording, testInfo, endedAt, failed);
       if (failed && held?.raw.infrastructureFailure) {
         // The lab failed, not the device: said in the report, and apart in the run's summary.
         testInfo.annotations.push({ type: 'infrastructure failure', description: held.raw.infrastructureFailure });
         console.error(`fleetlab: infrastructure failure (not the device's): ${held.raw.infrastructureFailure}`);
       }
-      if (testInfo.status !== 'skipped' && testInfo.status !== 'interrupted') await labelAttempt(targetDriver, testInfo, !failed, held?.raw.infrastructureFailure);
-      if (failed && held) await attachEvidence(held.raw, testInfo, origin);
+      if (testInfo.status !== 'skipped' && !interrupted) await labelAttempt(targetDriver, testInfo, !failed, held?.raw.infrastructureFailure);
+      if (failed && held && !interrupted) await attachEvidence(held.raw, testInfo, origin);
       if (failed || deviceScope === 'test') await devicePool.retire();
       recorder.stop();
       await testInfo.attach('step timeline', { body: recorder.timeline(origin), contentType: 'text/plain' });

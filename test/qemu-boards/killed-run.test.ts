@@ -59,6 +59,18 @@ interface Run {
   dirs: string[];
 }
 
+interface TestResult {
+  status?: string;
+  attachments?: Array<{ name?: string }>;
+}
+
+/** Every test result in a Playwright JSON report, however its suites nest. */
+function testResults(node: unknown): TestResult[] {
+  if (Array.isArray(node)) return node.flatMap(testResults);
+  if (typeof node !== 'object' || node === null) return [];
+  return Object.entries(node).flatMap(([key, value]) => (key === 'results' && Array.isArray(value) ? (value as TestResult[]) : testResults(value)));
+}
+
 /** What a pid is, for a failure message: its command line. */
 function describePid(pid: number): string {
   try {
@@ -91,14 +103,14 @@ describe.skipIf(skipReason)('a qemu run of two boards, killed', () => {
   const ownedDirs = () => readdirSync(tmp).filter((n) => OWNED_PREFIXES.some((p) => n.startsWith(p))).map((n) => join(tmp, n));
 
   /** Starts a run in a process group of its own (as a shell starts a job) and resolves once both boards are held. */
-  async function startRun(name: string): Promise<Run> {
+  async function startRun(name: string, extra: { args?: string[]; env?: Record<string, string> } = {}): Promise<Run> {
     const marks = join(root, `marks-${name}`);
     mkdirSync(marks);
     const session = `killed-run-${name}-${process.pid}`;
     const before = new Set(ownedDirs());
-    const child = spawn(process.execPath, [join(repoRoot, 'bin', 'fleetlab.js'), 'test', '--target', 'qemu', '--workers', '2'], {
+    const child = spawn(process.execPath, [join(repoRoot, 'bin', 'fleetlab.js'), 'test', '--target', 'qemu', '--workers', '2', ...(extra.args ?? [])], {
       cwd: join(root, 'team'),
-      env: { ...sessionEnv(session), TMPDIR: tmp, FLEETLAB_QEMU_MACHINE: 'virt', FLEETLAB_QEMU_IMAGE_DIR: image!.dir, FLEETLAB_HOLD_MARKS: marks },
+      env: { ...sessionEnv(session), TMPDIR: tmp, FLEETLAB_QEMU_MACHINE: 'virt', FLEETLAB_QEMU_IMAGE_DIR: image!.dir, FLEETLAB_HOLD_MARKS: marks, ...extra.env },
       stdio: ['ignore', 'pipe', 'pipe'],
       detached: true,
     });
@@ -130,10 +142,17 @@ describe.skipIf(skipReason)('a qemu run of two boards, killed', () => {
     });
   }
 
-  it('kill -9 of fleetlab test alone: Playwright stops the run as on Ctrl-C, and nothing is left', async () => {
-    const run = await startRun('top');
+  it('kill -9 of fleetlab test alone: Playwright stops the run as on Ctrl-C, reads nothing back from the boards, and nothing is left', async () => {
+    const report = join(root, 'top-report.json');
+    const run = await startRun('top', { args: ['--reporter=list,json'], env: { PLAYWRIGHT_JSON_OUTPUT_NAME: report } });
     process.kill(run.child.pid!, 'SIGKILL');
     await expectNothingLeft(run, 'kill -9 of fleetlab test');
+    // An interrupted test is not a failed one: reading its board back (timeline, journal,
+    // capture) would keep the boards running half a minute past the interrupt, for a report
+    // of devices the person stopped.
+    const results = testResults(JSON.parse(readFileSync(report, 'utf8')));
+    expect(results.map((r) => r.status), run.output.slice(-2000)).toEqual(['interrupted', 'interrupted']);
+    expect(results.flatMap((r) => (r.attachments ?? []).map((a) => a.name))).toEqual(['step timeline', 'step timeline']);
   }, BOARDS_MS + STOPPED_MS + 30_000);
 
   it('SIGKILL to its process group: nothing runs, and the next run removes what it left, then stops on Ctrl-C', async () => {

@@ -14,9 +14,28 @@ import type { QemuImage } from '../../../device-image/build.js';
 import type { MachineKind } from '../../../qemu/qemu-argv.js';
 import type { SshDevice } from '../../../device-access/ssh-device.js';
 import { resetOverSsh, startSupervisor, waitSettled } from './reset-ssh.js';
+import { storedIdentity } from '../drivers/device-facts.js';
+import { GUEST } from '../../../device-image/recipe.js';
 
 /** What a saved ready board has done, in the words its ready.json keeps. */
-const READINESS = 'reset over SSH, supervisor started in local mode and answering /ping, systemd settled (hil/targets/qemu/reset-snapshot.ts)';
+const READINESS = 'reset over SSH, supervisor started in local mode and answering /ping, systemd settled, its status read and an empty target refused once (hil/targets/qemu/reset-snapshot.ts)';
+
+/**
+ * The device API's first status read and first target, made once before the save: the
+ * supervisor builds a route's validator and serializer on its first request (src/http/
+ * lazy-schema-compilers.ts), which under TCG takes seconds, and without this every spec file's
+ * board, started from the same save, would pay them again in its first deploy. An empty target
+ * is refused (400) and changes nothing; a device in the field has long since answered both.
+ */
+async function askOnce(apiUrl: string, deviceKey: string): Promise<void> {
+  // Closed after each answer: the save must not keep a connection of this process open in the guest.
+  const headers = { authorization: `Bearer ${deviceKey}`, 'content-type': 'application/json', connection: 'close' };
+  const status = await fetch(new URL('/v2/state/status', apiUrl), { headers });
+  await status.arrayBuffer();
+  const refused = await fetch(new URL('/v2/local/target-state', apiUrl), { method: 'POST', headers, body: '{}' });
+  await refused.arrayBuffer();
+  if (status.status !== 200 || refused.status !== 400) throw new Error(`the device API answered its first status read with ${status.status} and an empty target with ${refused.status} (expected 200 and 400)`);
+}
 
 export interface SnapshotResetBindings {
   readonly image: QemuImage;
@@ -107,6 +126,7 @@ export class SnapshotReset {
       await resetOverSsh(ssh, this.b.bootDir);
       await startSupervisor(ssh, board);
       await waitSettled(ssh);
+      await askOnce(board.info.apiUrl, (await storedIdentity(ssh, GUEST.dataDir)).deviceKey);
       await ssh.disconnect();
       this.b.releaseProbes();
       this.#ready = await saveReadyState({ board, image: this.b.image, readiness: READINESS });

@@ -60,9 +60,10 @@ export async function qemuVersion(): Promise<string> {
 /**
  * The key of `image`'s saved state on `machine`: the command line as `launch` builds it, with
  * placeholders where a run's own values go, so two runs that would build the same machine
- * share one state. Pure.
+ * share one state, and what the board did before its save (`readiness`), so a fleetlab that
+ * saves its board further along does not start from one saved by an older one. Pure.
  */
-export function readyStateKey(image: QemuImage, machine: MachineKind, qemu: string): string {
+export function readyStateKey(image: QemuImage, machine: MachineKind, qemu: string, readiness: string): string {
   const argv = buildQemuArgv({
     machine,
     kernel: image.kernel,
@@ -78,17 +79,17 @@ export function readyStateKey(image: QemuImage, machine: MachineKind, qemu: stri
     noReboot: true,
     epochSeconds: 0,
   });
-  return createHash('sha256').update(JSON.stringify({ image: image.key, machine, qemu, argv })).digest('hex').slice(0, 16);
+  return createHash('sha256').update(JSON.stringify({ image: image.key, machine, qemu, argv, readiness })).digest('hex').slice(0, 16);
 }
 
 function readyRoot(cacheDir: string): string {
   return join(cacheDir, 'qemu', 'ready');
 }
 
-/** The saved state for `image` on `machine`, if one was finished. */
-export async function findReadyState(image: QemuImage, machine: MachineKind, cacheDir: string = cacheRoot()): Promise<ReadyState | undefined> {
+/** The saved state for `image` on `machine` that did `readiness` before its save, if one was finished. */
+export async function findReadyState(image: QemuImage, machine: MachineKind, readiness: string, cacheDir: string = cacheRoot()): Promise<ReadyState | undefined> {
   if (!RESTORABLE_MACHINES.has(machine)) return undefined;
-  const dir = join(readyRoot(cacheDir), readyStateKey(image, machine, await qemuVersion()));
+  const dir = join(readyRoot(cacheDir), readyStateKey(image, machine, await qemuVersion(), readiness));
   return readState(dir);
 }
 
@@ -143,7 +144,7 @@ export async function saveReadyState(o: { board: QemuBoard; image: QemuImage; re
   await removeAbandonedStaging(root);
   await removeOrphanedStates(root);
   const qemu = await qemuVersion();
-  const key = readyStateKey(image, machine, qemu);
+  const key = readyStateKey(image, machine, qemu, o.readiness);
   const staging = await mkdtemp(join(root, `${STAGING_PREFIX}${process.pid}-`));
   try {
     await board.qmp.execute('stop');

@@ -43,34 +43,37 @@ async function bootTiny(image: QemuImage, name: string) {
 describe('the ready state key', () => {
   const image = tinyImage('a');
 
-  it('is the same for the same image, machine and QEMU, and differs when any of them does', () => {
-    const key = readyStateKey(image, 'virt', 'QEMU 7.2');
-    expect(readyStateKey(image, 'virt', 'QEMU 7.2')).toBe(key);
-    expect(readyStateKey({ ...image, key: 'b' }, 'virt', 'QEMU 7.2')).not.toBe(key);
-    expect(readyStateKey(image, 'virt', 'QEMU 8.2')).not.toBe(key);
+  it('is the same for the same image, machine, QEMU and readiness, and differs when any of them does', () => {
+    const key = readyStateKey(image, 'virt', 'QEMU 7.2', 'settled');
+    expect(readyStateKey(image, 'virt', 'QEMU 7.2', 'settled')).toBe(key);
+    expect(readyStateKey({ ...image, key: 'b' }, 'virt', 'QEMU 7.2', 'settled')).not.toBe(key);
+    expect(readyStateKey(image, 'virt', 'QEMU 8.2', 'settled')).not.toBe(key);
     // The kernel's root= is part of the machine a card image boots.
-    expect(readyStateKey({ ...image, root: 'LABEL=fleetlab-root' }, 'virt', 'QEMU 7.2')).not.toBe(key);
+    expect(readyStateKey({ ...image, root: 'LABEL=fleetlab-root' }, 'virt', 'QEMU 7.2', 'settled')).not.toBe(key);
+    // A board saved further along (its API asked once) is another state.
+    expect(readyStateKey(image, 'virt', 'QEMU 7.2', 'settled, API asked')).not.toBe(key);
   });
 });
 
 describe('saving a running board and starting new ones from it', () => {
   const image = tinyImage('saved');
+  const LOOP = 'test: a loop';
   const cacheDir = join(work, 'cache');
 
   it('saves the machine whole, finds it again, and starts a board from it on other ports, running', async () => {
     // A save killed halfway left a staging directory whose process is gone: the next save removes it.
     const root = join(cacheDir, 'qemu', 'ready');
     mkdirSync(join(root, '.staging-999999999-abc'), { recursive: true });
-    expect(await findReadyState(image, 'virt', cacheDir)).toBeUndefined();
-    expect(await findReadyState(image, 'raspi3b', cacheDir)).toBeUndefined();
+    expect(await findReadyState(image, 'virt', LOOP, cacheDir)).toBeUndefined();
+    expect(await findReadyState(image, 'raspi3b', LOOP, cacheDir)).toBeUndefined();
 
     const board = await bootTiny(image, 'first');
-    const state = await saveReadyState({ board, image, readiness: 'test: a loop', cacheDir });
+    const state = await saveReadyState({ board, image, readiness: LOOP, cacheDir });
     expect(board.exitReason).toBeDefined(); // its QEMU ended with the save
     expect(existsSync(state.disk) && existsSync(state.state)).toBe(true);
-    expect(state.meta).toMatchObject({ imageKey: 'saved', machine: 'virt', readiness: 'test: a loop', qemu: await qemuVersion() });
+    expect(state.meta).toMatchObject({ imageKey: 'saved', machine: 'virt', readiness: LOOP, qemu: await qemuVersion() });
     expect(readdirSync(root).filter((n) => n.startsWith('.staging-'))).toEqual([]);
-    expect((await findReadyState(image, 'virt', cacheDir))?.dir).toBe(state.dir);
+    expect((await findReadyState(image, 'virt', LOOP, cacheDir))?.dir).toBe(state.dir);
 
     for (const name of ['second', 'third']) {
       const runDir = join(work, name);
@@ -86,11 +89,11 @@ describe('saving a running board and starting new ones from it', () => {
   }, 120_000);
 
   it('keeps the state another worker saved first, and drops its own', async () => {
-    const first = await findReadyState(image, 'virt', cacheDir);
+    const first = await findReadyState(image, 'virt', LOOP, cacheDir);
     const board = await bootTiny(image, 'late');
-    const late = await saveReadyState({ board, image, readiness: 'test: saved second', cacheDir });
+    const late = await saveReadyState({ board, image, readiness: LOOP, cacheDir });
     expect(late.dir).toBe(first!.dir);
-    expect(late.meta.readiness).toBe('test: a loop');
+    expect(late.meta.savedAt).toBe(first!.meta.savedAt);
     expect(readdirSync(join(cacheDir, 'qemu', 'ready')).filter((n) => n.startsWith('.staging-'))).toEqual([]);
   }, 120_000);
 
@@ -98,7 +101,7 @@ describe('saving a running board and starting new ones from it', () => {
     const gone = tinyImage('pruned');
     const pruned = await saveReadyState({ board: await bootTiny(gone, 'pruned'), image: gone, readiness: 'test: its image goes', cacheDir });
     rmSync(gone.dir, { recursive: true, force: true });
-    const kept = await findReadyState(image, 'virt', cacheDir);
+    const kept = await findReadyState(image, 'virt', LOOP, cacheDir);
     const other = tinyImage('other');
     await saveReadyState({ board: await bootTiny(other, 'other'), image: other, readiness: 'test: a later save', cacheDir });
     expect(existsSync(pruned.dir)).toBe(false);

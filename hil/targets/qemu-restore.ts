@@ -72,7 +72,7 @@ export interface SavedBoardOptions {
  */
 export async function startSupervisedBoard(o: SavedBoardOptions): Promise<{ board: QemuBoard; ready: ReadyInfo }> {
   const boot = () => bootBoard({ image: o.image, machine: 'virt', snapshot: true, runDir: o.runDir, progress: o.progress, ...pick(o) });
-  const state = await findReadyState(o.image, 'virt');
+  const state = await findReadyState(o.image, 'virt', BARE_READINESS);
   if (!state) {
     o.progress(`no saved ready board for image ${o.image.key}: booting`);
     return boot();
@@ -100,7 +100,7 @@ const BARE_READINESS = 'booted to SSH, systemd settled; nothing of fleetlab\'s o
 export async function startBareBoard(o: SavedBoardOptions): Promise<{ board: QemuBoard; ready: ReadyInfo }> {
   const restore = (state: ReadyState) => startRestored({ ...o, state, readyWhen: 'ssh' });
   const boot = () => bootBoard({ image: o.image, machine: 'virt', snapshot: true, readyWhen: 'ssh', runDir: o.runDir, progress: o.progress, ...pick(o) });
-  const saved = await findReadyState(o.image, 'virt');
+  const saved = await findReadyState(o.image, 'virt', BARE_READINESS);
   if (saved) {
     try {
       const started = await restore(saved);

@@ -18,6 +18,7 @@ import { pollUntil } from '../../hil/lib/wait.js';
 import { RUN_DIR_PREFIXES } from '../../qemu/boot.js';
 import { buildImage, latestImage } from '../../device-image/build.js';
 import { findReadyState } from '../../qemu/ready-state.js';
+import { READINESS } from '../../hil/targets/qemu/reset-snapshot.js';
 import { sessionEnv, sessionProcesses, stopProcesses } from '../../src/processes.js';
 import { repoRoot, writeTeam } from './board-under-test.js';
 
@@ -42,7 +43,7 @@ test('board ${name} is held', async ({ device }) => {
 // This checkout's image: seconds once `qemu build` made it (or any image, whose root filesystem
 // it shares); none in the cache at all would be a cold build of minutes, so that is a skip.
 const image = latestImage() ? (await buildImage({ repoRoot })).image : undefined;
-const ready = image ? await findReadyState(image, 'virt') : undefined;
+const ready = image ? await findReadyState(image, 'virt', READINESS) : undefined;
 const skipReason = !image
   ? 'no QEMU image in the cache: node bin/fleetlab.js qemu build'
   : !ready

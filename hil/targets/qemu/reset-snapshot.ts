@@ -18,7 +18,7 @@ import { storedIdentity } from '../drivers/device-facts.js';
 import { GUEST } from '../../../device-image/recipe.js';
 
 /** What a saved ready board has done, in the words its ready.json keeps. */
-const READINESS = 'reset over SSH, supervisor started in local mode and answering /ping, systemd settled, its status read and an empty target refused once (hil/targets/qemu/reset-snapshot.ts)';
+export const READINESS = 'reset over SSH, supervisor started in local mode and answering /ping, systemd settled, its status read and an empty target refused once (hil/targets/qemu/reset-snapshot.ts)';
 
 /**
  * The device API's first status read and first target, made once before the save: the
@@ -74,7 +74,7 @@ export class SnapshotReset {
    */
   async startInsteadOfBoot(): Promise<boolean> {
     if (!this.#usable) return false;
-    this.#ready ??= await findReadyState(this.b.image, this.b.machine);
+    this.#ready ??= await findReadyState(this.b.image, this.b.machine, READINESS);
     return Boolean(this.#ready) && (await this.#restore(await freePort(), await freePort()));
   }
 

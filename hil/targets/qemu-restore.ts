@@ -11,6 +11,7 @@ import { findReadyState, restoreBoard, saveReadyState, type ReadyState } from '.
 import { errorText } from '../../src/errors.js';
 import { freePort } from '../../src/free-port.js';
 import { setGuestClock, waitSettled } from './qemu/reset-ssh.js';
+import { READINESS } from './qemu/reset-snapshot.js';
 import { SshDevice } from '../../device-access/ssh-device.js';
 
 /** Past a restore, a board answers within seconds; this bounds a machine that is heavily loaded. */
@@ -72,7 +73,7 @@ export interface SavedBoardOptions {
  */
 export async function startSupervisedBoard(o: SavedBoardOptions): Promise<{ board: QemuBoard; ready: ReadyInfo }> {
   const boot = () => bootBoard({ image: o.image, machine: 'virt', snapshot: true, runDir: o.runDir, progress: o.progress, ...pick(o) });
-  const state = await findReadyState(o.image, 'virt', BARE_READINESS);
+  const state = await findReadyState(o.image, 'virt', READINESS);
   if (!state) {
     o.progress(`no saved ready board for image ${o.image.key}: booting`);
     return boot();

@@ -8,6 +8,8 @@ import { execa, type ResultPromise } from 'execa';
 import { expect } from 'vitest';
 import { loadBoardConfig, type BoardConfig } from '../../hil/lab/board-config.js';
 import { startSupervisedBoard } from '../../hil/targets/qemu-restore.js';
+import { READINESS } from '../../hil/targets/qemu/reset-snapshot.js';
+import { findReadyState } from '../../qemu/ready-state.js';
 import { SshDevice } from '../../device-access/ssh-device.js';
 import type { QemuBoard, ReadyInfo } from '../../qemu/boot.js';
 import type { QemuImage } from '../../device-image/build.js';
@@ -103,6 +105,15 @@ export async function failedRunSerialConsole(dir: string, target: string, env: R
  * before the lab tests), booted otherwise. What the lab tests check (leases, power, the board
  * target) is the same on both.
  */
-export function labBoard(image: QemuImage, runDir: string, progress: (line: string) => void): Promise<{ board: QemuBoard; ready: ReadyInfo }> {
-  return startSupervisedBoard({ image, runDir, consolePty: true, progress });
+export async function labBoard(image: QemuImage, runDir: string, progress: (line: string) => void): Promise<{ board: QemuBoard; ready: ReadyInfo }> {
+  const saved = await findReadyState(image, 'virt', READINESS);
+  const lines: string[] = [];
+  const started = await startSupervisedBoard({ image, runDir, consolePty: true, progress: (line) => (lines.push(line), progress(line)) });
+  // With the qemu target's save in the cache, the board starts from it: `qemu boot --snapshot`
+  // (CI's board-target blink run) depends on the two finding the same save.
+  if (saved && !lines.some((l) => l.startsWith(`started from the saved ready board ${saved.dir}`))) {
+    await started.board.stop();
+    throw new Error(`the qemu target's saved ready board ${saved.dir} is in the cache, but the lab board did not start from it:\n${lines.join('\n')}`);
+  }
+  return started;
 }

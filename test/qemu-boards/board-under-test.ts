@@ -76,13 +76,13 @@ export function writeTeam(dir: string, specs: Readonly<Record<string, string>>):
   for (const [name, source] of Object.entries(specs)) writeFileSync(join(dir, 'fleetlab', name), source);
 }
 
-/** Every attachment and annotation in a Playwright JSON report (--reporter=json), wherever the suites nest them. */
-export function reportItems(node: unknown, key: 'attachments' | 'annotations'): Array<{ name?: string; type?: string; body?: string; description?: string }> {
-  if (Array.isArray(node)) return node.flatMap((n) => reportItems(n, key));
+/** Every attachment, annotation or test result in a Playwright JSON report (--reporter=json), wherever the suites nest them. */
+export function reportItems<T = { name?: string; type?: string; body?: string; description?: string }>(node: unknown, key: 'attachments' | 'annotations' | 'results'): T[] {
+  if (Array.isArray(node)) return node.flatMap((n) => reportItems<T>(n, key));
   if (typeof node !== 'object' || node === null) return [];
   const o = node as Record<string, unknown>;
-  const own = Array.isArray(o[key]) ? (o[key] as Array<Record<string, string>>) : [];
-  return [...own, ...Object.entries(o).filter(([k]) => k !== key).flatMap(([, v]) => reportItems(v, key))];
+  const own = Array.isArray(o[key]) ? (o[key] as T[]) : [];
+  return [...own, ...Object.entries(o).filter(([k]) => k !== key).flatMap(([, v]) => reportItems<T>(v, key))];
 }
 
 /**

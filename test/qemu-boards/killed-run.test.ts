@@ -20,7 +20,7 @@ import { buildImage, latestImage } from '../../device-image/build.js';
 import { findReadyState } from '../../qemu/ready-state.js';
 import { READINESS } from '../../hil/targets/qemu/reset-snapshot.js';
 import { sessionEnv, sessionProcesses, stopProcesses } from '../../src/processes.js';
-import { repoRoot, writeTeam } from './board-under-test.js';
+import { reportItems, repoRoot, writeTeam } from './board-under-test.js';
 
 /** Directories a qemu run makes in its TMPDIR for what it starts (hil/targets/worker-registry.ts, hil/release/build-engine.ts). */
 const OWNED_PREFIXES = [...RUN_DIR_PREFIXES, 'fleetlab-registry-', 'fleetlab-build-engine-'];
@@ -58,18 +58,6 @@ interface Run {
   readonly exited: Promise<void>;
   /** Its boards' run dirs (and any registry or build engine dirs), as the run held them. */
   dirs: string[];
-}
-
-interface TestResult {
-  status?: string;
-  attachments?: Array<{ name?: string }>;
-}
-
-/** Every test result in a Playwright JSON report, however its suites nest. */
-function testResults(node: unknown): TestResult[] {
-  if (Array.isArray(node)) return node.flatMap(testResults);
-  if (typeof node !== 'object' || node === null) return [];
-  return Object.entries(node).flatMap(([key, value]) => (key === 'results' && Array.isArray(value) ? (value as TestResult[]) : testResults(value)));
 }
 
 /** What a pid is, for a failure message: its command line. */
@@ -151,7 +139,7 @@ describe.skipIf(skipReason)('a qemu run of two boards, killed', () => {
     // An interrupted test is not a failed one: reading its board back (timeline, journal,
     // capture) would keep the boards running half a minute past the interrupt, for a report
     // of devices the person stopped.
-    const results = testResults(JSON.parse(readFileSync(report, 'utf8')));
+    const results = reportItems<{ status?: string; attachments?: Array<{ name?: string }> }>(JSON.parse(readFileSync(report, 'utf8')), 'results');
     expect(results.map((r) => r.status), run.output.slice(-2000)).toEqual(['interrupted', 'interrupted']);
     expect(results.flatMap((r) => (r.attachments ?? []).map((a) => a.name))).toEqual(['step timeline', 'step timeline']);
   }, BOARDS_MS + STOPPED_MS + 30_000);

@@ -14,7 +14,9 @@ import type { QemuImage } from '../../../device-image/build.js';
 import type { MachineKind } from '../../../qemu/qemu-argv.js';
 import type { SshDevice } from '../../../device-access/ssh-device.js';
 import { resetOverSsh, startSupervisor, waitSettled } from './reset-ssh.js';
+import { Agent } from 'undici';
 import { storedIdentity } from '../drivers/device-facts.js';
+import { httpApi } from '../../lib/http.js';
 import { GUEST } from '../../../device-image/recipe.js';
 
 /** What a saved ready board has done, in the words its ready.json keeps. */
@@ -28,13 +30,18 @@ export const READINESS = 'reset over SSH, supervisor started in local mode and a
  * is refused (400) and changes nothing; a device in the field has long since answered both.
  */
 async function askOnce(apiUrl: string, deviceKey: string): Promise<void> {
-  // Closed after each answer: the save must not keep a connection of this process open in the guest.
-  const headers = { authorization: `Bearer ${deviceKey}`, 'content-type': 'application/json', connection: 'close' };
-  const status = await fetch(new URL('/v2/state/status', apiUrl), { headers });
-  await status.arrayBuffer();
-  const refused = await fetch(new URL('/v2/local/target-state', apiUrl), { method: 'POST', headers, body: '{}' });
-  await refused.arrayBuffer();
-  if (status.status !== 200 || refused.status !== 400) throw new Error(`the device API answered its first status read with ${status.status} and an empty target with ${refused.status} (expected 200 and 400)`);
+  // Connections of its own, closed after each answer and destroyed before the save: the saved
+  // guest must not hold a connection of this process open.
+  const connections = new Agent();
+  try {
+    const api = httpApi({ url: apiUrl, apiKey: deviceKey, uuid: '', vendor: 'platform', lockRoot: '' }, { dispatcher: connections });
+    const headers = { connection: 'close' };
+    const status = await api.request('GET', '/v2/state/status', { headers });
+    const refused = await api.request('POST', '/v2/local/target-state', { body: {}, headers });
+    if (status.status !== 200 || refused.status !== 400) throw new Error(`the device API answered its first status read with ${status.status} and an empty target with ${refused.status} (expected 200 and 400)`);
+  } finally {
+    await connections.destroy();
+  }
 }
 
 export interface SnapshotResetBindings {

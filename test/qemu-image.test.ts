@@ -10,7 +10,7 @@ import { afterAll, describe, expect, it } from 'vitest';
 import { boardConfigFor } from '../hil/lab/board-config-for-qemu.js';
 import type { ReadyInfo } from '../qemu/boot.js';
 import { absentPackageSource, bundleSupervisor, DEVICE_ABSENT_PACKAGES, nodeModulesOf, payloadSource, runtimePackages, writePrebuiltPayload } from '../device-image/payload.js';
-import { BOARD_OS_UNITS, boardOsFiles, GUEST, INITRAMFS_MODULES, LED_LINES, NODE_PACKAGE, importTestImagesScript, overlayFiles, packagesFor, rootfsKey, supervisorConfig } from '../device-image/recipe.js';
+import { BOARD_OS_UNITS, boardOsFiles, ROOT_LINGER, GUEST, INITRAMFS_MODULES, LED_LINES, NODE_PACKAGE, importTestImagesScript, overlayFiles, packagesFor, rootfsKey, supervisorConfig } from '../device-image/recipe.js';
 import { mmdebstrapArgs } from '../device-image/rootfs.js';
 import { cloudEnv, versionEnv } from '../hil/targets/qemu.js';
 import { resetScript } from '../hil/targets/qemu/reset-ssh.js';
@@ -75,6 +75,11 @@ describe('the files the image adds', () => {
 
   it('keeps dockerd\'s TCG settings and adds the journal log driver the supervisor reads', () => {
     expect(JSON.parse(byPath.get('/etc/docker/daemon.json')!.content)).toEqual({ iptables: false, ip6tables: false, 'log-driver': 'journald' });
+  });
+
+  it('lets root\'s user manager linger on both images, so the harness\'s SSH login does not wait for it', () => {
+    expect(boardOsFiles('ssh-ed25519 AAAA test').map((f) => f.path)).toContain(ROOT_LINGER);
+    expect(byPath.get(ROOT_LINGER)?.content).toBe('');
   });
 
   it('leaves everything of fleetlab\'s out of the bare board\'s files', () => {

@@ -10,7 +10,8 @@ import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { assembleTree, writeUpdateDoneStamps } from '../device-image/build.js';
 import { archivedModule, cpioNewc, initramfsEntries, initScript, moduleLoadOrder, moduleName, S_IFDIR, S_IFREG } from '../device-image/initramfs.js';
-import { MASKED_GENERATORS, MASKED_UNITS, importTestImagesScript, overlayFiles, TEST_IMAGES_STAMP, UDEV_TRIGGER_DROPIN, udevTriggerDropIn } from '../device-image/recipe.js';
+import { GUEST, MASKED_GENERATORS, MASKED_UNITS, importTestImagesScript, overlayFiles, TEST_IMAGES_STAMP, UDEV_TRIGGER_DROPIN, udevTriggerDropIn } from '../device-image/recipe.js';
+import { resetScript } from '../hil/targets/qemu/reset-ssh.js';
 
 const work = mkdtempSync(join(tmpdir(), 'fleetlab-initramfs-test-'));
 afterAll(() => rmSync(work, { recursive: true, force: true }));
@@ -127,5 +128,13 @@ describe('the boot-time trims of the image', () => {
     expect(unit.content).toContain(`ConditionPathExists=!${TEST_IMAGES_STAMP}\n`);
     writeFileSync(join(work, 'import.sh'), script);
     expect(spawnSync('sh', ['-n', join(work, 'import.sh')]).status).toBe(0);
+  });
+
+  it('keeps the test images\' stamp through the reset between spec files, whose wipe would make every reboot import again', () => {
+    // The paths the reset's `rm -rf --` lines remove, as the shell splits them.
+    const removed = resetScript().split('\n').filter((l) => l.startsWith('rm -rf -- ')).flatMap((l) =>
+      spawnSync('sh', ['-c', `set -- ${l.slice('rm -rf -- '.length)}; printf '%s\\n' "$@"`], { encoding: 'utf8' }).stdout.split('\n').filter(Boolean));
+    expect(removed).toContain(GUEST.dataDir);
+    for (const path of removed) expect(TEST_IMAGES_STAMP === path || TEST_IMAGES_STAMP.startsWith(`${path}/`), path).toBe(false);
   });
 });

@@ -50,13 +50,10 @@ const volumeLabels = (uuid: string, appId: number, volume: string) => [`${LABEL.
 /** Where the named volume of an app lives on the device, asked of the device's dockerd over SSH. */
 export async function dockerVolumePath(ssh: SshDevice, uuid: string, appId: number, volume: string): Promise<string | undefined> {
   const filters = volumeLabels(uuid, appId, volume).flatMap((f) => ['--filter', `label=${f}`]);
-  const listed = await ssh.run(['docker', 'volume', 'ls', '-q', ...filters]);
+  // One docker call: each costs ~1 s on an emulated board (the CLI's start under TCG).
+  const listed = await ssh.run(['docker', 'volume', 'ls', '--format', '{{.Mountpoint}}', ...filters]);
   if (listed.exitCode !== 0) throw hostError(`docker volume ls on the device: ${listed.stderr.trim() || `exit ${listed.exitCode}`}`);
-  const name = listed.stdout.split('\n').find(Boolean);
-  if (!name) return undefined;
-  const inspected = await ssh.run(['docker', 'volume', 'inspect', '--format', '{{.Mountpoint}}', name]);
-  if (inspected.exitCode !== 0) return undefined; // removed between the two calls
-  return inspected.stdout.trim() || undefined;
+  return listed.stdout.split('\n').map((l) => l.trim()).find(Boolean);
 }
 
 /** The same, asked of an engine the harness reaches (the device's engine is this host's). */

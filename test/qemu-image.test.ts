@@ -10,7 +10,7 @@ import { afterAll, describe, expect, it } from 'vitest';
 import { boardConfigFor } from '../hil/lab/board-config-for-qemu.js';
 import type { ReadyInfo } from '../qemu/boot.js';
 import { absentPackageSource, bundleSupervisor, DEVICE_ABSENT_PACKAGES, nodeModulesOf, payloadSource, runtimePackages, writePrebuiltPayload } from '../device-image/payload.js';
-import { BOARD_OS_UNITS, boardOsFiles, ROOT_LINGER, GUEST, INITRAMFS_MODULES, LED_LINES, NODE_PACKAGE, importTestImagesScript, overlayFiles, packagesFor, rootfsKey, supervisorConfig } from '../device-image/recipe.js';
+import { BOARD_OS_UNITS, boardOsFiles, GUEST, INITRAMFS_MODULES, LED_LINES, NODE_PACKAGE, importTestImagesScript, overlayFiles, packagesFor, ROOT_LINGER, rootfsKey, supervisorConfig } from '../device-image/recipe.js';
 import { mmdebstrapArgs } from '../device-image/rootfs.js';
 import { cloudEnv, versionEnv } from '../hil/targets/qemu.js';
 import { resetScript } from '../hil/targets/qemu/reset-ssh.js';

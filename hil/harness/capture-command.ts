@@ -11,7 +11,7 @@ import { SshDevice } from '../../device-access/ssh-device.js';
 import type { ApiProtocol, CommandProtocol, DevicePaths } from '../../device-access/protocols.js';
 import { fleetlabVersion } from '../../src/package-root.js';
 import { freePort } from '../../src/free-port.js';
-import { httpApi } from '../lib/http.js';
+import { httpApiAt } from '../lib/http.js';
 import { readBundle, type BundleSource, type Redaction } from '../capture/bundle.js';
 import { captureDevice, DEFAULT_JOURNAL_ENTRIES, type CaptureOptions } from '../capture/capture.js';
 import { cloudReader, proxiedApi, readCloudRows } from '../capture/cloud-access.js';
@@ -112,10 +112,8 @@ async function directAccess(options: CaptureCommandOptions): Promise<Access> {
   if (!options.apiKey) throw usage("--device needs --api-key: the device's key");
   const url = deviceUrl(options.device);
   const local = options.simDir ? { exec: hostShell, paths: simDevicePaths(options.simDir) } : {};
-  return { api: deviceApi(url, options.apiKey), key: options.apiKey, source: { kind: 'api', address: url }, ...local, close: async () => undefined };
+  return { api: httpApiAt(url, options.apiKey), key: options.apiKey, source: { kind: 'api', address: url }, ...local, close: async () => undefined };
 }
-
-const deviceApi = (url: string, apiKey: string) => httpApi({ url, apiKey, uuid: '', vendor: '', lockRoot: '' });
 
 /** Through a fleetlab cloud: the device API by its proxy, and the device's rows of its data API. */
 function cloudAccess(options: CaptureCommandOptions): Access {
@@ -149,7 +147,7 @@ async function boardAccess(path: string, apiKey: string | undefined): Promise<Ac
     const stored = await storedIdentity(ssh, config.dataDir);
     const key = apiKey ?? config.apiKey ?? stored.deviceKey;
     return {
-      api: deviceApi(deviceUrl(config.apiUrl), key),
+      api: httpApiAt(deviceUrl(config.apiUrl), key),
       key,
       source: { kind: 'ssh', address: `${config.user}@${config.host}:${config.sshPort}`, uuid: stored.uuid },
       exec: ssh.exec,

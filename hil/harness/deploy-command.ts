@@ -10,7 +10,7 @@ import Docker from 'dockerode';
 import { FleetlabError, errorText } from '../../src/errors.js';
 import { engineAt } from '../../src/engine-client/engine-at.js';
 import { DeviceApi } from '../lib/device-api.js';
-import { httpApi } from '../lib/http.js';
+import { httpApiAt } from '../lib/http.js';
 import { until } from '../../src/wait.js';
 import { startBuildEngine, type BuildEngine } from '../release/build-engine.js';
 import { buildLog } from '../release/image-build.js';
@@ -83,7 +83,7 @@ const cloudTarget = (o: DeployCommandOptions) => ({ url: o.cloud!.replace(/\/+$/
 
 /** The key is all the release path needs of the device's identity. */
 function deviceApi(o: DeployCommandOptions): DeviceApi {
-  return new DeviceApi(httpApi({ url: o.device!.replace(/\/+$/, ''), apiKey: o.apiKey!, uuid: '', vendor: 'platform', lockRoot: '' }));
+  return new DeviceApi(httpApiAt(o.device!.replace(/\/+$/, ''), o.apiKey!));
 }
 
 /**

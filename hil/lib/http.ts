@@ -63,6 +63,14 @@ export function fetchFailure(err: unknown): string {
   return cause ? `${(err as Error).message}: ${cause.message}${cause.code ? ` (${cause.code})` : ''}` : err instanceof Error ? err.message : String(err);
 }
 
+/**
+ * A client for a device known only by its API's URL and key (a CLI command's `--device`, a board
+ * being saved): nothing else of its identity is read through it.
+ */
+export function httpApiAt(url: string, apiKey: string, options: HttpApiOptions = {}): ApiProtocol {
+  return httpApi({ url, apiKey, uuid: '', vendor: 'platform', lockRoot: '' }, options);
+}
+
 export function httpApi(identity: Omit<DeviceIdentity, 'apiKey'> & { apiKey: string }, { dispatcher }: HttpApiOptions = {}): ApiProtocol {
   let key = identity.apiKey;
   const current: DeviceIdentity = {

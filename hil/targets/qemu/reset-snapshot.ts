@@ -16,7 +16,7 @@ import type { SshDevice } from '../../../device-access/ssh-device.js';
 import { resetOverSsh, startSupervisor, waitSettled } from './reset-ssh.js';
 import { Agent } from 'undici';
 import { storedIdentity } from '../drivers/device-facts.js';
-import { httpApi } from '../../lib/http.js';
+import { httpApiAt } from '../../lib/http.js';
 import { GUEST } from '../../../device-image/recipe.js';
 
 /** What a saved ready board has done, in the words its ready.json keeps. */
@@ -34,7 +34,7 @@ async function askOnce(apiUrl: string, deviceKey: string): Promise<void> {
   // guest must not hold a connection of this process open.
   const connections = new Agent();
   try {
-    const api = httpApi({ url: apiUrl, apiKey: deviceKey, uuid: '', vendor: 'platform', lockRoot: '' }, { dispatcher: connections });
+    const api = httpApiAt(apiUrl, deviceKey, { dispatcher: connections });
     const headers = { connection: 'close' };
     const status = await api.request('GET', '/v2/state/status', { headers });
     const refused = await api.request('POST', '/v2/local/target-state', { body: {}, headers });

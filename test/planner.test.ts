@@ -133,18 +133,17 @@ function brief(steps: Step[]): string[] {
 describe('plan: installing on an empty device', () => {
   it('creates the default network and the volume first, containers only in the next round', () => {
     const { target: t, desired } = target(wire({ '1': demoApp() }));
-    const round1 = plan({ target: t, desired, current: snapshot({ images: allImages }), startStopped: false });
+    const round1 = plan({ target: t, desired, current: snapshot({ images: allImages }) });
     expect(brief(round1)).toEqual(['createNetwork 1/default', 'createVolume 1/data']);
 
     // Network present, volume not yet: worker (needs the volume) waits, web may go.
-    const partial = plan({ target: t, desired, current: snapshot({ images: allImages, networks: [net(1, 'default')] }), startStopped: false });
+    const partial = plan({ target: t, desired, current: snapshot({ images: allImages, networks: [net(1, 'default')] }) });
     expect(brief(partial)).toEqual(['createVolume 1/data', 'createContainer 1/web']);
 
     const round2 = plan({
       target: t,
       desired,
       current: snapshot({ images: allImages, networks: [net(1, 'default')], volumes: [vol(1, 'data')] }),
-      startStopped: false,
     });
     expect(brief(round2)).toEqual(['createContainer 1/web', 'createContainer 1/worker']);
     const created = round2.filter((s): s is Extract<Step, { action: 'createContainer' }> => s.action === 'createContainer');
@@ -160,21 +159,19 @@ describe('plan: installing on an empty device', () => {
       target: t,
       desired,
       current: snapshot({ ...base, containers: [containerOf(want(1, 'web'), 'created'), containerOf(want(1, 'worker'), 'created')] }),
-      startStopped: false,
     });
     expect(brief(round3)).toEqual(['start 1/web', 'start 1/worker']);
     const round4 = plan({
       target: t,
       desired,
       current: snapshot({ ...base, containers: [containerOf(want(1, 'web')), containerOf(want(1, 'worker'))] }),
-      startStopped: false,
     });
     expect(round4).toEqual([]);
   });
 
   it('fetches missing images alongside creating the network and volume, and creates no container', () => {
     const { target: t, desired } = target(wire({ '1': demoApp() }));
-    const steps = plan({ target: t, desired, current: snapshot(), startStopped: true });
+    const steps = plan({ target: t, desired, current: snapshot(), startExited: new Set(['web-1']) });
     expect(brief(steps)).toEqual([
       'createNetwork 1/default',
       'createVolume 1/data',
@@ -188,7 +185,7 @@ describe('plan: installing on an empty device', () => {
     app.networks = { backend: {} };
     app.services['11']!.network_mode = 'backend';
     const { target: t, desired } = target(wire({ '1': app }));
-    expect(brief(plan({ target: t, desired, current: snapshot({ images: allImages }), startStopped: false }))).toEqual([
+    expect(brief(plan({ target: t, desired, current: snapshot({ images: allImages }) }))).toEqual([
       'createNetwork 1/default',
       'createNetwork 1/backend',
       'createVolume 1/data',
@@ -198,7 +195,6 @@ describe('plan: installing on an empty device', () => {
       target: t,
       desired,
       current: snapshot({ images: allImages, networks: [net(1, 'default')], volumes: [vol(1, 'data')] }),
-      startStopped: false,
     });
     expect(brief(steps)).toEqual(['createNetwork 1/backend', 'createContainer 1/worker']);
     expect(desired.get('1/web')!.spec.networkMode).toBe('1_backend');
@@ -213,13 +209,13 @@ describe('plan: networks and depends_on', () => {
     app.networks = { back: {}, front: {} };
     app.services['11']!.networks = ['front', 'back'];
     const { target: t, desired } = target(wire({ '1': app }));
-    const steps = plan({ target: t, desired, current: snapshot({ ...base, networks: [net(1, 'default'), net(1, 'front')] }), startStopped: false });
+    const steps = plan({ target: t, desired, current: snapshot({ ...base, networks: [net(1, 'default'), net(1, 'front')] }) });
     expect(brief(steps)).toEqual(['createNetwork 1/back', 'createContainer 1/worker']);
     const web = desired.get('1/web')!;
     expect(web.spec.networkMode).toBe('1_front');
     expect(web.spec.extraNetworks).toEqual(['1_back']);
     expect(web.spec.aliases).toEqual(['web']);
-    const all = plan({ target: t, desired, current: snapshot({ ...base, networks: [net(1, 'default'), net(1, 'front'), net(1, 'back')] }), startStopped: false });
+    const all = plan({ target: t, desired, current: snapshot({ ...base, networks: [net(1, 'default'), net(1, 'front'), net(1, 'back')] }) });
     expect(brief(all)).toEqual(['createContainer 1/web', 'createContainer 1/worker']);
   });
 
@@ -238,12 +234,12 @@ describe('plan: networks and depends_on', () => {
     app.services['11']!.depends_on = ['worker'];
     const { target: t, desired, want } = target(wire({ '1': app }));
     const infra = { ...base, networks: [net(1, 'default')] };
-    expect(brief(plan({ target: t, desired, current: snapshot(infra), startStopped: false }))).toEqual(['createContainer 1/worker']);
+    expect(brief(plan({ target: t, desired, current: snapshot(infra) }))).toEqual(['createContainer 1/worker']);
     // Created but not started: the dependent still waits.
-    expect(brief(plan({ target: t, desired, current: snapshot({ ...infra, containers: [containerOf(want(1, 'worker'), 'created')] }), startStopped: false }))).toEqual(['start 1/worker']);
-    expect(brief(plan({ target: t, desired, current: snapshot({ ...infra, containers: [containerOf(want(1, 'worker'))] }), startStopped: false }))).toEqual(['createContainer 1/web']);
+    expect(brief(plan({ target: t, desired, current: snapshot({ ...infra, containers: [containerOf(want(1, 'worker'), 'created')] }) }))).toEqual(['start 1/worker']);
+    expect(brief(plan({ target: t, desired, current: snapshot({ ...infra, containers: [containerOf(want(1, 'worker'))] }) }))).toEqual(['createContainer 1/web']);
     // A dependency that ran and exited has started, as compose's service_started means.
-    expect(brief(plan({ target: t, desired, current: snapshot({ ...infra, containers: [containerOf(want(1, 'worker'), 'exited')] }), startStopped: false }))).toEqual(['createContainer 1/web']);
+    expect(brief(plan({ target: t, desired, current: snapshot({ ...infra, containers: [containerOf(want(1, 'worker'), 'exited')] }) }))).toEqual(['createContainer 1/web']);
   });
 
   it('depends_on after a reboot: the dependency is started first, its dependent in the next round', () => {
@@ -252,9 +248,11 @@ describe('plan: networks and depends_on', () => {
     const { target: t, desired, want } = target(wire({ '1': app }));
     const infra = { ...base, networks: [net(1, 'default')] };
     const stopped = [containerOf(want(1, 'web'), 'exited'), containerOf(want(1, 'worker'), 'exited')];
-    expect(brief(plan({ target: t, desired, current: snapshot({ ...infra, containers: stopped }), startStopped: true }))).toEqual(['start 1/worker']);
+    const startExited = new Set(stopped.map((c) => c.id));
+    expect(brief(plan({ target: t, desired, current: snapshot({ ...infra, containers: stopped }), startExited }))).toEqual(['start 1/worker']);
+    startExited.delete(stopped[1]!.id);
     const next = [containerOf(want(1, 'web'), 'exited'), containerOf(want(1, 'worker'))];
-    expect(brief(plan({ target: t, desired, current: snapshot({ ...infra, containers: next }), startStopped: true }))).toEqual(['start 1/web']);
+    expect(brief(plan({ target: t, desired, current: snapshot({ ...infra, containers: next }), startExited }))).toEqual(['start 1/web']);
   });
 
   it('depends_on is ordering only: it does not change the container', () => {
@@ -272,7 +270,7 @@ describe('plan: networks and depends_on', () => {
     const { target: t, desired, want } = target(wire({ '1': app }));
     const infra = { ...base, networks: [net(1, 'default')] };
     const round = (worker?: Partial<ManagedContainer>) =>
-      brief(plan({ target: t, desired, current: snapshot({ ...infra, containers: worker ? [{ ...containerOf(want(1, 'worker')), ...worker }] : [] }), startStopped: false }));
+      brief(plan({ target: t, desired, current: snapshot({ ...infra, containers: worker ? [{ ...containerOf(want(1, 'worker')), ...worker }] : [] }) }));
     expect(round()).toEqual(['createContainer 1/worker']);
     expect(round({ state: 'created' })).toEqual(['start 1/worker']);
     expect(round({ health: 'starting' })).toEqual(["wait 1/web: web waits for worker's healthcheck has not passed yet"]);
@@ -290,7 +288,7 @@ describe('plan: networks and depends_on', () => {
     const { target: t, desired, want } = target(wire({ '1': app }));
     const infra = { ...base, networks: [net(1, 'default')] };
     const web = containerOf(want(1, 'web'), 'exited');
-    const plan2 = (worker: ManagedContainer) => brief(plan({ target: t, desired, current: snapshot({ ...infra, containers: [web, worker] }), startStopped: true }));
+    const plan2 = (worker: ManagedContainer) => brief(plan({ target: t, desired, current: snapshot({ ...infra, containers: [web, worker] }), startExited: new Set([web.id, worker.id]) }));
     expect(plan2(containerOf(want(1, 'worker'), 'exited'))).toEqual(['start 1/worker']);
     expect(plan2({ ...containerOf(want(1, 'worker')), health: 'starting' })).toEqual(["wait 1/web: web waits for worker's healthcheck has not passed yet"]);
     expect(plan2({ ...containerOf(want(1, 'worker')), health: 'healthy' })).toEqual(['start 1/web']);
@@ -321,13 +319,13 @@ describe('plan: container settings', () => {
     const app = demoApp();
     Object.assign(app.services['11']!, setting);
     const after = target(wire({ '1': app }));
-    expect(brief(plan({ target: after.target, desired: after.desired, current: snapshot({ ...infra, containers: running }), startStopped: false }))).toEqual([
+    expect(brief(plan({ target: after.target, desired: after.desired, current: snapshot({ ...infra, containers: running }) }))).toEqual([
       `removeContainer 1/web ${running[0]!.id} (configuration changed)`,
     ]);
     // The container read back carries the new hash: the next plans are empty, not a recreate loop.
     const again = target(wire({ '1': structuredClone(app) }));
     const replaced = [containerOf(again.want(1, 'web')), running[1]!];
-    expect(plan({ target: again.target, desired: again.desired, current: snapshot({ ...infra, containers: replaced }), startStopped: false })).toEqual([]);
+    expect(plan({ target: again.target, desired: again.desired, current: snapshot({ ...infra, containers: replaced }) })).toEqual([]);
   });
 
   it('a service with none of them keeps the hash it had before they were carried', () => {
@@ -350,7 +348,6 @@ describe('plan: updating a running release', () => {
       target: next.target,
       desired: next.desired,
       current: snapshot({ ...infra, containers: running, images: [...allImages, 'registry.local/worker:2'] }),
-      startStopped: false,
     });
     expect(brief(steps)).toEqual(['fetch 1/web registry.local/web:2']);
     expect(steps.some((s) => s.action === 'removeContainer' || s.action === 'createContainer' || s.action === 'stop')).toBe(false);
@@ -359,18 +356,17 @@ describe('plan: updating a running release', () => {
   it('replaces containers only once every image of the release is present, create in a later round', () => {
     const next = target(wire({ '1': demoApp({ releaseId: 2, webImage: 'registry.local/web:2', workerImage: 'registry.local/worker:2' }) }));
     const images = [...allImages, 'registry.local/web:2', 'registry.local/worker:2'];
-    const remove = plan({ target: next.target, desired: next.desired, current: snapshot({ ...infra, containers: running, images }), startStopped: false });
+    const remove = plan({ target: next.target, desired: next.desired, current: snapshot({ ...infra, containers: running, images }) });
     expect(brief(remove)).toEqual([
       `removeContainer 1/web ${running[0]!.id} (configuration changed)`,
       `removeContainer 1/worker ${running[1]!.id} (configuration changed)`,
     ]);
-    const create = plan({ target: next.target, desired: next.desired, current: snapshot({ ...infra, images }), startStopped: false });
+    const create = plan({ target: next.target, desired: next.desired, current: snapshot({ ...infra, images }) });
     expect(brief(create)).toEqual(['createContainer 1/web', 'createContainer 1/worker']);
     const done = plan({
       target: next.target,
       desired: next.desired,
       current: snapshot({ ...infra, images, containers: [containerOf(next.want(1, 'web')), containerOf(next.want(1, 'worker'))] }),
-      startStopped: false,
     });
     expect(done).toEqual([]);
   });
@@ -383,9 +379,9 @@ describe('plan: updating a running release', () => {
     const next = target(wire({ '1': app }));
     expect(next.want(1, 'web').configHash).not.toBe(old.want(1, 'web').configHash);
     expect(next.want(1, 'worker').configHash).toBe(old.want(1, 'worker').configHash);
-    const round1 = plan({ target: next.target, desired: next.desired, current: snapshot({ ...infra, containers: running, images }), startStopped: false });
+    const round1 = plan({ target: next.target, desired: next.desired, current: snapshot({ ...infra, containers: running, images }) });
     expect(brief(round1)).toEqual([`removeContainer 1/web ${running[0]!.id} (configuration changed)`]);
-    const round2 = plan({ target: next.target, desired: next.desired, current: snapshot({ ...infra, containers: [running[1]!], images }), startStopped: false });
+    const round2 = plan({ target: next.target, desired: next.desired, current: snapshot({ ...infra, containers: [running[1]!], images }) });
     expect(brief(round2)).toEqual(['createContainer 1/web']);
     const created = round2[0] as Extract<Step, { action: 'createContainer' }>;
     expect(created.desired.configHash).toBe(next.want(1, 'web').configHash);
@@ -394,10 +390,10 @@ describe('plan: updating a running release', () => {
   it('a new releaseId alone replaces every service of the app', () => {
     const next = target(wire({ '1': demoApp({ releaseId: 7 }) }));
     expect(next.want(1, 'web').configHash).not.toBe(old.want(1, 'web').configHash);
-    const round1 = plan({ target: next.target, desired: next.desired, current: snapshot({ ...infra, containers: running, images: allImages }), startStopped: false });
+    const round1 = plan({ target: next.target, desired: next.desired, current: snapshot({ ...infra, containers: running, images: allImages }) });
     expect(brief(round1).map((s) => s.split(' ').slice(0, 2).join(' '))).toEqual(['removeContainer 1/web', 'removeContainer 1/worker']);
     expect(round1.every((s) => s.action === 'removeContainer' && s.reason === 'configuration changed')).toBe(true);
-    const round2 = plan({ target: next.target, desired: next.desired, current: snapshot({ ...infra, images: allImages }), startStopped: false });
+    const round2 = plan({ target: next.target, desired: next.desired, current: snapshot({ ...infra, images: allImages }) });
     expect(brief(round2)).toEqual(['createContainer 1/web', 'createContainer 1/worker']);
     expect((round2[0] as Extract<Step, { action: 'createContainer' }>).desired.spec.name).toMatch(/_web_7$/);
   });
@@ -415,7 +411,7 @@ describe('plan: updating a running release', () => {
     const app = demoApp();
     delete app.services['12'];
     const next = target(wire({ '1': app }));
-    const steps = plan({ target: next.target, desired: next.desired, current: snapshot({ ...infra, containers: running, images: allImages }), startStopped: false });
+    const steps = plan({ target: next.target, desired: next.desired, current: snapshot({ ...infra, containers: running, images: allImages }) });
     expect(brief(steps)).toEqual([`removeContainer 1/worker ${running[1]!.id} (service is not in the target release)`]);
   });
 });
@@ -426,8 +422,9 @@ describe('plan: converged and run state', () => {
   const withStates = (web: ContainerState, worker: ContainerState = 'running') => [containerOf(t.want(1, 'web'), web), containerOf(t.want(1, 'worker'), worker)];
 
   it('no steps when every container matches its desired hash and runs', () => {
-    for (const startStopped of [false, true]) {
-      expect(plan({ target: t.target, desired: t.desired, current: snapshot({ ...infra, containers: withStates('running') }), startStopped })).toEqual([]);
+    const containers = withStates('running');
+    for (const startExited of [new Set<string>(), new Set(containers.map((c) => c.id))]) {
+      expect(plan({ target: t.target, desired: t.desired, current: snapshot({ ...infra, containers }), startExited })).toEqual([]);
     }
   });
 
@@ -439,45 +436,48 @@ describe('plan: converged and run state', () => {
       images: ['busybox:latest', 'registry.local:5000/team/worker:latest'],
       containers: [containerOf(b.want(1, 'web')), containerOf(b.want(1, 'worker'))],
     });
-    expect(plan({ target: b.target, desired: b.desired, current, startStopped: false })).toEqual([]);
+    expect(plan({ target: b.target, desired: b.desired, current })).toEqual([]);
   });
 
   it('running: false stops a running (or restarting) container', () => {
     const s = target(wire({ '1': demoApp({ webRunning: false }) }));
     const containers = (state: ContainerState) => [containerOf(s.want(1, 'web'), state), containerOf(s.want(1, 'worker'))];
-    expect(brief(plan({ target: s.target, desired: s.desired, current: snapshot({ ...infra, containers: containers('running') }), startStopped: false }))).toEqual(['stop 1/web']);
-    expect(brief(plan({ target: s.target, desired: s.desired, current: snapshot({ ...infra, containers: containers('restarting') }), startStopped: true }))).toEqual(['stop 1/web']);
+    expect(brief(plan({ target: s.target, desired: s.desired, current: snapshot({ ...infra, containers: containers('running') }) }))).toEqual(['stop 1/web']);
+    const all = (state: ContainerState) => new Set(containers(state).map((c) => c.id));
+    expect(brief(plan({ target: s.target, desired: s.desired, current: snapshot({ ...infra, containers: containers('restarting') }), startExited: all('restarting') }))).toEqual(['stop 1/web']);
     // Already stopped, or never started: nothing to do, and never a start.
     for (const state of ['exited', 'created'] as const) {
-      expect(plan({ target: s.target, desired: s.desired, current: snapshot({ ...infra, containers: containers(state) }), startStopped: true })).toEqual([]);
+      expect(plan({ target: s.target, desired: s.desired, current: snapshot({ ...infra, containers: containers(state) }), startExited: all(state) })).toEqual([]);
     }
   });
 
   it('a created container is started', () => {
-    const steps = plan({ target: t.target, desired: t.desired, current: snapshot({ ...infra, containers: withStates('created') }), startStopped: false });
+    const steps = plan({ target: t.target, desired: t.desired, current: snapshot({ ...infra, containers: withStates('created') }) });
     expect(brief(steps)).toEqual(['start 1/web']);
     expect((steps[0] as Extract<Step, { action: 'start' }>).container.id).toBe(withStates('created')[0]!.id);
   });
 
-  it('an exited container is started only when startStopped is true', () => {
-    const current = snapshot({ ...infra, containers: withStates('exited') });
-    expect(plan({ target: t.target, desired: t.desired, current, startStopped: false })).toEqual([]);
-    expect(brief(plan({ target: t.target, desired: t.desired, current, startStopped: true }))).toEqual(['start 1/web']);
+  it('an exited container is started only when it is one of startExited (found exited when the supervisor started)', () => {
+    const containers = withStates('exited');
+    const current = snapshot({ ...infra, containers });
+    expect(plan({ target: t.target, desired: t.desired, current })).toEqual([]);
+    expect(plan({ target: t.target, desired: t.desired, current, startExited: new Set(['another-container']) })).toEqual([]);
+    expect(brief(plan({ target: t.target, desired: t.desired, current, startExited: new Set([containers[0]!.id]) }))).toEqual(['start 1/web']);
   });
 
   it('of two containers for one service, one is removed and the other kept', () => {
     const a = containerOf(t.want(1, 'web'), 'running', 'web-a');
     const b = containerOf(t.want(1, 'web'), 'running', 'web-b');
-    const steps = plan({ target: t.target, desired: t.desired, current: snapshot({ ...infra, containers: [a, b, containerOf(t.want(1, 'worker'))] }), startStopped: false });
+    const steps = plan({ target: t.target, desired: t.desired, current: snapshot({ ...infra, containers: [a, b, containerOf(t.want(1, 'worker'))] }) });
     expect(brief(steps)).toEqual(['removeContainer 1/web web-b (duplicate container)']);
     // The round after: converged, no create for the service that kept one container.
-    expect(plan({ target: t.target, desired: t.desired, current: snapshot({ ...infra, containers: [a, containerOf(t.want(1, 'worker'))] }), startStopped: false })).toEqual([]);
+    expect(plan({ target: t.target, desired: t.desired, current: snapshot({ ...infra, containers: [a, containerOf(t.want(1, 'worker'))] }) })).toEqual([]);
   });
 
   it('an outdated container next to an up-to-date one: the outdated one goes, no create', () => {
     const stale = containerOf(target(wire({ '1': demoApp({ webEnv: { MODE: 'old' } }) })).want(1, 'web'), 'exited', 'web-old');
     const good = containerOf(t.want(1, 'web'), 'running', 'web-new');
-    const steps = plan({ target: t.target, desired: t.desired, current: snapshot({ ...infra, containers: [stale, good, containerOf(t.want(1, 'worker'))] }), startStopped: false });
+    const steps = plan({ target: t.target, desired: t.desired, current: snapshot({ ...infra, containers: [stale, good, containerOf(t.want(1, 'worker'))] }) });
     expect(brief(steps)).toEqual(['removeContainer 1/web web-old (configuration changed)']);
   });
 });
@@ -491,20 +491,20 @@ describe('plan: removing an app', () => {
   const volumes = [vol(1, 'data'), vol(2, 'data')];
 
   it('removes its containers first, then its networks; volumes stay; the other app is untouched', () => {
-    const round1 = plan({ target: onlyTwo.target, desired: onlyTwo.desired, current: snapshot({ networks, volumes, images: allImages, containers: [...app1, ...app2] }), startStopped: false });
+    const round1 = plan({ target: onlyTwo.target, desired: onlyTwo.desired, current: snapshot({ networks, volumes, images: allImages, containers: [...app1, ...app2] }) });
     expect(brief(round1)).toEqual([
       `removeContainer 1/web ${app1[0]!.id} (app is not in the target state)`,
       `removeContainer 1/worker ${app1[1]!.id} (app is not in the target state)`,
     ]);
-    const round2 = plan({ target: onlyTwo.target, desired: onlyTwo.desired, current: snapshot({ networks, volumes, images: allImages, containers: app2 }), startStopped: false });
+    const round2 = plan({ target: onlyTwo.target, desired: onlyTwo.desired, current: snapshot({ networks, volumes, images: allImages, containers: app2 }) });
     expect(brief(round2)).toEqual(['removeNetwork 1/default', 'removeNetwork 1/backend']);
-    const round3 = plan({ target: onlyTwo.target, desired: onlyTwo.desired, current: snapshot({ networks: [net(2, 'default')], volumes, images: allImages, containers: app2 }), startStopped: false });
+    const round3 = plan({ target: onlyTwo.target, desired: onlyTwo.desired, current: snapshot({ networks: [net(2, 'default')], volumes, images: allImages, containers: app2 }) });
     expect(round3).toEqual([]);
   });
 
   it('an empty target removes every app, lowest appId first', () => {
     const empty = target(wire({}));
-    const steps = plan({ target: empty.target, desired: empty.desired, current: snapshot({ networks, volumes, images: allImages, containers: [...app2, ...app1] }), startStopped: false });
+    const steps = plan({ target: empty.target, desired: empty.desired, current: snapshot({ networks, volumes, images: allImages, containers: [...app2, ...app1] }) });
     expect(steps.map((s) => `${s.action} ${'appId' in s ? s.appId : ''}`)).toEqual(['removeContainer 1', 'removeContainer 1', 'removeContainer 2', 'removeContainer 2']);
   });
 });
@@ -521,20 +521,20 @@ describe('plan: unreferenced volumes, as supervisors before 10.0 removed them', 
 
   it('a normal update removes a volume no target declares once every container is of the target', () => {
     // The old release's containers still run and may mount it: no volume goes yet.
-    const round1 = plan({ target: updated.target, desired: updated.desired, current: snapshot({ ...infra, containers: running(old) }), startStopped: false, removeUnreferencedVolumes: true });
+    const round1 = plan({ target: updated.target, desired: updated.desired, current: snapshot({ ...infra, containers: running(old) }), removeUnreferencedVolumes: true });
     expect(brief(round1).filter((s) => s.startsWith('removeVolume'))).toEqual([]);
-    const round2 = plan({ target: updated.target, desired: updated.desired, current: snapshot({ ...infra, containers: running(updated) }), startStopped: false, removeUnreferencedVolumes: true });
+    const round2 = plan({ target: updated.target, desired: updated.desired, current: snapshot({ ...infra, containers: running(updated) }), removeUnreferencedVolumes: true });
     expect(brief(round2)).toEqual(['removeVolume 1/data', 'removeVolume 1/extra']);
   });
 
   it('from 10.0 (the default) the same update keeps them', () => {
-    const steps = plan({ target: updated.target, desired: updated.desired, current: snapshot({ ...infra, containers: running(updated) }), startStopped: false });
+    const steps = plan({ target: updated.target, desired: updated.desired, current: snapshot({ ...infra, containers: running(updated) }) });
     expect(steps).toEqual([]);
   });
 
   it("a removed app's volumes go with its networks, once its containers are gone", () => {
     const empty = target(wire({}));
-    const steps = plan({ target: empty.target, desired: empty.desired, current: snapshot({ ...infra }), startStopped: false, removeUnreferencedVolumes: true });
+    const steps = plan({ target: empty.target, desired: empty.desired, current: snapshot({ ...infra }), removeUnreferencedVolumes: true });
     expect(brief(steps)).toEqual(['removeVolume 1/data', 'removeVolume 1/extra', 'removeNetwork 1/default', 'removeNetwork 1/backend']);
   });
 });
@@ -543,13 +543,13 @@ describe('plan: shared images', () => {
   it('an image used by two services is fetched once', () => {
     const app = demoApp({ webImage: 'registry.local/shared:3', workerImage: 'registry.local/shared:3' });
     const s = target(wire({ '1': app }));
-    const steps = plan({ target: s.target, desired: s.desired, current: snapshot({ networks: [net(1, 'default')], volumes: [vol(1, 'data')] }), startStopped: false });
+    const steps = plan({ target: s.target, desired: s.desired, current: snapshot({ networks: [net(1, 'default')], volumes: [vol(1, 'data')] }) });
     expect(brief(steps)).toEqual(['fetch 1/web registry.local/shared:3']);
   });
 
   it('the same image spelled with and without ":latest" is fetched once', () => {
     const s = target(wire({ '1': demoApp({ webImage: 'alpine', workerImage: 'alpine:latest' }) }));
-    const steps = plan({ target: s.target, desired: s.desired, current: snapshot({ networks: [net(1, 'default')], volumes: [vol(1, 'data')] }), startStopped: false });
+    const steps = plan({ target: s.target, desired: s.desired, current: snapshot({ networks: [net(1, 'default')], volumes: [vol(1, 'data')] }) });
     expect(steps.filter((x) => x.action === 'fetch')).toHaveLength(1);
   });
 });
@@ -661,12 +661,12 @@ describe('plan: the supervisor network', () => {
 
   it('is made before a labelled service that joins it, which waits for it; others do not wait', () => {
     const before = target(labelled());
-    const round1 = plan({ target: before.target, desired: before.desired, current: snapshot(infra), startStopped: false });
+    const round1 = plan({ target: before.target, desired: before.desired, current: snapshot(infra) });
     expect(brief(round1)).toEqual(['createSupervisorNetwork', 'createContainer 1/worker']);
     // The state engine builds the desired containers again with the network the engine now has.
     const after = target(labelled(), { ...ctx(), supervisorNetwork: { name: found.name, subnet: found.subnet, gateway: found.gateway, apiHost: found.apiHost } });
     const worker = containerOf(after.want(1, 'worker'));
-    const round2 = plan({ target: after.target, desired: after.desired, current: snapshot({ ...infra, containers: [worker], supervisorNetwork: found }), startStopped: false });
+    const round2 = plan({ target: after.target, desired: after.desired, current: snapshot({ ...infra, containers: [worker], supervisorNetwork: found }) });
     expect(brief(round2)).toEqual(['createContainer 1/web']);
     const web = (round2[0] as Extract<Step, { action: 'createContainer' }>).desired;
     expect(web.spec.supervisorNetwork).toBe('supervisor0');
@@ -675,32 +675,32 @@ describe('plan: the supervisor network', () => {
 
   it('is made again when the one the engine has does not fit the settings', () => {
     const t = target(labelled(), { ...ctx(), supervisorNetwork: { name: found.name, subnet: found.subnet, gateway: found.gateway, apiHost: found.apiHost } });
-    const steps = plan({ target: t.target, desired: t.desired, current: snapshot({ ...infra, supervisorNetwork: { ...found, subnet: '10.9.0.0/24', gateway: '10.9.0.1', usable: false } }), startStopped: false });
+    const steps = plan({ target: t.target, desired: t.desired, current: snapshot({ ...infra, supervisorNetwork: { ...found, subnet: '10.9.0.0/24', gateway: '10.9.0.1', usable: false } }) });
     expect(brief(steps)).toEqual(['createSupervisorNetwork', 'createContainer 1/worker']);
   });
 
   it("is made for a labelled service in a host network that is a container other than the supervisor's, which waits for it", () => {
     const holder = { ...ctx(), hostNetwork: { container: 'fleetlab-host-1', supervisorInside: false } };
     const before = target(labelled('host'), holder);
-    expect(brief(plan({ target: before.target, desired: before.desired, current: snapshot(infra), startStopped: false }))).toEqual(['createSupervisorNetwork', 'createContainer 1/worker']);
+    expect(brief(plan({ target: before.target, desired: before.desired, current: snapshot(infra) }))).toEqual(['createSupervisorNetwork', 'createContainer 1/worker']);
     const after = target(labelled('host'), { ...holder, supervisorNetwork: { name: found.name, subnet: found.subnet, gateway: found.gateway, apiHost: found.apiHost } });
     const worker = containerOf(after.want(1, 'worker'));
     // Not while the network lacks that container (usable: false): the supervisor connects it first.
-    expect(brief(plan({ target: after.target, desired: after.desired, current: snapshot({ ...infra, containers: [worker], supervisorNetwork: { ...found, usable: false } }), startStopped: false }))).toEqual(['createSupervisorNetwork']);
-    const round = plan({ target: after.target, desired: after.desired, current: snapshot({ ...infra, containers: [worker], supervisorNetwork: found }), startStopped: false });
+    expect(brief(plan({ target: after.target, desired: after.desired, current: snapshot({ ...infra, containers: [worker], supervisorNetwork: { ...found, usable: false } }) }))).toEqual(['createSupervisorNetwork']);
+    const round = plan({ target: after.target, desired: after.desired, current: snapshot({ ...infra, containers: [worker], supervisorNetwork: found }) });
     expect(brief(round)).toEqual(['createContainer 1/web']);
     const web = (round[0] as Extract<Step, { action: 'createContainer' }>).desired;
     // In that container's namespace, which joined the network: the service joins nothing itself.
     expect([web.spec.networkMode, web.spec.supervisorNetwork, web.madeForSupervisorNetwork]).toEqual(['container:fleetlab-host-1', undefined, 'supervisor0']);
     // In the supervisor's own container, loopback is the API: nothing to wait for.
     const inside = target(labelled('host'), { ...ctx(), hostNetwork: { container: 'dev', supervisorInside: true } });
-    expect(brief(plan({ target: inside.target, desired: inside.desired, current: snapshot({ ...infra, containers: [containerOf(inside.want(1, 'worker'))] }), startStopped: false }))).toEqual(['createContainer 1/web']);
+    expect(brief(plan({ target: inside.target, desired: inside.desired, current: snapshot({ ...infra, containers: [containerOf(inside.want(1, 'worker'))] }) }))).toEqual(['createContainer 1/web']);
   });
 
   it('is not made for a labelled service in the host network, nor for unlabelled ones', () => {
     for (const state of [labelled('host'), wire({ '1': demoApp() })]) {
       const t = target(state);
-      const steps = plan({ target: t.target, desired: t.desired, current: snapshot(infra), startStopped: false });
+      const steps = plan({ target: t.target, desired: t.desired, current: snapshot(infra) });
       expect(brief(steps)).toEqual(['createContainer 1/web', 'createContainer 1/worker']);
     }
   });

@@ -7,6 +7,8 @@
  * - concurrent status reads share one engine read, but never one that began before a write
  *   (an app action, an apply round) ended;
  * - one round's new containers are made side by side, and the round ends only once each is settled.
+ * - on its first apply it starts the containers it found exited (a reboot undoes a stop), each once,
+ *   and no container that ran and exited during that apply.
  */
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
@@ -127,43 +129,49 @@ it('shares a status read among concurrent readers, but not one begun before a wr
   state.close();
 });
 
-describe("one round's new containers", () => {
-  const twoServices = (): CheckedTarget => {
-    const service = (id: number, name: string) => ({ serviceName: name, serviceId: id, imageId: id, image: `img:${name}`, environment: {}, labels: {} });
-    const checked = checkTarget({ name: 'dev', config: {}, apps: { '1': { name: 'app', commit: 'c1', releaseId: 1, services: { '1': service(1, 'a'), '2': service(2, 'b') }, volumes: {}, networks: {} } } }, 'local.config');
-    if (!checked.ok) throw new Error('test target refused');
-    return checked.target;
+const twoServices = (): CheckedTarget => {
+  const service = (id: number, name: string) => ({ serviceName: name, serviceId: id, imageId: id, image: `img:${name}`, environment: {}, labels: {} });
+  const checked = checkTarget({ name: 'dev', config: {}, apps: { '1': { name: 'app', commit: 'c1', releaseId: 1, services: { '1': service(1, 'a'), '2': service(2, 'b') }, volumes: {}, networks: {} } } }, 'local.config');
+  if (!checked.ok) throw new Error('test target refused');
+  return checked.target;
+};
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+/** A state engine on an engine that has both images and the app's network, and records what it is asked to make. */
+function applier(create: (service: string) => Promise<void>) {
+  const store = DeviceStore.open(join(dir, 'data'), initialRecord);
+  const specContext = deviceDev;
+  const locks = locksOf(store);
+  /** What happened, in order: each container made, each round that failed. */
+  const events: string[] = [];
+  const containers: ManagedContainer[] = [];
+  const state = new StateEngine({ engine, locks, log: { info: () => undefined, warn: () => undefined, error: (m: string) => void events.push(`failed: ${m}`) }, specContext, retryDelayMs: () => 60_000 }, twoServices());
+  engine.snapshot = async () => ({
+    containers: containers.map((c) => ({ ...c })),
+    volumes: [],
+    networks: [{ id: 'n1', name: '1_default', appId: 1, network: 'default' }],
+    images: new Map([['img:a', 'sha256:a'], ['img:b', 'sha256:b']]),
+  });
+  engine.createContainer = async (spec) => {
+    const want = [...state.desired().values()].find((d) => d.spec === spec)!;
+    await create(want.service.serviceName);
+    events.push(`made ${want.service.serviceName}`);
+    containers.push(containerFor(state, want.service.serviceName));
+    return `c-${want.service.serviceName}`;
   };
-  const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+  engine.start = async (id) => {
+    containers.find((c) => c.id === id)!.state = 'running';
+  };
+  return { state, events, containers };
+}
 
-  /** A state engine on an engine that has both images and the app's network, and records what it is asked to make. */
-  function applier(create: (service: string) => Promise<void>) {
-    const store = DeviceStore.open(join(dir, 'data'), initialRecord);
-    const specContext = deviceDev;
-    const locks = locksOf(store);
-    /** What happened, in order: each container made, each round that failed. */
-    const events: string[] = [];
-    const containers: ManagedContainer[] = [];
-    const state = new StateEngine({ engine, locks, log: { info: () => undefined, warn: () => undefined, error: (m: string) => void events.push(`failed: ${m}`) }, specContext, retryDelayMs: () => 60_000 }, twoServices());
-    engine.snapshot = async () => ({
-      containers: containers.map((c) => ({ ...c })),
-      volumes: [],
-      networks: [{ id: 'n1', name: '1_default', appId: 1, network: 'default' }],
-      images: new Map([['img:a', 'sha256:a'], ['img:b', 'sha256:b']]),
-    });
-    engine.createContainer = async (spec) => {
-      const want = [...state.desired().values()].find((d) => d.spec === spec)!;
-      await create(want.service.serviceName);
-      events.push(`made ${want.service.serviceName}`);
-      containers.push({ id: `c-${want.service.serviceName}`, name: spec.name, appId: 1, serviceName: want.service.serviceName, serviceId: want.service.serviceId, imageId: 1, releaseId: 1, commit: 'c1', configHash: want.configHash, state: 'created', createdAt: new Date(0).toISOString(), image: spec.image, engineImageId: 'sha256:x' });
-      return `c-${want.service.serviceName}`;
-    };
-    engine.start = async (id) => {
-      containers.find((c) => c.id === id)!.state = 'running';
-    };
-    return { state, events, containers };
-  }
+/** Service `serviceName`'s container as the engine lists it once made: up to date, not started. */
+function containerFor(state: StateEngine, serviceName: string): ManagedContainer {
+  const want = state.desired().get(`1/${serviceName}`)!;
+  return { id: `c-${serviceName}`, name: want.spec.name, appId: 1, serviceName, serviceId: want.service.serviceId, imageId: 1, releaseId: 1, commit: 'c1', configHash: want.configHash, state: 'created', createdAt: new Date(0).toISOString(), image: want.spec.image, engineImageId: 'sha256:x' };
+}
 
+describe("one round's new containers", () => {
   it('are made side by side', async () => {
     let inFlight = 0;
     let most = 0;
@@ -187,6 +195,26 @@ describe("one round's new containers", () => {
     state.trigger();
     await state.settled();
     expect(events).toEqual(['made a', expect.stringContaining('no space left on device')]);
+    state.close();
+  });
+});
+
+describe('exited containers on the first apply', () => {
+  it('one found exited when the supervisor started is started once; one that ran and exited during that apply stays exited', async () => {
+    const { state, events, containers } = applier(async () => undefined);
+    // Service a's container of this very release, stopped when the supervisor came up (a reboot).
+    containers.push({ ...containerFor(state, 'a'), state: 'exited' });
+    const started: string[] = [];
+    // Both are run-once services: each exits as soon as it starts, before the next round reads the engine.
+    engine.start = async (id) => {
+      started.push(id);
+      containers.find((c) => c.id === id)!.state = 'exited';
+    };
+    state.trigger();
+    await state.settled();
+    expect(events).toEqual(['made b']);
+    expect(started.sort()).toEqual(['c-a', 'c-b']);
+    expect(state.lastError).toBeNull();
     state.close();
   });
 });

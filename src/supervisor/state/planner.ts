@@ -44,11 +44,12 @@ export interface PlanInput {
   /** Desired container per target service, keyed `${appId}/${serviceName}`. */
   desired: ReadonlyMap<string, DesiredContainer>;
   /**
-   * Start containers that are stopped although the target wants them running. True on the
-   * first round after the supervisor starts (so a stop is temporary: a reboot undoes it),
-   * false otherwise (a service the user stopped, or that exited, stays so).
+   * Exited containers to start although they exited: those the supervisor found exited when it
+   * started, each until it has been started once (a stop is temporary: a reboot undoes it). Any
+   * other exited container stays so: a service the user stopped, or one that ran and exited,
+   * even while the supervisor's first apply is still going.
    */
-  startStopped: boolean;
+  startExited?: ReadonlySet<string>;
   /** Remove volumes no target declares in a normal update, as supervisors before 10.0 did. */
   removeUnreferencedVolumes?: boolean;
 }
@@ -98,7 +99,7 @@ function planApp(app: TargetApp, input: PlanInput): Step[] {
     }
     seen.add(container.serviceName);
     const wantRunning = want.service.running;
-    if (wantRunning && (container.state === 'created' || (input.startStopped && container.state === 'exited'))) {
+    if (wantRunning && (container.state === 'created' || (container.state === 'exited' && (input.startExited?.has(container.id) ?? false)))) {
       steps.push({ action: 'start', appId, container });
     } else if (!wantRunning && (container.state === 'running' || container.state === 'restarting')) {
       steps.push({ action: 'stop', appId, container });

@@ -57,7 +57,8 @@ export class StateEngine {
   private readonly userStopped = new Set<string>();
   private applying = false;
   private pending: { force: boolean } | null = null;
-  private firstRound = true;
+  /** Ids of the containers found exited by this supervisor's first engine read, not started since: see PlanInput.startExited. */
+  private exitedAtStart: Set<string> | null = null;
   private retryTimer: NodeJS.Timeout | undefined;
   private attempts = 0;
   private waiters: Array<() => void> = [];
@@ -253,13 +254,14 @@ export class StateEngine {
       try {
         const current = await this.deps.engine.snapshot();
         await this.observe(current);
-        steps = plan({ target: this.target, current, desired: this.desired(), startStopped: this.firstRound, removeUnreferencedVolumes: this.deps.removeUnreferencedVolumes ?? false });
+        this.exitedAtStart ??= new Set(current.containers.filter((c) => c.state === 'exited').map((c) => c.id));
+        steps = plan({ target: this.target, current, desired: this.desired(), startExited: this.exitedAtStart, removeUnreferencedVolumes: this.deps.removeUnreferencedVolumes ?? false });
         this.pulls.keepOnly(steps.filter((s) => s.action === 'fetch'));
       } catch (err) {
         return this.fail(err, force);
       }
       if (steps.length === 0) {
-        this.firstRound = false;
+        this.exitedAtStart?.clear();
         this.roundFailed = false;
         this.updateLocked = false;
         this.lastError = null;
@@ -335,6 +337,7 @@ export class StateEngine {
           // take its lock.
           locks.ensureDir(step.appId, step.container.serviceName);
           await this.withStatus(step.appId, step.container.serviceName, 'Starting', () => engine.start(step.container.id));
+          this.exitedAtStart?.delete(step.container.id);
           progressed = true;
           break;
         case 'removeVolume':

@@ -5,7 +5,7 @@
  * directories whose owner is gone, stops their programs and removes them.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
-import { closeSync, openSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { closeSync, mkdirSync, openSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { rm } from 'node:fs/promises';
 import { join } from 'node:path';
 import { isRunning, processStart, sessionProcesses, stopPid, stopProcesses, stoppedWithParent } from './processes.js';
@@ -83,10 +83,14 @@ export interface OwnedProgram {
 /** Starts `binary` with its output appended to `logPath` and records it as `dir`'s program (with `extra` to undo). */
 export function spawnOwned(dir: string, binary: string, args: readonly string[], logPath: string, extra: Pick<Owner, 'bridge'> = {}): OwnedProgram {
   const fd = openSync(logPath, 'a');
+  // Its temporary files too (containerd dumps its stacks there when a stop is slow): whatever
+  // the program leaves goes with the directory, not into the temp dir of whoever started it.
+  const tmp = join(dir, 'tmp');
+  mkdirSync(tmp, { recursive: true });
   let child: ChildProcess;
   try {
     // It ends with this process, even one killed with -9; the directory is the next run's to remove.
-    child = spawn(...stoppedWithParent(binary, args), { stdio: ['ignore', fd, fd] });
+    child = spawn(...stoppedWithParent(binary, args), { stdio: ['ignore', fd, fd], env: { ...process.env, TMPDIR: tmp } });
   } finally {
     closeSync(fd);
   }

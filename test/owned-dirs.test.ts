@@ -3,11 +3,11 @@
  * A directory without an owner file is not provably a run's (a test's working directory named
  * with the same prefix, another tool's), so it is left alone, as is one whose owner still runs.
  */
-import { existsSync, mkdirSync, mkdtempSync, rmSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
-import { ownerRecord, reapStale, writeOwner } from '../src/owned-dirs.js';
+import { ownerRecord, reapStale, spawnOwned, writeOwner } from '../src/owned-dirs.js';
 
 const root = mkdtempSync(join(tmpdir(), 'fleetlab-owned-dirs-'));
 afterAll(() => rmSync(root, { recursive: true, force: true }));
@@ -25,5 +25,17 @@ describe('reapStale', () => {
 
     expect(await reapStale(root, 'fleetlab-fleet-')).toEqual([dead]);
     expect([existsSync(dead), existsSync(alive), existsSync(join(foreign, 'cloud'))]).toEqual([false, true, true]);
+  });
+});
+
+describe('spawnOwned', () => {
+  it("gives the program a temp dir inside its directory, so what it leaves there goes with the directory", async () => {
+    const dir = join(root, 'fleetlab-spawn-tmp');
+    mkdirSync(dir);
+    const { exited } = spawnOwned(dir, 'sh', ['-c', 'echo "$TMPDIR"; mktemp'], join(dir, 'out.log'));
+    await exited;
+    const [tmp, made] = readFileSync(join(dir, 'out.log'), 'utf8').trim().split('\n');
+    expect(tmp).toBe(join(dir, 'tmp'));
+    expect(made?.startsWith(`${join(dir, 'tmp')}/`)).toBe(true);
   });
 });

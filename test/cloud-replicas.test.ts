@@ -103,7 +103,10 @@ describe('cloud replicas on PostgreSQL', () => {
     try {
       const owners = await eventually(async () => {
         const rows = (await db.query<{ replica: string; n: string }>('SELECT replica, count(*) AS n FROM device_tunnel GROUP BY replica')).rows;
-        return rows.reduce((s, r) => s + Number(r.n), 0) === DEVICES ? rows : undefined;
+        const total = rows.reduce((s, r) => s + Number(r.n), 0);
+        // Thrown, not undefined: a timeout then says how far it got, and why devices are not applied.
+        if (total !== DEVICES) throw new Error(`${total} of ${DEVICES} tunnel rows ${JSON.stringify(rows)}; devices not applied: ${all.map((d) => ({ index: d.index, ...d.status() })).filter((d) => d.phase !== 'applied').slice(0, 5).map((d) => `${d.index} ${d.phase}: ${d.reason ?? ''}`).join('; ') || 'none'}`);
+        return rows;
       }, 30_000, 'a tunnel row for every device');
       expect(owners.map((r) => r.replica).sort()).toEqual([a.ready.replica, b.ready.replica].sort());
 

@@ -25,6 +25,14 @@ export interface TunnelOptions {
   readonly onChange?: (connected: boolean) => void;
 }
 
+/**
+ * The least time a connection attempt gets to finish its handshake. The heartbeat says how soon
+ * a dead link is noticed and may be short (a lab's 1 s); a handshake through a busy cloud, a
+ * balancer or a slow link takes longer, and one cut at a heartbeat's length fails again at every
+ * retry while the backoff grows, so the device stayed offline for minutes.
+ */
+export const HANDSHAKE_MIN_MS = 10_000;
+
 export class Tunnel {
   private socket: WebSocket | null = null;
   private attempts = 0;
@@ -56,7 +64,7 @@ export class Tunnel {
   private connect(): void {
     const socket = new WebSocket(this.options.url, {
       headers: { authorization: `Bearer ${this.options.deviceKey()}` },
-      handshakeTimeout: this.options.heartbeatMs,
+      handshakeTimeout: Math.max(this.options.heartbeatMs, HANDSHAKE_MIN_MS),
     });
     this.socket = socket;
     let alive = true;

@@ -10,7 +10,7 @@
  * round, the variants in a new order each round (rotated) so a noisy stretch of the machine
  * falls on each alike. Prints each boot with the machine's load average at its start, then
  * per variant the median and range, and its ratio to QEMU's defaults (`default`: 2 vCPUs, TCG
- * with one thread per vCPU, the disk's writeback cache). A boot is what the qemu target pays
+ * with one thread per vCPU, the disk's writeback cache, kpti=0). A boot is what the qemu target pays
  * for a board it cannot restore, and a power cut; a restore does not boot.
  *
  * The machine (raspi3b against virt) and the network device (raspi3b's USB adapter against
@@ -31,10 +31,11 @@ interface Variant {
 }
 
 const VARIANTS: Record<string, Variant> = {
-  default: { what: "QEMU's defaults: 2 vCPUs, multi-threaded TCG, writeback cache" },
+  default: { what: "fleetlab's defaults: 2 vCPUs, multi-threaded TCG, writeback cache, kpti=0" },
   'tcg-single': { what: 'one TCG thread for both vCPUs', tuning: { tcgThreads: 'single' } },
   'smp-1': { what: 'one vCPU', cpus: 1 },
   'cache-unsafe': { what: "the disk's flushes dropped on the host (cache=unsafe)", tuning: { diskCache: 'unsafe' } },
+  'kpti-on': { what: "the guest kernel's page table isolation, which it forces on for KASLR (the default boots with kpti=0)", tuning: { kernelKpti: true } },
 };
 
 const args = process.argv.slice(2);

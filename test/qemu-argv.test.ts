@@ -44,7 +44,7 @@ describe('buildQemuArgv raspi3b', () => {
     expect(flag(argv, '-initrd')).toBe('/img/initrd.img');
     expect(flag(argv, '-dtb')).toBe('/img/bcm2837-rpi-3-b.dtb');
     expect(flag(argv, '-append')).toBe(
-      'root=/dev/mmcblk0 rootwait rw console=ttyS1,115200 apparmor=0 dwc_otg.fiq_fsm_enable=0 net.ifnames=0 fleetlab.epoch=1790000000 fleetlab.led=17 quiet',
+      'root=/dev/mmcblk0 rootwait rw console=ttyS1,115200 apparmor=0 dwc_otg.fiq_fsm_enable=0 net.ifnames=0 kpti=0 fleetlab.epoch=1790000000 fleetlab.led=17 quiet',
     );
   });
 
@@ -112,7 +112,12 @@ describe('buildQemuArgv virt', () => {
     expect(flag(argv, '-drive')).toBe('if=none,id=hd0,format=qcow2,file=/run/board/disk.qcow2');
     expect(flags(argv, '-device')).toEqual(['virtio-blk-device,drive=hd0', `virtio-net-device,netdev=${NETDEV_ID},id=${NIC_ID}`]);
     expect(flags(argv, '-serial')).toEqual(['file:/run/board/serial.log']);
-    expect(flag(argv, '-append')).toBe('root=/dev/vda rootwait rw console=ttyAMA0 apparmor=0 fleetlab.epoch=1790000000');
+    expect(flag(argv, '-append')).toBe('root=/dev/vda rootwait rw console=ttyAMA0 apparmor=0 kpti=0 fleetlab.epoch=1790000000');
+  });
+
+  it("boots without the guest kernel's page table isolation unless the tuning keeps the kernel's choice", () => {
+    const kept = buildQemuArgv(input({ machine: 'virt', dtb: undefined, tuning: { kernelKpti: true } }));
+    expect(flag(kept, '-append')).toBe('root=/dev/vda rootwait rw console=ttyAMA0 apparmor=0 fleetlab.epoch=1790000000');
   });
 
   it('puts the console on a pty too, logged to the same file, when asked', () => {

@@ -9,7 +9,7 @@
  * Boots `virt` from a fresh overlay to the supervisor's first `/ping`, once per variant per
  * round, the variants in a new order each round (rotated) so a noisy stretch of the machine
  * falls on each alike. Prints each boot with the machine's load average at its start, then
- * per variant the median and range, and its ratio to QEMU's defaults (`default`: 2 vCPUs, TCG
+ * per variant the median and range, and its ratio to fleetlab's defaults (`default`: 2 vCPUs, TCG
  * with one thread per vCPU, the disk's writeback cache, kpti=0). A boot is what the qemu target pays
  * for a board it cannot restore, and a power cut; a restore does not boot.
  *

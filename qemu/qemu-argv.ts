@@ -97,7 +97,7 @@ export interface QemuTuning {
   readonly diskCache?: 'writeback' | 'unsafe' | 'none' | 'writethrough' | 'directsync';
   /**
    * Leave the guest kernel's page table isolation as the kernel chooses (on virt: forced on by
-   * KASLR, which virt's kaslr-seed enables). Unset, the board boots with `kpti=0` (see baseAppend).
+   * KASLR, which virt's kaslr-seed enables). Unset, the board boots with `kpti=0` (why: buildQemuArgv).
    */
   readonly kernelKpti?: boolean;
 }
@@ -105,6 +105,11 @@ export interface QemuTuning {
 /** The arguments after the program name. */
 export function buildQemuArgv(input: QemuArgvInput): string[] {
   validate(input);
+  // virt hands the kernel a kaslr-seed, and the kernel then forces page table isolation on for
+  // KASLR's sake ("kernel page table isolation forced ON by KASLR"), though a Cortex-A53 is not
+  // open to Meltdown. Under TCG every kernel entry and exit then switches translation tables,
+  // which flushes QEMU's TLB (virt boot 30.8 s against 36.8 s median; figures in qemu/README.md).
+  // An app sees no difference; a card's cmdline.txt, which a real Pi boots, keeps the default.
   const kpti = input.tuning?.kernelKpti ? [] : ['kpti=0'];
   const append = [...baseAppend(input), ...kpti, `fleetlab.epoch=${input.epochSeconds}`, ...(input.appendExtra ?? [])].join(' ');
   const netdev = [
@@ -155,14 +160,6 @@ export function buildQemuArgv(input: QemuArgvInput): string[] {
   ];
 }
 
-// kpti=0 (buildQemuArgv): virt hands the kernel a kaslr-seed, and the kernel then forces page
-// table isolation on for KASLR's sake (dmesg: "kernel page table isolation forced ON by KASLR"),
-// though a Cortex-A53 is not open to Meltdown. Under TCG every entry to and exit from the kernel
-// then switches translation tables, which flushes QEMU's TLB: measured on virt, a boot to the
-// first /ping took 30.9 s and 31.0 s without it against 38.8 s and 55.8 s with it, and a
-// `docker run` 4.0-7.3 s against 7.2-11.4 s. What an app sees does not change: the Meltdown
-// entry of /sys/devices/system/cpu/vulnerabilities says "Not affected" either way. The card's own
-// cmdline.txt, which a real Pi boots, keeps the kernel's default.
 function baseAppend(input: QemuArgvInput): string[] {
   if (input.machine === 'raspi3b') {
     // dwc_otg.fiq_fsm_enable=0: the Pi kernel's USB driver must not rely on its FIQ

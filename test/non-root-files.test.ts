@@ -4,7 +4,7 @@
  * engine (hil/targets/engine-files.ts); a tree a root container left in the user's directory is
  * removed the same way; testcontainers' lock file that root left in a shared temporary
  * directory is said, not waited on. Run by a real temporary user against the real dockerd; the packed
- * package's whole `fleetlab test` as such a user is in test/package/package.test.ts.
+ * package's whole `fleetlab test` as such a user is in test/package/ci-runner.test.ts.
  */
 import { chmodSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';

@@ -15,7 +15,7 @@ import { execa } from 'execa';
 import { FleetlabError } from '../src/errors.js';
 import { sleep, until } from '../src/wait.js';
 import type { QemuImage } from '../device-image/build.js';
-import { buildQemuArgv, CONSOLE_CHARDEV, type MachineKind, type QemuTuning } from './qemu-argv.js';
+import { boardCpus, buildQemuArgv, CONSOLE_CHARDEV, type MachineKind, type QemuTuning } from './qemu-argv.js';
 import { QmpClient } from './qmp.js';
 import { cacheRoot, needTool, qemuTools } from '../device-image/tools.js';
 import { freePort } from '../src/free-port.js';
@@ -271,6 +271,8 @@ export async function launch(o: {
   tuning?: QemuTuning;
 }): Promise<QemuBoard> {
   const qemu = needTool(qemuTools.qemuSystem);
+  // Read here, where QEMU starts, so a restored board gets the vCPUs its saved state was keyed with (ready-state.ts).
+  const cpus = o.cpus ?? (o.machine === 'virt' ? boardCpus(process.env) : undefined);
   const qmpSocket = join(o.runDir, 'qmp-launcher.sock');
   const userQmpSocket = join(o.runDir, 'qmp.sock');
   const serialLog = join(o.runDir, 'serial.log');
@@ -289,7 +291,7 @@ export async function launch(o: {
     noReboot: true,
     ...(o.consolePty ? { consolePty: true } : {}),
     ...(o.incoming ? { incoming: true } : {}),
-    ...(o.cpus !== undefined ? { cpus: o.cpus } : {}),
+    ...(cpus !== undefined ? { cpus } : {}),
     ...(o.tuning ? { tuning: o.tuning } : {}),
     epochSeconds: Math.floor(Date.now() / 1000),
   });
@@ -317,7 +319,7 @@ export async function launch(o: {
     qmp,
     o.cleanup ?? (async () => undefined),
     o.usbNetRetries ?? USB_NET_RETRIES,
-    { ...(o.cpus !== undefined ? { cpus: o.cpus } : {}), ...(o.tuning ? { tuning: o.tuning } : {}) },
+    { ...(cpus !== undefined ? { cpus } : {}), ...(o.tuning ? { tuning: o.tuning } : {}) },
   );
 }
 

@@ -65,7 +65,7 @@ export interface QemuArgvInput {
   epochSeconds: number;
   /** virt only (raspi3b has 1 GiB fixed); default 1024. */
   memoryMiB?: number;
-  /** virt only (raspi3b has 4 cores fixed); default 2. */
+  /** virt only (raspi3b has 4 cores fixed); default 2 (`boardCpus`). */
   cpus?: number;
   /** How QEMU emulates: what bench/qemu-options.bench.ts compares; unset, QEMU's own defaults. */
   tuning?: QemuTuning;
@@ -170,6 +170,27 @@ function baseAppend(input: QemuArgvInput): string[] {
     return [`root=${input.root ?? '/dev/mmcblk0'}`, 'rootwait', 'rw', 'console=ttyS1,115200', 'apparmor=0', 'dwc_otg.fiq_fsm_enable=0', 'net.ifnames=0'];
   }
   return [`root=${input.root ?? '/dev/vda'}`, 'rootwait', 'rw', 'console=ttyAMA0', 'apparmor=0'];
+}
+
+/** The variable that sets the vCPUs of each virt board (default 2). */
+export const CPUS_VARIABLE = 'FLEETLAB_QEMU_CPUS';
+
+/**
+ * The vCPUs a virt board gets from `env` (FLEETLAB_QEMU_CPUS), or undefined for the default.
+ * Under TCG each vCPU is a host thread, and the guest's TLB maintenance makes every vCPU of a
+ * board meet: with more vCPU threads than host cores (two 2-vCPU boards on 2 cores) they wait
+ * on each other. Measured, two virt boards at once on this 2-core machine: boot 51-61 s with
+ * one vCPU each against 59-64 s with two, forks and docker calls over SSH 6.8-8.4 s against
+ * 9.7-10.6 s. Alone, two vCPUs boot faster (48 s against 74-106 s, bench/qemu-options.bench.ts's
+ * smp-1, before kpti=0). So: one vCPU each
+ * where several boards share the cores (.ci/run's lanes), the default where a board has two.
+ */
+export function boardCpus(env: Readonly<Record<string, string | undefined>>): number | undefined {
+  const raw = env[CPUS_VARIABLE];
+  if (raw === undefined || raw === '') return undefined;
+  const n = Number(raw);
+  if (!/^\d+$/.test(raw) || n < 1 || n > 8) throw new FleetlabError('SUP_ERR_BAD_REQUEST', `${CPUS_VARIABLE} must be a whole number from 1 to 8 (the vCPUs of each emulated virt board), not ${JSON.stringify(raw)}`);
+  return n;
 }
 
 function bad(message: string): FleetlabError {

@@ -22,7 +22,7 @@ import { execa } from 'execa';
 import { FleetlabError } from '../src/errors.js';
 import { alive } from '../src/processes.js';
 import type { QemuImage } from '../device-image/build.js';
-import { buildQemuArgv, type MachineKind } from './qemu-argv.js';
+import { boardCpus, buildQemuArgv, type MachineKind } from './qemu-argv.js';
 import { createQcow2Overlay, launch, pollBoard, reapAbandonedBoards, type QemuBoard } from './boot.js';
 import { cacheRoot, needTool, qemuTools } from '../device-image/tools.js';
 
@@ -63,9 +63,10 @@ export async function qemuVersion(): Promise<string> {
  * share one state, and what the board did before its save (`readiness`), so a fleetlab that
  * saves its board further along does not start from one saved by an older one. Pure.
  */
-export function readyStateKey(image: QemuImage, machine: MachineKind, qemu: string, readiness: string): string {
+export function readyStateKey(image: QemuImage, machine: MachineKind, qemu: string, readiness: string, cpus?: number): string {
   const argv = buildQemuArgv({
     machine,
+    ...(cpus !== undefined ? { cpus } : {}),
     kernel: image.kernel,
     initrd: image.initrd,
     ...(machine === 'raspi3b' ? { dtb: image.dtb } : {}),
@@ -89,7 +90,8 @@ function readyRoot(cacheDir: string): string {
 /** The saved state for `image` on `machine` that did `readiness` before its save, if one was finished. */
 export async function findReadyState(image: QemuImage, machine: MachineKind, readiness: string, cacheDir: string = cacheRoot()): Promise<ReadyState | undefined> {
   if (!RESTORABLE_MACHINES.has(machine)) return undefined;
-  const dir = join(readyRoot(cacheDir), readyStateKey(image, machine, await qemuVersion(), readiness));
+  // The vCPUs a board started now gets (boot.ts launch), which a restore must match.
+  const dir = join(readyRoot(cacheDir), readyStateKey(image, machine, await qemuVersion(), readiness, boardCpus(process.env)));
   return readState(dir);
 }
 
@@ -144,7 +146,7 @@ export async function saveReadyState(o: { board: QemuBoard; image: QemuImage; re
   await removeAbandonedStaging(root);
   await removeOrphanedStates(root);
   const qemu = await qemuVersion();
-  const key = readyStateKey(image, machine, qemu, o.readiness);
+  const key = readyStateKey(image, machine, qemu, o.readiness, board.emulation.cpus);
   const staging = await mkdtemp(join(root, `${STAGING_PREFIX}${process.pid}-`));
   try {
     await board.qmp.execute('stop');

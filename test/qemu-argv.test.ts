@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { FleetlabError } from '../src/errors.js';
-import { buildQemuArgv, NETDEV_ID, NIC_ID, type QemuArgvInput } from '../qemu/qemu-argv.js';
+import { boardCpus, buildQemuArgv, NETDEV_ID, NIC_ID, type QemuArgvInput } from '../qemu/qemu-argv.js';
 
 function input(overrides: Partial<QemuArgvInput> = {}): QemuArgvInput {
   return {
@@ -146,6 +146,21 @@ describe('buildQemuArgv virt', () => {
     expect(flag(a, '-accel')).toBe('tcg,thread=single');
     expect(flag(a, '-drive')).toBe('if=none,id=hd0,format=qcow2,file=/run/board/disk.qcow2,cache=unsafe');
     expect(flag(buildQemuArgv(input({ tuning })), '-drive')).toBe('if=sd,format=qcow2,file=/run/board/disk.qcow2,cache=unsafe');
+  });
+});
+
+describe('boardCpus: the vCPUs of a virt board from FLEETLAB_QEMU_CPUS', () => {
+  it('is the default when unset or empty, and the number given from 1 to 8', () => {
+    expect(boardCpus({})).toBeUndefined();
+    expect(boardCpus({ FLEETLAB_QEMU_CPUS: '' })).toBeUndefined();
+    expect(boardCpus({ FLEETLAB_QEMU_CPUS: '1' })).toBe(1);
+    expect(boardCpus({ FLEETLAB_QEMU_CPUS: '8' })).toBe(8);
+  });
+
+  it('refuses anything else, saying what it takes', () => {
+    for (const raw of ['0', '9', '1.5', 'one', ' 2', '-1']) {
+      expect(() => boardCpus({ FLEETLAB_QEMU_CPUS: raw })).toThrow(`FLEETLAB_QEMU_CPUS must be a whole number from 1 to 8 (the vCPUs of each emulated virt board), not ${JSON.stringify(raw)}`);
+    }
   });
 });
 

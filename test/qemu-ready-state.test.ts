@@ -52,6 +52,9 @@ describe('the ready state key', () => {
     expect(readyStateKey({ ...image, root: 'LABEL=fleetlab-root' }, 'virt', 'QEMU 7.2', 'settled')).not.toBe(key);
     // A board saved further along (its API asked once) is another state.
     expect(readyStateKey(image, 'virt', 'QEMU 7.2', 'settled, API asked')).not.toBe(key);
+    // A board of one vCPU (FLEETLAB_QEMU_CPUS=1) is another machine; two spelled out is the default's.
+    expect(readyStateKey(image, 'virt', 'QEMU 7.2', 'settled', 1)).not.toBe(key);
+    expect(readyStateKey(image, 'virt', 'QEMU 7.2', 'settled', 2)).toBe(key);
   });
 });
 

@@ -32,11 +32,14 @@ import { cliCommand } from '../sim/entry.js';
 import { processesFor } from '../sim/fleet/fd-budget.js';
 import { DEFAULT_REPORT_INTERVAL_MS, type FleetCounts } from '../sim/fleet/fleet.js';
 import { startFleetControl, type FleetControl } from '../sim/fleet/fleet-workers.js';
+import { describeHealth } from '../sim/fleet/process-health.js';
 import { provisioningKeyFor } from '../sim/fleet/provisioning.js';
+import { describeUnsettled } from '../sim/fleet/unsettled.js';
 import { describeCounts } from '../sim/fleet/run.js';
 import { startBalancer, type Balancer } from '../sim/network/balancer.js';
 import { startPostgres } from '../support/postgres.js';
 import { Teardown } from '../src/teardown.js';
+import { postgresCpuMs, processCpuMs } from './cpu-time.js';
 
 function arg(name: string, fallback: string): string {
   const i = process.argv.indexOf(name);
@@ -104,6 +107,8 @@ interface BenchCloud {
   url: string;
   adminKey: string;
   replicas: Replica[];
+  /** PostgreSQL's main process and the run's database, whose backends' CPU the progress lines give. */
+  postgres?: { postmaster: number; database: string };
 }
 
 /**
@@ -122,15 +127,36 @@ async function startCloud(dir: string, devices: number, teardown: Teardown): Pro
   teardown.defer({ name: 'PostgreSQL', stop: async () => (await pgStarting.catch(() => null))?.stop() });
   const pgCluster = await pgStarting;
   const database = await pgCluster.createDatabase('fleet');
+  const postgres = { postmaster: pgCluster.postmasterPid(), database: 'fleet' };
   const adminKey = randomBytes(32).toString('base64url');
   for (let i = 0; i < replicaCount; i++) replicas.push(await startReplica(['--database', database, '--data-dir', join(dir, `cloud-${i}`), '--admin-key', adminKey], teardown));
-  if (replicaCount === 1) return { url: replicas[0]!.url, adminKey, replicas };
+  if (replicaCount === 1) return { url: replicas[0]!.url, adminKey, replicas, postgres };
   // The balancer holds both ends of every device's two connections: four descriptors a device.
   const forwarders = processesFor(devices, 1);
   const balancing = startBalancer(replicas.map((r) => ({ host: '127.0.0.1', port: Number(new URL(r.url).port) })), { processes: forwarders });
   teardown.defer({ name: 'balancer', stop: async () => (await balancing.catch(() => null))?.close() });
   const balancer: Balancer = await balancing;
-  return { url: balancer.url, adminKey, replicas };
+  return { url: balancer.url, adminKey, replicas, postgres };
+}
+
+/**
+ * What each process of the run did since the last call: the fleet's processes (CPU and event
+ * loop delay: a stalled worker drops all its devices at once), each cloud replica's CPU and
+ * PostgreSQL's backends' for the run's database. On every progress line, so a run that does not
+ * settle says where the time went.
+ */
+function vitals(fleet: FleetControl, cloud: BenchCloud): () => Promise<string> {
+  const cpuOf = () => [...cloud.replicas.map((r) => processCpuMs(r.child.pid!)), cloud.postgres ? postgresCpuMs(cloud.postgres.postmaster, cloud.postgres.database) : NaN];
+  let last = { at: performance.now(), cpu: cpuOf() };
+  return async () => {
+    const workers = describeHealth(await fleet.health());
+    const now = { at: performance.now(), cpu: cpuOf() };
+    const pct = (i: number) => (((now.cpu[i]! - last.cpu[i]!) / (now.at - last.at)) * 100).toFixed(0);
+    const parts = cloud.replicas.map((r, i) => (r.child.exitCode === null && r.child.signalCode === null ? `replica ${i + 1} ${pct(i)}%` : `replica ${i + 1} gone`));
+    if (cloud.postgres) parts.push(`PostgreSQL ${pct(cloud.replicas.length)}%`);
+    last = now;
+    return `fleet processes: ${workers}; cloud cpu: ${parts.join(', ')}`;
+  };
 }
 
 async function adminCall(cloud: { url: string; adminKey: string }, method: string, path: string, body?: unknown): Promise<unknown> {
@@ -143,41 +169,34 @@ async function adminCall(cloud: { url: string; adminKey: string }, method: strin
 const release = (tag: string) => fleetRelease(`services:\n  main:\n    image: fleetlab/test-app:${tag}\n    command: ["sleep", "1000000"]\n    volumes: ["data:/data"]\nvolumes:\n  data: {}\n`);
 
 /**
- * Why devices have not settled on a release: the devices' own reasons, grouped (numbers
- * folded, so "3 polls failed" and "4 polls failed" count together), and what the cloud
- * records for a few of them, which says whether their reports and tunnels reached it.
+ * Why devices have not settled on a release: every unsettled device's reason, grouped across
+ * the fleet's processes (unsettled.ts), and what the cloud records for a few of the largest
+ * group, which says whether their reports and tunnels reached it.
  */
 async function whyNotSettled(fleet: FleetControl, cloud: BenchCloud, releaseId: number): Promise<string> {
-  const stuck = await fleet.stuck(releaseId, 500);
-  const groups = new Map<string, { n: number; example: (typeof stuck)[number] }>();
-  for (const s of stuck) {
-    const key = `${s.phase}: ${s.reason.replace(/\d+/g, 'N')}`;
-    const g = groups.get(key);
-    if (g) g.n += 1;
-    else groups.set(key, { n: 1, example: s });
-  }
-  const lines = [...groups].sort((a, b) => b[1].n - a[1].n).slice(0, 8).map(([, g]) => `  ${g.n}× ${g.example.phase} (device ${g.example.index}): ${g.example.reason}`);
-  const uuids = stuck.map((s) => s.uuid).filter((u): u is string => u !== null).slice(0, 5);
+  const groups = await fleet.unsettled(releaseId);
+  const total = groups.reduce((n, g) => n + g.count, 0);
+  const uuids = (await fleet.stuck(releaseId, 5)).map((s) => s.uuid).filter((u): u is string => u !== null);
   let seen = '';
   if (uuids.length) {
     try {
       const rows = ((await adminCall(cloud, 'GET', `/v6/device?$select=uuid,is_online,api_heartbeat_state,status,is_running__release,last_connectivity_event&$filter=uuid in (${uuids.map((u) => `'${u}'`).join(',')})`)) as { d: unknown[] }).d;
-      seen = `\n  the cloud's rows of ${uuids.length} of them: ${JSON.stringify(rows)}`;
+      seen = `\n  the cloud's rows of the first ${uuids.length} of them: ${JSON.stringify(rows)}`;
     } catch (err) {
       seen = `\n  the cloud could not be asked about them: ${String(err)}`;
     }
   }
-  return `${stuck.length >= 500 ? 'at least 500' : stuck.length} devices not settled on release ${releaseId}:\n${lines.join('\n')}${seen}`;
+  return `${total} devices not settled on release ${releaseId}:\n${describeUnsettled(groups).join('\n')}${seen}`;
 }
 
-async function until(fleet: FleetControl, releaseId: number, limitMs: number, explain: () => Promise<string>, onProgress?: (counts: FleetCounts, applied: number) => Promise<void>): Promise<number> {
+async function until(fleet: FleetControl, releaseId: number, limitMs: number, explain: () => Promise<string>, vitalsLine: () => Promise<string>, onProgress?: (counts: FleetCounts, applied: number) => Promise<void>): Promise<number> {
   const t0 = performance.now();
   let said = t0;
   for (;;) {
     const c = await fleet.counts();
     if (performance.now() - said >= 10_000) {
       said = performance.now();
-      process.stderr.write(`bench:fleet ${c.total}: waiting for release ${releaseId}: ${describeCounts(c)}\n`);
+      process.stderr.write(`bench:fleet ${c.total}: waiting for release ${releaseId}: ${describeCounts(c)}\n  ${await vitalsLine()}\n`);
     }
     const applied = await fleet.appliedOn(releaseId);
     await onProgress?.(c, applied);
@@ -226,7 +245,8 @@ async function runSize(devices: number): Promise<string[]> {
     teardown.defer({ name: 'fleet', stop: () => fleet.close() });
     const startMs = performance.now() - t0;
     const explain = (releaseId: number) => () => whyNotSettled(fleet, cloud, releaseId);
-    const converge1 = await until(fleet, v1.releaseId, 10 * pollIntervalMs, explain(v1.releaseId));
+    const vitalsLine = vitals(fleet, cloud);
+    const converge1 = await until(fleet, v1.releaseId, 10 * pollIntervalMs, explain(v1.releaseId), vitalsLine);
     process.stderr.write(`bench:fleet ${devices}: started in ${fmt(startMs)} (${workers} process${workers > 1 ? 'es' : ''}), release 1 everywhere ${fmt(converge1)} later\n`);
 
     // The reports of that release land within one report interval; steady starts after them.
@@ -252,7 +272,7 @@ async function runSize(devices: number): Promise<string[]> {
     const rolloutT0 = performance.now();
     // Half way: half the devices have taken the new target (and most are still applying it).
     let killedAt: string | undefined;
-    const rolloutMs = await until(fleet, v2.releaseId, 10 * pollIntervalMs, explain(v2.releaseId), async (c, applied) => {
+    const rolloutMs = await until(fleet, v2.releaseId, 10 * pollIntervalMs, explain(v2.releaseId), vitalsLine, async (c, applied) => {
       const taken = c.byRelease[String(v2.releaseId)] ?? 0;
       if (cloud.replicas.length > 1 && killedAt === undefined && taken >= c.total / 2) {
         killedAt = `${taken}/${c.total} had taken release 2, ${applied} applied`;

@@ -182,8 +182,8 @@ export const CPUS_VARIABLE = 'FLEETLAB_QEMU_CPUS';
  * on each other. Measured, two virt boards at once on this 2-core machine: boot 51-61 s with
  * one vCPU each against 59-64 s with two, forks and docker calls over SSH 6.8-8.4 s against
  * 9.7-10.6 s. Alone, two vCPUs boot faster (48 s against 74-106 s, bench/qemu-options.bench.ts's
- * smp-1, before kpti=0). So: one vCPU each
- * where several boards share the cores (.ci/run's lanes), the default where a board has two.
+ * smp-1, before kpti=0). So: one vCPU each where several boards share the cores (.ci/run's
+ * lanes), the default where a board has two.
  */
 export function boardCpus(env: Readonly<Record<string, string | undefined>>): number | undefined {
   const raw = env[CPUS_VARIABLE];

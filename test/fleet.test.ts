@@ -154,6 +154,17 @@ describe('a fleet in worker processes', () => {
       const stuck = await control.stuck(v3.releaseId, 12);
       expect(stuck.map((s) => s.index).sort((a, b) => a - b)).toEqual(cut);
       expect(new Set(stuck.map((s) => s.reason))).toEqual(new Set(['partitioned from the cloud before it registered']));
+      // Every unsettled device of both workers in one group, counted where it runs (devices 0-5 are worker 1/2's).
+      const groups = await control.unsettled(v3.releaseId);
+      expect(groups.map((g) => [g.key, g.count])).toEqual([['offline: partitioned from the cloud before it registered', cut.length]]);
+      const inWorker = (w: string, from: number, to: number) => (cut.some((i) => i >= from && i < to) ? { [w]: cut.filter((i) => i >= from && i < to).length } : {});
+      expect(groups[0]!.where).toEqual({ ...inWorker('1/2', 0, 6), ...inWorker('2/2', 6, 12) });
+      // Each worker's own CPU and event loop, sampled in that worker.
+      const health = await control.health();
+      expect(health.map((h) => h.label)).toEqual(['1/2', '2/2']);
+      expect(new Set(health.map((h) => h.pid)).size).toBe(2);
+      expect(health.map((h) => h.pid)).not.toContain(process.pid);
+      for (const h of health) expect(h.sinceMs).toBeGreaterThan(0);
       expect((await control.latency()).targetState.count).toBeGreaterThan(0);
       // Each worker's heap is sized to its six devices (heap-budget.ts), not the machine's default.
       const memory = await control.memory();

@@ -6,8 +6,10 @@
 import { FleetlabError } from '../../src/errors.js';
 import { Fleet } from './fleet.js';
 import { faultCountsOf, memoryOf, type WorkerMessage, type WorkerRequest } from './fleet-workers.js';
+import { HealthWatch } from './process-health.js';
 
 let fleet: Fleet | null = null;
+let watch: HealthWatch | null = null;
 let stopping: Promise<void> | null = null;
 
 const send = (m: WorkerMessage) => process.connected && process.send!(m);
@@ -20,6 +22,7 @@ function stop(): Promise<void> {
 async function answer(req: WorkerRequest): Promise<unknown> {
   if (req.op === 'start') {
     fleet = await Fleet.start({ ...req.options, onStarted: (started, of) => send({ event: 'started', started, of }) });
+    watch = new HealthWatch(fleet.range.label);
     return fleet.range;
   }
   if (req.op === 'close') {
@@ -38,6 +41,10 @@ async function answer(req: WorkerRequest): Promise<unknown> {
       return f.appliedOn(req.releaseId);
     case 'stuck':
       return f.stuck(req.releaseId, req.limit);
+    case 'unsettled':
+      return f.unsettled(req.releaseId);
+    case 'health':
+      return watch!.sample();
     case 'latencySamples':
       return f.latencySamples();
     case 'memory':

@@ -15,6 +15,8 @@ import { shardRange } from './fault-plan.js';
 import { heapLimitFlags } from './heap-budget.js';
 import { Fleet, type FleetCounts, type FleetOptions, type StuckDevice } from './fleet.js';
 import { summarize, type LatencySummary } from './latency.js';
+import { HealthWatch, type ProcessHealth } from './process-health.js';
+import { mergeUnsettled, type UnsettledGroup } from './unsettled.js';
 
 /** What drives a fleet, in this process or in workers; every answer may cross a process. */
 export interface FleetControl {
@@ -25,6 +27,10 @@ export interface FleetControl {
   counts(): Promise<FleetCounts>;
   appliedOn(releaseId: number): Promise<number>;
   stuck(releaseId: number | null, limit: number): Promise<StuckDevice[]>;
+  /** Every device not settled on `releaseId`, grouped by why, across every process. */
+  unsettled(releaseId: number | null): Promise<UnsettledGroup[]>;
+  /** Each process's CPU and event-loop delay since the last call (process-health.ts). */
+  health(): Promise<ProcessHealth[]>;
   latency(): Promise<{ targetState: LatencySummary; report: LatencySummary }>;
   resetLatency(): Promise<void>;
   /** Resident bytes now and at their peak, and heap bytes, of the processes that run the devices, summed. */
@@ -39,26 +45,33 @@ export type WorkerFleetOptions = Omit<FleetOptions, 'logger' | 'onStarted'>;
 
 export type WorkerRequest =
   | { id: number; op: 'start'; options: WorkerFleetOptions }
-  | { id: number; op: 'faultCounts' | 'counts' | 'latencySamples' | 'resetLatency' | 'memory' | 'partition' | 'heal' | 'close' }
+  | { id: number; op: 'faultCounts' | 'counts' | 'latencySamples' | 'resetLatency' | 'memory' | 'health' | 'partition' | 'heal' | 'close' }
   | { id: number; op: 'appliedOn'; releaseId: number }
-  | { id: number; op: 'stuck'; releaseId: number | null; limit: number };
+  | { id: number; op: 'stuck'; releaseId: number | null; limit: number }
+  | { id: number; op: 'unsettled'; releaseId: number | null };
 
 export type WorkerMessage = { id: number; result?: unknown; error?: { code: string; message: string } } | { event: 'started'; started: number; of: number };
 
 /** The fleet in this process, behind the same interface. */
 export function inProcess(fleet: Fleet): FleetControl {
+  const watch = new HealthWatch(fleet.range.label);
   return {
     range: fleet.range,
     faultCounts: async () => faultCountsOf(fleet),
     counts: async () => fleet.counts(),
     appliedOn: async (releaseId) => fleet.appliedOn(releaseId),
     stuck: async (releaseId, limit) => fleet.stuck(releaseId, limit),
+    unsettled: async (releaseId) => fleet.unsettled(releaseId),
+    health: async () => [watch.sample()],
     latency: async () => fleet.latency(),
     resetLatency: async () => fleet.resetLatency(),
     memory: async () => ({ ...memoryOf(), processes: 1 }),
     partition: async () => fleet.partition(),
     heal: async () => fleet.heal(),
-    close: () => fleet.close(),
+    close: () => {
+      watch.close();
+      return fleet.close();
+    },
   };
 }
 
@@ -128,6 +141,10 @@ export async function startFleetControl(options: FleetOptions, workers: number):
     async stuck(releaseId, limit) {
       return (await all<StuckDevice[]>('stuck', { releaseId, limit })).flat().slice(0, limit);
     },
+    async unsettled(releaseId) {
+      return mergeUnsettled(await all<UnsettledGroup[]>('unsettled', { releaseId }));
+    },
+    health: () => all<ProcessHealth>('health'),
     async latency() {
       const parts = await all<{ targetState: number[]; report: number[] }>('latencySamples');
       return { targetState: summarize(parts.flatMap((p) => p.targetState)), report: summarize(parts.flatMap((p) => p.report)) };

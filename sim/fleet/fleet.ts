@@ -17,6 +17,7 @@ import { assignFaults, clockSkewOf, shardRange, type FaultKind, type FaultSpec }
 import { devicesPerProcess, openFileLimit } from './fd-budget.js';
 import { FleetDevice, type DevicePhase } from './fleet-device.js';
 import { CloudLatency, type LatencySummary } from './latency.js';
+import { groupUnsettled, type UnsettledGroup } from './unsettled.js';
 
 export interface FleetOptions {
   /** Devices in the whole fleet (every shard together). */
@@ -171,17 +172,30 @@ export class Fleet {
     }).length;
   }
 
-  /** Devices that have not applied `releaseId` (or are not applied at all), with why; at most `limit`. */
-  stuck(releaseId: number | null, limit = 20): StuckDevice[] {
-    const out: StuckDevice[] = [];
+  /** Devices that have not applied `releaseId` (or are not applied at all), with why. */
+  private *unsettledDevices(releaseId: number | null): Generator<StuckDevice> {
     for (const d of this.devices) {
       const s = d.status();
       if (s.phase === 'applied' && (releaseId === null || s.releaseId === releaseId)) continue;
       const reason = s.phase === 'applied' ? `holds release ${s.releaseId ?? 'none'}${s.reason ? `; ${s.reason}` : ''}` : (s.reason ?? s.phase);
-      out.push({ index: d.index, uuid: d.uuid, phase: s.phase, releaseId: s.releaseId, faults: d.faults, reason });
+      yield { index: d.index, uuid: d.uuid, phase: s.phase, releaseId: s.releaseId, faults: d.faults, reason };
+    }
+  }
+
+  /** The first `limit` devices that have not applied `releaseId`, with why. */
+  stuck(releaseId: number | null, limit = 20): StuckDevice[] {
+    const out: StuckDevice[] = [];
+    if (limit <= 0) return out;
+    for (const s of this.unsettledDevices(releaseId)) {
+      out.push(s);
       if (out.length >= limit) break;
     }
     return out;
+  }
+
+  /** Every device that has not applied `releaseId`, grouped by why (unsettled.ts). */
+  unsettled(releaseId: number | null): UnsettledGroup[] {
+    return groupUnsettled(this.unsettledDevices(releaseId), this.range.label);
   }
 
   /** Target-state polls and reports since the last reset. */

@@ -13,7 +13,9 @@ import { shardRange, type FaultSpec } from './fault-plan.js';
 import { processesFor } from './fd-budget.js';
 import type { FleetCounts } from './fleet.js';
 import { startFleetControl } from './fleet-workers.js';
+import { describeHealth } from './process-health.js';
 import { provisioningKeyFor } from './provisioning.js';
+import { describeUnsettled } from './unsettled.js';
 
 export interface RunFleetOptions {
   devices: number;
@@ -101,7 +103,7 @@ export async function runFleet(opts: RunFleetOptions): Promise<void> {
     const p99 = targetState.count ? ` · target-state ${targetState.count} polls, p99 ${targetState.p99Ms.toFixed(1)} ms` : '';
     const mem = await fleet.memory();
     const memory = ` · rss ${(mem.rss / 1e6).toFixed(0)} MB, heap ${(mem.heapUsed / 1e6).toFixed(0)} MB${mem.processes > 1 ? ` (${mem.processes} workers)` : ''}`;
-    say(`${describeCounts(await fleet.counts())}${p99}${memory}`);
+    say(`${describeCounts(await fleet.counts())}${p99}${memory} · ${describeHealth(await fleet.health())}`);
   };
   const live = setInterval(() => void liveLine().catch((err) => say(`live line: ${String(err)}`)), opts.everyS * 1000);
   const { done } = untilStopped(
@@ -110,7 +112,7 @@ export async function runFleet(opts: RunFleetOptions): Promise<void> {
       clearTimeout(cut);
       clearTimeout(heal);
       say(`stopping: ${describeCounts(await fleet.counts())}`);
-      for (const s of await fleet.stuck(null, 5)) say(`  device ${s.index} (${s.uuid ?? 'no uuid yet'}) ${s.phase}: ${s.reason}`);
+      for (const line of describeUnsettled(await fleet.unsettled(null), 5)) say(line);
       await fleet.close();
       say('stopped every device');
     },

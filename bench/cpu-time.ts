@@ -10,6 +10,8 @@ const TICKS_PER_SECOND = 100;
 interface Stat {
   ppid: number;
   cpuMs: number;
+  /** CPU of its children that have exited and been waited for. */
+  reapedChildrenMs: number;
 }
 
 function stat(pid: number): Stat | undefined {
@@ -21,7 +23,7 @@ function stat(pid: number): Stat | undefined {
   }
   // The command name may hold spaces and parentheses; fields resume after the last ')'.
   const fields = text.slice(text.lastIndexOf(')') + 2).split(' ');
-  return { ppid: Number(fields[1]), cpuMs: ((Number(fields[11]) + Number(fields[12])) * 1000) / TICKS_PER_SECOND };
+  return { ppid: Number(fields[1]), cpuMs: ((Number(fields[11]) + Number(fields[12])) * 1000) / TICKS_PER_SECOND, reapedChildrenMs: ((Number(fields[13]) + Number(fields[14])) * 1000) / TICKS_PER_SECOND };
 }
 
 /** User and system CPU time the process has used, in ms. */
@@ -47,6 +49,23 @@ export function postgresCpuMs(postmaster: number, database: string): number {
       continue;
     }
     if (title.split(' ')[2] === database) total += s.cpuMs;
+  }
+  return total;
+}
+
+/**
+ * CPU time of a PostgreSQL server as a whole since it started: the postmaster, its live
+ * children and those that exited (a backend's time moves to its parent's account when it is
+ * reaped). Never goes down, where a sum over the live backends would when one exits.
+ */
+export function postgresServerCpuMs(postmaster: number): number {
+  const main = stat(postmaster);
+  if (!main) return NaN;
+  let total = main.cpuMs + main.reapedChildrenMs;
+  for (const name of readdirSync('/proc')) {
+    if (!/^\d+$/.test(name)) continue;
+    const s = stat(Number(name));
+    if (s?.ppid === postmaster) total += s.cpuMs;
   }
   return total;
 }

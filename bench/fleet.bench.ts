@@ -39,7 +39,7 @@ import { describeCounts } from '../sim/fleet/run.js';
 import { startBalancer, type Balancer } from '../sim/network/balancer.js';
 import { startPostgres } from '../support/postgres.js';
 import { Teardown } from '../src/teardown.js';
-import { postgresCpuMs, processCpuMs } from './cpu-time.js';
+import { postgresServerCpuMs, processCpuMs } from './cpu-time.js';
 
 function arg(name: string, fallback: string): string {
   const i = process.argv.indexOf(name);
@@ -107,8 +107,8 @@ interface BenchCloud {
   url: string;
   adminKey: string;
   replicas: Replica[];
-  /** PostgreSQL's main process and the run's database, whose backends' CPU the progress lines give. */
-  postgres?: { postmaster: number; database: string };
+  /** PostgreSQL's main process, whose server's CPU the progress lines give. */
+  postgres?: { postmaster: number };
 }
 
 /**
@@ -127,7 +127,7 @@ async function startCloud(dir: string, devices: number, teardown: Teardown): Pro
   teardown.defer({ name: 'PostgreSQL', stop: async () => (await pgStarting.catch(() => null))?.stop() });
   const pgCluster = await pgStarting;
   const database = await pgCluster.createDatabase('fleet');
-  const postgres = { postmaster: pgCluster.postmasterPid(), database: 'fleet' };
+  const postgres = { postmaster: pgCluster.postmasterPid() };
   const adminKey = randomBytes(32).toString('base64url');
   for (let i = 0; i < replicaCount; i++) replicas.push(await startReplica(['--database', database, '--data-dir', join(dir, `cloud-${i}`), '--admin-key', adminKey], teardown));
   if (replicaCount === 1) return { url: replicas[0]!.url, adminKey, replicas, postgres };
@@ -142,11 +142,11 @@ async function startCloud(dir: string, devices: number, teardown: Teardown): Pro
 /**
  * What each process of the run did since the last call: the fleet's processes (CPU and event
  * loop delay: a stalled worker drops all its devices at once), each cloud replica's CPU and
- * PostgreSQL's backends' for the run's database. On every progress line, so a run that does not
+ * PostgreSQL's (the server's whole: only the run's database is in it). On every progress line, so a run that does not
  * settle says where the time went.
  */
 function vitals(fleet: FleetControl, cloud: BenchCloud): () => Promise<string> {
-  const cpuOf = () => [...cloud.replicas.map((r) => processCpuMs(r.child.pid!)), cloud.postgres ? postgresCpuMs(cloud.postgres.postmaster, cloud.postgres.database) : NaN];
+  const cpuOf = () => [...cloud.replicas.map((r) => processCpuMs(r.child.pid!)), cloud.postgres ? postgresServerCpuMs(cloud.postgres.postmaster) : NaN];
   let last = { at: performance.now(), cpu: cpuOf() };
   return async () => {
     const workers = describeHealth(await fleet.health());

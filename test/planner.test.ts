@@ -8,7 +8,7 @@ import { LABEL } from '../src/protocol/engine-labels.js';
 import { type ContainerState, type EngineSnapshot, type ManagedContainer, type ManagedNetwork, type ManagedVolume, type SupervisorNetworkState } from '../src/supervisor/adapters/engine.js';
 import { desiredContainer, type DesiredContainer, type SpecContext } from '../src/supervisor/state/container-spec.js';
 import { checkDeviceConfig, readDeviceConfig, unknownConfigKeys } from '../src/protocol/device-config.js';
-import { plan, serviceKey, type Step } from '../src/supervisor/state/planner.js';
+import { describeStep, plan, serviceKey, type Step } from '../src/supervisor/state/planner.js';
 
 const ctx = (deviceName = 'bench-1'): SpecContext => ({
   vendor: 'platform',
@@ -150,6 +150,16 @@ describe('plan: installing on an empty device', () => {
     expect(created.map((s) => s.desired)).toEqual([desired.get('1/web'), desired.get('1/worker')]);
     expect(created[0]!.desired.spec.networkMode).toBe('1_default');
     expect(created[1]!.desired.spec.binds).toContain('1_data:/data');
+  });
+
+  it('names each step as a person reads it, for what an apply in flight is doing', () => {
+    const { target: t, desired, want } = target(wire({ '1': demoApp() }));
+    const fetching = plan({ target: t, desired, current: snapshot({}) });
+    expect(fetching.map(describeStep)).toEqual(['creating network default', 'creating volume data', "fetching web's image", "fetching worker's image"]);
+    const creating = plan({ target: t, desired, current: snapshot({ images: allImages, networks: [net(1, 'default')], volumes: [vol(1, 'data')] }) });
+    expect(creating.map(describeStep)).toEqual(['creating web', 'creating worker']);
+    const starting = plan({ target: t, desired, current: snapshot({ images: allImages, networks: [net(1, 'default')], volumes: [vol(1, 'data')], containers: [containerOf(want(1, 'web'), 'created')] }) });
+    expect(starting.map(describeStep)).toContain('starting web');
   });
 
   it('creates containers, then starts them, then has nothing left to do', () => {

@@ -56,6 +56,34 @@ export interface PlanInput {
 
 export const serviceKey = (appId: number, serviceName: string) => `${appId}/${serviceName}`;
 
+/** A step as a person reads it: what an apply in flight is doing (StateEngine.activity). */
+export function describeStep(step: Step): string {
+  switch (step.action) {
+    case 'fetch':
+      return `fetching ${step.serviceName}'s image`;
+    case 'createSupervisorNetwork':
+      return 'creating the supervisor network';
+    case 'createNetwork':
+      return `creating network ${step.network}`;
+    case 'createVolume':
+      return `creating volume ${step.volume}`;
+    case 'removeContainer':
+      return `removing ${step.container.serviceName} (${step.reason})`;
+    case 'createContainer':
+      return `creating ${step.desired.service.serviceName}`;
+    case 'start':
+      return `starting ${step.container.serviceName}`;
+    case 'stop':
+      return `stopping ${step.container.serviceName}`;
+    case 'removeNetwork':
+      return `removing network ${step.network.network}`;
+    case 'removeVolume':
+      return `removing volume ${step.volume.volume}`;
+    case 'wait':
+      return `${step.serviceName} waits: ${step.reason}`;
+  }
+}
+
 export function imagePresent(images: Map<string, string>, ref: string): boolean {
   return images.has(ref) || images.has(normaliseImageRef(ref));
 }

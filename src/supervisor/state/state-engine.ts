@@ -10,7 +10,7 @@ import type { Engine, EngineSnapshot, SupervisorNetworkState } from '../adapters
 import { desiredContainer, specInputs, type DesiredContainer, type SpecContext } from './container-spec.js';
 import { ImagePulls, type PullFailure } from './image-pulls.js';
 import type { UpdateLocks } from './locks.js';
-import { plan, serviceKey, type Step } from './planner.js';
+import { describeStep, plan, serviceKey, type Step } from './planner.js';
 import type { ServiceStatus } from '../../protocol/device-api.js';
 import { deviceView, type DeviceView } from './status.js';
 
@@ -56,6 +56,8 @@ export class StateEngine {
   private readonly transient = new Map<string, ServiceStatus>();
   private readonly userStopped = new Set<string>();
   private applying = false;
+  /** What the apply in flight is doing now, for `activity()`. */
+  private step = 'starting';
   private pending: { force: boolean } | null = null;
   /** Ids of the containers found exited by this supervisor's first engine read, not started since: see PlanInput.startExited. */
   private exitedAtStart: Set<string> | null = null;
@@ -126,7 +128,7 @@ export class StateEngine {
 
   /** What an unfinished apply is doing or waiting for, in one line (a fleet says why a device has not settled). */
   activity(): string {
-    if (this.applying) return this.pulls.inFlight.size > 0 ? `applying, ${this.pulls.inFlight.size} image(s) downloading` : 'applying';
+    if (this.applying) return `applying: ${this.step}${this.pulls.inFlight.size > 0 ? `, ${this.pulls.inFlight.size} image(s) downloading` : ''}`;
     if (this.pending) return 'an apply is queued';
     if (this.updateLocked) return 'waiting for an update lock';
     if (this.waitingFor) return `waiting: ${this.waitingFor}`;
@@ -252,6 +254,7 @@ export class StateEngine {
       if (this.closed) return;
       let steps: Step[];
       try {
+        this.step = 'reading the engine';
         const current = await this.deps.engine.snapshot();
         await this.observe(current);
         this.exitedAtStart ??= new Set(current.containers.filter((c) => c.state === 'exited').map((c) => c.id));
@@ -318,6 +321,7 @@ export class StateEngine {
     const pulling = this.pulls.run(fetches);
 
     for (const step of steps) {
+      this.step = describeStep(step);
       switch (step.action) {
         case 'createSupervisorNetwork':
           await engine.createSupervisorNetwork();
@@ -398,6 +402,7 @@ export class StateEngine {
     // one is settled before the round ends, so a failed one cannot leave another still being made
     // while the next round plans.
     const creates = steps.filter((s): s is Extract<Step, { action: 'createContainer' }> => s.action === 'createContainer');
+    if (creates.length > 0) this.step = `creating ${creates.map((c) => c.desired.service.serviceName).join(', ')}`;
     const created = await Promise.allSettled(
       creates.map(async (step) => {
         const { desired } = step;
@@ -417,6 +422,7 @@ export class StateEngine {
     if (createFailed) throw createFailed.reason;
     if (creates.length > 0) progressed = true;
 
+    if (fetches.length > 0) this.step = 'waiting for downloads';
     const failed = await pulling;
     if (failed.length > 0) throw pullsFailed(failed);
     return progressed || fetches.length > 0;

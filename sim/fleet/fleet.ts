@@ -17,7 +17,7 @@ import { assignFaults, clockSkewOf, shardRange, type FaultKind, type FaultSpec }
 import { devicesPerProcess, openFileLimit } from './fd-budget.js';
 import { FleetDevice, type DevicePhase } from './fleet-device.js';
 import { CloudLatency, type LatencySummary } from './latency.js';
-import { groupUnsettled, type UnsettledGroup } from './unsettled.js';
+import { groupUnsettled, type StuckDevice, type UnsettledGroup } from './unsettled.js';
 
 export interface FleetOptions {
   /** Devices in the whole fleet (every shard together). */
@@ -55,14 +55,7 @@ export type FleetCounts = Record<DevicePhase, number> & {
   readonly byRelease: Readonly<Record<string, number>>;
 };
 
-export interface StuckDevice {
-  readonly index: number;
-  readonly uuid: string | null;
-  readonly phase: DevicePhase;
-  readonly releaseId: number | null;
-  readonly faults: readonly FaultKind[];
-  readonly reason: string;
-}
+export type { StuckDevice };
 
 /**
  * A device reads its engine's state every report interval to find what changed; a board does

@@ -4,7 +4,18 @@
  * together), each group with one device as its example and how many of it each process runs.
  * Grouped where the devices run, so ten thousand reasons never cross a process; merged after.
  */
-import type { StuckDevice } from './fleet.js';
+import type { FaultKind } from './fault-plan.js';
+import type { DevicePhase } from './fleet-device.js';
+
+/** A device that has not settled on a release, and why (Fleet.stuck). */
+export interface StuckDevice {
+  readonly index: number;
+  readonly uuid: string | null;
+  readonly phase: DevicePhase;
+  readonly releaseId: number | null;
+  readonly faults: readonly FaultKind[];
+  readonly reason: string;
+}
 
 export interface UnsettledGroup {
   /** The phase and the reason with its numbers folded to N: what the group is counted by. */

@@ -204,11 +204,18 @@ class WorkerHandle {
   }
 
   call(request: Unnumbered<WorkerRequest>): Promise<unknown> {
-    if (this.child.exitCode !== null || this.child.signalCode !== null) return Promise.reject(new FleetlabError('SUP_ERR_INTERNAL', 'a fleet worker is not running'));
+    if (this.child.exitCode !== null || this.child.signalCode !== null || !this.child.connected) return Promise.reject(new FleetlabError('SUP_ERR_INTERNAL', 'a fleet worker is not running'));
     const id = this.nextId++;
     return new Promise((resolve, reject) => {
       this.pending.set(id, { resolve, reject });
-      this.child.send({ id, ...request });
+      // With a callback a failed send is this call's error, not an 'error' event on the child,
+      // which nothing handles: a request racing close() (a Ctrl-C while the bench polls) ended
+      // the whole process before its teardown stopped PostgreSQL.
+      this.child.send({ id, ...request }, (err) => {
+        if (!err || !this.pending.has(id)) return;
+        this.pending.delete(id);
+        reject(new FleetlabError('SUP_ERR_INTERNAL', `a fleet worker could not be asked (${request.op}): ${err.message}`));
+      });
     });
   }
 

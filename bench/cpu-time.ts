@@ -38,19 +38,25 @@ export function processCpuMs(pid: number): number {
  */
 export function postgresCpuMs(postmaster: number, database: string): number {
   let total = 0;
-  for (const name of readdirSync('/proc')) {
-    if (!/^\d+$/.test(name)) continue;
-    const s = stat(Number(name));
-    if (s?.ppid !== postmaster) continue;
+  for (const { pid, cpuMs } of childrenOf(postmaster)) {
     let title = '';
     try {
-      title = readFileSync(`/proc/${name}/cmdline`, 'utf8').replace(/\0/g, ' ');
+      title = readFileSync(`/proc/${pid}/cmdline`, 'utf8').replace(/\0/g, ' ');
     } catch {
       continue;
     }
-    if (title.split(' ')[2] === database) total += s.cpuMs;
+    if (title.split(' ')[2] === database) total += cpuMs;
   }
   return total;
+}
+
+/** The live children of `parent`, with their CPU time. */
+function* childrenOf(parent: number): Generator<{ pid: number; cpuMs: number }> {
+  for (const name of readdirSync('/proc')) {
+    if (!/^\d+$/.test(name)) continue;
+    const s = stat(Number(name));
+    if (s?.ppid === parent) yield { pid: Number(name), cpuMs: s.cpuMs };
+  }
 }
 
 /**
@@ -62,10 +68,6 @@ export function postgresServerCpuMs(postmaster: number): number {
   const main = stat(postmaster);
   if (!main) return NaN;
   let total = main.cpuMs + main.reapedChildrenMs;
-  for (const name of readdirSync('/proc')) {
-    if (!/^\d+$/.test(name)) continue;
-    const s = stat(Number(name));
-    if (s?.ppid === postmaster) total += s.cpuMs;
-  }
+  for (const child of childrenOf(postmaster)) total += child.cpuMs;
   return total;
 }

@@ -142,8 +142,8 @@ async function startCloud(dir: string, devices: number, teardown: Teardown): Pro
 /**
  * What each process of the run did since the last call: the fleet's processes (CPU and event
  * loop delay: a stalled worker drops all its devices at once), each cloud replica's CPU and
- * PostgreSQL's (the server's whole: only the run's database is in it). On every progress line, so a run that does not
- * settle says where the time went.
+ * PostgreSQL's (the whole server: only the run's database is in it). On every progress line,
+ * so a run that does not settle says where the time went.
  */
 function vitals(fleet: FleetControl, cloud: BenchCloud): () => Promise<string> {
   const cpuOf = () => [...cloud.replicas.map((r) => processCpuMs(r.child.pid!)), cloud.postgres ? postgresServerCpuMs(cloud.postgres.postmaster) : NaN];
@@ -170,8 +170,8 @@ const release = (tag: string) => fleetRelease(`services:\n  main:\n    image: fl
 
 /**
  * Why devices have not settled on a release: every unsettled device's reason, grouped across
- * the fleet's processes (unsettled.ts), and what the cloud records for a few of the largest
- * group, which says whether their reports and tunnels reached it.
+ * the fleet's processes (unsettled.ts), and what the cloud records for the first few of them,
+ * which says whether their reports and tunnels reached it.
  */
 async function whyNotSettled(fleet: FleetControl, cloud: BenchCloud, releaseId: number): Promise<string> {
   const groups = await fleet.unsettled(releaseId);

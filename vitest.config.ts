@@ -11,9 +11,9 @@ export default defineConfig({
     testTimeout: 60_000,
     hookTimeout: 120_000,
     pool: 'forks',
-    // Most files wait on dockerd, sockets and timers, not the CPU: on a 2-core machine three
-    // forks ran the suite in 7m41s using 1.2 cores on average (.ci/run's npm test step, tsc
-    // included, took 9m19s with two).
+    // Three forks on a 2-core machine: .ci/run's npm test step keeps both cores 95 % busy with
+    // them (vmstat beside it, 12m17s), so more forks would not shorten it; fewer leave the
+    // files that wait on dockerd and timers idle (two took 9m19s when the suite was smaller).
     maxWorkers: 3,
     reporters: ['default', 'junit'],
     outputFile: { junit: 'test-results/vitest-junit.xml' },

@@ -4,7 +4,7 @@
  * (sim/fleet/process-health.ts), as the fleet bench and `fleetlab sim fleet` print them.
  */
 import { describe, expect, it } from 'vitest';
-import type { StuckDevice } from '../sim/fleet/fleet.js';
+import type { StuckDevice } from '../sim/fleet/unsettled.js';
 import { describeHealth, HealthWatch } from '../sim/fleet/process-health.js';
 import { describeUnsettled, groupUnsettled, mergeUnsettled } from '../sim/fleet/unsettled.js';
 

@@ -11,6 +11,7 @@ export type { DeviceApi, ProxyConfig, StateStatus, StatusContainer } from '../li
 export type { ApiProtocol, Capability, CommandProtocol, FilesProtocol, HttpResponse, HttpStream, JournalEntryText, LedTransition, NetworkProtocol, PowerProtocol, RequestOptions } from '../../device-access/protocols.js';
 export type { FleetCloud } from '../../sim/stack.js';
 export type { FleetUnderTest, FleetOptions, FleetRelease, ConvergeOptions } from './fleet.js';
-export type { FleetCounts, StuckDevice } from '../../sim/fleet/fleet.js';
+export type { FleetCounts } from '../../sim/fleet/fleet.js';
+export type { StuckDevice } from '../../sim/fleet/unsettled.js';
 export { pollUntil, scaled, sleep } from '../lib/wait.js';
 export { loadCompose, parseCompose, type ComposeProject, type ComposeService } from '../release/compose.js';

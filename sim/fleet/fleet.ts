@@ -55,7 +55,6 @@ export type FleetCounts = Record<DevicePhase, number> & {
   readonly byRelease: Readonly<Record<string, number>>;
 };
 
-export type { StuckDevice };
 
 /**
  * A device reads its engine's state every report interval to find what changed; a board does
